@@ -1,0 +1,10 @@
+//! cronlease: a replicated cron daemon in which every tick of every job runs
+//! exactly once across all replicas, coordinated through Redis.
+//!
+//! The modules, in reading order (ARCHITECTURE.md has the full map):
+//! [`schedule`] turns cron expressions into UTC instants, [`config`] loads and
+//! validates the job table, and [`cli`] is the command line on top.
+
+pub mod cli;
+pub mod config;
+pub mod schedule;

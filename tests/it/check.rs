@@ -1,0 +1,527 @@
+//! `cronlease check`: the bad-input corpus, DST and weekday semantics, and
+//! the example config.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::{ConfigFile, REDIS_SECTION, Run, cronlease};
+
+/// A valid job body that cases modify.
+const JOB: &str = "[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\n";
+
+/// Runs `check` on `config` and asserts exit 2 and that stderr holds every
+/// fragment.
+#[track_caller]
+fn check_rejected(case: &str, config: &str, fragments: &[&str]) {
+    let file = ConfigFile::new(config);
+    let run = check_file(file.path(), &[]);
+    assert_eq!(
+        run.code(),
+        Some(2),
+        "case {case:?}: unexpected exit status\n{}",
+        run.describe()
+    );
+    let stderr = run.stderr();
+    for fragment in fragments {
+        assert!(
+            stderr.contains(fragment),
+            "case {case:?}: stderr lacks {fragment:?}\n{}",
+            run.describe()
+        );
+    }
+    assert!(
+        !stderr.contains("panicked"),
+        "case {case:?} panicked\n{}",
+        run.describe()
+    );
+}
+
+/// Runs `cronlease check --config PATH EXTRA…`.
+fn check_file(path: &Path, extra: &[&str]) -> Run {
+    let mut args: Vec<OsString> = vec!["check".into(), "--config".into(), path.into()];
+    args.extend(extra.iter().map(OsString::from));
+    cronlease(args)
+}
+
+#[test]
+fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
+    let with_job = |extra: &str| format!("{REDIS_SECTION}{JOB}{extra}\n");
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "malformed toml",
+            format!("{REDIS_SECTION}[jobs.draw\nschedule = 1\n"),
+            vec!["jobs.toml:3:11", "invalid TOML"],
+        ),
+        (
+            "unknown key",
+            with_job("timout = \"5m\""),
+            vec![
+                "jobs.toml:6:1",
+                "job \"draw\"",
+                "field `timout`",
+                "unknown field `timout`",
+                "`timeout`",
+            ],
+        ),
+        (
+            "unknown section",
+            format!("{REDIS_SECTION}{JOB}[job.x]\n"),
+            vec!["jobs.toml:6:2", "unknown section `job`", "`jobs`"],
+        ),
+        (
+            "unknown daemon key",
+            format!("{REDIS_SECTION}[daemon]\nleas = \"10s\"\n{JOB}"),
+            vec![
+                "jobs.toml:4:1",
+                "[daemon]",
+                "unknown field `leas`",
+                "`lease`",
+            ],
+        ),
+        (
+            "bad cron field",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"61 12 * * *\"\ncommand = [\"true\"]\n"
+            ),
+            vec![
+                "jobs.toml:4:12",
+                "job \"draw\"",
+                "field `schedule`",
+                "minute 61 is out of range 0-59",
+            ],
+        ),
+        (
+            "bad cron shape",
+            format!("{REDIS_SECTION}[jobs.draw]\nschedule = \"every day\"\ncommand = [\"true\"]\n"),
+            vec!["field `schedule`", "2 fields", "expected 5 fields"],
+        ),
+        (
+            "unknown macro",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"@fortnightly\"\ncommand = [\"true\"]\n"
+            ),
+            vec!["unknown macro", "@daily"],
+        ),
+        (
+            "reboot macro",
+            format!("{REDIS_SECTION}[jobs.draw]\nschedule = \"@reboot\"\ncommand = [\"true\"]\n"),
+            vec!["@reboot is not supported"],
+        ),
+        (
+            "never fires",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"0 0 31 2 *\"\ncommand = [\"true\"]\n"
+            ),
+            vec!["jobs.toml:4:12", "never fires"],
+        ),
+        (
+            "bad time zone",
+            with_job("timezone = \"Asia/Shangai\""),
+            vec![
+                "jobs.toml:6:12",
+                "field `timezone`",
+                "unknown time zone \"Asia/Shangai\"",
+                "did you mean \"Asia/Shanghai\"",
+                "IANA",
+            ],
+        ),
+        (
+            "command and shell",
+            with_job("shell = \"echo hi\""),
+            vec![
+                "jobs.toml:6:9",
+                "field `shell`",
+                "both `command` and `shell`",
+                "exactly one",
+            ],
+        ),
+        (
+            "neither command nor shell",
+            format!("{REDIS_SECTION}[jobs.draw]\nschedule = \"@daily\"\n"),
+            vec![
+                "job \"draw\"",
+                "field `command`",
+                "neither `command` nor `shell`",
+            ],
+        ),
+        (
+            "empty argv",
+            format!("{REDIS_SECTION}[jobs.draw]\nschedule = \"@daily\"\ncommand = []\n"),
+            vec!["jobs.toml:5:11", "empty command"],
+        ),
+        (
+            "argv not strings",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"@daily\"\ncommand = \"backup --all\"\n"
+            ),
+            vec!["jobs.toml:5:11", "field `command`", "expected a sequence"],
+        ),
+        (
+            "zero duration",
+            with_job("timeout = \"0s\""),
+            vec!["jobs.toml:6:11", "field `timeout`", "is zero", "\"30s\""],
+        ),
+        (
+            "unparsable duration",
+            with_job("retry_backoff = \"soon\""),
+            vec![
+                "field `retry_backoff`",
+                "invalid duration \"soon\"",
+                "\"500ms\"",
+            ],
+        ),
+        (
+            "absurd duration",
+            with_job("misfire_grace = \"400d\""),
+            vec!["field `misfire_grace`", "too long", "at most 7days"],
+        ),
+        (
+            "absurd lease",
+            format!("{REDIS_SECTION}[daemon]\nlease = \"2h\"\n{JOB}"),
+            vec!["jobs.toml:4:9", "field `lease`", "too long", "at most 1h"],
+        ),
+        (
+            "lease too short",
+            format!("{REDIS_SECTION}[daemon]\nlease = \"500ms\"\n{JOB}"),
+            vec!["field `lease`", "too short", "at least 1s"],
+        ),
+        (
+            "lease too short for renewal",
+            format!("{REDIS_SECTION}command_timeout = \"2s\"\n[daemon]\nlease = \"4s\"\n{JOB}"),
+            vec![
+                "field `lease`",
+                "too short for its renewal period",
+                "above 6s",
+            ],
+        ),
+        (
+            "bad overlap",
+            with_job("overlap = \"queue\""),
+            vec![
+                "jobs.toml:6:11",
+                "field `overlap`",
+                "unknown variant `queue`",
+                "`skip`, `allow`, `replace`",
+            ],
+        ),
+        (
+            "bad misfire",
+            with_job("misfire = \"all\""),
+            vec!["field `misfire`", "`run_once`, `skip`, `run_all`"],
+        ),
+        (
+            "bad on_holder_lost",
+            with_job("on_holder_lost = \"retry\""),
+            vec!["field `on_holder_lost`", "expected `record` or `rerun`"],
+        ),
+        (
+            "negative retries",
+            with_job("retries = -1"),
+            vec!["field `retries`", "-1 is out of range", "0 to 100"],
+        ),
+        (
+            "bad job name",
+            format!(
+                "{REDIS_SECTION}[jobs.\"draw at noon\"]\nschedule = \"@daily\"\ncommand = [\"true\"]\n"
+            ),
+            vec![
+                "jobs.toml:3:7",
+                "invalid job name \"draw at noon\"",
+                "A-Z a-z 0-9 _ . -",
+            ],
+        ),
+        (
+            "job name too long",
+            format!(
+                "{REDIS_SECTION}[jobs.{}]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
+                "x".repeat(129)
+            ),
+            vec!["invalid job name", "1 to 128 characters"],
+        ),
+        (
+            "missing redis url",
+            format!("[redis]\nkey_prefix = \"x\"\n{JOB}"),
+            vec!["[redis]", "field `url`", "missing `url`", "redis://"],
+        ),
+        (
+            "missing redis section",
+            JOB.to_string(),
+            vec!["missing [redis] section"],
+        ),
+        (
+            "bad redis url",
+            format!("[redis]\nurl = \"http://user:hunter2@host\"\n{JOB}"),
+            vec![
+                "jobs.toml:2:7",
+                "invalid Redis URL",
+                "user:***@host",
+                "rediss://",
+            ],
+        ),
+        (
+            "bad key prefix",
+            format!("{REDIS_SECTION}key_prefix = \"a{{b}}\"\n{JOB}"),
+            vec!["field `key_prefix`", "no braces"],
+        ),
+        (
+            "reserved env",
+            with_job("env = { CRONLEASE_FENCE = \"1\" }"),
+            vec!["field `env`", "CRONLEASE_FENCE is reserved"],
+        ),
+        ("no jobs", REDIS_SECTION.to_string(), vec!["no jobs"]),
+    ];
+    for (case, config, fragments) in &cases {
+        check_rejected(case, config, fragments);
+    }
+}
+
+#[test]
+fn all_problems_are_reported_at_once() {
+    let config = format!(
+        "{REDIS_SECTION}[daemon]\nlease = \"0s\"\n[jobs.a]\nschedule = \"0 12 * * *\"\ntimezone = \"Mars/Olympus\"\ncommand = []\ntimout = \"5m\"\noverlap = \"never\"\n"
+    );
+    let file = ConfigFile::new(&config);
+    let run = check_file(file.path(), &[]).expect_code(2);
+    let stderr = run.stderr();
+    assert!(stderr.contains("5 problems"), "{}", run.describe());
+    for fragment in [
+        "jobs.toml:4:9",
+        "jobs.toml:7:12",
+        "jobs.toml:8:11",
+        "jobs.toml:9:1",
+        "jobs.toml:10:11",
+    ] {
+        assert!(
+            stderr.contains(fragment),
+            "lacks {fragment}\n{}",
+            run.describe()
+        );
+    }
+}
+
+#[test]
+fn unusable_files_are_rejected() {
+    let run = cronlease(["check", "--config", "/nonexistent/jobs.toml"]).expect_code(2);
+    assert!(
+        run.stderr().contains("/nonexistent/jobs.toml") && run.stderr().contains("cannot open"),
+        "{}",
+        run.describe()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let run = check_file(dir.path(), &[]).expect_code(2);
+    assert!(
+        run.stderr().contains("cannot read config file"),
+        "{}",
+        run.describe()
+    );
+
+    let big = ConfigFile::new(&format!(
+        "{REDIS_SECTION}{JOB}# {}\n",
+        "x".repeat(1024 * 1024)
+    ));
+    let run = check_file(big.path(), &[]).expect_code(2);
+    assert!(
+        run.stderr().contains("larger than 1048576 bytes"),
+        "{}",
+        run.describe()
+    );
+
+    let binary = tempfile::tempdir().unwrap();
+    let path = binary.path().join("jobs.toml");
+    std::fs::write(&path, b"[redis]\nurl = \"\xff\"\n").unwrap();
+    let run = check_file(&path, &[]).expect_code(2);
+    assert!(run.stderr().contains("not UTF-8"), "{}", run.describe());
+}
+
+/// Runs `check --json --from FROM` on one job and returns its next ticks.
+fn next_ticks(schedule: &str, timezone: &str, from: &str, count: u32) -> Vec<String> {
+    let file = ConfigFile::new(&format!(
+        "{REDIS_SECTION}[jobs.j]\nschedule = \"{schedule}\"\ntimezone = \"{timezone}\"\ncommand = [\"true\"]\n"
+    ));
+    let run = check_file(
+        file.path(),
+        &["--json", "--from", from, "--count", &count.to_string()],
+    )
+    .expect_code(0);
+    let json: Value =
+        serde_json::from_str(&run.stdout()).unwrap_or_else(|e| panic!("{e}\n{}", run.describe()));
+    let job = &json["jobs"][0];
+    assert_eq!(job["name"], "j");
+    assert_eq!(job["schedule"], schedule);
+    assert_eq!(job["timezone"], timezone);
+    job["next"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn schedules_fire_as_vixie_cron_across_dst_and_weekdays() {
+    // (schedule, zone, from, expected next ticks in UTC)
+    let cases: &[(&str, &str, &str, &[&str])] = &[
+        // Berlin, 2026-03-29: 02:00 CET jumps to 03:00 CEST. 02:30 does not
+        // exist that day and runs at the first instant after the gap.
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            "2026-03-28T12:00:00Z",
+            &["2026-03-29T01:00:00Z", "2026-03-30T00:30:00Z"],
+        ),
+        // An hourly job keeps its hours on the UTC line through the gap.
+        (
+            "0 * * * *",
+            "Europe/Berlin",
+            "2026-03-28T23:30:00Z",
+            &[
+                "2026-03-29T00:00:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-29T02:00:00Z",
+            ],
+        ),
+        // Berlin, 2026-10-25: 03:00 CEST falls back to 02:00 CET; 02:30
+        // happens twice and the daily job runs once, the first time.
+        (
+            "30 2 * * *",
+            "Europe/Berlin",
+            "2026-10-24T12:00:00Z",
+            &["2026-10-25T00:30:00Z", "2026-10-26T01:30:00Z"],
+        ),
+        // An interval job runs in both halves of the repeated hour.
+        (
+            "*/30 * * * *",
+            "Europe/Berlin",
+            "2026-10-24T23:45:00Z",
+            &[
+                "2026-10-25T00:00:00Z",
+                "2026-10-25T00:30:00Z",
+                "2026-10-25T01:00:00Z",
+                "2026-10-25T01:30:00Z",
+            ],
+        ),
+        // POSIX weekdays: 1-5 is Monday to Friday (2026-11-21 is a Saturday).
+        (
+            "0 9 * * 1-5",
+            "UTC",
+            "2026-11-21T00:00:00Z",
+            &[
+                "2026-11-23T09:00:00Z",
+                "2026-11-24T09:00:00Z",
+                "2026-11-25T09:00:00Z",
+                "2026-11-26T09:00:00Z",
+                "2026-11-27T09:00:00Z",
+                "2026-11-30T09:00:00Z",
+            ],
+        ),
+        // 0 and 7 are both Sunday.
+        (
+            "0 9 * * 7",
+            "UTC",
+            "2026-11-21T00:00:00Z",
+            &["2026-11-22T09:00:00Z", "2026-11-29T09:00:00Z"],
+        ),
+        (
+            "0 9 * * 0",
+            "UTC",
+            "2026-11-21T00:00:00Z",
+            &["2026-11-22T09:00:00Z", "2026-11-29T09:00:00Z"],
+        ),
+        // Six fields: leading seconds.
+        (
+            "*/20 * * * * *",
+            "UTC",
+            "2026-01-01T00:00:00Z",
+            &[
+                "2026-01-01T00:00:20Z",
+                "2026-01-01T00:00:40Z",
+                "2026-01-01T00:01:00Z",
+            ],
+        ),
+        // L, W and #.
+        (
+            "0 0 L * *",
+            "UTC",
+            "2026-02-01T00:00:00Z",
+            &["2026-02-28T00:00:00Z", "2026-03-31T00:00:00Z"],
+        ),
+        (
+            "0 0 15W * *",
+            "UTC",
+            "2026-08-01T00:00:00Z",
+            &["2026-08-14T00:00:00Z"],
+        ),
+        (
+            "0 0 * * 5#2",
+            "UTC",
+            "2026-11-01T00:00:00Z",
+            &["2026-11-13T00:00:00Z", "2026-12-11T00:00:00Z"],
+        ),
+        // Macros, and the noon draw in Shanghai (UTC+8, no DST).
+        (
+            "@hourly",
+            "UTC",
+            "2026-01-01T00:30:00Z",
+            &["2026-01-01T01:00:00Z"],
+        ),
+        (
+            "@weekly",
+            "UTC",
+            "2026-11-21T00:00:00Z",
+            &["2026-11-22T00:00:00Z"],
+        ),
+        (
+            "0 12 * * *",
+            "Asia/Shanghai",
+            "2026-11-22T00:00:00Z",
+            &["2026-11-22T04:00:00Z", "2026-11-23T04:00:00Z"],
+        ),
+    ];
+    for (schedule, zone, from, expected) in cases {
+        let next = next_ticks(schedule, zone, from, expected.len() as u32);
+        assert_eq!(&next, expected, "{schedule:?} in {zone} from {from}");
+    }
+}
+
+#[test]
+fn the_example_config_is_valid_and_the_text_output_shows_both_zones() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.example.toml");
+    let run = cronlease([
+        "check",
+        "--config",
+        example,
+        "--from",
+        "2026-11-22T00:00:00Z",
+        "--count",
+        "2",
+    ])
+    .expect_code(0);
+    let stdout = run.stdout();
+    assert!(stdout.contains("valid, 4 jobs"), "{}", run.describe());
+    assert!(
+        stdout.contains("2026-11-22 12:00:00 +08:00 Sun  =  2026-11-22T04:00:00Z"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
+fn help_and_version_work() {
+    let run = cronlease(["--help"]).expect_code(0);
+    assert!(run.stdout().contains("check"), "{}", run.describe());
+    let run = cronlease(["check", "--help"]).expect_code(0);
+    for flag in ["--config", "--from", "--count", "--json"] {
+        assert!(run.stdout().contains(flag), "{}", run.describe());
+    }
+    let run = cronlease(["--version"]).expect_code(0);
+    assert!(
+        run.stdout().contains(env!("CARGO_PKG_VERSION")),
+        "{}",
+        run.describe()
+    );
+    let run = cronlease(["check", "--from", "yesterday"]).expect_code(2);
+    assert!(run.stderr().contains("RFC 3339"), "{}", run.describe());
+}

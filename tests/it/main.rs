@@ -1,0 +1,6 @@
+//! The integration tests: one binary (see ARCHITECTURE.md), one module per
+//! area, all driving the real `cronlease` binary.
+
+mod check;
+mod support;
+mod why_croner;
