@@ -3,8 +3,13 @@
 //!
 //! The modules, in reading order (ARCHITECTURE.md has the full map):
 //! [`schedule`] turns cron expressions into UTC instants, [`config`] loads and
-//! validates the job table, and [`cli`] is the command line on top.
+//! validates the job table, [`outcome`] is the record that ends a run,
+//! [`store`] is the Redis side (keys and scripts), [`runner`] runs commands,
+//! and [`cli`] is the command line on top.
 
 pub mod cli;
 pub mod config;
+pub mod outcome;
+pub mod runner;
 pub mod schedule;
+pub mod store;

@@ -1,0 +1,53 @@
+-- Claims tick ARGV[1] of one job for run id ARGV[2]. See DESIGN.md "The claim".
+-- KEYS: state, running, lease, runs
+-- ARGV: tick_ms, run_id, lease_ms, overlap, replica, host, tolerance_ms, maxlen,
+--       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
+--       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
+--       recording skipped_overlap, for catch-up of missed ticks)
+local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
+local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
+local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
+local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
+
+local now = now_ms()
+-- A retry after an ambiguous reply: the first attempt may have won.
+local mine = redis.call('HGET', running, run_id)
+if mine then
+  local e = cjson.decode(mine)
+  return {'claimed', e.fence, e.started, e.lease_key, 0, 0}
+end
+if tick > now + tolerance then return {'early', tick - now} end
+
+local stored = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
+local regressed = 0
+if stored < min_tick then
+  -- Redis forgot ticks this replica saw claimed: state was lost. Re-seed.
+  regressed = 1
+  redis.call('HSET', state, 'last_tick', min_tick)
+  stored = min_tick
+end
+if tick <= stored then return {'taken', stored, regressed} end
+
+if redis.call('HGET', state, 'paused') == '1' then
+  redis.call('HSET', state, 'last_tick', tick)
+  return {'paused', regressed}
+end
+
+if overlap ~= 'allow' then
+  local holder = redis.call('GET', lease)
+  if holder and overlap == 'skip' then
+    if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
+    redis.call('HSET', state, 'last_tick', tick)
+    record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
+    return {'busy', holder, regressed}
+  end
+  -- overlap == 'replace': the new lease overwrites the old one, whose holder
+  -- sees its next renewal fail and stops its run.
+end
+
+local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
+  replica, host, trigger, 0, min_fence, now)
+redis.call('HSET', state, 'last_tick', tick)
+return {'claimed', fence, now, lease_key, count_expired(running, now), regressed}

@@ -1,0 +1,76 @@
+-- Shared by every cronlease script (prepended to each). Keys of one job share
+-- the hash tag {job}, so a script touches one Redis Cluster slot.
+
+-- Redis server time in ms: the one clock all replicas agree on.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Appends one outcome to the job's stream and, unless it is stale, makes it
+-- the job's current summary. `fields` is a flat list of name, value pairs.
+local function record_outcome(state, runs, maxlen, fields, stale)
+  table.insert(fields, 'stale')
+  table.insert(fields, stale and '1' or '0')
+  local id = redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', unpack(fields))
+  if not stale then
+    local summary = {}
+    for i = 1, #fields, 2 do
+      local name = fields[i]
+      if name == 'status' or name == 'tick' or name == 'fence' or name == 'replica'
+        or name == 'finished_ms' or name == 'duration_ms' or name == 'run_id' then
+        table.insert(summary, 'last_' .. name)
+        table.insert(summary, fields[i + 1])
+      end
+      if name == 'status' and fields[i + 1] == 'ok' then
+        table.insert(summary, 'last_ok_id')
+        table.insert(summary, id)
+      end
+    end
+    redis.call('HSET', state, 'last_outcome_id', id, unpack(summary))
+  end
+  return id
+end
+
+-- The fence after `min_fence`, the highest this replica has seen: a Redis
+-- that lost state never hands out a fence that was already used.
+local function next_fence(state, min_fence)
+  local fence = redis.call('HINCRBY', state, 'fence', 1)
+  if fence <= min_fence then
+    fence = min_fence + 1
+    redis.call('HSET', state, 'fence', fence)
+  end
+  return fence
+end
+
+-- Starts a run: fence, running entry, lease. Returns fence, lease key.
+local function start_run(state, running, lease, run_id, tick, lease_ms, overlap,
+                         replica, host, trigger, rerun, min_fence, now)
+  local lease_key = lease
+  if overlap == 'allow' then lease_key = lease .. ':' .. run_id end
+  local fence = next_fence(state, min_fence)
+  redis.call('HSET', running, run_id, cjson.encode({
+    tick = tick, fence = fence, replica = replica, host = host, started = now,
+    expires = now + lease_ms, lease_key = lease_key, trigger = trigger, rerun = rerun,
+  }))
+  redis.call('SET', lease_key, run_id, 'PX', lease_ms)
+  return fence, lease_key
+end
+
+-- Outcome fields for a tick that was not run (skipped_overlap).
+local function skip_fields(tick, run_id, replica, host, now, trigger)
+  return {'tick', tick, 'fence', '0', 'run_id', run_id, 'replica', replica, 'host', host,
+    'started_ms', now, 'finished_ms', now, 'duration_ms', '0', 'status', 'skipped_overlap',
+    'attempts', '0', 'output', '', 'trigger', trigger}
+end
+
+-- How many runs in flight have not been renewed within their lease: their
+-- holder is gone, and a sweep should record them.
+local function count_expired(running, now)
+  local n = 0
+  local entries = redis.call('HGETALL', running)
+  for i = 2, #entries, 2 do
+    if cjson.decode(entries[i]).expires < now then n = n + 1 end
+  end
+  return n
+end

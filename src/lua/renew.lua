@@ -1,0 +1,14 @@
+-- Extends one run's lease if it still holds our run id. Part of a pipeline
+-- that renews every run of a replica at once.
+-- KEYS: lease_key, running    ARGV: run_id, lease_ms
+-- Returns 1 when renewed, 0 when the lease is no longer ours.
+local lease_key, running = KEYS[1], KEYS[2]
+local run_id, lease_ms = ARGV[1], tonumber(ARGV[2])
+if redis.call('GET', lease_key) ~= run_id then return 0 end
+local raw = redis.call('HGET', running, run_id)
+if not raw then return 0 end
+redis.call('PEXPIRE', lease_key, lease_ms)
+local e = cjson.decode(raw)
+e.expires = now_ms() + lease_ms
+redis.call('HSET', running, run_id, cjson.encode(e))
+return 1

@@ -1,0 +1,234 @@
+//! What became of a run: the record that ends every claimed tick.
+//!
+//! An [`Outcome`] is built by the daemon when a run ends, written to the job's
+//! Redis stream by the finish script, or spooled to disk (it is
+//! serde-serializable) when Redis cannot take it now. The stream's field names
+//! are defined here once, in [`Outcome::stream_fields`].
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// How a run (or a tick that was not run) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The command exited 0.
+    Ok,
+    /// The command exited non-zero, was killed by a signal, or could not start.
+    Failed,
+    /// The command ran past the job's `timeout` and was stopped.
+    Timeout,
+    /// The lease was lost (taken over, or not renewable in time); the run was
+    /// killed at once.
+    LostLease,
+    /// The replica shut down and the run did not finish within the grace.
+    Interrupted,
+    /// The replica holding the run died; recorded by another replica.
+    Abandoned,
+    /// The tick came while a run of the job was in flight (`overlap = "skip"`).
+    SkippedOverlap,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Failed => "failed",
+            Status::Timeout => "timeout",
+            Status::LostLease => "lost_lease",
+            Status::Interrupted => "interrupted",
+            Status::Abandoned => "abandoned",
+            Status::SkippedOverlap => "skipped_overlap",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a tick was claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Its time came while replicas were up.
+    Schedule,
+    /// It was missed (outage, no replica up) and caught up per `misfire`.
+    Misfire,
+    /// Its first holder died and `on_holder_lost = "rerun"` ran it again.
+    Rerun,
+}
+
+impl Trigger {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Schedule => "schedule",
+            Trigger::Misfire => "misfire",
+            Trigger::Rerun => "rerun",
+        }
+    }
+}
+
+/// The record of one finished run, as the holder writes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    pub job: String,
+    /// The tick, ms since the Unix epoch (UTC).
+    pub tick_ms: i64,
+    pub fence: u64,
+    pub run_id: String,
+    pub replica: String,
+    pub host: String,
+    /// When the run was claimed and when it ended, by the Redis clock
+    /// (as estimated by the replica), ms since the epoch.
+    pub started_ms: i64,
+    pub finished_ms: i64,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// How many times the command was started (1 + retries used).
+    pub attempts: u32,
+    /// The last bytes of the run's stdout and stderr.
+    pub output: String,
+    pub trigger: Trigger,
+    /// The lease key the run held, so the finish script can release it.
+    pub lease_key: String,
+}
+
+impl Outcome {
+    /// The stream entry's fields, in order (the finish script adds `stale`).
+    pub fn stream_fields(&self) -> Vec<(&'static str, String)> {
+        let mut fields = vec![
+            ("tick", self.tick_ms.to_string()),
+            ("fence", self.fence.to_string()),
+            ("run_id", self.run_id.clone()),
+            ("replica", self.replica.clone()),
+            ("host", self.host.clone()),
+            ("started_ms", self.started_ms.to_string()),
+            ("finished_ms", self.finished_ms.to_string()),
+            (
+                "duration_ms",
+                (self.finished_ms - self.started_ms).max(0).to_string(),
+            ),
+            ("status", self.status.as_str().to_string()),
+        ];
+        if let Some(code) = self.exit_code {
+            fields.push(("exit_code", code.to_string()));
+        }
+        if let Some(signal) = self.signal {
+            fields.push(("signal", signal.to_string()));
+        }
+        fields.push(("attempts", self.attempts.to_string()));
+        fields.push(("output", self.output.clone()));
+        fields.push(("trigger", self.trigger.as_str().to_string()));
+        fields
+    }
+}
+
+/// Keeps the last `limit` bytes of what a run printed, cut at a character
+/// boundary so the tail stays valid UTF-8.
+#[derive(Debug, Clone)]
+pub struct Tail {
+    limit: usize,
+    bytes: std::collections::VecDeque<u8>,
+}
+
+impl Tail {
+    pub fn new(limit: usize) -> Tail {
+        Tail {
+            limit,
+            bytes: std::collections::VecDeque::with_capacity(limit.min(64 * 1024)),
+        }
+    }
+
+    /// Appends one line (without its newline).
+    pub fn push_line(&mut self, line: &[u8]) {
+        if self.limit == 0 {
+            return;
+        }
+        self.bytes.extend(line);
+        self.bytes.push_back(b'\n');
+        while self.bytes.len() > self.limit {
+            self.bytes.pop_front();
+        }
+    }
+
+    /// The tail as text; a character cut by the limit is dropped and bytes
+    /// that are not UTF-8 are replaced.
+    pub fn text(&self) -> String {
+        let (a, b) = self.bytes.as_slices();
+        let mut all = Vec::with_capacity(a.len() + b.len());
+        all.extend_from_slice(a);
+        all.extend_from_slice(b);
+        // Skip continuation bytes left at the front by the cut.
+        let start = all
+            .iter()
+            .position(|&byte| (byte & 0b1100_0000) != 0b1000_0000)
+            .unwrap_or(all.len());
+        String::from_utf8_lossy(&all[start..]).into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_bytes_on_a_character_boundary() {
+        let check = |limit: usize, lines: &[&str], expected: &str| {
+            let mut tail = Tail::new(limit);
+            for line in lines {
+                tail.push_line(line.as_bytes());
+            }
+            assert_eq!(tail.text(), expected, "limit {limit}, lines {lines:?}");
+        };
+        check(100, &["a", "b"], "a\nb\n");
+        check(4, &["hello", "yo"], "\nyo\n");
+        check(3, &["\u{e9}\u{e9}"], "\u{e9}\n");
+        check(0, &["anything"], "");
+    }
+
+    #[test]
+    fn stream_fields_are_complete() {
+        let outcome = Outcome {
+            job: "draw".into(),
+            tick_ms: 1_000,
+            fence: 7,
+            run_id: "r".into(),
+            replica: "a".into(),
+            host: "h".into(),
+            started_ms: 1_010,
+            finished_ms: 1_500,
+            status: Status::Failed,
+            exit_code: Some(3),
+            signal: None,
+            attempts: 2,
+            output: "boom\n".into(),
+            trigger: Trigger::Schedule,
+            lease_key: "k".into(),
+        };
+        let names: Vec<&str> = outcome.stream_fields().iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "tick",
+                "fence",
+                "run_id",
+                "replica",
+                "host",
+                "started_ms",
+                "finished_ms",
+                "duration_ms",
+                "status",
+                "exit_code",
+                "attempts",
+                "output",
+                "trigger"
+            ]
+        );
+        assert!(outcome.stream_fields().contains(&("duration_ms", "490".into())));
+    }
+}

@@ -1,0 +1,608 @@
+//! The Redis side: key names, the Lua scripts, and typed requests and replies.
+//!
+//! Every change to a job's state is one atomic script (claim, renew, finish,
+//! sweep): there is never a read-then-write across round trips, so a future
+//! dropped half-way can never leave a half-done change. All keys of one job
+//! share the hash tag `{job}`, so each script touches a single Redis Cluster
+//! slot. This module knows nothing of processes or schedules; it turns
+//! requests into script calls and replies into enums.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use crate::config::{Overlap, RedisConfig};
+use crate::outcome::{Outcome, Trigger};
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// How long a finished run's done marker lives: a spooled outcome delivered
+/// within this window is recognised as a duplicate.
+pub const DONE_MARKER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How far ahead of Redis time a tick may be and still be claimed: a
+/// replica's sleep ends a little early or late, and a claim a millisecond
+/// early is not worth a second round trip.
+pub const EARLY_TOLERANCE_MS: i64 = 5;
+
+/// The names of all keys cronlease writes under one prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    fn job_key(&self, job: &str, part: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, job, part)
+    }
+
+    /// Hash: `last_tick`, `fence`, `paused`, last outcome summary.
+    pub fn state(&self, job: &str) -> String {
+        self.job_key(job, "state")
+    }
+
+    /// Hash: run id → JSON of the run in flight.
+    pub fn running(&self, job: &str) -> String {
+        self.job_key(job, "running")
+    }
+
+    /// String with PX: the run id of the holder (`…:lease:<run id>` with
+    /// `overlap = "allow"`).
+    pub fn lease(&self, job: &str) -> String {
+        self.job_key(job, "lease")
+    }
+
+    /// Stream: one entry per outcome.
+    pub fn runs(&self, job: &str) -> String {
+        self.job_key(job, "runs")
+    }
+
+    /// String with PX: marks a run id whose outcome is recorded.
+    pub fn done(&self, job: &str, run_id: &str) -> String {
+        self.job_key(job, &format!("done:{run_id}"))
+    }
+
+    /// Hash: replica id → heartbeat JSON.
+    pub fn replicas(&self) -> String {
+        format!("{}:replicas", self.prefix)
+    }
+
+    /// String: a random id written once per Redis deployment; its loss or
+    /// change means Redis lost state.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
+    }
+}
+
+struct Scripts {
+    claim: Script,
+    renew: Script,
+    finish: Script,
+    sweep: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        let script = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
+        Scripts {
+            claim: script(include_str!("lua/claim.lua")),
+            renew: script(include_str!("lua/renew.lua")),
+            finish: script(include_str!("lua/finish.lua")),
+            sweep: script(include_str!("lua/sweep.lua")),
+        }
+    }
+}
+
+/// A failed exchange with Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to Redis at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from Redis to {what}: {reply:?}")]
+    Protocol { what: &'static str, reply: String },
+}
+
+impl StoreError {
+    /// True when the command may or may not have been executed (timeout,
+    /// dropped connection): the caller must read back, not guess.
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
+            StoreError::Connect { .. } | StoreError::Protocol { .. } => false,
+        }
+    }
+}
+
+fn protocol(what: &'static str, reply: &Value) -> StoreError {
+    StoreError::Protocol {
+        what,
+        reply: format!("{reply:?}"),
+    }
+}
+
+fn as_string(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        Value::Okay => Some("OK".to_string()),
+        _ => None,
+    }
+}
+
+fn as_int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn as_array(value: Value, what: &'static str) -> Result<Vec<Value>, StoreError> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(protocol(what, &other)),
+    }
+}
+
+/// Everything the claim script needs to know.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub job: &'a str,
+    pub tick_ms: i64,
+    pub run_id: &'a str,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    /// The highest `last_tick` this replica has seen for the job (-1: none).
+    pub min_tick: i64,
+    /// The highest fence this replica has seen for the job.
+    pub min_fence: u64,
+    pub trigger: Trigger,
+    /// For catch-up of missed ticks: answer `Wait` while a run is in flight
+    /// instead of recording `skipped_overlap`.
+    pub wait_if_busy: bool,
+}
+
+/// The claim script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimReply {
+    /// We hold the tick: run it under this fence.
+    Claimed {
+        fence: u64,
+        /// Redis time of the claim.
+        started_ms: i64,
+        lease_key: String,
+        /// Runs of this job in flight whose lease lapsed: a sweep is due.
+        expired: u32,
+        /// Redis had forgotten a tick or fence this replica remembered.
+        regressed: bool,
+    },
+    /// The tick is this far ahead of Redis time; ask again then.
+    Early { ms: i64 },
+    /// Someone claimed it (or a later tick) already.
+    Taken { last_tick: i64, regressed: bool },
+    /// The job is paused; the tick is skipped.
+    Paused { regressed: bool },
+    /// A run is in flight and `overlap = "skip"`: recorded as skipped.
+    Busy { holder: String, regressed: bool },
+    /// Catch-up only: a run is in flight; ask again in this many ms.
+    Wait { ms: i64 },
+}
+
+/// A run in flight as recorded in the job's `running` hash.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct RunningEntry {
+    pub tick: i64,
+    pub fence: u64,
+    pub replica: String,
+    pub started: i64,
+    pub expires: i64,
+    pub lease_key: String,
+}
+
+/// One run's renewal, as the watchdog sends it.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    pub job: String,
+    pub run_id: String,
+    pub lease_key: String,
+}
+
+/// What the finish script did with an outcome.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReply {
+    /// Recorded as the tick's current outcome.
+    Current { id: String },
+    /// Recorded, marked stale: someone had already recorded this run.
+    Stale { id: String },
+    /// This outcome was recorded before (a retry or a spooled copy).
+    Duplicate { id: String },
+}
+
+/// A sweep request for one job.
+#[derive(Debug, Clone)]
+pub struct SweepRequest<'a> {
+    pub job: &'a str,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    pub rerun: bool,
+    pub overlap: Overlap,
+    pub lease: Duration,
+    /// Used only if a rerun is claimed.
+    pub new_run_id: &'a str,
+    pub min_fence: u64,
+}
+
+/// A rerun claimed by a sweep, for the caller to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerun {
+    pub tick_ms: i64,
+    pub fence: u64,
+    pub lease_key: String,
+    pub started_ms: i64,
+}
+
+/// What a sweep found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepReply {
+    pub abandoned: u32,
+    pub rerun: Option<Rerun>,
+}
+
+/// What the eviction and persistence settings of the server are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerSettings {
+    /// `CONFIG GET` is not allowed (managed Redis): nothing known.
+    Unknown(String),
+    Known {
+        maxmemory: u64,
+        policy: String,
+        appendonly: bool,
+        save: String,
+    },
+}
+
+/// The outcome of writing a heartbeat.
+#[derive(Debug, Clone)]
+pub struct HeartbeatReply {
+    /// The deployment's epoch after this heartbeat.
+    pub epoch: String,
+    /// We created the epoch key (it was missing).
+    pub created_epoch: bool,
+    pub server_ms: i64,
+    /// Every replica's heartbeat JSON, ours included.
+    pub replicas: Vec<(String, String)>,
+}
+
+/// A connection to Redis with the scripts and key names: cheap to clone,
+/// every clone shares one multiplexed connection that reconnects by itself.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    keys: Arc<Keys>,
+    scripts: Arc<Scripts>,
+}
+
+impl Store {
+    /// Connects (one attempt, bounded by `connect_timeout`).
+    pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
+        let url = config.redacted_url();
+        let client = redis::Client::open(config.url.as_str())
+            .map_err(|source| StoreError::Connect { url: url.clone(), source })?;
+        let manager_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.command_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(2));
+        let conn = tokio::time::timeout(
+            config.connect_timeout + config.command_timeout,
+            ConnectionManager::new_with_config(client, manager_config),
+        )
+        .await
+        .map_err(|_| StoreError::Connect {
+            url: url.clone(),
+            source: redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        })?
+        .map_err(|source| StoreError::Connect { url, source })?;
+        Ok(Store {
+            conn,
+            keys: Arc::new(Keys::new(&config.key_prefix)),
+            scripts: Arc::new(Scripts::new()),
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// Redis server time, ms since the epoch.
+    pub async fn server_time_ms(&self) -> Result<i64, StoreError> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// Reads the eviction and persistence settings.
+    pub async fn server_settings(&self) -> Result<ServerSettings, StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: Result<Vec<String>, redis::RedisError> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("maxmemory")
+            .arg("maxmemory-policy")
+            .arg("appendonly")
+            .arg("save")
+            .query_async(&mut conn)
+            .await;
+        let pairs = match reply {
+            Ok(pairs) => pairs,
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) || e.code().is_some() => {
+                return Ok(ServerSettings::Unknown(e.to_string()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let get = |name: &str| {
+            pairs
+                .chunks(2)
+                .find(|pair| pair[0] == name)
+                .and_then(|pair| pair.get(1).cloned())
+                .unwrap_or_default()
+        };
+        Ok(ServerSettings::Known {
+            maxmemory: get("maxmemory").parse().unwrap_or(0),
+            policy: get("maxmemory-policy"),
+            appendonly: get("appendonly") == "yes",
+            save: get("save"),
+        })
+    }
+
+    /// Runs the claim script.
+    pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        let keys = &self.keys;
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .scripts
+            .claim
+            .key(keys.state(request.job))
+            .key(keys.running(request.job))
+            .key(keys.lease(request.job))
+            .key(keys.runs(request.job))
+            .arg(request.tick_ms)
+            .arg(request.run_id)
+            .arg(duration_ms(request.lease))
+            .arg(request.overlap.as_str())
+            .arg(request.replica)
+            .arg(request.host)
+            .arg(EARLY_TOLERANCE_MS)
+            .arg(request.history)
+            .arg(request.min_tick)
+            .arg(request.min_fence)
+            .arg(request.trigger.as_str())
+            .arg(if request.wait_if_busy { "1" } else { "0" })
+            .invoke_async(&mut conn)
+            .await?;
+        parse_claim(reply)
+    }
+
+    /// Reads one run's entry in `running`: how an ambiguous claim reply is
+    /// resolved.
+    pub async fn running_entry(&self, job: &str, run_id: &str) -> Result<Option<RunningEntry>, StoreError> {
+        let mut conn = self.conn.clone();
+        let raw: Option<String> = redis::cmd("HGET")
+            .arg(self.keys.running(job))
+            .arg(run_id)
+            .query_async(&mut conn)
+            .await?;
+        raw.map(|raw| {
+            serde_json::from_str(&raw).map_err(|e| StoreError::Protocol {
+                what: "HGET running",
+                reply: format!("{raw} ({e})"),
+            })
+        })
+        .transpose()
+    }
+
+    /// The job's high-water mark, if it has one.
+    pub async fn last_tick(&self, job: &str) -> Result<Option<i64>, StoreError> {
+        let mut conn = self.conn.clone();
+        let raw: Option<i64> = redis::cmd("HGET")
+            .arg(self.keys.state(job))
+            .arg("last_tick")
+            .query_async(&mut conn)
+            .await?;
+        Ok(raw)
+    }
+
+    /// Renews every lease in `renewals` in one pipeline; `true` where the
+    /// lease is still ours.
+    pub async fn renew(&self, renewals: &[Renewal], lease: Duration) -> Result<Vec<bool>, StoreError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease_ms = duration_ms(lease);
+        let build = || {
+            let mut pipe = redis::pipe();
+            for renewal in renewals {
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.renew.get_hash())
+                    .arg(2)
+                    .arg(&renewal.lease_key)
+                    .arg(self.keys.running(&renewal.job))
+                    .arg(&renewal.run_id)
+                    .arg(lease_ms);
+            }
+            pipe
+        };
+        let mut conn = self.conn.clone();
+        let result: Result<Vec<i64>, redis::RedisError> = build().query_async(&mut conn).await;
+        let replies = match result {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.scripts.renew.prepare_invoke().load_async(&mut conn).await?;
+                build().query_async(&mut conn).await?
+            }
+            other => other?,
+        };
+        Ok(replies.into_iter().map(|r| r == 1).collect())
+    }
+
+    /// Runs the finish script for `outcome`.
+    pub async fn finish(&self, outcome: &Outcome, history: u32) -> Result<FinishReply, StoreError> {
+        let keys = &self.keys;
+        let job = outcome.job.as_str();
+        let mut invocation = self.scripts.finish.prepare_invoke();
+        invocation
+            .key(keys.state(job))
+            .key(keys.running(job))
+            .key(&outcome.lease_key)
+            .key(keys.runs(job))
+            .key(keys.done(job, &outcome.run_id))
+            .arg(&outcome.run_id)
+            .arg(history)
+            .arg(duration_ms(DONE_MARKER_TTL));
+        for (name, value) in outcome.stream_fields() {
+            invocation.arg(name).arg(value);
+        }
+        let mut conn = self.conn.clone();
+        let reply: Value = invocation.invoke_async(&mut conn).await?;
+        let items = as_array(reply, "finish")?;
+        let kind = items.first().and_then(as_string);
+        let id = items.get(1).and_then(as_string).unwrap_or_default();
+        match kind.as_deref() {
+            Some("current") => Ok(FinishReply::Current { id }),
+            Some("stale") => Ok(FinishReply::Stale { id }),
+            Some("duplicate") => Ok(FinishReply::Duplicate { id }),
+            _ => Err(protocol("finish", &Value::Array(items))),
+        }
+    }
+
+    /// Runs the sweep script for one job.
+    pub async fn sweep(&self, request: &SweepRequest<'_>) -> Result<SweepReply, StoreError> {
+        let keys = &self.keys;
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .scripts
+            .sweep
+            .key(keys.state(request.job))
+            .key(keys.running(request.job))
+            .key(keys.lease(request.job))
+            .key(keys.runs(request.job))
+            .arg(request.replica)
+            .arg(request.host)
+            .arg(request.history)
+            .arg(if request.rerun { "1" } else { "0" })
+            .arg(request.overlap.as_str())
+            .arg(duration_ms(request.lease))
+            .arg(request.new_run_id)
+            .arg(request.min_fence)
+            .invoke_async(&mut conn)
+            .await?;
+        let items = as_array(reply, "sweep")?;
+        let abandoned = items.first().and_then(as_int).ok_or_else(|| protocol("sweep", &Value::Nil))?;
+        let rerun = if items.len() >= 5 {
+            Some(Rerun {
+                tick_ms: as_int(&items[1]).ok_or_else(|| protocol("sweep", &items[1]))?,
+                fence: as_int(&items[2]).ok_or_else(|| protocol("sweep", &items[2]))? as u64,
+                lease_key: as_string(&items[3]).ok_or_else(|| protocol("sweep", &items[3]))?,
+                started_ms: as_int(&items[4]).ok_or_else(|| protocol("sweep", &items[4]))?,
+            })
+        } else {
+            None
+        };
+        Ok(SweepReply {
+            abandoned: abandoned as u32,
+            rerun,
+        })
+    }
+
+    /// Writes this replica's heartbeat, makes sure the epoch exists, and
+    /// reads every replica's heartbeat and the server time: one round trip.
+    pub async fn heartbeat(&self, replica: &str, record: &str, new_epoch: &str) -> Result<HeartbeatReply, StoreError> {
+        let mut conn = self.conn.clone();
+        type Reply = (Option<String>, String, Vec<(String, String)>, (i64, i64));
+        let (created, epoch, replicas, (secs, micros)): Reply = redis::pipe()
+            .cmd("HSET")
+            .arg(self.keys.replicas())
+            .arg(replica)
+            .arg(record)
+            .ignore()
+            .cmd("SET")
+            .arg(self.keys.epoch())
+            .arg(new_epoch)
+            .arg("NX")
+            .cmd("GET")
+            .arg(self.keys.epoch())
+            .cmd("HGETALL")
+            .arg(self.keys.replicas())
+            .cmd("TIME")
+            .query_async(&mut conn)
+            .await?;
+        Ok(HeartbeatReply {
+            epoch,
+            created_epoch: created.is_some(),
+            server_ms: secs * 1000 + micros / 1000,
+            replicas,
+        })
+    }
+
+    /// Removes this replica's heartbeat (clean shutdown).
+    pub async fn remove_replica(&self, replica: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("HDEL")
+            .arg(self.keys.replicas())
+            .arg(replica)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
+    let items = as_array(reply, "claim")?;
+    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
+    let kind = items.first().and_then(as_string).ok_or_else(|| bad(&items))?;
+    let int = |i: usize| items.get(i).and_then(as_int).ok_or_else(|| bad(&items));
+    let flag = |i: usize| items.get(i).and_then(as_int).unwrap_or(0) == 1;
+    Ok(match kind.as_str() {
+        "claimed" => ClaimReply::Claimed {
+            fence: int(1)? as u64,
+            started_ms: int(2)?,
+            lease_key: items.get(3).and_then(as_string).ok_or_else(|| bad(&items))?,
+            expired: int(4).unwrap_or(0) as u32,
+            regressed: flag(5),
+        },
+        "early" => ClaimReply::Early { ms: int(1)? },
+        "taken" => ClaimReply::Taken {
+            last_tick: int(1)?,
+            regressed: flag(2),
+        },
+        "paused" => ClaimReply::Paused { regressed: flag(1) },
+        "busy" => ClaimReply::Busy {
+            holder: items.get(1).and_then(as_string).unwrap_or_default(),
+            regressed: flag(2),
+        },
+        "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
+        _ => return Err(bad(&items)),
+    })
+}
