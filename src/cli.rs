@@ -12,6 +12,8 @@ use std::process::ExitCode;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Parser, Subcommand};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::config::Config;
 
 /// The default config path, as installed by the package.
@@ -36,6 +38,19 @@ pub enum Command {
     /// Exits 0 when the file is valid and 2, listing every problem with its
     /// file, line, job and field, when it is not.
     Check(CheckArgs),
+    /// Run a replica: claim and run the job table's ticks until SIGTERM.
+    ///
+    /// Exits 0 after a clean shutdown (SIGTERM or SIGINT: no more claims,
+    /// runs get `shutdown_grace`, then are interrupted), 2 for an invalid
+    /// config, 78 when Redis is configured to evict keys, 1 for other
+    /// failures.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
 }
 
 /// Where the job table is.
@@ -76,7 +91,94 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
 pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
+        Command::Run(args) => run_daemon(&args),
     }
+}
+
+/// Exit status when Redis is set up to lose our keys (EX_CONFIG).
+pub const EXIT_REDIS_CONFIG: u8 = 78;
+
+/// `cronlease run`.
+fn run_daemon(args: &RunArgs) -> ExitCode {
+    init_logging();
+    let config = match Config::load(&args.config.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_INVALID_INPUT);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = match watch_signals(shutdown.clone()) {
+            Ok(signals) => signals,
+            Err(e) => {
+                eprintln!("error: cannot install signal handlers: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let result = crate::daemon::run(config, shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = signals.await;
+        match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e @ crate::daemon::DaemonError::Eviction { .. }) => {
+                tracing::error!("refusing to start: {e}");
+                ExitCode::from(EXIT_REDIS_CONFIG)
+            }
+            Err(e) => {
+                tracing::error!("{e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    })
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT; the task ends with it.
+fn watch_signals(shutdown: CancellationToken) -> std::io::Result<tokio::task::JoinHandle<()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    Ok(tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = term.recv() => {
+                    tracing::info!("SIGTERM received");
+                    shutdown.cancel();
+                }
+                _ = int.recv() => {
+                    tracing::info!("SIGINT received");
+                    shutdown.cancel();
+                }
+                _ = hup.recv() => {
+                    tracing::warn!("SIGHUP received: reloading the job table is not supported by this version; restart the service to apply changes");
+                }
+            }
+        }
+    }))
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
 }
 
 /// `cronlease check`.

@@ -8,8 +8,12 @@
 //! and [`cli`] is the command line on top.
 
 pub mod cli;
+pub mod clock;
 pub mod config;
+pub mod daemon;
 pub mod outcome;
 pub mod runner;
 pub mod schedule;
+pub mod spool;
 pub mod store;
+pub mod watchdog;

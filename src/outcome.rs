@@ -229,6 +229,10 @@ mod tests {
                 "trigger"
             ]
         );
-        assert!(outcome.stream_fields().contains(&("duration_ms", "490".into())));
+        assert!(
+            outcome
+                .stream_fields()
+                .contains(&("duration_ms", "490".into()))
+        );
     }
 }

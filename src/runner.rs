@@ -77,7 +77,9 @@ pub async fn execute(spec: &RunSpec, mut stop: watch::Receiver<Option<Stop>>) ->
     loop {
         attempts += 1;
         if attempts > 1 {
-            tail.push_line(format!("[cronlease] attempt {attempts} of {}", spec.retries + 1).as_bytes());
+            tail.push_line(
+                format!("[cronlease] attempt {attempts} of {}", spec.retries + 1).as_bytes(),
+            );
         }
         let attempt = run_once(spec, &mut tail, &mut stop).await;
         let retryable = matches!(attempt.status, Status::Failed | Status::Timeout);
@@ -174,7 +176,11 @@ fn signal_group(pgid: Option<Pid>, signal: Signal) {
     }
 }
 
-async fn run_once(spec: &RunSpec, tail: &mut Tail, stop: &mut watch::Receiver<Option<Stop>>) -> Attempt {
+async fn run_once(
+    spec: &RunSpec,
+    tail: &mut Tail,
+    stop: &mut watch::Receiver<Option<Stop>>,
+) -> Attempt {
     if let Some(reason) = *stop.borrow_and_update() {
         return Attempt {
             status: stop_status(reason),
@@ -185,7 +191,11 @@ async fn run_once(spec: &RunSpec, tail: &mut Tail, stop: &mut watch::Receiver<Op
     let mut child = match build_command(spec).spawn() {
         Ok(child) => child,
         Err(e) => {
-            let message = format!("[cronlease] cannot start {:?} in {}: {e}", spec.command, spec.workdir.display());
+            let message = format!(
+                "[cronlease] cannot start {:?} in {}: {e}",
+                spec.command,
+                spec.workdir.display()
+            );
             warn!(job = %spec.job, run_id = %spec.run_id, "{message}");
             tail.push_line(message.as_bytes());
             return Attempt {
@@ -195,7 +205,10 @@ async fn run_once(spec: &RunSpec, tail: &mut Tail, stop: &mut watch::Receiver<Op
             };
         }
     };
-    let pgid = child.id().and_then(|pid| i32::try_from(pid).ok()).map(Pid::from_raw);
+    let pgid = child
+        .id()
+        .and_then(|pid| i32::try_from(pid).ok())
+        .map(Pid::from_raw);
     info!(job = %spec.job, run_id = %spec.run_id, pid = ?child.id(), "started");
     let mut stdout = child.stdout.take().map(|s| lines(s));
     let mut stderr = child.stderr.take().map(|s| lines(s));
@@ -339,7 +352,10 @@ mod tests {
         let result = run(&spec(shell("echo $GREETING; echo err >&2"))).await;
         assert_eq!(result.status, Status::Ok);
         assert_eq!(result.exit_code, Some(0));
-        assert!(result.output.contains("hello\n") && result.output.contains("err\n"), "{result:?}");
+        assert!(
+            result.output.contains("hello\n") && result.output.contains("err\n"),
+            "{result:?}"
+        );
 
         let result = run(&spec(shell("exit 3"))).await;
         assert_eq!((result.status, result.exit_code), (Status::Failed, Some(3)));

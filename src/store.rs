@@ -306,8 +306,11 @@ impl Store {
     /// Connects (one attempt, bounded by `connect_timeout`).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
         let url = config.redacted_url();
-        let client = redis::Client::open(config.url.as_str())
-            .map_err(|source| StoreError::Connect { url: url.clone(), source })?;
+        let client =
+            redis::Client::open(config.url.as_str()).map_err(|source| StoreError::Connect {
+                url: url.clone(),
+                source,
+            })?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.command_timeout))
@@ -354,7 +357,10 @@ impl Store {
             .await;
         let pairs = match reply {
             Ok(pairs) => pairs,
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError) || e.code().is_some() => {
+            Err(e)
+                if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+                    || e.code().is_some() =>
+            {
                 return Ok(ServerSettings::Unknown(e.to_string()));
             }
             Err(e) => return Err(e.into()),
@@ -404,7 +410,11 @@ impl Store {
 
     /// Reads one run's entry in `running`: how an ambiguous claim reply is
     /// resolved.
-    pub async fn running_entry(&self, job: &str, run_id: &str) -> Result<Option<RunningEntry>, StoreError> {
+    pub async fn running_entry(
+        &self,
+        job: &str,
+        run_id: &str,
+    ) -> Result<Option<RunningEntry>, StoreError> {
         let mut conn = self.conn.clone();
         let raw: Option<String> = redis::cmd("HGET")
             .arg(self.keys.running(job))
@@ -433,7 +443,11 @@ impl Store {
 
     /// Renews every lease in `renewals` in one pipeline; `true` where the
     /// lease is still ours.
-    pub async fn renew(&self, renewals: &[Renewal], lease: Duration) -> Result<Vec<bool>, StoreError> {
+    pub async fn renew(
+        &self,
+        renewals: &[Renewal],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
@@ -455,7 +469,11 @@ impl Store {
         let result: Result<Vec<i64>, redis::RedisError> = build().query_async(&mut conn).await;
         let replies = match result {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.scripts.renew.prepare_invoke().load_async(&mut conn).await?;
+                self.scripts
+                    .renew
+                    .prepare_invoke()
+                    .load_async(&mut conn)
+                    .await?;
                 build().query_async(&mut conn).await?
             }
             other => other?,
@@ -515,7 +533,10 @@ impl Store {
             .invoke_async(&mut conn)
             .await?;
         let items = as_array(reply, "sweep")?;
-        let abandoned = items.first().and_then(as_int).ok_or_else(|| protocol("sweep", &Value::Nil))?;
+        let abandoned = items
+            .first()
+            .and_then(as_int)
+            .ok_or_else(|| protocol("sweep", &Value::Nil))?;
         let rerun = if items.len() >= 5 {
             Some(Rerun {
                 tick_ms: as_int(&items[1]).ok_or_else(|| protocol("sweep", &items[1]))?,
@@ -534,7 +555,12 @@ impl Store {
 
     /// Writes this replica's heartbeat, makes sure the epoch exists, and
     /// reads every replica's heartbeat and the server time: one round trip.
-    pub async fn heartbeat(&self, replica: &str, record: &str, new_epoch: &str) -> Result<HeartbeatReply, StoreError> {
+    pub async fn heartbeat(
+        &self,
+        replica: &str,
+        record: &str,
+        new_epoch: &str,
+    ) -> Result<HeartbeatReply, StoreError> {
         let mut conn = self.conn.clone();
         type Reply = (Option<String>, String, Vec<(String, String)>, (i64, i64));
         let (created, epoch, replicas, (secs, micros)): Reply = redis::pipe()
@@ -581,14 +607,20 @@ fn duration_ms(d: Duration) -> u64 {
 fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
     let items = as_array(reply, "claim")?;
     let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
-    let kind = items.first().and_then(as_string).ok_or_else(|| bad(&items))?;
+    let kind = items
+        .first()
+        .and_then(as_string)
+        .ok_or_else(|| bad(&items))?;
     let int = |i: usize| items.get(i).and_then(as_int).ok_or_else(|| bad(&items));
     let flag = |i: usize| items.get(i).and_then(as_int).unwrap_or(0) == 1;
     Ok(match kind.as_str() {
         "claimed" => ClaimReply::Claimed {
             fence: int(1)? as u64,
             started_ms: int(2)?,
-            lease_key: items.get(3).and_then(as_string).ok_or_else(|| bad(&items))?,
+            lease_key: items
+                .get(3)
+                .and_then(as_string)
+                .ok_or_else(|| bad(&items))?,
             expired: int(4).unwrap_or(0) as u32,
             regressed: flag(5),
         },

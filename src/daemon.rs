@@ -1,0 +1,935 @@
+//! The replica: schedules every job, claims its ticks, runs what it wins,
+//! records outcomes, and shuts down cleanly.
+//!
+//! [`run`] is the whole life of a replica. It connects to Redis (waiting as
+//! long as it takes: the daemon never exits because Redis is away), checks
+//! that Redis cannot evict our keys, then starts its tasks, all owned by one
+//! [`TaskTracker`] and stopped through [`CancellationToken`]s:
+//!
+//! - one **job loop** per job: sleeps until the next tick by Redis time,
+//!   claims it, starts the run if it won; on start and after Redis was away,
+//!   catches up missed ticks per the job's misfire policy;
+//! - the **watchdog** ([`crate::watchdog`]): renews leases, stops runs whose
+//!   lease is lost;
+//! - the **heartbeat**: announces the replica, measures the Redis clock
+//!   offset, detects state loss (the epoch key) and dead replicas (whose runs
+//!   it sweeps);
+//! - the **spool courier**: delivers outcomes that could not reach Redis.
+//!
+//! Runs are tasks of their own (in `Ctx::runs`), so a job loop never waits
+//! for a run (except for `misfire = "run_all"` catch-up, which runs missed
+//! ticks one after another).
+//!
+//! Shutdown (the `shutdown` token): job loops stop claiming; runs get
+//! `shutdown_grace` to finish, then are interrupted (SIGTERM, `kill_grace`,
+//! SIGKILL); their outcomes are written (or spooled); the replica removes its
+//! heartbeat and returns.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+use uuid::Uuid;
+
+use crate::clock::{RedisClock, local_now_ms};
+use crate::config::{Config, Job, Misfire, OnHolderLost};
+use crate::outcome::{Outcome, Trigger};
+use crate::runner::{self, RunSpec, Stop};
+use crate::spool::{Spool, SpoolError};
+use crate::store::{
+    ClaimReply, ClaimRequest, FinishReply, ServerSettings, Store, StoreError, SweepRequest,
+};
+use crate::watchdog::{self, LeaseHold};
+
+/// A tick claimed no later than this after its time is on time; older
+/// unclaimed ticks are missed and go to the misfire policy.
+const LATE_MS: i64 = 5_000;
+
+/// At most this many missed ticks are caught up by `misfire = "run_all"`
+/// (the most recent ones).
+pub const MAX_CATCH_UP: usize = 100;
+
+/// Why a replica could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(
+        "Redis is configured to evict keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}): \
+         a lease or a tick's high-water mark could vanish and a tick could run twice. \
+         Set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy noeviction, and in redis.conf), \
+         or `maxmemory 0`"
+    )]
+    Eviction { maxmemory: u64, policy: String },
+    #[error("cannot use the state directory: {0}")]
+    Spool(#[from] SpoolError),
+}
+
+/// Who this replica is, as it appears in Redis.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub replica: String,
+    pub host: String,
+    pub pid: u32,
+}
+
+impl Identity {
+    /// The configured replica id, or `<hostname>-<pid>-<4 hex>`.
+    pub fn new(configured: Option<&str>) -> Identity {
+        let host = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| "unknown-host".to_string());
+        let pid = std::process::id();
+        let replica = match configured {
+            Some(id) => id.to_string(),
+            None => {
+                let random = Uuid::new_v4().simple().to_string();
+                format!("{host}-{pid}-{}", &random[..4])
+            }
+        };
+        Identity { replica, host, pid }
+    }
+}
+
+/// The highest tick and fence this replica has seen for one job: what it
+/// holds Redis to if Redis loses state.
+#[derive(Debug, Clone, Copy, Default)]
+struct Marks {
+    last_tick: Option<i64>,
+    fence: u64,
+}
+
+/// What every task of a replica shares. Mutable state here is small and
+/// behind `std` mutexes that are never held across an `.await`.
+struct Ctx {
+    config: Arc<Config>,
+    store: Store,
+    clock: RedisClock,
+    identity: Identity,
+    started_ms: i64,
+    spool: Spool,
+    watchdog: watchdog::Handle,
+    /// Every run task; shutdown waits for it.
+    runs: TaskTracker,
+    /// Per job: see [`Marks`].
+    marks: Mutex<HashMap<String, Marks>>,
+    /// Whether Redis answered last time anyone asked; logs on change only.
+    redis_up: watch::Sender<bool>,
+    /// Wakes the spool courier when an outcome was spooled.
+    spooled: Notify,
+    /// State-loss events detected (epoch changed, high-water mark behind).
+    state_loss_events: AtomicU64,
+}
+
+impl Ctx {
+    fn marks(&self, job: &str) -> Marks {
+        self.marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers")
+            .get(job)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn note(&self, job: &str, tick: Option<i64>, fence: Option<u64>) {
+        let mut marks = self
+            .marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers");
+        let entry = marks.entry(job.to_string()).or_default();
+        if let Some(tick) = tick {
+            entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
+        }
+        if let Some(fence) = fence {
+            entry.fence = entry.fence.max(fence);
+        }
+    }
+
+    fn redis_answered(&self) {
+        if !*self.redis_up.borrow() {
+            info!("Redis is reachable again");
+            self.redis_up.send_replace(true);
+        }
+    }
+
+    fn redis_failed(&self, error: &StoreError) {
+        if *self.redis_up.borrow() {
+            error!(error = %error, "Redis is unreachable; claiming nothing until it is back");
+            self.redis_up.send_replace(false);
+        }
+    }
+
+    fn state_loss(&self, job: Option<&str>, detail: &str) {
+        let n = self.state_loss_events.fetch_add(1, Ordering::Relaxed) + 1;
+        error!(
+            job = job.unwrap_or("-"),
+            events = n,
+            "REDIS STATE LOSS DETECTED: {detail}. Ticks and fences this replica remembers are enforced; \
+             ticks only another replica saw may run again (see README, guarantees)"
+        );
+    }
+}
+
+/// Runs a replica until `shutdown` is cancelled and every run is done.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DaemonError> {
+    let config = Arc::new(config);
+    let identity = Identity::new(config.daemon.replica_id.as_deref());
+    let spool = Spool::open(&config.daemon.state_dir)?;
+    info!(
+        replica = %identity.replica, host = %identity.host, jobs = config.jobs.len(),
+        redis = %config.redis.redacted_url(), "starting"
+    );
+
+    let Some(store) = connect(&config, &shutdown).await else {
+        return Ok(());
+    };
+    check_server_settings(&store).await?;
+
+    let service = CancellationToken::new();
+    let (watchdog, watchdog_task) =
+        watchdog::new(store.clone(), config.daemon.lease, service.clone());
+    let ctx = Arc::new(Ctx {
+        config: config.clone(),
+        store,
+        clock: RedisClock::new(),
+        identity,
+        started_ms: local_now_ms(),
+        spool,
+        watchdog,
+        runs: TaskTracker::new(),
+        marks: Mutex::new(HashMap::new()),
+        redis_up: watch::Sender::new(true),
+        spooled: Notify::new(),
+        state_loss_events: AtomicU64::new(0),
+    });
+    measure_clock(&ctx).await;
+
+    let background = TaskTracker::new();
+    background.spawn(watchdog_task);
+    background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
+    background.spawn(spool_courier(ctx.clone(), service.clone()));
+    let claiming = shutdown.child_token();
+    let job_loops = TaskTracker::new();
+    for job in config.jobs.values() {
+        job_loops.spawn(job_loop(
+            ctx.clone(),
+            Arc::new(job.clone()),
+            claiming.clone(),
+        ));
+    }
+    job_loops.close();
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Ready,
+        sd_notify::NotifyState::Status(&format!("{} jobs, Redis connected", config.jobs.len())),
+    ]);
+    info!(replica = %ctx.identity.replica, "ready");
+
+    shutdown.cancelled().await;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    info!("shutting down: no more claims; waiting for runs in flight");
+    job_loops.wait().await;
+    drain_runs(&ctx).await;
+    service.cancel();
+    background.close();
+    background.wait().await;
+    if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
+        warn!(error = %e, "cannot remove this replica's heartbeat");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// Connects, retrying with backoff until it works or `shutdown`.
+async fn connect(config: &Config, shutdown: &CancellationToken) -> Option<Store> {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match Store::connect(&config.redis).await {
+            Ok(store) => match store.server_time_ms().await {
+                Ok(_) => return Some(store),
+                Err(e) => warn!(error = %e, "Redis does not answer yet; retrying"),
+            },
+            Err(e) => warn!(error = %e, "cannot connect to Redis yet; retrying"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return None,
+            () = sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+async fn check_server_settings(store: &Store) -> Result<(), DaemonError> {
+    match store.server_settings().await {
+        Ok(ServerSettings::Known {
+            maxmemory,
+            policy,
+            appendonly,
+            save,
+        }) => {
+            if maxmemory > 0 && policy != "noeviction" {
+                return Err(DaemonError::Eviction { maxmemory, policy });
+            }
+            if !appendonly && save.trim().is_empty() {
+                warn!(
+                    "Redis persistence is off (appendonly no, no save points): a Redis restart loses every \
+                     tick's high-water mark and a tick may run twice; set `appendonly yes` and \
+                     `appendfsync everysec`"
+                );
+            } else if !appendonly {
+                warn!(
+                    "Redis uses RDB snapshots only: a crash loses the claims since the last snapshot; prefer `appendonly yes`"
+                );
+            }
+        }
+        Ok(ServerSettings::Unknown(reason)) => warn!(
+            reason = %reason,
+            "cannot read Redis settings (CONFIG GET not allowed); make sure maxmemory-policy is noeviction and persistence is on"
+        ),
+        Err(e) => warn!(error = %e, "cannot read Redis settings; going on"),
+    }
+    Ok(())
+}
+
+async fn measure_clock(ctx: &Ctx) {
+    let sent = local_now_ms();
+    match ctx.store.server_time_ms().await {
+        Ok(server) => {
+            ctx.clock.observe(server, sent, local_now_ms());
+            info!(
+                offset_ms = ctx.clock.offset_ms(),
+                "Redis clock offset measured"
+            );
+        }
+        Err(e) => warn!(error = %e, "cannot read the Redis clock; assuming it matches ours"),
+    }
+}
+
+/// Waits for runs in flight: `shutdown_grace`, then interrupts them and
+/// waits for their outcomes to be written.
+async fn drain_runs(ctx: &Ctx) {
+    ctx.runs.close();
+    let daemon = &ctx.config.daemon;
+    if tokio::time::timeout(daemon.shutdown_grace, ctx.runs.wait())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    warn!(runs = ctx.runs.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
+    ctx.watchdog
+        .send(watchdog::Command::StopAll(Stop::Shutdown));
+    let bound = daemon.kill_grace + ctx.config.redis.command_timeout * 4 + Duration::from_secs(5);
+    if tokio::time::timeout(bound, ctx.runs.wait()).await.is_err() {
+        error!(
+            runs = ctx.runs.len(),
+            "runs did not end after SIGKILL; exiting anyway"
+        );
+    }
+}
+
+fn to_datetime(ms: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+fn rfc3339(ms: i64) -> String {
+    to_datetime(ms).to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// How one attempt to claim a tick ended.
+enum ClaimEnd {
+    /// Redis answered: the tick is ours (the run is started) or not.
+    Answered(Option<JoinHandle<()>>),
+    /// Redis did not answer before the tick became late.
+    Unreachable,
+    Cancelled,
+}
+
+/// Sleeps, unless cancelled; false when cancelled.
+async fn pause(duration: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        () = cancel.cancelled() => false,
+        () = sleep(duration) => true,
+    }
+}
+
+async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
+    // The last tick this loop is done with; None: catch up first.
+    let mut cursor: Option<i64> = None;
+    loop {
+        let after = match cursor {
+            Some(after) => after,
+            None => match catch_up(&ctx, &job, &cancel).await {
+                Some(after) => after,
+                None => return,
+            },
+        };
+        let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
+            info!(job = %job.name, "the schedule has no more ticks");
+            cancel.cancelled().await;
+            return;
+        };
+        let tick_ms = tick.timestamp_millis();
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = sleep_until(ctx.clock.instant_at(tick_ms)) => {}
+        }
+        match claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await {
+            ClaimEnd::Answered(_) => cursor = Some(tick_ms),
+            ClaimEnd::Unreachable => cursor = None,
+            ClaimEnd::Cancelled => return,
+        }
+    }
+}
+
+/// Handles ticks that passed while this replica could not claim them (it was
+/// not running, or Redis was away), per the job's misfire policy. Returns
+/// the instant up to which ticks are handled, or None when cancelled.
+async fn catch_up(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken) -> Option<i64> {
+    let mut backoff = Duration::from_millis(100);
+    let stored = loop {
+        match ctx.store.last_tick(&job.name).await {
+            Ok(stored) => break stored,
+            Err(e) => {
+                ctx.redis_failed(&e);
+                debug!(job = %job.name, error = %e, "waiting for Redis to catch up");
+                if !pause(backoff, cancel).await {
+                    return None;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    };
+    ctx.redis_answered();
+    sweep(ctx, job).await;
+    let now = ctx.clock.now_ms();
+    let last = match (stored, ctx.marks(&job.name).last_tick) {
+        (Some(a), Some(b)) => a.max(b),
+        (a, b) => match a.or(b) {
+            Some(last) => last,
+            // Never claimed anywhere: nothing was missed.
+            None => return Some(now),
+        },
+    };
+    let grace_ms = i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX);
+    let horizon = last.max(now.saturating_sub(grace_ms).saturating_sub(1));
+    let mut missed: Vec<i64> = Vec::new();
+    let mut on_time: Vec<i64> = Vec::new();
+    let mut cursor = to_datetime(horizon);
+    while let Some(tick) = job.schedule.next_after(cursor) {
+        let tick_ms = tick.timestamp_millis();
+        if tick_ms > now {
+            break;
+        }
+        if now - tick_ms <= LATE_MS {
+            on_time.push(tick_ms);
+        } else {
+            missed.push(tick_ms);
+            if missed.len() > MAX_CATCH_UP {
+                missed.remove(0);
+            }
+        }
+        cursor = tick;
+    }
+    if !missed.is_empty() {
+        info!(
+            job = %job.name, missed = missed.len(), policy = %job.misfire,
+            oldest = %rfc3339(missed[0]), latest = %rfc3339(missed[missed.len() - 1]),
+            "ticks were missed"
+        );
+    }
+    let to_claim: Vec<i64> = match job.misfire {
+        Misfire::Skip => Vec::new(),
+        Misfire::RunOnce => missed.last().copied().into_iter().collect(),
+        Misfire::RunAll => missed,
+    };
+    for tick_ms in to_claim {
+        match claim(ctx, job, tick_ms, Trigger::Misfire, cancel).await {
+            // run_all runs missed ticks one after another.
+            ClaimEnd::Answered(Some(run)) if job.misfire == Misfire::RunAll => {
+                let _ = run.await;
+            }
+            ClaimEnd::Answered(_) | ClaimEnd::Unreachable => {}
+            ClaimEnd::Cancelled => return None,
+        }
+    }
+    for tick_ms in on_time {
+        if let ClaimEnd::Cancelled = claim(ctx, job, tick_ms, Trigger::Schedule, cancel).await {
+            return None;
+        }
+    }
+    Some(now)
+}
+
+/// Claims one tick, retrying while Redis is away until the tick is late.
+async fn claim(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    tick_ms: i64,
+    trigger: Trigger,
+    cancel: &CancellationToken,
+) -> ClaimEnd {
+    // One run id for every attempt: the claim script recognises a retry of
+    // a claim that won but whose reply was lost.
+    let run_id = Uuid::new_v4().to_string();
+    let give_up_at = match trigger {
+        Trigger::Schedule => tick_ms + LATE_MS,
+        Trigger::Misfire | Trigger::Rerun => {
+            tick_ms + i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX)
+        }
+    };
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        if cancel.is_cancelled() {
+            return ClaimEnd::Cancelled;
+        }
+        let marks = ctx.marks(&job.name);
+        let request = ClaimRequest {
+            job: &job.name,
+            tick_ms,
+            run_id: &run_id,
+            lease: ctx.config.daemon.lease,
+            overlap: job.overlap,
+            replica: &ctx.identity.replica,
+            host: &ctx.identity.host,
+            history: ctx.config.daemon.history,
+            min_tick: marks.last_tick.unwrap_or(-1),
+            min_fence: marks.fence,
+            trigger,
+            wait_if_busy: trigger == Trigger::Misfire && job.misfire == Misfire::RunAll,
+        };
+        let sent = Instant::now();
+        let reply = match ctx.store.claim(&request).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                ctx.redis_failed(&e);
+                if ctx.clock.now_ms() > give_up_at {
+                    warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "tick not claimed: Redis unreachable");
+                    return ClaimEnd::Unreachable;
+                }
+                debug!(job = %job.name, tick = %rfc3339(tick_ms), ambiguous = e.is_ambiguous(), error = %e, "claim failed; retrying");
+                if !pause(backoff, cancel).await {
+                    return ClaimEnd::Cancelled;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+                continue;
+            }
+        };
+        ctx.redis_answered();
+        let tick = rfc3339(tick_ms);
+        match reply {
+            ClaimReply::Claimed {
+                fence,
+                started_ms,
+                lease_key,
+                expired,
+                regressed,
+            } => {
+                if regressed {
+                    ctx.state_loss(Some(&job.name), "the job's high-water mark or fence in Redis was behind what this replica saw");
+                }
+                ctx.note(&job.name, Some(tick_ms), Some(fence));
+                info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = trigger.as_str(), lateness_ms = started_ms - tick_ms, "claimed");
+                let run = start_run(
+                    ctx,
+                    job,
+                    RunStart {
+                        tick_ms,
+                        run_id,
+                        fence,
+                        lease_key,
+                        started_ms,
+                        trigger,
+                        valid_from: sent,
+                    },
+                );
+                if expired > 0 {
+                    sweep(ctx, job).await;
+                }
+                return ClaimEnd::Answered(Some(run));
+            }
+            ClaimReply::Early { ms } => {
+                debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
+                if !pause(
+                    Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)),
+                    cancel,
+                )
+                .await
+                {
+                    return ClaimEnd::Cancelled;
+                }
+            }
+            ClaimReply::Wait { ms } => {
+                debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
+                let wait = Duration::from_millis(u64::try_from(ms).unwrap_or(100).clamp(20, 1000));
+                if !pause(wait, cancel).await {
+                    return ClaimEnd::Cancelled;
+                }
+            }
+            ClaimReply::Taken {
+                last_tick,
+                regressed,
+            } => {
+                if regressed {
+                    ctx.state_loss(
+                        Some(&job.name),
+                        "the job's high-water mark in Redis was behind what this replica saw",
+                    );
+                }
+                ctx.note(&job.name, Some(last_tick), None);
+                debug!(job = %job.name, %tick, "taken by another replica");
+                return ClaimEnd::Answered(None);
+            }
+            ClaimReply::Paused { .. } => {
+                ctx.note(&job.name, Some(tick_ms), None);
+                info!(job = %job.name, %tick, "job is paused; tick skipped");
+                return ClaimEnd::Answered(None);
+            }
+            ClaimReply::Busy { holder, .. } => {
+                ctx.note(&job.name, Some(tick_ms), None);
+                info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
+                return ClaimEnd::Answered(None);
+            }
+        }
+    }
+}
+
+/// A claimed tick about to run.
+struct RunStart {
+    tick_ms: i64,
+    run_id: String,
+    fence: u64,
+    lease_key: String,
+    /// Redis time of the claim.
+    started_ms: i64,
+    trigger: Trigger,
+    /// When the claim was sent: the lease is valid for `lease` from then.
+    valid_from: Instant,
+}
+
+/// Starts a claimed run under the watchdog; the returned task ends when its
+/// outcome is recorded or spooled.
+fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> {
+    let (stop_tx, stop_rx) = watch::channel(None);
+    ctx.watchdog.send(watchdog::Command::Hold(LeaseHold {
+        job: job.name.clone(),
+        run_id: start.run_id.clone(),
+        tick_ms: start.tick_ms,
+        fence: start.fence,
+        lease_key: start.lease_key.clone(),
+        valid_from: start.valid_from,
+        stop: stop_tx,
+    }));
+    let mut env: Vec<(String, String)> = job
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    env.extend([
+        ("CRONLEASE_JOB".to_string(), job.name.clone()),
+        (
+            "CRONLEASE_TICK".to_string(),
+            to_datetime(start.tick_ms).to_rfc3339_opts(SecondsFormat::Secs, true),
+        ),
+        ("CRONLEASE_TICK_MS".to_string(), start.tick_ms.to_string()),
+        ("CRONLEASE_FENCE".to_string(), start.fence.to_string()),
+        ("CRONLEASE_RUN_ID".to_string(), start.run_id.clone()),
+        (
+            "CRONLEASE_REPLICA".to_string(),
+            ctx.identity.replica.clone(),
+        ),
+    ]);
+    let spec = RunSpec {
+        job: job.name.clone(),
+        run_id: start.run_id.clone(),
+        command: job.command.clone(),
+        workdir: job.workdir.clone(),
+        env,
+        timeout: job.timeout,
+        kill_grace: ctx.config.daemon.kill_grace,
+        retries: job.retries,
+        retry_backoff: job.retry_backoff,
+        output_tail_bytes: ctx.config.daemon.output_tail_bytes,
+    };
+    let ctx2 = ctx.clone();
+    ctx.runs.spawn(async move {
+        let ctx = ctx2;
+        let result = runner::execute(&spec, stop_rx).await;
+        // Release before finishing, and wait for the watchdog to drop the
+        // lease: a renewal racing the finish would see the lease gone.
+        let (done_tx, done_rx) = oneshot::channel();
+        ctx.watchdog.send(watchdog::Command::Release {
+            run_id: start.run_id.clone(),
+            done: done_tx,
+        });
+        let _ = done_rx.await;
+        let outcome = Outcome {
+            job: spec.job.clone(),
+            tick_ms: start.tick_ms,
+            fence: start.fence,
+            run_id: start.run_id,
+            replica: ctx.identity.replica.clone(),
+            host: ctx.identity.host.clone(),
+            started_ms: start.started_ms,
+            finished_ms: ctx.clock.now_ms(),
+            status: result.status,
+            exit_code: result.exit_code,
+            signal: result.signal,
+            attempts: result.attempts,
+            output: result.output,
+            trigger: start.trigger,
+            lease_key: start.lease_key,
+        };
+        info!(
+            job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
+            status = %outcome.status, exit_code = outcome.exit_code, attempts = outcome.attempts,
+            duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
+        );
+        deliver(&ctx, outcome).await;
+    })
+}
+
+/// Writes an outcome to Redis, or spools it when Redis does not take it.
+async fn deliver(ctx: &Ctx, outcome: Outcome) {
+    for attempt in 0..3 {
+        match ctx.store.finish(&outcome, ctx.config.daemon.history).await {
+            Ok(reply) => {
+                ctx.redis_answered();
+                log_finish(&outcome, &reply);
+                return;
+            }
+            Err(e) => {
+                ctx.redis_failed(&e);
+                debug!(run_id = %outcome.run_id, attempt, error = %e, "cannot record outcome yet");
+                sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    match ctx.spool.save(&outcome) {
+        Ok(path) => {
+            warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
+            ctx.spooled.notify_one();
+        }
+        Err(e) => error!(
+            error = %e, outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
+            "cannot spool the outcome either; it is only in this log"
+        ),
+    }
+}
+
+fn log_finish(outcome: &Outcome, reply: &FinishReply) {
+    match reply {
+        FinishReply::Current { id } => {
+            debug!(run_id = %outcome.run_id, stream_id = %id, "outcome recorded")
+        }
+        FinishReply::Stale { id } => warn!(
+            job = %outcome.job, run_id = %outcome.run_id, stream_id = %id,
+            "outcome recorded as stale: another replica had already recorded this run (abandoned)"
+        ),
+        FinishReply::Duplicate { id } => {
+            debug!(run_id = %outcome.run_id, stream_id = %id, "outcome was already recorded")
+        }
+    }
+}
+
+/// Records abandoned runs of `job` and starts the rerun, if the job wants one.
+async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
+    loop {
+        let new_run_id = Uuid::new_v4().to_string();
+        let sent = Instant::now();
+        let request = SweepRequest {
+            job: &job.name,
+            replica: &ctx.identity.replica,
+            host: &ctx.identity.host,
+            history: ctx.config.daemon.history,
+            rerun: job.on_holder_lost == OnHolderLost::Rerun,
+            overlap: job.overlap,
+            lease: ctx.config.daemon.lease,
+            new_run_id: &new_run_id,
+            min_fence: ctx.marks(&job.name).fence,
+        };
+        let reply = match ctx.store.sweep(&request).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                ctx.redis_failed(&e);
+                warn!(job = %job.name, error = %e, "cannot sweep abandoned runs");
+                return;
+            }
+        };
+        if reply.abandoned > 0 {
+            warn!(job = %job.name, abandoned = reply.abandoned, "recorded runs whose replica died as abandoned");
+        }
+        let Some(rerun) = reply.rerun else { return };
+        ctx.note(&job.name, None, Some(rerun.fence));
+        info!(job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, run_id = %new_run_id, "claimed a rerun of an abandoned tick");
+        start_run(
+            ctx,
+            job,
+            RunStart {
+                tick_ms: rerun.tick_ms,
+                run_id: new_run_id,
+                fence: rerun.fence,
+                lease_key: rerun.lease_key,
+                started_ms: rerun.started_ms,
+                trigger: Trigger::Rerun,
+                valid_from: sent,
+            },
+        );
+        if reply.abandoned <= 1 {
+            return;
+        }
+    }
+}
+
+/// FNV-1a of a job's definition: replicas compare it to spot config drift.
+fn job_hash(job: &Job) -> String {
+    let text = format!("{job:?}");
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in text.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    let mut interval = tokio::time::interval(ctx.config.daemon.heartbeat);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let config_hashes: serde_json::Map<String, serde_json::Value> = ctx
+        .config
+        .jobs
+        .values()
+        .map(|job| (job.name.clone(), job_hash(job).into()))
+        .collect();
+    let new_epoch = Uuid::new_v4().to_string();
+    let mut epoch_seen: Option<String> = None;
+    // Dead replicas already swept, by the last_seen they were swept at.
+    let mut swept: HashMap<String, i64> = HashMap::new();
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            _ = interval.tick() => {}
+        }
+        let runs = ctx.watchdog.list().await;
+        let record = serde_json::json!({
+            "host": ctx.identity.host,
+            "pid": ctx.identity.pid,
+            "version": env!("CARGO_PKG_VERSION"),
+            "started_ms": ctx.started_ms,
+            "last_seen_ms": ctx.clock.now_ms(),
+            "heartbeat_ms": ctx.config.daemon.heartbeat.as_millis() as u64,
+            "lease_ms": ctx.config.daemon.lease.as_millis() as u64,
+            "config_hash": config_hashes,
+            "runs": runs,
+        })
+        .to_string();
+        let sent = local_now_ms();
+        let reply = match ctx
+            .store
+            .heartbeat(&ctx.identity.replica, &record, &new_epoch)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(e) => {
+                ctx.redis_failed(&e);
+                continue;
+            }
+        };
+        ctx.clock.observe(reply.server_ms, sent, local_now_ms());
+        ctx.redis_answered();
+        match &epoch_seen {
+            None if reply.created_epoch => info!(epoch = %reply.epoch, "created the deployment epoch"),
+            Some(previous) if *previous != reply.epoch => ctx.state_loss(
+                None,
+                &format!("the deployment epoch changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", reply.epoch),
+            ),
+            _ => {}
+        }
+        epoch_seen = Some(reply.epoch.clone());
+        for (replica, record) in &reply.replicas {
+            if *replica == ctx.identity.replica {
+                continue;
+            }
+            let Ok(record) = serde_json::from_str::<serde_json::Value>(record) else {
+                continue;
+            };
+            let last_seen = record["last_seen_ms"].as_i64().unwrap_or(0);
+            let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
+            let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
+            let silent_for = reply.server_ms - last_seen;
+            if silent_for <= (3 * heartbeat_ms).max(lease_ms)
+                || swept.get(replica) == Some(&last_seen)
+            {
+                continue;
+            }
+            let jobs: Vec<String> = record["runs"]
+                .as_array()
+                .map(|runs| {
+                    runs.iter()
+                        .filter_map(|r| r["job"].as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !jobs.is_empty() {
+                warn!(%replica, silent_ms = silent_for, runs = jobs.len(), "replica is silent; sweeping its runs");
+            }
+            for name in jobs {
+                if let Some(job) = ctx.config.jobs.get(&name) {
+                    sweep(&ctx, &Arc::new(job.clone())).await;
+                }
+            }
+            swept.insert(replica.clone(), last_seen);
+        }
+    }
+}
+
+async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    loop {
+        deliver_spooled(&ctx).await;
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = ctx.spooled.notified() => {}
+            () = sleep(Duration::from_secs(2)) => {}
+        }
+    }
+}
+
+/// Delivers spooled outcomes until the spool is empty or Redis fails.
+async fn deliver_spooled(ctx: &Ctx) {
+    let pending = match ctx.spool.pending() {
+        Ok(pending) => pending,
+        Err(e) => {
+            error!(error = %e, "cannot read the spool");
+            return;
+        }
+    };
+    for (path, outcome) in pending {
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(e) => {
+                error!(error = %e, "unreadable spooled outcome left in place");
+                continue;
+            }
+        };
+        match ctx.store.finish(&outcome, ctx.config.daemon.history).await {
+            Ok(reply) => {
+                ctx.redis_answered();
+                info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");
+                log_finish(&outcome, &reply);
+                if let Err(e) = ctx.spool.remove(&path) {
+                    error!(error = %e, "cannot remove a delivered outcome from the spool");
+                }
+            }
+            Err(e) => {
+                ctx.redis_failed(&e);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! Outcomes that could not reach Redis, kept on disk until they can.
+//!
+//! One file per outcome in `<state_dir>/spool/`, written to a temporary name,
+//! fsync'd, renamed, and the directory fsync'd: after `save` returns, the
+//! outcome survives a crash. Delivery goes through the finish script, whose
+//! per-run done marker makes a second delivery a no-op, so a file is removed
+//! only after Redis has the outcome and a crash between the two is harmless.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::outcome::Outcome;
+
+/// One spooled file and what it holds (or why it could not be read).
+pub type Spooled = (PathBuf, Result<Outcome, SpoolError>);
+
+/// A spool directory.
+#[derive(Debug, Clone)]
+pub struct Spool {
+    dir: PathBuf,
+}
+
+/// A spool operation that failed, naming the path.
+#[derive(Debug, thiserror::Error)]
+#[error("spool {path}: {source}")]
+pub struct SpoolError {
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
+    move |source| SpoolError {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+impl Spool {
+    /// Opens (creating if needed) `<state_dir>/spool`.
+    pub fn open(state_dir: &Path) -> Result<Spool, SpoolError> {
+        let dir = state_dir.join("spool");
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        Ok(Spool { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes `outcome` durably. Saving the same run twice keeps one file.
+    pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SpoolError> {
+        let path = self.dir.join(format!("{}.json", outcome.run_id));
+        let tmp = self.dir.join(format!(".{}.json.tmp", outcome.run_id));
+        let json = serde_json::to_vec(outcome).map_err(|e| SpoolError {
+            path: path.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        let mut file = File::create(&tmp).map_err(at(&tmp))?;
+        file.write_all(&json).map_err(at(&tmp))?;
+        file.sync_all().map_err(at(&tmp))?;
+        fs::rename(&tmp, &path).map_err(at(&path))?;
+        File::open(&self.dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(at(&self.dir))?;
+        Ok(path)
+    }
+
+    /// Every spooled outcome, oldest file name first. A file that cannot be
+    /// read or parsed is reported and left in place for an operator.
+    pub fn pending(&self) -> Result<Vec<Spooled>, SpoolError> {
+        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)
+            .map_err(at(&self.dir))?
+            .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .filter(|p| {
+                !p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            })
+            .collect();
+        paths.sort();
+        Ok(paths
+            .into_iter()
+            .map(|path| {
+                let outcome = fs::read(&path).map_err(at(&path)).and_then(|bytes| {
+                    serde_json::from_slice(&bytes).map_err(|e| SpoolError {
+                        path: path.clone(),
+                        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                    })
+                });
+                (path, outcome)
+            })
+            .collect())
+    }
+
+    /// Removes a delivered outcome.
+    pub fn remove(&self, path: &Path) -> Result<(), SpoolError> {
+        match fs::remove_file(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(at(path)(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::{Status, Trigger};
+
+    #[test]
+    fn save_pending_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let outcome = Outcome {
+            job: "j".into(),
+            tick_ms: 1,
+            fence: 2,
+            run_id: "run-1".into(),
+            replica: "r".into(),
+            host: "h".into(),
+            started_ms: 1,
+            finished_ms: 2,
+            status: Status::Ok,
+            exit_code: Some(0),
+            signal: None,
+            attempts: 1,
+            output: "out\n".into(),
+            trigger: Trigger::Schedule,
+            lease_key: "k".into(),
+        };
+        let path = spool.save(&outcome).unwrap();
+        spool.save(&outcome).unwrap();
+        let pending = spool.pending().unwrap();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].1.as_ref().unwrap(), &outcome);
+        spool.remove(&path).unwrap();
+        spool.remove(&path).unwrap();
+        assert!(spool.pending().unwrap().is_empty());
+    }
+}
