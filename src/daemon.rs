@@ -40,18 +40,19 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::clock::{RedisClock, local_now_ms};
-use crate::config::{Config, Job, Misfire, OnHolderLost};
+use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap};
 use crate::outcome::{Outcome, Trigger};
 use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
-    ClaimReply, ClaimRequest, FinishReply, ServerSettings, Store, StoreError, SweepRequest,
+    ClaimReply, ClaimRequest, FinishReply, Recorded, Rerun, RerunOffer, ServerSettings, Store,
+    StoreError, SweepRequest,
 };
 use crate::watchdog::{self, LeaseHold};
 
 /// A tick claimed no later than this after its time is on time; older
 /// unclaimed ticks are missed and go to the misfire policy.
-const LATE_MS: i64 = 5_000;
+const LATE_MS: i64 = 1_000;
 
 /// At most this many missed ticks are caught up by `misfire = "run_all"`
 /// (the most recent ones).
@@ -122,8 +123,11 @@ struct Ctx {
     marks: Mutex<HashMap<String, Marks>>,
     /// Whether Redis answered last time anyone asked; logs on change only.
     redis_up: watch::Sender<bool>,
-    /// Wakes the spool courier when an outcome was spooled.
+    /// Wakes the spool courier when an outcome was spooled or Redis is back.
     spooled: Notify,
+    /// Wakes the heartbeat after a claim, so the runs it lists are fresh if
+    /// this replica dies soon after (others sweep what it lists).
+    heartbeat_now: Notify,
     /// State-loss events detected (epoch changed, high-water mark behind).
     state_loss_events: AtomicU64,
 }
@@ -156,6 +160,7 @@ impl Ctx {
         if !*self.redis_up.borrow() {
             info!("Redis is reachable again");
             self.redis_up.send_replace(true);
+            self.spooled.notify_one();
         }
     }
 
@@ -207,6 +212,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
         marks: Mutex::new(HashMap::new()),
         redis_up: watch::Sender::new(true),
         spooled: Notify::new(),
+        heartbeat_now: Notify::new(),
         state_loss_events: AtomicU64::new(0),
     });
     measure_clock(&ctx).await;
@@ -379,6 +385,12 @@ async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
         tokio::select! {
             () = cancel.cancelled() => return,
             () = sleep_until(ctx.clock.instant_at(tick_ms)) => {}
+        }
+        if ctx.clock.now_ms() - tick_ms > LATE_MS {
+            // This replica was stalled (a pause, a long catch-up): the tick is
+            // missed, and the misfire policy decides.
+            cursor = None;
+            continue;
         }
         match claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await {
             ClaimEnd::Answered(_) => cursor = Some(tick_ms),
@@ -658,6 +670,7 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
         output_tail_bytes: ctx.config.daemon.output_tail_bytes,
     };
     let ctx2 = ctx.clone();
+    let job = job.clone();
     ctx.runs.spawn(async move {
         let ctx = ctx2;
         let result = runner::execute(&spec, stop_rx).await;
@@ -691,17 +704,36 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
             status = %outcome.status, exit_code = outcome.exit_code, attempts = outcome.attempts,
             duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
         );
-        deliver(&ctx, outcome).await;
+        deliver(&ctx, &job, outcome).await;
     })
 }
 
 /// Writes an outcome to Redis, or spools it when Redis does not take it.
-async fn deliver(ctx: &Ctx, outcome: Outcome) {
+/// Starts the job's pending rerun if the finish hands one over.
+async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
+    let rerun_id = Uuid::new_v4().to_string();
+    let offer = RerunOffer {
+        overlap: job.overlap,
+        lease: ctx.config.daemon.lease,
+        new_run_id: &rerun_id,
+        min_fence: ctx.marks(&job.name).fence,
+        replica: &ctx.identity.replica,
+        host: &ctx.identity.host,
+    };
+    let offer = (job.on_holder_lost == OnHolderLost::Rerun).then_some(&offer);
     for attempt in 0..3 {
-        match ctx.store.finish(&outcome, ctx.config.daemon.history).await {
+        let sent = Instant::now();
+        match ctx
+            .store
+            .finish(&outcome, ctx.config.daemon.history, offer)
+            .await
+        {
             Ok(reply) => {
                 ctx.redis_answered();
                 log_finish(&outcome, &reply);
+                if let Some(rerun) = reply.rerun {
+                    start_rerun(ctx, job, rerun, rerun_id, sent);
+                }
                 return;
             }
             Err(e) => {
@@ -724,18 +756,38 @@ async fn deliver(ctx: &Ctx, outcome: Outcome) {
 }
 
 fn log_finish(outcome: &Outcome, reply: &FinishReply) {
-    match reply {
-        FinishReply::Current { id } => {
-            debug!(run_id = %outcome.run_id, stream_id = %id, "outcome recorded")
-        }
-        FinishReply::Stale { id } => warn!(
-            job = %outcome.job, run_id = %outcome.run_id, stream_id = %id,
+    let (run_id, id) = (&outcome.run_id, &reply.id);
+    match reply.recorded {
+        Recorded::Current => debug!(%run_id, stream_id = %id, "outcome recorded"),
+        Recorded::Stale => warn!(
+            job = %outcome.job, %run_id, stream_id = %id,
             "outcome recorded as stale: another replica had already recorded this run (abandoned)"
         ),
-        FinishReply::Duplicate { id } => {
-            debug!(run_id = %outcome.run_id, stream_id = %id, "outcome was already recorded")
-        }
+        Recorded::Duplicate => debug!(%run_id, stream_id = %id, "outcome was already recorded"),
     }
+}
+
+/// Starts a rerun that a sweep or a finish started in Redis for us.
+fn start_rerun(ctx: &Arc<Ctx>, job: &Arc<Job>, rerun: Rerun, run_id: String, sent: Instant) {
+    ctx.note(&job.name, None, Some(rerun.fence));
+    info!(
+        job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, %run_id,
+        "claimed a rerun of an abandoned tick"
+    );
+    start_run(
+        ctx,
+        job,
+        RunStart {
+            tick_ms: rerun.tick_ms,
+            run_id,
+            fence: rerun.fence,
+            lease_key: rerun.lease_key,
+            started_ms: rerun.started_ms,
+            trigger: Trigger::Rerun,
+            valid_from: sent,
+        },
+    );
+    ctx.heartbeat_now.notify_one();
 }
 
 /// Records abandoned runs of `job` and starts the rerun, if the job wants one.
@@ -766,22 +818,10 @@ async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
             warn!(job = %job.name, abandoned = reply.abandoned, "recorded runs whose replica died as abandoned");
         }
         let Some(rerun) = reply.rerun else { return };
-        ctx.note(&job.name, None, Some(rerun.fence));
-        info!(job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, run_id = %new_run_id, "claimed a rerun of an abandoned tick");
-        start_run(
-            ctx,
-            job,
-            RunStart {
-                tick_ms: rerun.tick_ms,
-                run_id: new_run_id,
-                fence: rerun.fence,
-                lease_key: rerun.lease_key,
-                started_ms: rerun.started_ms,
-                trigger: Trigger::Rerun,
-                valid_from: sent,
-            },
-        );
-        if reply.abandoned <= 1 {
+        start_rerun(ctx, job, rerun, new_run_id, sent);
+        // With overlap = "allow" further pending reruns can start now; else
+        // the finish of this one starts the next.
+        if job.overlap != Overlap::Allow {
             return;
         }
     }
@@ -808,13 +848,14 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         .map(|job| (job.name.clone(), job_hash(job).into()))
         .collect();
     let new_epoch = Uuid::new_v4().to_string();
+    let own_heartbeat_ms =
+        i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8);
     let mut epoch_seen: Option<String> = None;
-    // Dead replicas already swept, by the last_seen they were swept at.
-    let mut swept: HashMap<String, i64> = HashMap::new();
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
             _ = interval.tick() => {}
+            () = ctx.heartbeat_now.notified() => {}
         }
         let runs = ctx.watchdog.list().await;
         let record = serde_json::json!({
@@ -862,10 +903,13 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             let last_seen = record["last_seen_ms"].as_i64().unwrap_or(0);
             let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
             let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
+            // Silent past its heartbeat and lease: its runs are swept on every
+            // heartbeat for a while (a lease renewed just before it died
+            // expires up to a lease later); after that it is just history.
             let silent_for = reply.server_ms - last_seen;
-            if silent_for <= (3 * heartbeat_ms).max(lease_ms)
-                || swept.get(replica) == Some(&last_seen)
-            {
+            let dead_after = (3 * heartbeat_ms).max(lease_ms);
+            let sweep_until = dead_after + 2 * (lease_ms + heartbeat_ms) + 2 * own_heartbeat_ms;
+            if silent_for <= dead_after || silent_for > sweep_until {
                 continue;
             }
             let jobs: Vec<String> = record["runs"]
@@ -877,14 +921,13 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 })
                 .unwrap_or_default();
             if !jobs.is_empty() {
-                warn!(%replica, silent_ms = silent_for, runs = jobs.len(), "replica is silent; sweeping its runs");
+                debug!(%replica, silent_ms = silent_for, runs = jobs.len(), "replica is silent; sweeping its runs");
             }
             for name in jobs {
                 if let Some(job) = ctx.config.jobs.get(&name) {
                     sweep(&ctx, &Arc::new(job.clone())).await;
                 }
             }
-            swept.insert(replica.clone(), last_seen);
         }
     }
 }
@@ -917,7 +960,11 @@ async fn deliver_spooled(ctx: &Ctx) {
                 continue;
             }
         };
-        match ctx.store.finish(&outcome, ctx.config.daemon.history).await {
+        match ctx
+            .store
+            .finish(&outcome, ctx.config.daemon.history, None)
+            .await
+        {
             Ok(reply) => {
                 ctx.redis_answered();
                 info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");

@@ -22,10 +22,10 @@ const PRELUDE: &str = include_str!("lua/prelude.lua");
 /// within this window is recognised as a duplicate.
 pub const DONE_MARKER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// How far ahead of Redis time a tick may be and still be claimed: a
-/// replica's sleep ends a little early or late, and a claim a millisecond
-/// early is not worth a second round trip.
-pub const EARLY_TOLERANCE_MS: i64 = 5;
+/// How far ahead of Redis time a tick may be and still be claimed. Zero: no
+/// run ever starts before its tick by Redis time; a replica that wakes a
+/// millisecond early pays one more round trip.
+pub const EARLY_TOLERANCE_MS: i64 = 0;
 
 /// The names of all keys cronlease writes under one prefix.
 #[derive(Debug, Clone)]
@@ -68,6 +68,12 @@ impl Keys {
     /// String with PX: marks a run id whose outcome is recorded.
     pub fn done(&self, job: &str, run_id: &str) -> String {
         self.job_key(job, &format!("done:{run_id}"))
+    }
+
+    /// Hash: tick → fence of abandoned ticks waiting to be rerun
+    /// (`on_holder_lost = "rerun"`).
+    pub fn reruns(&self, job: &str) -> String {
+        self.job_key(job, "reruns")
     }
 
     /// Hash: replica id → heartbeat JSON.
@@ -226,15 +232,36 @@ pub struct Renewal {
     pub lease_key: String,
 }
 
-/// What the finish script did with an outcome.
+/// How the finish script recorded an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// As the tick's current outcome.
+    Current,
+    /// Marked stale: someone had already recorded this run (abandoned).
+    Stale,
+    /// Not again: this outcome was recorded before (a retry, a spooled copy).
+    Duplicate,
+}
+
+/// What the finish script did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FinishReply {
-    /// Recorded as the tick's current outcome.
-    Current { id: String },
-    /// Recorded, marked stale: someone had already recorded this run.
-    Stale { id: String },
-    /// This outcome was recorded before (a retry or a spooled copy).
-    Duplicate { id: String },
+pub struct FinishReply {
+    pub recorded: Recorded,
+    /// The stream entry id.
+    pub id: String,
+    /// A pending rerun started for the caller now that the lease is free.
+    pub rerun: Option<Rerun>,
+}
+
+/// Lets the finish script start a pending rerun of the job for the caller.
+#[derive(Debug, Clone)]
+pub struct RerunOffer<'a> {
+    pub overlap: Overlap,
+    pub lease: Duration,
+    pub new_run_id: &'a str,
+    pub min_fence: u64,
+    pub replica: &'a str,
+    pub host: &'a str,
 }
 
 /// A sweep request for one job.
@@ -247,7 +274,7 @@ pub struct SweepRequest<'a> {
     pub rerun: bool,
     pub overlap: Overlap,
     pub lease: Duration,
-    /// Used only if a rerun is claimed.
+    /// Used only if a rerun is started.
     pub new_run_id: &'a str,
     pub min_fence: u64,
 }
@@ -481,8 +508,14 @@ impl Store {
         Ok(replies.into_iter().map(|r| r == 1).collect())
     }
 
-    /// Runs the finish script for `outcome`.
-    pub async fn finish(&self, outcome: &Outcome, history: u32) -> Result<FinishReply, StoreError> {
+    /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
+    /// of the job may be started for the caller.
+    pub async fn finish(
+        &self,
+        outcome: &Outcome,
+        history: u32,
+        rerun: Option<&RerunOffer<'_>>,
+    ) -> Result<FinishReply, StoreError> {
         let keys = &self.keys;
         let job = outcome.job.as_str();
         let mut invocation = self.scripts.finish.prepare_invoke();
@@ -492,23 +525,46 @@ impl Store {
             .key(&outcome.lease_key)
             .key(keys.runs(job))
             .key(keys.done(job, &outcome.run_id))
+            .key(keys.lease(job))
+            .key(keys.reruns(job))
             .arg(&outcome.run_id)
             .arg(history)
             .arg(duration_ms(DONE_MARKER_TTL));
+        match rerun {
+            Some(offer) => invocation
+                .arg("1")
+                .arg(offer.overlap.as_str())
+                .arg(duration_ms(offer.lease))
+                .arg(offer.new_run_id)
+                .arg(offer.min_fence)
+                .arg(offer.replica)
+                .arg(offer.host),
+            None => invocation
+                .arg("0")
+                .arg("skip")
+                .arg(0)
+                .arg("")
+                .arg(0)
+                .arg("")
+                .arg(""),
+        };
         for (name, value) in outcome.stream_fields() {
             invocation.arg(name).arg(value);
         }
         let mut conn = self.conn.clone();
         let reply: Value = invocation.invoke_async(&mut conn).await?;
         let items = as_array(reply, "finish")?;
-        let kind = items.first().and_then(as_string);
-        let id = items.get(1).and_then(as_string).unwrap_or_default();
-        match kind.as_deref() {
-            Some("current") => Ok(FinishReply::Current { id }),
-            Some("stale") => Ok(FinishReply::Stale { id }),
-            Some("duplicate") => Ok(FinishReply::Duplicate { id }),
-            _ => Err(protocol("finish", &Value::Array(items))),
-        }
+        let recorded = match items.first().and_then(as_string).as_deref() {
+            Some("current") => Recorded::Current,
+            Some("stale") => Recorded::Stale,
+            Some("duplicate") => Recorded::Duplicate,
+            _ => return Err(protocol("finish", &Value::Array(items))),
+        };
+        Ok(FinishReply {
+            recorded,
+            id: items.get(1).and_then(as_string).unwrap_or_default(),
+            rerun: parse_rerun(&items, 2, "finish")?,
+        })
     }
 
     /// Runs the sweep script for one job.
@@ -522,6 +578,7 @@ impl Store {
             .key(keys.running(request.job))
             .key(keys.lease(request.job))
             .key(keys.runs(request.job))
+            .key(keys.reruns(request.job))
             .arg(request.replica)
             .arg(request.host)
             .arg(request.history)
@@ -537,16 +594,7 @@ impl Store {
             .first()
             .and_then(as_int)
             .ok_or_else(|| protocol("sweep", &Value::Nil))?;
-        let rerun = if items.len() >= 5 {
-            Some(Rerun {
-                tick_ms: as_int(&items[1]).ok_or_else(|| protocol("sweep", &items[1]))?,
-                fence: as_int(&items[2]).ok_or_else(|| protocol("sweep", &items[2]))? as u64,
-                lease_key: as_string(&items[3]).ok_or_else(|| protocol("sweep", &items[3]))?,
-                started_ms: as_int(&items[4]).ok_or_else(|| protocol("sweep", &items[4]))?,
-            })
-        } else {
-            None
-        };
+        let rerun = parse_rerun(&items, 1, "sweep")?;
         Ok(SweepReply {
             abandoned: abandoned as u32,
             rerun,
@@ -598,6 +646,24 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// A rerun started by a script: four items from `from` on, if present.
+fn parse_rerun(
+    items: &[Value],
+    from: usize,
+    what: &'static str,
+) -> Result<Option<Rerun>, StoreError> {
+    if items.len() < from + 4 {
+        return Ok(None);
+    }
+    let int = |i: usize| as_int(&items[from + i]).ok_or_else(|| protocol(what, &items[from + i]));
+    Ok(Some(Rerun {
+        tick_ms: int(0)?,
+        fence: u64::try_from(int(1)?).unwrap_or(0),
+        lease_key: as_string(&items[from + 2]).ok_or_else(|| protocol(what, &items[from + 2]))?,
+        started_ms: int(3)?,
+    }))
 }
 
 fn duration_ms(d: Duration) -> u64 {

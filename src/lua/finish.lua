@@ -1,20 +1,34 @@
--- Records the outcome of one run and releases what it held.
--- KEYS: state, running, lease_key, runs, done (a marker per run id)
--- ARGV: run_id, maxlen, done_ttl_ms, then outcome field name/value pairs
+-- Records the outcome of one run and releases what it held; then, if the
+-- job has a pending rerun (see sweep.lua) and the lease is now free, starts
+-- it for the caller.
+-- KEYS: state, running, lease_key, runs, done (a marker per run id),
+--       lease (the job's base lease key), reruns
+-- ARGV: run_id, maxlen, done_ttl_ms, may_rerun ('1'/'0'), overlap, lease_ms,
+--       new run id (for a rerun), min_fence, replica, host,
+--       then outcome field name/value pairs
 -- The outcome is current when the run was still in `running`; when someone
 -- already recorded it (abandoned), it is appended marked stale. The done
 -- marker makes a second delivery of the same outcome (a retry after a lost
 -- reply, a spooled copy) a no-op.
+-- Returns {current|stale|duplicate, stream id[, rerun tick, fence, lease_key, started]}.
 local state, running, lease_key, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lease, reruns = KEYS[6], KEYS[7]
 local run_id, maxlen, done_ttl = ARGV[1], ARGV[2], ARGV[3]
+local may_rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
+local new_run_id, min_fence, replica, host = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local previous = redis.call('GET', done)
 if previous then return {'duplicate', previous} end
 local stale = not redis.call('HGET', running, run_id)
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
 redis.call('HDEL', running, run_id)
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = record_outcome(state, runs, maxlen, fields, stale)
 redis.call('SET', done, id, 'PX', done_ttl)
-if stale then return {'stale', id} end
-return {'current', id}
+local kind = stale and 'stale' or 'current'
+if may_rerun then
+  local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
+    new_run_id, min_fence, now_ms())
+  if started then return {kind, id, started[1], started[2], started[3], started[4]} end
+end
+return {kind, id}

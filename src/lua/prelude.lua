@@ -8,18 +8,20 @@ local function now_ms()
 end
 
 -- Appends one outcome to the job's stream and, unless it is stale, makes it
--- the job's current summary. `fields` is a flat list of name, value pairs.
+-- the job's current summary in the state hash (fields `outcome_*`, and
+-- `last_ok_id`; never `last_tick`, which is the claim's high-water mark and
+-- only ever moves forward). `fields` is a flat list of name, value pairs.
 local function record_outcome(state, runs, maxlen, fields, stale)
   table.insert(fields, 'stale')
   table.insert(fields, stale and '1' or '0')
   local id = redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', unpack(fields))
   if not stale then
-    local summary = {}
+    local summary = {'outcome_id', id}
     for i = 1, #fields, 2 do
       local name = fields[i]
       if name == 'status' or name == 'tick' or name == 'fence' or name == 'replica'
         or name == 'finished_ms' or name == 'duration_ms' or name == 'run_id' then
-        table.insert(summary, 'last_' .. name)
+        table.insert(summary, 'outcome_' .. name)
         table.insert(summary, fields[i + 1])
       end
       if name == 'status' and fields[i + 1] == 'ok' then
@@ -27,7 +29,7 @@ local function record_outcome(state, runs, maxlen, fields, stale)
         table.insert(summary, id)
       end
     end
-    redis.call('HSET', state, 'last_outcome_id', id, unpack(summary))
+    redis.call('HSET', state, unpack(summary))
   end
   return id
 end
@@ -55,6 +57,25 @@ local function start_run(state, running, lease, run_id, tick, lease_ms, overlap,
   }))
   redis.call('SET', lease_key, run_id, 'PX', lease_ms)
   return fence, lease_key
+end
+
+-- Starts the oldest pending rerun (see sweep.lua) when nothing holds the
+-- job's lease, or overlap does not care. Returns {tick, fence, lease_key,
+-- started} for the caller to run, or nil.
+local function take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
+                          run_id, min_fence, now)
+  local pending = redis.call('HKEYS', reruns)
+  if #pending == 0 then return nil end
+  if overlap == 'skip' and redis.call('EXISTS', lease) == 1 then return nil end
+  local oldest, oldest_key = nil, nil
+  for _, key in ipairs(pending) do
+    local tick = tonumber(key)
+    if oldest == nil or tick < oldest then oldest, oldest_key = tick, key end
+  end
+  redis.call('HDEL', reruns, oldest_key)
+  local fence, lease_key = start_run(state, running, lease, run_id, oldest, lease_ms, overlap,
+    replica, host, 'rerun', 1, min_fence, now)
+  return {oldest, fence, lease_key, now}
 end
 
 -- Outcome fields for a tick that was not run (skipped_overlap).

@@ -1,41 +1,38 @@
 -- Records `abandoned` for each run in flight whose lease was not renewed in
--- time (its replica died or stalled), and, for on_holder_lost = "rerun",
--- claims one rerun of such a tick for the caller, with a new fence. A run
--- that is itself a rerun is not rerun again.
--- KEYS: state, running, lease, runs
+-- time (its replica died or stalled). With on_holder_lost = "rerun", such a
+-- tick (unless it was itself a rerun) joins the job's pending reruns, and the
+-- oldest pending rerun is started for the caller if the lease is free;
+-- otherwise the finish of the run holding it starts the rerun.
+-- KEYS: state, running, lease, runs, reruns
 -- ARGV: recorder replica, host, maxlen, rerun ('1'/'0'), overlap, lease_ms,
 --       new run id (for a rerun), min_fence
 -- Returns {n_abandoned, rerun_tick, fence, lease_key, started} (the last four
--- only when a rerun was claimed).
-local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- only when a rerun was started).
+local state, running, lease, runs, reruns = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local recorder, host, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local new_run_id, min_fence = ARGV[7], tonumber(ARGV[8])
 local now = now_ms()
-local abandoned, reply = 0, nil
+local abandoned = 0
 local entries = redis.call('HGETALL', running)
 for i = 1, #entries, 2 do
   local run_id, e = entries[i], cjson.decode(entries[i + 1])
   if e.expires < now then
     abandoned = abandoned + 1
     redis.call('HDEL', running, run_id)
+    if redis.call('GET', e.lease_key) == run_id then redis.call('DEL', e.lease_key) end
     record_outcome(state, runs, maxlen, {'tick', e.tick, 'fence', e.fence, 'run_id', run_id,
       'replica', e.replica, 'host', e.host, 'started_ms', e.started, 'finished_ms', now,
       'duration_ms', now - e.started, 'status', 'abandoned', 'attempts', '0', 'output', '',
       'trigger', e.trigger, 'recorded_by', recorder}, false)
-    if rerun and e.rerun == 0 and reply == nil then
-      local holder = (overlap ~= 'allow') and redis.call('GET', lease)
-      if holder == run_id then holder = false end
-      if holder and overlap == 'skip' then
-        record_outcome(state, runs, maxlen,
-          skip_fields(e.tick, new_run_id, recorder, host, now, 'rerun'), false)
-      else
-        local fence, lease_key = start_run(state, running, lease, new_run_id, e.tick, lease_ms,
-          overlap, recorder, host, 'rerun', 1, min_fence, now)
-        reply = {e.tick, fence, lease_key, now}
-      end
+    if rerun and e.rerun == 0 then
+      redis.call('HSET', reruns, string.format('%d', e.tick), e.fence)
     end
   end
 end
-if reply then return {abandoned, reply[1], reply[2], reply[3], reply[4]} end
+if rerun then
+  local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, recorder, host,
+    new_run_id, min_fence, now)
+  if started then return {abandoned, started[1], started[2], started[3], started[4]} end
+end
 return {abandoned}
