@@ -135,12 +135,10 @@ fn current_by_tick(outcomes: &[Outcome], logs: &str) -> BTreeMap<i64, Outcome> {
             continue;
         }
         if let Some(previous) = by_tick.insert(outcome.tick(), outcome.clone()) {
-            if previous.status() != "skipped_overlap" || outcome.status() != "skipped_overlap" {
-                panic!(
-                    "tick {} has two current outcomes: {previous:?} and {outcome:?}\n{logs}",
-                    outcome.tick()
-                );
-            }
+            panic!(
+                "tick {} has two current outcomes: {previous:?} and {outcome:?}\n{logs}",
+                outcome.tick()
+            );
         }
     }
     by_tick

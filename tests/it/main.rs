@@ -2,5 +2,7 @@
 //! area, all driving the real `cronlease` binary.
 
 mod check;
+mod daemon;
+mod harness;
 mod support;
 mod why_croner;

@@ -1,0 +1,890 @@
+//! The demo: three `cronlease` replicas share one private Redis and race for
+//! a lottery draw that ticks every 2 seconds; afterwards the demo reads what
+//! they recorded and checks that every tick was drawn exactly once.
+//!
+//! ```sh
+//! scripts/demo                 # builds, then runs for 30 s
+//! scripts/demo --seconds 60
+//! ```
+//!
+//! Everything lives in a fresh temporary directory (Redis on a free loopback
+//! port, one config, state directory and log per replica); the directory is
+//! kept afterwards so the logs can be read, and its path is printed. The
+//! processes are killed on every way out: normal end, error, panic (Drop),
+//! Ctrl-C (an orderly stop, then the report), and the demo itself being
+//! killed (they get SIGKILL through `PR_SET_PDEATHSIG`).
+//!
+//! The example does not share code with `tests/it/support`: an example cannot
+//! import integration-test modules, so the few helpers it needs are here.
+
+use std::collections::BTreeMap;
+use std::ffi::c_int;
+use std::fs::File;
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use nix::unistd::Pid;
+
+/// The job the demo runs, and its key prefix in Redis.
+const JOB: &str = "lottery-draw";
+const KEY_PREFIX: &str = "demo";
+
+/// The job's period: `*/2 * * * * *`.
+const TICK_MS: i64 = 2_000;
+
+/// How long stopping replicas may take after SIGTERM: the config's
+/// `shutdown_grace` plus `kill_grace` plus slack.
+const STOP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Set by SIGINT/SIGTERM: end the run early, but still stop the replicas in
+/// order and print the report.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Run three cronlease replicas against a private Redis and check that a
+/// job ticking every 2 s ran exactly once per tick.
+#[derive(Debug, Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// How long the replicas run before they are stopped with SIGTERM.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+    /// How many replicas to start.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    replicas: u32,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("demo: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The whole demo; `Ok(false)` when the exactly-once check found violations.
+/// Every process it starts is owned by a guard dropped before it returns.
+fn run(args: &Args) -> Result<bool> {
+    let binary = cronlease_binary()?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lottery-draw.sh");
+    if !script.is_file() {
+        bail!("the job script {} is missing", script.display());
+    }
+    for tool in ["redis-server", "redis-cli"] {
+        if !on_path(tool) {
+            bail!("{tool} is not on PATH: run scripts/install-deps (scripts/demo does)");
+        }
+    }
+    install_interrupt_handler()?;
+
+    let work = tempfile::Builder::new()
+        .prefix("cronlease-demo-")
+        .tempdir()
+        .context("cannot create the demo's temporary directory")?
+        // Kept on purpose: the replicas' logs are the demo's second output.
+        .keep();
+    println!("work directory: {}", work.display());
+
+    let redis = RedisProcess::start(&work)?;
+    let url = redis.url();
+    println!(
+        "redis-server:   {url} (pid {}, log {}/redis.log)",
+        redis.pid(),
+        work.display()
+    );
+    let mut connection = redis.connect()?;
+
+    let mut replicas = Vec::new();
+    for n in 1..=args.replicas {
+        let name = format!("replica-{n}");
+        let config = write_config(&work, &name, &url, &script)?;
+        check_config(&binary, &config)?;
+        let replica = Replica::start(&binary, &config, &name, &work)?;
+        println!(
+            "started {name} (pid {}), config {}, log {}",
+            replica.pid(),
+            config.display(),
+            replica.log.display()
+        );
+        replicas.push(replica);
+    }
+
+    println!(
+        "\n{} replicas race for `{JOB}` (every 2 s) for {} s; Ctrl-C stops early…",
+        args.replicas, args.seconds
+    );
+    let mut violations = Vec::new();
+    let all_gone = run_for(
+        Duration::from_secs(args.seconds),
+        &mut replicas,
+        &mut connection,
+    );
+    for replica in &mut replicas {
+        if let Some(status) = replica.exit {
+            violations.push(format!(
+                "{} exited by itself with {status} before the end; last lines of its log:\n{}",
+                replica.name,
+                indent(&replica.log_tail(15))
+            ));
+        }
+    }
+    if all_gone {
+        println!("every replica has exited: stopping early");
+    }
+
+    println!("\nstopping the replicas (SIGTERM)…");
+    for replica in &replicas {
+        replica.sigterm();
+    }
+    let deadline = Instant::now() + STOP_TIMEOUT;
+    for replica in &mut replicas {
+        let already_gone = replica.exit.is_some();
+        match replica.wait_until(deadline) {
+            // Reported above as an early exit.
+            Some(_) if already_gone => {}
+            Some(status) if status.success() => {}
+            Some(status) => violations.push(format!(
+                "{} exited with {status} after SIGTERM (an orderly stop exits 0)",
+                replica.name
+            )),
+            None => {
+                replica.kill9();
+                violations.push(format!(
+                    "{} did not exit within {STOP_TIMEOUT:?} of SIGTERM and was killed",
+                    replica.name
+                ));
+            }
+        }
+    }
+
+    let outcomes = read_outcomes(&mut connection)?;
+    let draws = read_draws(&mut connection)?;
+    let highest_fence: Option<i64> = redis::cmd("GET")
+        .arg("lottery:fence")
+        .query(&mut connection)
+        .context("cannot read lottery:fence")?;
+    print_table(&outcomes, &draws);
+
+    let (ticks, found) = verify(&outcomes, &draws, highest_fence);
+    violations.extend(found);
+    print_share(&outcomes);
+
+    println!("\nreplica logs:");
+    for replica in &replicas {
+        println!("  {}", replica.log.display());
+    }
+    println!("(rm -r {} when done)", work.display());
+
+    drop(replicas);
+    drop(redis);
+    if violations.is_empty() {
+        println!("\n{ticks} ticks, each run exactly once");
+        Ok(true)
+    } else {
+        println!("\n{} violation(s):", violations.len());
+        for violation in &violations {
+            println!("  - {violation}");
+        }
+        Ok(false)
+    }
+}
+
+/// The `cronlease` binary built next to this example: the example runs from
+/// `target/<profile>/examples/demo`, the binary is `target/<profile>/cronlease`.
+fn cronlease_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the demo's own executable")?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .with_context(|| format!("unexpected location of the demo: {}", exe.display()))?;
+    let binary = profile_dir.join("cronlease");
+    if !binary.is_file() {
+        bail!(
+            "{} does not exist: build it first with `cargo build --release --bins --examples` \
+             (scripts/demo does)",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+extern "C" fn on_interrupt(_signal: c_int) {
+    // Only an atomic store: anything else is not async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// First Ctrl-C (or SIGTERM) ends the run early and still reports; the
+/// handler resets itself, so a second one kills the demo (and, through
+/// `PR_SET_PDEATHSIG`, its children).
+fn install_interrupt_handler() -> Result<()> {
+    let action = SigAction::new(
+        SigHandler::Handler(on_interrupt),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { sigaction(signal, &action) }
+            .with_context(|| format!("cannot install a {signal} handler"))?;
+    }
+    Ok(())
+}
+
+/// Spawn options every child of the demo gets: its own process group, so
+/// that Ctrl-C in the terminal reaches only the demo, which then stops them
+/// in order; and SIGKILL when the demo dies, so nothing outlives it.
+fn detach_and_tie_to_parent(command: &mut Command) {
+    command.process_group(0);
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
+/// The private `redis-server`; dropping it kills it.
+struct RedisProcess {
+    port: u16,
+    child: Child,
+}
+
+impl RedisProcess {
+    /// Starts `redis-server` on a free loopback port with its data in
+    /// `dir`, and waits until it answers PING. A port that was free a moment
+    /// ago can be taken before Redis binds it, so a few ports are tried.
+    fn start(dir: &Path) -> Result<RedisProcess> {
+        let log = dir.join("redis.log");
+        let mut last_error = None;
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .context("cannot find a free loopback port")?
+                .port();
+            let mut command = Command::new("redis-server");
+            command
+                .arg("--port")
+                .arg(port.to_string())
+                .args(["--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(dir)
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--logfile")
+                .arg(&log)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::inherit());
+            detach_and_tie_to_parent(&mut command);
+            let child = command.spawn().context("cannot start redis-server")?;
+            let mut redis = RedisProcess { port, child };
+            match redis.wait_ready(&log) {
+                Ok(()) => return Ok(redis),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("five attempts were made"))
+    }
+
+    fn wait_ready(&mut self, log: &Path) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().context("cannot check redis-server")? {
+                bail!(
+                    "redis-server exited with {status} at start; its log:\n{}",
+                    tail(log, 20)
+                );
+            }
+            if let Ok(mut connection) = self.connect_with(Duration::from_millis(200))
+                && redis::cmd("PING").query::<String>(&mut connection).is_ok()
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "redis-server did not answer PING within 10 s; its log:\n{}",
+                    tail(log, 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn connect(&self) -> Result<redis::Connection> {
+        let connection = self.connect_with(Duration::from_secs(5))?;
+        connection
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .context("cannot set a read timeout")?;
+        Ok(connection)
+    }
+
+    fn connect_with(&self, timeout: Duration) -> Result<redis::Connection> {
+        let url = self.url();
+        redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection_with_timeout(timeout))
+            .with_context(|| format!("cannot connect to {url}"))
+    }
+}
+
+impl Drop for RedisProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `cronlease run` process; dropping it kills it.
+struct Replica {
+    name: String,
+    child: Child,
+    log: PathBuf,
+    /// Set once the process has been reaped; its pid is never signalled
+    /// after that, as it may belong to another process by then.
+    exit: Option<ExitStatus>,
+}
+
+impl Replica {
+    fn start(binary: &Path, config: &Path, name: &str, dir: &Path) -> Result<Replica> {
+        let log = dir.join(format!("{name}.log"));
+        let out = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+        let err = out
+            .try_clone()
+            .with_context(|| format!("cannot duplicate the handle of {}", log.display()))?;
+        let rust_log =
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "cronlease=debug,info".to_string());
+        let mut command = Command::new(binary);
+        command
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .env("RUST_LOG", rust_log)
+            .env("NO_COLOR", "1")
+            // Not this machine's systemd: the demo is the supervisor here.
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("WATCHDOG_USEC")
+            .env_remove("WATCHDOG_PID")
+            .env_remove("CRONLEASE_CONFIG");
+        detach_and_tie_to_parent(&mut command);
+        let child = command
+            .spawn()
+            .with_context(|| format!("cannot start {} run", binary.display()))?;
+        Ok(Replica {
+            name: name.to_string(),
+            child,
+            log,
+            exit: None,
+        })
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the process has exited, reaping it if so.
+    fn poll(&mut self) -> bool {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().ok().flatten();
+        }
+        self.exit.is_some()
+    }
+
+    fn sigterm(&self) {
+        if self.exit.is_none() {
+            let _ = kill(Pid::from_raw(self.pid() as i32), Signal::SIGTERM);
+        }
+    }
+
+    fn kill9(&mut self) {
+        if self.exit.is_none() {
+            let _ = self.child.kill();
+            self.exit = self.child.wait().ok();
+        }
+    }
+
+    /// Waits for the process to exit until `deadline`.
+    fn wait_until(&mut self, deadline: Instant) -> Option<ExitStatus> {
+        while !self.poll() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.exit
+    }
+
+    fn log_tail(&self, lines: usize) -> String {
+        tail(&self.log, lines)
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Writes `DIR/NAME.toml` for one replica: its own `replica_id` and
+/// `state_dir` (spools are per replica), the shared Redis and job.
+fn write_config(dir: &Path, name: &str, url: &str, script: &Path) -> Result<PathBuf> {
+    let state_dir = dir.join(format!("state-{name}"));
+    std::fs::create_dir_all(&state_dir)
+        .with_context(|| format!("cannot create {}", state_dir.display()))?;
+    let text = format!(
+        r#"# Written by the cronlease demo (examples/demo.rs).
+[redis]
+url = {url}
+key_prefix = "{KEY_PREFIX}"
+command_timeout = "300ms"
+
+[daemon]
+replica_id = "{name}"
+lease = "3s"
+heartbeat = "1s"
+shutdown_grace = "5s"
+kill_grace = "2s"
+state_dir = {state_dir}
+
+[jobs.{JOB}]
+schedule = "*/2 * * * * *"        # every 2 seconds: a fast-ticking copy of the noon draw
+command = [{script}, "--winners", "3"]
+env = {{ LOTTERY_REDIS_URL = {url} }}
+timeout = "10s"
+"#,
+        url = toml_string(url),
+        state_dir = toml_string(&state_dir.to_string_lossy()),
+        script = toml_string(&script.to_string_lossy()),
+    );
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(path)
+}
+
+/// `text` as a TOML basic string, quotes included.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// Runs `cronlease check` on a config so a bad one is reported before any
+/// daemon starts.
+fn check_config(binary: &Path, config: &Path) -> Result<()> {
+    let output = Command::new(binary)
+        .arg("check")
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {} check", binary.display()))?;
+    if !output.status.success() {
+        bail!(
+            "cronlease check rejected {} ({}):\n{}{}",
+            config.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Lets the replicas run for `duration`, printing progress every 5 s.
+/// Returns early, `true`, when every replica has exited; early, `false`, on
+/// Ctrl-C.
+fn run_for(
+    duration: Duration,
+    replicas: &mut [Replica],
+    connection: &mut redis::Connection,
+) -> bool {
+    let started = Instant::now();
+    let mut next_report = Duration::from_secs(5);
+    let key = runs_key();
+    while started.elapsed() < duration {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            println!("interrupted after {} s", started.elapsed().as_secs());
+            return false;
+        }
+        let mut alive = 0;
+        for replica in replicas.iter_mut() {
+            let was_running = replica.exit.is_none();
+            if !replica.poll() {
+                alive += 1;
+            } else if was_running {
+                println!(
+                    "{} exited early with {}",
+                    replica.name,
+                    replica.exit.expect("poll said it exited")
+                );
+            }
+        }
+        if alive == 0 {
+            return true;
+        }
+        if started.elapsed() >= next_report {
+            let recorded = redis::cmd("XLEN")
+                .arg(&key)
+                .query::<u64>(connection)
+                .map_or_else(|e| format!("cannot read: {e}"), |n| n.to_string());
+            println!(
+                "  {:>3} s: {recorded} outcomes recorded, {alive} replicas running",
+                next_report.as_secs()
+            );
+            next_report += Duration::from_secs(5);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+fn runs_key() -> String {
+    format!("{KEY_PREFIX}:{{{JOB}}}:runs")
+}
+
+/// One outcome record, as the daemon wrote it to the job's stream.
+struct Outcome {
+    fields: BTreeMap<String, String>,
+}
+
+impl Outcome {
+    fn get(&self, name: &str) -> &str {
+        self.fields.get(name).map_or("", String::as_str)
+    }
+
+    /// A numeric field, `None` when missing or not a number.
+    fn number(&self, name: &str) -> Option<i64> {
+        self.get(name).parse().ok()
+    }
+
+    fn stale(&self) -> bool {
+        self.get("stale") == "1"
+    }
+
+    /// How to name this outcome in a violation.
+    fn describe(&self) -> String {
+        format!(
+            "{} by {} (fence {}, run {})",
+            self.get("status"),
+            self.get("replica"),
+            self.get("fence"),
+            self.get("run_id")
+        )
+    }
+}
+
+/// The job's outcome stream, oldest first.
+fn read_outcomes(connection: &mut redis::Connection) -> Result<Vec<Outcome>> {
+    let key = runs_key();
+    let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+        .arg(&key)
+        .arg("-")
+        .arg("+")
+        .query(connection)
+        .with_context(|| format!("cannot read the outcome stream {key}"))?;
+    Ok(entries
+        .into_iter()
+        .map(|(_id, flat)| Outcome {
+            fields: flat
+                .chunks_exact(2)
+                .map(|pair| (pair[0].clone(), pair[1].clone()))
+                .collect(),
+        })
+        .collect())
+}
+
+/// One `lottery:draw:<tick_ms>` key, as `lottery-draw.sh` wrote it:
+/// `"<fence> <replica> <winner>…"`.
+struct Draw {
+    fence: Option<i64>,
+    replica: String,
+    winners: String,
+}
+
+/// Every draw the job made, by tick.
+fn read_draws(connection: &mut redis::Connection) -> Result<BTreeMap<i64, Draw>> {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg("lottery:draw:*")
+        .query(connection)
+        .context("cannot list the lottery:draw:* keys")?;
+    let mut draws = BTreeMap::new();
+    for key in keys {
+        let Some(tick) = key
+            .strip_prefix("lottery:draw:")
+            .and_then(|t| t.parse().ok())
+        else {
+            continue;
+        };
+        let value: String = redis::cmd("GET")
+            .arg(&key)
+            .query(connection)
+            .with_context(|| format!("cannot read {key}"))?;
+        let mut words = value.splitn(3, ' ');
+        let fence = words.next().and_then(|f| f.parse().ok());
+        let replica = words.next().unwrap_or("").to_string();
+        let winners = words.next().unwrap_or("").to_string();
+        draws.insert(
+            tick,
+            Draw {
+                fence,
+                replica,
+                winners,
+            },
+        );
+    }
+    Ok(draws)
+}
+
+fn format_tick(tick: Option<i64>) -> String {
+    tick.and_then(DateTime::<Utc>::from_timestamp_millis)
+        .map_or_else(
+            || "?".to_string(),
+            |t| t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        )
+}
+
+/// One row per outcome, oldest first, with the winners of the draw it made.
+fn print_table(outcomes: &[Outcome], draws: &BTreeMap<i64, Draw>) {
+    println!("\noutcomes in {} ({}):", runs_key(), outcomes.len());
+    let rows: Vec<[String; 5]> = outcomes
+        .iter()
+        .map(|outcome| {
+            let tick = outcome.number("tick");
+            let fence = outcome.number("fence");
+            let winners = tick
+                .and_then(|t| draws.get(&t))
+                .filter(|draw| draw.fence == fence)
+                .map_or_else(|| "-".to_string(), |draw| draw.winners.clone());
+            let mut status = outcome.get("status").to_string();
+            if outcome.stale() {
+                status.push_str(" (stale)");
+            }
+            [
+                format_tick(tick),
+                outcome.get("replica").to_string(),
+                outcome.get("fence").to_string(),
+                status,
+                winners,
+            ]
+        })
+        .collect();
+    let header = [
+        "tick (UTC)".to_string(),
+        "replica".to_string(),
+        "fence".to_string(),
+        "status".to_string(),
+        "winners".to_string(),
+    ];
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let line = |row: &[String; 5]| {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("  {}", cells.join(" | ").trim_end());
+    };
+    line(&header);
+    println!(
+        "  {}",
+        widths
+            .iter()
+            .map(|w| "-".repeat(*w))
+            .collect::<Vec<_>>()
+            .join("-+-")
+    );
+    for row in &rows {
+        line(row);
+    }
+}
+
+/// How the ticks were shared out: with a working claim every replica wins
+/// some, none wins the same tick twice.
+fn print_share(outcomes: &[Outcome]) {
+    let mut share: BTreeMap<&str, usize> = BTreeMap::new();
+    for outcome in outcomes.iter().filter(|o| !o.stale()) {
+        *share.entry(outcome.get("replica")).or_default() += 1;
+    }
+    let parts: Vec<String> = share
+        .iter()
+        .map(|(replica, n)| format!("{replica} {n}"))
+        .collect();
+    println!("\nticks won per replica: {}", parts.join(", "));
+}
+
+/// Checks the exactly-once promise on what Redis holds. Returns the number
+/// of ticks and the violations found.
+///
+/// - every tick has exactly one current (non-stale) outcome, and it is `ok`;
+/// - no tick between the first and the last is missing (at least once while
+///   replicas are alive) and every tick is on the 2 s grid;
+/// - each tick's draw key holds the fence of that tick's one outcome, and no
+///   draw exists without an outcome (the job ran once, and was recorded);
+/// - fences strictly increase with ticks, and `lottery:fence` is the highest.
+fn verify(
+    outcomes: &[Outcome],
+    draws: &BTreeMap<i64, Draw>,
+    highest_fence: Option<i64>,
+) -> (usize, Vec<String>) {
+    let mut violations = Vec::new();
+    if outcomes.is_empty() {
+        violations.push(format!(
+            "no outcome was recorded in {}: no replica ran the job (see the logs)",
+            runs_key()
+        ));
+    }
+    let mut current: BTreeMap<i64, Vec<&Outcome>> = BTreeMap::new();
+    let mut stale_ticks = Vec::new();
+    for outcome in outcomes {
+        let Some(tick) = outcome.number("tick") else {
+            violations.push(format!(
+                "an outcome has no valid tick: {:?}",
+                outcome.fields
+            ));
+            continue;
+        };
+        if outcome.stale() {
+            stale_ticks.push(tick);
+        } else {
+            current.entry(tick).or_default().push(outcome);
+        }
+    }
+    for tick in stale_ticks {
+        if !current.contains_key(&tick) {
+            violations.push(format!(
+                "tick {} has only a stale outcome",
+                format_tick(Some(tick))
+            ));
+        }
+    }
+    for (&tick, records) in &current {
+        let when = format_tick(Some(tick));
+        if tick % TICK_MS != 0 {
+            violations.push(format!("tick {when} ({tick} ms) is not on the 2 s grid"));
+        }
+        if records.len() > 1 {
+            let who: Vec<String> = records.iter().map(|o| o.describe()).collect();
+            violations.push(format!(
+                "tick {when} has {} current outcomes: {}",
+                records.len(),
+                who.join("; ")
+            ));
+        }
+        for outcome in records {
+            if outcome.get("status") != "ok" {
+                let output = outcome.get("output").trim();
+                violations.push(format!(
+                    "tick {when}: {} exit_code={} signal={}{}",
+                    outcome.describe(),
+                    outcome.fields.get("exit_code").map_or("-", String::as_str),
+                    outcome.fields.get("signal").map_or("-", String::as_str),
+                    if output.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", output:\n{}", indent(output))
+                    }
+                ));
+            }
+        }
+        match draws.get(&tick) {
+            None if records.iter().any(|o| o.get("status") == "ok") => violations.push(format!(
+                "tick {when} ran ok but lottery:draw:{tick} does not exist"
+            )),
+            Some(draw) if !records.iter().any(|o| o.number("fence") == draw.fence) => violations
+                .push(format!(
+                    "lottery:draw:{tick} was drawn by {} with fence {:?}, which is not \
+                     the fence of the tick's outcome",
+                    draw.replica, draw.fence
+                )),
+            _ => {}
+        }
+    }
+    for (&tick, draw) in draws {
+        if !current.contains_key(&tick) {
+            violations.push(format!(
+                "lottery:draw:{tick} ({}) was drawn by {} with fence {:?} but the tick has no \
+                 current outcome",
+                format_tick(Some(tick)),
+                draw.replica,
+                draw.fence
+            ));
+        }
+    }
+    let ticks: Vec<i64> = current.keys().copied().collect();
+    for pair in ticks.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        if b - a > TICK_MS {
+            violations.push(format!(
+                "{} tick(s) missing between {} and {}",
+                (b - a) / TICK_MS - 1,
+                format_tick(Some(a)),
+                format_tick(Some(b))
+            ));
+        }
+    }
+    let fences: Vec<(i64, Option<i64>)> = current
+        .iter()
+        .map(|(&tick, records)| (tick, records[0].number("fence")))
+        .collect();
+    for pair in fences.windows(2) {
+        let ((a, fa), (b, fb)) = (pair[0], pair[1]);
+        match (fa, fb) {
+            (Some(fa), Some(fb)) if fb > fa => {}
+            _ => violations.push(format!(
+                "fences do not increase with ticks: {} has fence {fa:?}, {} has {fb:?}",
+                format_tick(Some(a)),
+                format_tick(Some(b))
+            )),
+        }
+    }
+    let max_fence = fences.iter().filter_map(|&(_, f)| f).max();
+    if max_fence.is_some() && highest_fence != max_fence {
+        violations.push(format!(
+            "lottery:fence is {highest_fence:?}, the highest outcome fence is {max_fence:?}"
+        ));
+    }
+    (current.len(), violations)
+}
+
+/// The last `lines` lines of a file, or why it could not be read.
+fn tail(path: &Path, lines: usize) -> String {
+    match std::fs::read(path) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let all: Vec<&str> = text.lines().collect();
+            all[all.len().saturating_sub(lines)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("      {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

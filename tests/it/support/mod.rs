@@ -1,0 +1,185 @@
+//! Shared helpers: running the `cronlease` binary and reporting everything
+//! about a run that did not go as expected, and the pieces of a cluster in a
+//! test — a private Redis ([`RedisServer`]), daemon processes ([`Replica`]),
+//! their config ([`write_config`]) and what they wrote ([`read_outcomes`]).
+//!
+//! Every helper fails loudly: a missing `redis-server` or a daemon that does
+//! not come up is a panic that says what to do and shows the log, never a
+//! skipped test.
+
+// Each test module uses a subset of these helpers, so a helper unused by
+// today's tests is not dead code that clippy should reject.
+#![allow(dead_code)]
+
+mod outcome;
+mod redis_server;
+mod replica;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+#[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
+pub use outcome::{Outcome, read_outcomes};
+pub use redis_server::RedisServer;
+pub use replica::Replica;
+
+/// What one run of the binary did.
+pub struct Run {
+    pub command: String,
+    pub output: Output,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    /// Everything about the run, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "command: {}\nstatus: {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.command,
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    /// Asserts the exit code and returns self for further checks.
+    #[track_caller]
+    pub fn expect_code(self, code: i32) -> Self {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "unexpected exit status\n{}",
+            self.describe()
+        );
+        self
+    }
+}
+
+pub fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_cronlease"))
+}
+
+/// Runs `cronlease ARGS…` to completion with no standard input.
+pub fn cronlease<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut command = Command::new(binary());
+    command.args(args).stdin(std::process::Stdio::null());
+    command.env_remove("CRONLEASE_CONFIG");
+    let shown = format!("{command:?}");
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    Run {
+        command: shown,
+        output,
+    }
+}
+
+/// A temporary directory holding one config file.
+pub struct ConfigFile {
+    /// Held so the directory lives as long as the file.
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+impl ConfigFile {
+    pub fn new(text: &str) -> ConfigFile {
+        let dir = tempfile::tempdir().expect("cannot create a temporary directory");
+        let path = dir.path().join("jobs.toml");
+        std::fs::write(&path, text).expect("cannot write the config file");
+        ConfigFile { _dir: dir, path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The top of a valid config; tests append jobs to it.
+pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
+
+/// Polls `f` every 50 ms until it returns `Some`, and returns that value.
+///
+/// Tests wait for things that happen in other processes (a claim, an
+/// outcome, a log line); polling with a deadline keeps them fast when all is
+/// well and bounded when it is not.
+///
+/// # Panics
+///
+/// After `timeout`, naming `what` was awaited.
+#[track_caller]
+pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = f() {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Writes `DIR/jobs.toml` for a daemon talking to `redis_url` and returns its
+/// path.
+///
+/// The timings are short so that tests about leases, heartbeats and shutdown
+/// finish in seconds: `lease = "2s"` (renewed every 666 ms, which must exceed
+/// `command_timeout = "300ms"`), `shutdown_grace = "5s"`, `kill_grace = "1s"`,
+/// `heartbeat = "1s"`. `key_prefix` is `"cl"`. `state_dir` is `DIR/state`
+/// (created here): replicas of one test each need their own `DIR`, as their
+/// spools must not be shared.
+///
+/// `extra_daemon` is appended inside `[daemon]` (e.g. `replica_id = "a"`),
+/// `jobs` after it verbatim (the `[jobs.…]` tables).
+pub fn write_config(dir: &Path, redis_url: &str, extra_daemon: &str, jobs: &str) -> PathBuf {
+    let state_dir = dir.join("state");
+    std::fs::create_dir_all(&state_dir)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", state_dir.display()));
+    let mut text = format!(
+        "[redis]\n\
+         url = {url}\n\
+         key_prefix = \"cl\"\n\
+         command_timeout = \"300ms\"\n\
+         \n\
+         [daemon]\n\
+         lease = \"2s\"\n\
+         shutdown_grace = \"5s\"\n\
+         kill_grace = \"1s\"\n\
+         heartbeat = \"1s\"\n\
+         state_dir = {state_dir}\n",
+        url = toml_string(redis_url),
+        state_dir = toml_string(&state_dir.to_string_lossy()),
+    );
+    text.push_str(extra_daemon);
+    if !extra_daemon.is_empty() && !extra_daemon.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push('\n');
+    text.push_str(jobs);
+    let path = dir.join("jobs.toml");
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    path
+}
+
+/// `text` as a TOML basic string, quotes and escapes included, so that paths
+/// and URLs with odd characters still make a valid file.
+pub fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
