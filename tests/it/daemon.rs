@@ -452,3 +452,473 @@ fn a_holder_paused_past_its_lease_kills_its_run_and_records_a_stale_lost_lease()
         "a tick ran twice: {side:?}\n{logs}"
     );
 }
+
+/// (start, end) wall-clock ms of each run in a probe file, by tick.
+fn intervals(file: &Path) -> Vec<(i64, i64, i64)> {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let mut open: BTreeMap<(i64, i64), i64> = BTreeMap::new();
+    let mut done = Vec::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        if parts.len() < 5 {
+            continue;
+        }
+        let key = (parts[1].parse().unwrap(), parts[2].parse().unwrap());
+        let at: i64 = parts[4].parse().unwrap();
+        match parts[0] {
+            "start" => {
+                open.insert(key, at);
+            }
+            "end" => {
+                if let Some(start) = open.remove(&key) {
+                    done.push((key.0, start, at));
+                }
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+/// The most runs that were in flight at once.
+fn max_concurrency(runs: &[(i64, i64, i64)]) -> usize {
+    runs.iter()
+        .map(|&(_, start, _)| {
+            runs.iter()
+                .filter(|&&(_, s, e)| s <= start && start < e)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn overlap_skip_allow_and_replace() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let (skip, allow, replace) = (
+        cluster.path("skip"),
+        cluster.path("allow"),
+        cluster.path("replace"),
+    );
+    let jobs = [
+        probe_job(
+            "skip",
+            "* * * * * *",
+            &skip,
+            "sleep 2.5",
+            "overlap = \"skip\"",
+        ),
+        probe_job(
+            "allow",
+            "* * * * * *",
+            &allow,
+            "sleep 2.5",
+            "overlap = \"allow\"",
+        ),
+        probe_job(
+            "replace",
+            "* * * * * *",
+            &replace,
+            "sleep 10",
+            "overlap = \"replace\"",
+        ),
+    ]
+    .concat();
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(30), "runs of every policy", || {
+        (intervals(&skip).len() >= 2 && intervals(&allow).len() >= 3 && starts(&replace).len() >= 4)
+            .then_some(())
+    });
+    cluster.stop_all();
+    let logs = cluster.logs();
+
+    let skip_runs = intervals(&skip);
+    assert_eq!(
+        max_concurrency(&skip_runs),
+        1,
+        "skip ran concurrently: {skip_runs:?}\n{logs}"
+    );
+    let skip_outcomes = cluster.outcomes("skip");
+    assert!(
+        skip_outcomes
+            .iter()
+            .any(|o| o.status() == "skipped_overlap"),
+        "{skip_outcomes:#?}"
+    );
+    current_by_tick(&skip_outcomes, &logs);
+
+    let allow_runs = intervals(&allow);
+    assert!(
+        max_concurrency(&allow_runs) >= 2,
+        "allow never overlapped: {allow_runs:?}"
+    );
+    let allow_outcomes = cluster.outcomes("allow");
+    assert!(
+        allow_outcomes.iter().all(|o| o.status() == "ok"),
+        "{allow_outcomes:#?}"
+    );
+    current_by_tick(&allow_outcomes, &logs);
+
+    // Each replaced run loses its lease and is killed; the last one is
+    // interrupted by the shutdown.
+    let replace_outcomes = cluster.outcomes("replace");
+    let lost = replace_outcomes
+        .iter()
+        .filter(|o| o.status() == "lost_lease" && !o.stale())
+        .count();
+    assert!(lost >= 2, "{replace_outcomes:#?}\n{logs}");
+    assert!(
+        replace_outcomes.iter().all(|o| o.status() != "ok"),
+        "{replace_outcomes:#?}"
+    );
+    current_by_tick(&replace_outcomes, &logs);
+}
+
+#[test]
+fn misfire_policies_after_every_replica_was_down() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let files: Vec<PathBuf> = ["once", "skip", "all"]
+        .iter()
+        .map(|n| cluster.path(n))
+        .collect();
+    let jobs = [
+        probe_job(
+            "once",
+            "* * * * * *",
+            &files[0],
+            "true",
+            "misfire = \"run_once\"\nmisfire_grace = \"1m\"",
+        ),
+        probe_job(
+            "skip",
+            "* * * * * *",
+            &files[1],
+            "true",
+            "misfire = \"skip\"\nmisfire_grace = \"1m\"",
+        ),
+        probe_job(
+            "all",
+            "* * * * * *",
+            &files[2],
+            "true",
+            "misfire = \"run_all\"\nmisfire_grace = \"1m\"",
+        ),
+    ]
+    .concat();
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "two ticks of each job", || {
+        files.iter().all(|f| starts(f).len() >= 2).then_some(())
+    });
+    cluster.stop_all();
+    let before: Vec<i64> = files
+        .iter()
+        .map(|f| starts(f).iter().map(|s| s.0).max().unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_secs(5));
+    cluster.replicas.clear();
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "ticks after the restart", || {
+        files
+            .iter()
+            .zip(&before)
+            .all(|(f, b)| starts(f).iter().filter(|s| s.0 > b + 6000).count() >= 2)
+            .then_some(())
+    });
+    cluster.stop_all();
+    let logs = cluster.logs();
+
+    let ticks = |i: usize| -> Vec<i64> { starts(&files[i]).iter().map(|s| s.0).collect() };
+    let misfires = |job: &str| -> Vec<i64> {
+        cluster
+            .outcomes(job)
+            .iter()
+            .filter(|o| o.field("trigger") == Some("misfire"))
+            .map(Outcome::tick)
+            .collect()
+    };
+    let gaps = |ticks: &[i64]| -> i64 { ticks.windows(2).map(|w| (w[1] - w[0]) / 1000 - 1).sum() };
+
+    // run_once: one run for the latest missed tick; the older ones are gone.
+    let once = misfires("once");
+    assert_eq!(once.len(), 1, "{once:?}\n{logs}");
+    assert!(
+        gaps(&ticks(0)) >= 2,
+        "run_once ran more than the latest missed tick: {:?}",
+        ticks(0)
+    );
+    // skip: none of the missed ticks.
+    assert!(misfires("skip").is_empty(), "{:?}", misfires("skip"));
+    assert!(
+        gaps(&ticks(1)) >= 3,
+        "skip ran missed ticks: {:?}",
+        ticks(1)
+    );
+    // run_all: every missed tick, oldest first: no gap at all.
+    let all = misfires("all");
+    assert!(all.len() >= 3, "{all:?}\n{logs}");
+    assert!(
+        all.windows(2).all(|w| w[0] < w[1]),
+        "not oldest first: {all:?}"
+    );
+    assert_eq!(gaps(&ticks(2)), 0, "run_all left a gap: {:?}", ticks(2));
+    for job in ["once", "skip", "all"] {
+        current_by_tick(&cluster.outcomes(job), &logs);
+    }
+}
+
+#[test]
+fn timeout_retries_and_the_output_tail() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let counter = cluster.path("attempts");
+    let jobs = format!(
+        "[jobs.slow]\nschedule = \"* * * * * *\"\ncommand = [\"sleep\", \"10\"]\ntimeout = \"500ms\"\n\
+         [jobs.flaky]\nschedule = \"* * * * * *\"\nretries = 3\nretry_backoff = \"100ms\"\n\
+         shell = 'echo attempt >> {c}; [ $(wc -l < {c}) -ge 3 ]'\n\
+         [jobs.chatty]\nschedule = \"* * * * * *\"\nshell = 'for i in $(seq 1 3000); do echo line-$i; done; echo oops >&2'\n",
+        c = counter.display()
+    );
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "an outcome of each job", || {
+        ["slow", "flaky", "chatty"]
+            .iter()
+            .all(|j| !cluster.outcomes(j).is_empty())
+            .then_some(())
+    });
+    cluster.stop_all();
+
+    let slow = &cluster.outcomes("slow")[0];
+    assert_eq!(
+        (slow.status(), slow.field("signal")),
+        ("timeout", Some("15")),
+        "{slow:?}"
+    );
+    let flaky = &cluster.outcomes("flaky")[0];
+    assert_eq!(
+        (flaky.status(), flaky.field("attempts")),
+        ("ok", Some("3")),
+        "{flaky:?}"
+    );
+    let chatty = &cluster.outcomes("chatty")[0];
+    let output = chatty.field("output").unwrap();
+    assert!(
+        output.len() <= 4096 && output.len() > 4000,
+        "tail of {} bytes",
+        output.len()
+    );
+    assert!(
+        output.ends_with("line-3000\noops\n") || output.ends_with("oops\nline-3000\n"),
+        "{output:?}"
+    );
+}
+
+#[test]
+fn sigterm_lets_runs_finish_within_the_grace_then_interrupts_the_rest() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let (short, long) = (cluster.path("short"), cluster.path("long"));
+    let jobs = [
+        probe_job("short", "* * * * * *", &short, "sleep 2", ""),
+        probe_job("long", "* * * * * *", &long, "sleep 60", ""),
+    ]
+    .concat();
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(10), "both jobs running", || {
+        (!starts(&short).is_empty() && !starts(&long).is_empty()).then_some(())
+    });
+    let stopping = std::time::Instant::now();
+    cluster.replicas[0].sigterm();
+    let status = cluster.replicas[0].wait_exit(Duration::from_secs(20));
+    let took = stopping.elapsed();
+    let logs = cluster.logs();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{logs}");
+    // shutdown_grace is 5 s and kill_grace 1 s.
+    assert!(
+        took < Duration::from_secs(12),
+        "drain took {took:?}\n{logs}"
+    );
+    let short_outcomes = cluster.outcomes("short");
+    assert_eq!(
+        short_outcomes.last().map(Outcome::status),
+        Some("ok"),
+        "{short_outcomes:#?}"
+    );
+    let long_outcomes = cluster.outcomes("long");
+    assert_eq!(
+        long_outcomes.last().map(Outcome::status),
+        Some("interrupted"),
+        "{long_outcomes:#?}"
+    );
+    // No lease is left behind.
+    let leases: Vec<String> = redis::cmd("KEYS")
+        .arg("cl:*:lease*")
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    assert!(leases.is_empty(), "{leases:?}");
+}
+
+/// The run ids a replica's log says it claimed.
+fn claimed_run_ids(log: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(" claimed ") || l.contains("claimed a rerun"))
+        .filter_map(|l| l.split("run_id=").nth(1))
+        .map(|rest| {
+            rest.split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_redis_restart_with_aof_loses_no_outcome_and_delivers_spooled_ones_once() {
+    let mut cluster = Cluster::new(RedisServer::start_with(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+    ]));
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("steady", "* * * * * *", &file, "sleep 1.5", "");
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "two outcomes", || {
+        (cluster.outcomes("steady").len() >= 2).then_some(())
+    });
+    // Kill Redis under a run in flight: its outcome has nowhere to go.
+    holder(&cluster, "steady");
+    cluster.redis.kill9();
+    cluster.replicas[0].wait_for_log("outcome spooled", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        cluster.replicas[0].try_exit().is_none(),
+        "the daemon exited while Redis was away"
+    );
+    cluster.redis.restart();
+    cluster.replicas[0].wait_for_log("spooled outcome delivered", Duration::from_secs(20));
+    let restarted = cluster.outcomes("steady").len();
+    wait_until(
+        Duration::from_secs(20),
+        "new runs after the restart",
+        || (cluster.outcomes("steady").len() >= restarted + 2).then_some(()),
+    );
+    cluster.stop_all();
+    let log = cluster.replicas[0].log();
+    let outcomes = cluster.outcomes("steady");
+    // Every claimed run has exactly one outcome of its own (an `abandoned`
+    // recorded by a sweep is a second record, never a second own one).
+    for run_id in claimed_run_ids(&log) {
+        let own = outcomes
+            .iter()
+            .filter(|o| o.run_id() == run_id && o.status() != "abandoned")
+            .count();
+        assert_eq!(
+            own, 1,
+            "run {run_id} has {own} outcomes\n{outcomes:#?}\n{log}"
+        );
+    }
+    let spool = cluster.path("a").join("state").join("spool");
+    let left: Vec<_> = std::fs::read_dir(&spool).unwrap().collect();
+    assert!(left.is_empty(), "spool not empty: {left:?}");
+    current_by_tick(&outcomes, &log);
+}
+
+#[test]
+fn a_redis_restart_without_persistence_is_detected_and_fences_never_go_back() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("steady", "* * * * * *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "three runs", || {
+        (starts(&file).len() >= 3).then_some(())
+    });
+    cluster.redis.stop();
+    cluster.redis.restart();
+    cluster.replicas[0].wait_for_log("REDIS STATE LOSS DETECTED", Duration::from_secs(20));
+    let before = starts(&file).len();
+    wait_until(Duration::from_secs(20), "runs after the restart", || {
+        (starts(&file).len() >= before + 2).then_some(())
+    });
+    cluster.stop_all();
+    let side = starts(&file);
+    let ticks: BTreeSet<i64> = side.iter().map(|s| s.0).collect();
+    assert_eq!(ticks.len(), side.len(), "a tick ran twice: {side:?}");
+    let fences: Vec<i64> = side.iter().map(|s| s.1).collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "a fence went back: {fences:?}"
+    );
+}
+
+#[test]
+fn redis_that_can_evict_keys_is_refused() {
+    for policy in ["allkeys-lru", "volatile-ttl"] {
+        let mut cluster = Cluster::new(RedisServer::start_with(&[
+            "--maxmemory",
+            "100mb",
+            "--maxmemory-policy",
+            policy,
+        ]));
+        cluster.start(
+            "a",
+            &probe_job("j", "@hourly", &cluster.path("x"), "true", ""),
+        );
+        let status = cluster.replicas[0].wait_exit(Duration::from_secs(20));
+        let log = cluster.replicas[0].log();
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(78),
+            "{policy}: {status:?}\n{log}"
+        );
+        assert!(
+            log.contains(&format!("maxmemory-policy {policy}")) && log.contains("noeviction"),
+            "{log}"
+        );
+    }
+    let mut cluster = Cluster::new(RedisServer::start_with(&[
+        "--maxmemory",
+        "100mb",
+        "--maxmemory-policy",
+        "noeviction",
+    ]));
+    cluster.start(
+        "a",
+        &probe_job("j", "@hourly", &cluster.path("x"), "true", ""),
+    );
+    cluster.wait_ready();
+    cluster.stop_all();
+}
+
+#[test]
+fn the_lottery_draw_refuses_a_stale_fence_and_a_second_draw() {
+    let redis = RedisServer::start();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lottery-draw.sh");
+    let draw = |tick: &str, fence: &str| {
+        std::process::Command::new(script)
+            .args(["--winners", "3"])
+            .env("LOTTERY_REDIS_URL", redis.url())
+            .env("CRONLEASE_JOB", "lottery-draw")
+            .env("CRONLEASE_TICK", "2026-11-22T04:00:00Z")
+            .env("CRONLEASE_TICK_MS", tick)
+            .env("CRONLEASE_FENCE", fence)
+            .env("CRONLEASE_RUN_ID", "run")
+            .env("CRONLEASE_REPLICA", "a")
+            .output()
+            .expect("cannot run the lottery example")
+    };
+    assert_eq!(draw("1000", "5").status.code(), Some(0));
+    assert_eq!(
+        draw("1000", "6").status.code(),
+        Some(4),
+        "a tick was drawn twice"
+    );
+    let stale = draw("2000", "4");
+    assert_eq!(stale.status.code(), Some(3), "a stale fence was accepted");
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("stale fence 4"));
+}
