@@ -119,6 +119,9 @@ struct Ctx {
     watchdog: watchdog::Handle,
     /// Every run task; shutdown waits for it.
     runs: TaskTracker,
+    /// Cancelled when shutdown begins: no new run starts after that, not
+    /// even a rerun handed over by a finish or a sweep.
+    claiming: CancellationToken,
     /// Per job: see [`Marks`].
     marks: Mutex<HashMap<String, Marks>>,
     /// Whether Redis answered last time anyone asked; logs on change only.
@@ -198,6 +201,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     check_server_settings(&store).await?;
 
     let service = CancellationToken::new();
+    let claiming = shutdown.child_token();
     let (watchdog, watchdog_task) =
         watchdog::new(store.clone(), config.daemon.lease, service.clone());
     let ctx = Arc::new(Ctx {
@@ -209,6 +213,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
         spool,
         watchdog,
         runs: TaskTracker::new(),
+        claiming: claiming.clone(),
         marks: Mutex::new(HashMap::new()),
         redis_up: watch::Sender::new(true),
         spooled: Notify::new(),
@@ -221,7 +226,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     background.spawn(watchdog_task);
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
-    let claiming = shutdown.child_token();
     let job_loops = TaskTracker::new();
     for job in config.jobs.values() {
         job_loops.spawn(job_loop(
@@ -465,7 +469,10 @@ async fn catch_up(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken) ->
         match claim(ctx, job, tick_ms, Trigger::Misfire, cancel).await {
             // run_all runs missed ticks one after another.
             ClaimEnd::Answered(Some(run)) if job.misfire == Misfire::RunAll => {
-                let _ = run.await;
+                tokio::select! {
+                    _ = run => {}
+                    () = cancel.cancelled() => return None,
+                }
             }
             ClaimEnd::Answered(_) | ClaimEnd::Unreachable => {}
             ClaimEnd::Cancelled => return None,
@@ -720,7 +727,8 @@ async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
         replica: &ctx.identity.replica,
         host: &ctx.identity.host,
     };
-    let offer = (job.on_holder_lost == OnHolderLost::Rerun).then_some(&offer);
+    let offer = (job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled())
+        .then_some(&offer);
     for attempt in 0..3 {
         let sent = Instant::now();
         match ctx
@@ -800,7 +808,7 @@ async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
             replica: &ctx.identity.replica,
             host: &ctx.identity.host,
             history: ctx.config.daemon.history,
-            rerun: job.on_holder_lost == OnHolderLost::Rerun,
+            rerun: job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled(),
             overlap: job.overlap,
             lease: ctx.config.daemon.lease,
             new_run_id: &new_run_id,

@@ -213,17 +213,6 @@ pub enum ClaimReply {
     Wait { ms: i64 },
 }
 
-/// A run in flight as recorded in the job's `running` hash.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
-pub struct RunningEntry {
-    pub tick: i64,
-    pub fence: u64,
-    pub replica: String,
-    pub started: i64,
-    pub expires: i64,
-    pub lease_key: String,
-}
-
 /// One run's renewal, as the watchdog sends it.
 #[derive(Debug, Clone)]
 pub struct Renewal {
@@ -433,28 +422,6 @@ impl Store {
             .invoke_async(&mut conn)
             .await?;
         parse_claim(reply)
-    }
-
-    /// Reads one run's entry in `running`: how an ambiguous claim reply is
-    /// resolved.
-    pub async fn running_entry(
-        &self,
-        job: &str,
-        run_id: &str,
-    ) -> Result<Option<RunningEntry>, StoreError> {
-        let mut conn = self.conn.clone();
-        let raw: Option<String> = redis::cmd("HGET")
-            .arg(self.keys.running(job))
-            .arg(run_id)
-            .query_async(&mut conn)
-            .await?;
-        raw.map(|raw| {
-            serde_json::from_str(&raw).map_err(|e| StoreError::Protocol {
-                what: "HGET running",
-                reply: format!("{raw} ({e})"),
-            })
-        })
-        .transpose()
     }
 
     /// The job's high-water mark, if it has one.

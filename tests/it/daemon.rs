@@ -923,3 +923,14 @@ fn the_lottery_draw_refuses_a_stale_fence_and_a_second_draw() {
     assert_eq!(stale.status.code(), Some(3), "a stale fence was accepted");
     assert!(String::from_utf8_lossy(&stale.stderr).contains("stale fence 4"));
 }
+
+#[test]
+fn a_redis_that_forbids_config_get_is_used_with_a_warning() {
+    let mut cluster = Cluster::new(RedisServer::start_with(&["--rename-command", "CONFIG", ""]));
+    let file = cluster.path("side-effects");
+    cluster.start("a", &probe_job("j", "* * * * * *", &file, "true", ""));
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(10), "a run", || (!starts(&file).is_empty()).then_some(()));
+    cluster.stop_all();
+    assert!(cluster.logs().contains("cannot read Redis settings"), "{}", cluster.logs());
+}
