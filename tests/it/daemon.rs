@@ -930,7 +930,13 @@ fn a_redis_that_forbids_config_get_is_used_with_a_warning() {
     let file = cluster.path("side-effects");
     cluster.start("a", &probe_job("j", "* * * * * *", &file, "true", ""));
     cluster.wait_ready();
-    wait_until(Duration::from_secs(10), "a run", || (!starts(&file).is_empty()).then_some(()));
+    wait_until(Duration::from_secs(10), "a run", || {
+        (!starts(&file).is_empty()).then_some(())
+    });
     cluster.stop_all();
-    assert!(cluster.logs().contains("cannot read Redis settings"), "{}", cluster.logs());
+    assert!(
+        cluster.logs().contains("cannot read Redis settings"),
+        "{}",
+        cluster.logs()
+    );
 }
