@@ -12,9 +12,13 @@ use std::process::ExitCode;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Parser, Subcommand};
 
+use std::time::Duration;
+
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, RedisConfig};
+use crate::operator::{self, OperatorError};
+use crate::store::{Store, StoreError};
 
 /// The default config path, as installed by the package.
 pub const DEFAULT_CONFIG: &str = "/etc/cronlease/jobs.toml";
@@ -45,6 +49,135 @@ pub enum Command {
     /// config, 78 when Redis is configured to evict keys, 1 for other
     /// failures.
     Run(RunArgs),
+    /// Show replicas (alive or dead, runs in flight) and, per job: schedule,
+    /// next tick, paused, the run in flight, the last outcome and config
+    /// drift between replicas.
+    Status(StatusArgs),
+    /// Show a job's outcomes, newest first.
+    History(HistoryArgs),
+    /// Ask the cluster to run a job once now (exactly one live replica runs
+    /// it, under the job's overlap policy; the schedule is not affected).
+    ///
+    /// Prints the run id. With --wait, waits for the outcome and exits 0 on
+    /// `ok`, 1 otherwise.
+    Trigger(TriggerArgs),
+    /// Pause a job on every replica: its ticks are skipped, not caught up.
+    Pause(JobArgs),
+    /// Resume a paused job from its next tick.
+    Resume(JobArgs),
+    /// Run a command under a cluster-wide lock (the flock(1) of a cluster).
+    ///
+    /// The command gets CRONLEASE_FENCE (growing with every acquisition),
+    /// CRONLEASE_LOCK and CRONLEASE_RUN_ID. Exits 75 when the lock is not
+    /// acquired (at once, or after --wait) or its lease is lost (the command
+    /// is then killed); otherwise with the command's status.
+    Lock(LockArgs),
+}
+
+/// How to reach Redis: a config file, or a URL and prefix.
+#[derive(Debug, Args)]
+pub struct ConnectArgs {
+    /// The job table (TOML): its [redis] section and its jobs. Default
+    /// /etc/cronlease/jobs.toml unless --redis-url is given.
+    #[arg(long, short = 'c', value_name = "FILE", env = "CRONLEASE_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Redis URL to use instead of a config file's (redis://, rediss://).
+    #[arg(long, value_name = "URL", env = "CRONLEASE_REDIS_URL")]
+    pub redis_url: Option<String>,
+    /// Key prefix (default: the config's, else "cronlease").
+    #[arg(long, value_name = "P")]
+    pub prefix: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Print JSON (schema in the README).
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    pub job: String,
+    /// How many outcomes.
+    #[arg(short = 'n', long = "count", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub count: u32,
+    /// Print JSON (schema in the README).
+    #[arg(long)]
+    pub json: bool,
+    /// Include each run's recorded output tail.
+    #[arg(long)]
+    pub output: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct TriggerArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    pub job: String,
+    /// Wait for the outcome; exit 0 on `ok`, 1 otherwise.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up (exit 1) after this long.
+    #[arg(long, value_name = "D", default_value = "1h", value_parser = parse_cli_duration, requires = "wait")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    pub job: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LockArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The lock's name: [A-Za-z0-9_.-], 1 to 128 characters.
+    #[arg(value_parser = parse_lock_name)]
+    pub name: String,
+    /// How long the lock stays valid without renewal (renewed every third).
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease)]
+    pub lease: Duration,
+    /// Wait up to this long for the lock instead of exiting 75 at once.
+    #[arg(long, value_name = "D", value_parser = parse_cli_duration)]
+    pub wait: Option<Duration>,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+fn parse_cli_duration(text: &str) -> Result<Duration, String> {
+    crate::config::parse_duration(text, Duration::from_secs(7 * 24 * 3600))
+}
+
+fn parse_lease(text: &str) -> Result<Duration, String> {
+    let lease = crate::config::parse_duration(text, Duration::from_secs(3600))?;
+    if lease < Duration::from_secs(1) {
+        return Err("a lease must be at least 1s".to_string());
+    }
+    Ok(lease)
+}
+
+fn parse_lock_name(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 128
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(text.to_string())
+    } else {
+        Err("expected 1 to 128 characters from A-Z a-z 0-9 _ . -".to_string())
+    }
 }
 
 #[derive(Debug, Args)]
@@ -92,7 +225,235 @@ pub fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Run(args) => run_daemon(&args),
+        Command::Status(args) => operator_command(&args.connect, |target| async move {
+            let report =
+                operator::status(&target.store, target.config.as_ref(), &target.prefix).await?;
+            Ok(if args.json {
+                json_line(&report)
+            } else {
+                operator::render_status(&report, operator::use_colour())
+            })
+        }),
+        Command::History(args) => operator_command(&args.connect, |target| async move {
+            operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
+            let report =
+                operator::history(&target.store, &args.job, args.count as usize, args.output)
+                    .await?;
+            Ok(if args.json {
+                json_line(&report)
+            } else {
+                operator::render_history(&report, operator::use_colour())
+            })
+        }),
+        Command::Trigger(args) => trigger(&args),
+        Command::Pause(args) => pause(&args, true),
+        Command::Resume(args) => pause(&args, false),
+        Command::Lock(args) => lock(args),
     }
+}
+
+/// A connected operator command's world.
+struct Target {
+    store: Store,
+    config: Option<Config>,
+    prefix: String,
+}
+
+/// Why an operator command failed, and so its exit status.
+enum Failure {
+    /// Bad input: exit 2.
+    Invalid(String),
+    /// Redis or another runtime failure: exit 1.
+    Runtime(String),
+    /// Already reported; exit with this status.
+    Exit(u8),
+}
+
+impl From<OperatorError> for Failure {
+    fn from(e: OperatorError) -> Failure {
+        match e {
+            OperatorError::UnknownJob(_) => Failure::Invalid(e.to_string()),
+            OperatorError::Paused(_) | OperatorError::Store(_) => Failure::Runtime(e.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        Failure::Runtime(e.to_string())
+    }
+}
+
+fn json_line(value: &impl serde::Serialize) -> String {
+    let mut text =
+        serde_json::to_string(value).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"));
+    text.push('\n');
+    text
+}
+
+/// Resolves where Redis is: `--redis-url` (with `--prefix`), else the config
+/// file's `[redis]`. The config is loaded when given, or when no URL is.
+fn resolve(connect: &ConnectArgs) -> Result<(RedisConfig, Option<Config>), Failure> {
+    let config_path = match (&connect.config, &connect.redis_url) {
+        (Some(path), _) => Some(path.clone()),
+        (None, None) => Some(PathBuf::from(DEFAULT_CONFIG)),
+        (None, Some(_)) => None,
+    };
+    let config = match config_path {
+        Some(path) => Some(Config::load(&path).map_err(|e| Failure::Invalid(e.to_string()))?),
+        None => None,
+    };
+    let mut redis = match (&connect.redis_url, &config) {
+        (Some(url), _) => {
+            if redis::parse_redis_url(url).is_none() {
+                return Err(Failure::Invalid(format!(
+                    "invalid --redis-url {:?}: expected redis://host:port/db or rediss://…",
+                    crate::config::redact_url(url)
+                )));
+            }
+            RedisConfig {
+                url: url.clone(),
+                key_prefix: config
+                    .as_ref()
+                    .map_or(crate::config::DEFAULT_KEY_PREFIX.to_string(), |c| {
+                        c.redis.key_prefix.clone()
+                    }),
+                connect_timeout: Duration::from_secs(5),
+                command_timeout: Duration::from_secs(5),
+            }
+        }
+        (None, Some(config)) => config.redis.clone(),
+        (None, None) => unreachable!("a config is loaded whenever no URL is given"),
+    };
+    if let Some(prefix) = &connect.prefix {
+        redis.key_prefix = prefix.clone();
+    }
+    Ok((redis, config))
+}
+
+/// Runs an operator command on a small runtime: connect, call `body`, print
+/// what it returns; errors are one line on stderr.
+fn operator_command<F, Fut>(connect: &ConnectArgs, body: F) -> ExitCode
+where
+    F: FnOnce(Target) -> Fut,
+    Fut: std::future::Future<Output = Result<String, Failure>>,
+{
+    init_logging("warn");
+    let result = resolve(connect).and_then(|(redis, config)| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Failure::Runtime(format!("cannot start the async runtime: {e}")))?;
+        runtime.block_on(async {
+            let store = Store::connect(&redis).await?;
+            let prefix = redis.key_prefix.clone();
+            body(Target {
+                store,
+                config,
+                prefix,
+            })
+            .await
+        })
+    });
+    match result {
+        Ok(out) => match std::io::stdout().lock().write_all(out.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: cannot write to stdout: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Err(Failure::Invalid(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::from(EXIT_INVALID_INPUT)
+        }
+        Err(Failure::Runtime(message)) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+        Err(Failure::Exit(code)) => ExitCode::from(code),
+    }
+}
+
+/// `cronlease trigger`.
+fn trigger(args: &TriggerArgs) -> ExitCode {
+    operator_command(&args.connect, |target| async move {
+        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
+        let run_id =
+            operator::trigger(&target.store, &args.job, &operator::operator_identity()).await?;
+        println!("{run_id}");
+        if !args.wait {
+            return Ok(String::new());
+        }
+        let poll = Duration::from_millis(200);
+        match operator::wait_for_outcome(&target.store, &args.job, &run_id, args.timeout, poll)
+            .await?
+        {
+            Some(outcome) => {
+                println!(
+                    "{} {} on {} (fence {})",
+                    args.job, outcome.status, outcome.replica, outcome.fence
+                );
+                if outcome.status == "ok" {
+                    Ok(String::new())
+                } else {
+                    Err(Failure::Exit(1))
+                }
+            }
+            None => {
+                eprintln!(
+                    "error: no outcome for run {run_id} within {}",
+                    humantime::format_duration(args.timeout)
+                );
+                Err(Failure::Exit(1))
+            }
+        }
+    })
+}
+
+/// `cronlease pause` and `cronlease resume`.
+fn pause(args: &JobArgs, paused: bool) -> ExitCode {
+    operator_command(&args.connect, |target| async move {
+        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
+        let who = operator::operator_identity();
+        operator::set_paused(&target.store, &args.job, paused, &who).await?;
+        Ok(format!(
+            "{} {} by {who}\n",
+            args.job,
+            if paused { "paused" } else { "resumed" }
+        ))
+    })
+}
+
+/// `cronlease lock`.
+fn lock(args: LockArgs) -> ExitCode {
+    operator_command(&args.connect, |target| async move {
+        let shutdown = CancellationToken::new();
+        let signals = watch_signals(shutdown.clone())
+            .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
+        let identity = crate::daemon::Identity::new(None);
+        let options = crate::lock::LockOptions {
+            name: args.name.clone(),
+            lease: args.lease,
+            wait: args.wait,
+            kill_grace: target
+                .config
+                .as_ref()
+                .map_or(Duration::from_secs(10), |c| c.daemon.kill_grace),
+            command: args.command.clone(),
+            holder: format!("{}:{}", operator::operator_identity(), identity.pid),
+            host: identity.host,
+        };
+        let result = crate::lock::run(target.store, options, shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = signals.await;
+        match result {
+            Ok(0) => Ok(String::new()),
+            Ok(code) => Err(Failure::Exit(code)),
+            Err(e) => Err(Failure::Runtime(e.to_string())),
+        }
+    })
 }
 
 /// Exit status when Redis is set up to lose our keys (EX_CONFIG).
@@ -100,7 +461,7 @@ pub const EXIT_REDIS_CONFIG: u8 = 78;
 
 /// `cronlease run`.
 fn run_daemon(args: &RunArgs) -> ExitCode {
-    init_logging();
+    init_logging("info");
     let config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {
@@ -170,10 +531,10 @@ fn watch_signals(shutdown: CancellationToken) -> std::io::Result<tokio::task::Jo
     }))
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`).
-fn init_logging() {
+/// Logs to stderr, filtered by `RUST_LOG` (default `default`).
+fn init_logging(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

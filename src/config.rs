@@ -136,6 +136,21 @@ pub struct Job {
     pub on_holder_lost: OnHolderLost,
 }
 
+impl Job {
+    /// A hash of the whole definition (FNV-1a of its debug form, so the same
+    /// binary on every host computes the same value). Replicas publish it in
+    /// their heartbeat; `cronlease status` names those that differ (drift).
+    pub fn definition_hash(&self) -> String {
+        let text = format!("{self:?}");
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in text.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{hash:016x}")
+    }
+}
+
 /// What a run executes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {

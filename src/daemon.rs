@@ -14,7 +14,10 @@
 //! - the **heartbeat**: announces the replica, measures the Redis clock
 //!   offset, detects state loss (the epoch key) and dead replicas (whose runs
 //!   it sweeps);
-//! - the **spool courier**: delivers outcomes that could not reach Redis.
+//! - the **spool courier**: delivers outcomes that could not reach Redis;
+//! - the **trigger consumer**: runs manual requests (`cronlease trigger`)
+//!   from the triggers stream, as one consumer of the replicas' group, and
+//!   takes over requests whose consumer died (`XAUTOCLAIM`).
 //!
 //! Runs are tasks of their own (in `Ctx::runs`), so a job loop never waits
 //! for a run (except for `misfire = "run_all"` catch-up, which runs missed
@@ -45,8 +48,8 @@ use crate::outcome::{Outcome, Trigger};
 use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
-    ClaimReply, ClaimRequest, FinishReply, Recorded, Rerun, RerunOffer, ServerSettings, Store,
-    StoreError, SweepRequest,
+    ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, Recorded, Rerun, RerunOffer,
+    ServerSettings, Store, StoreError, SweepRequest, TriggerReader, TriggerRequest,
 };
 use crate::watchdog::{self, LeaseHold};
 
@@ -226,6 +229,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     background.spawn(watchdog_task);
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
+    background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     let job_loops = TaskTracker::new();
     for job in config.jobs.values() {
         job_loops.spawn(job_loop(
@@ -499,7 +503,7 @@ async fn claim(
     let run_id = Uuid::new_v4().to_string();
     let give_up_at = match trigger {
         Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire | Trigger::Rerun => {
+        Trigger::Misfire | Trigger::Rerun | Trigger::Manual => {
             tick_ms + i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX)
         }
     };
@@ -675,6 +679,7 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
         retries: job.retries,
         retry_backoff: job.retry_backoff,
         output_tail_bytes: ctx.config.daemon.output_tail_bytes,
+        stdio: runner::StdioMode::Capture,
     };
     let ctx2 = ctx.clone();
     let job = job.clone();
@@ -835,17 +840,6 @@ async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
     }
 }
 
-/// FNV-1a of a job's definition: replicas compare it to spot config drift.
-fn job_hash(job: &Job) -> String {
-    let text = format!("{job:?}");
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{hash:016x}")
-}
-
 async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let mut interval = tokio::time::interval(ctx.config.daemon.heartbeat);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -853,7 +847,7 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         .config
         .jobs
         .values()
-        .map(|job| (job.name.clone(), job_hash(job).into()))
+        .map(|job| (job.name.clone(), job.definition_hash().into()))
         .collect();
     let new_epoch = Uuid::new_v4().to_string();
     let own_heartbeat_ms =
@@ -986,5 +980,145 @@ async fn deliver_spooled(ctx: &Ctx) {
                 return;
             }
         }
+    }
+}
+
+/// How long one read of the triggers stream blocks: the only command an
+/// idle consumer sends.
+const TRIGGER_BLOCK: Duration = Duration::from_secs(5);
+
+/// Reads manual run requests and runs the ones this replica wins.
+async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    // A request read by a consumer that died is taken over once it has been
+    // pending for a lease: by then that consumer's run, if any, is known.
+    let min_idle = ctx.config.daemon.lease;
+    let mut reader: Option<TriggerReader> = None;
+    let mut next_takeover = Instant::now();
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let Some(active) = reader.as_mut() else {
+            let connected = async {
+                ctx.store.ensure_trigger_group().await?;
+                ctx.store
+                    .trigger_reader(&ctx.identity.replica, TRIGGER_BLOCK)
+                    .await
+            }
+            .await;
+            match connected {
+                Ok(connected) => reader = Some(connected),
+                Err(e) => {
+                    debug!(error = %e, "cannot read triggers yet");
+                    if !pause(Duration::from_secs(1), &cancel).await {
+                        return;
+                    }
+                }
+            }
+            continue;
+        };
+        let mut requests = Vec::new();
+        if Instant::now() >= next_takeover {
+            match ctx
+                .store
+                .claim_stale_triggers(&ctx.identity.replica, min_idle)
+                .await
+            {
+                Ok(stale) => requests = stale,
+                Err(e) => debug!(error = %e, "cannot take over pending triggers"),
+            }
+            next_takeover = Instant::now() + min_idle;
+        }
+        if requests.is_empty() {
+            let block = TRIGGER_BLOCK
+                .min(next_takeover.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1));
+            let read = tokio::select! {
+                () = cancel.cancelled() => return,
+                read = active.read(block) => read,
+            };
+            match read {
+                Ok(read) => requests = read,
+                Err(e) => {
+                    debug!(error = %e, "reading triggers failed; reconnecting");
+                    reader = None;
+                    if !pause(Duration::from_millis(500), &cancel).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        for request in requests {
+            if cancel.is_cancelled() {
+                // Left pending: another replica takes it over.
+                return;
+            }
+            handle_trigger(&ctx, request).await;
+        }
+    }
+}
+
+/// Starts one manual run (or records why not) and acknowledges the request.
+async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
+    let Some(job) = ctx.config.jobs.get(&request.job) else {
+        warn!(job = %request.job, run_id = %request.run_id, "trigger for a job this replica does not have; dropped");
+        let _ = ctx.store.ack_trigger(&request.id).await;
+        return;
+    };
+    let job = Arc::new(job.clone());
+    let sent = Instant::now();
+    let reply = ctx
+        .store
+        .manual_claim(&ManualRequest {
+            request: &request,
+            lease: ctx.config.daemon.lease,
+            overlap: job.overlap,
+            replica: &ctx.identity.replica,
+            host: &ctx.identity.host,
+            history: ctx.config.daemon.history,
+            min_fence: ctx.marks(&job.name).fence,
+        })
+        .await;
+    match reply {
+        Ok(ManualReply::Claimed {
+            fence,
+            started_ms,
+            lease_key,
+        }) => {
+            ctx.note(&job.name, None, Some(fence));
+            info!(
+                job = %job.name, fence, run_id = %request.run_id, requested_by = %request.requested_by,
+                replica = %ctx.identity.replica, "claimed a manual run"
+            );
+            start_run(
+                ctx,
+                &job,
+                RunStart {
+                    tick_ms: request.requested_ms(),
+                    run_id: request.run_id.clone(),
+                    fence,
+                    lease_key,
+                    started_ms,
+                    trigger: Trigger::Manual,
+                    valid_from: sent,
+                },
+            );
+            ctx.heartbeat_now.notify_one();
+        }
+        Ok(ManualReply::Busy { holder }) => {
+            info!(job = %job.name, run_id = %request.run_id, %holder, "manual run recorded as skipped_overlap: a run is in flight");
+        }
+        Ok(ManualReply::Duplicate) => {
+            debug!(run_id = %request.run_id, "manual run already handled")
+        }
+        Err(e) => {
+            // Left pending: taken over (by us or another replica) later.
+            ctx.redis_failed(&e);
+            return;
+        }
+    }
+    if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+        debug!(error = %e, "cannot acknowledge a trigger; a second delivery is recognised by its run id");
     }
 }

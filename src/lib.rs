@@ -11,6 +11,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod lock;
+pub mod operator;
 pub mod outcome;
 pub mod runner;
 pub mod schedule;

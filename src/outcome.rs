@@ -60,6 +60,9 @@ pub enum Trigger {
     Misfire,
     /// Its first holder died and `on_holder_lost = "rerun"` ran it again.
     Rerun,
+    /// An operator asked for it (`cronlease trigger`); not a tick of the
+    /// schedule.
+    Manual,
 }
 
 impl Trigger {
@@ -68,6 +71,7 @@ impl Trigger {
             Trigger::Schedule => "schedule",
             Trigger::Misfire => "misfire",
             Trigger::Rerun => "rerun",
+            Trigger::Manual => "manual",
         }
     }
 }

@@ -48,6 +48,17 @@ pub struct RunSpec {
     pub retries: u32,
     pub retry_backoff: Duration,
     pub output_tail_bytes: usize,
+    pub stdio: StdioMode,
+}
+
+/// Where a command's standard streams go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdioMode {
+    /// stdin from /dev/null; stdout and stderr to the log, line by line, and
+    /// their tail into the outcome (jobs).
+    Capture,
+    /// All three inherited from cronlease (`cronlease lock -- CMD`).
+    Inherit,
 }
 
 /// Why a run is being stopped from outside.
@@ -154,11 +165,18 @@ fn build_command(spec: &RunSpec) -> tokio::process::Command {
     command
         .current_dir(&spec.workdir)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    match spec.stdio {
+        StdioMode::Capture => command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        StdioMode::Inherit => command
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit()),
+    };
     // SAFETY: the closure runs in the child between fork and exec and only
     // calls prctl(2), which is async-signal-safe.
     unsafe {
@@ -335,6 +353,7 @@ mod tests {
             retries: 0,
             retry_backoff: Duration::from_millis(10),
             output_tail_bytes: 4096,
+            stdio: StdioMode::Capture,
         }
     }
 

@@ -86,13 +86,37 @@ impl Keys {
     pub fn epoch(&self) -> String {
         format!("{}:epoch", self.prefix)
     }
+
+    /// Stream: manual run requests (`cronlease trigger`), read by the
+    /// consumer group [`TRIGGER_GROUP`].
+    pub fn triggers(&self) -> String {
+        format!("{}:triggers", self.prefix)
+    }
+
+    /// The pseudo-job whose keys hold the lock NAME (`:` keeps it apart from
+    /// every job name).
+    pub fn lock_job(name: &str) -> String {
+        format!("lock:{name}")
+    }
+
+    /// Pub/sub channel on which a lock's release is announced.
+    pub fn lock_channel(&self, name: &str) -> String {
+        format!("{}:{{lock:{name}}}:released", self.prefix)
+    }
 }
+
+/// The consumer group of the replicas on the triggers stream.
+pub const TRIGGER_GROUP: &str = "replicas";
 
 struct Scripts {
     claim: Script,
     renew: Script,
     finish: Script,
     sweep: Script,
+    manual: Script,
+    lock_acquire: Script,
+    lock_release: Script,
+    pause: Script,
 }
 
 impl Scripts {
@@ -103,6 +127,10 @@ impl Scripts {
             renew: script(include_str!("lua/renew.lua")),
             finish: script(include_str!("lua/finish.lua")),
             sweep: script(include_str!("lua/sweep.lua")),
+            manual: script(include_str!("lua/manual.lua")),
+            lock_acquire: script(include_str!("lua/lock_acquire.lua")),
+            lock_release: script(include_str!("lua/lock_release.lua")),
+            pause: Script::new(include_str!("lua/pause.lua")),
         }
     }
 }
@@ -313,6 +341,9 @@ pub struct HeartbeatReply {
 /// every clone shares one multiplexed connection that reconnects by itself.
 #[derive(Clone)]
 pub struct Store {
+    /// For connections of their own (blocking reads, pub/sub).
+    client: redis::Client,
+    command_timeout: Duration,
     conn: ConnectionManager,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
@@ -334,7 +365,7 @@ impl Store {
             .set_max_delay(Duration::from_secs(2));
         let conn = tokio::time::timeout(
             config.connect_timeout + config.command_timeout,
-            ConnectionManager::new_with_config(client, manager_config),
+            ConnectionManager::new_with_config(client.clone(), manager_config),
         )
         .await
         .map_err(|_| StoreError::Connect {
@@ -343,6 +374,8 @@ impl Store {
         })?
         .map_err(|source| StoreError::Connect { url, source })?;
         Ok(Store {
+            client,
+            command_timeout: config.command_timeout,
             conn,
             keys: Arc::new(Keys::new(&config.key_prefix)),
             scripts: Arc::new(Scripts::new()),
@@ -631,6 +664,428 @@ fn parse_rerun(
         lease_key: as_string(&items[from + 2]).ok_or_else(|| protocol(what, &items[from + 2]))?,
         started_ms: int(3)?,
     }))
+}
+
+/// A manual run request as read from the triggers stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerRequest {
+    /// The stream entry id; its first part is the request's Redis time.
+    pub id: String,
+    pub job: String,
+    pub run_id: String,
+    pub requested_by: String,
+}
+
+impl TriggerRequest {
+    /// Redis time of the request, ms (from the entry id).
+    pub fn requested_ms(&self) -> i64 {
+        self.id
+            .split('-')
+            .next()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Everything the manual-run script needs.
+#[derive(Debug, Clone)]
+pub struct ManualRequest<'a> {
+    pub request: &'a TriggerRequest,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    pub min_fence: u64,
+}
+
+/// What the manual-run script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManualReply {
+    Claimed {
+        fence: u64,
+        started_ms: i64,
+        lease_key: String,
+    },
+    /// A run is in flight and `overlap = "skip"`: recorded as skipped.
+    Busy { holder: String },
+    /// This request was handled before.
+    Duplicate,
+}
+
+/// What the lock script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockReply {
+    Acquired { fence: u64, lease_key: String },
+    Held { holder: String, ttl_ms: i64 },
+}
+
+/// A connection of its own for blocking reads of the triggers stream.
+pub struct TriggerReader {
+    conn: redis::aio::MultiplexedConnection,
+    keys: Arc<Keys>,
+    consumer: String,
+}
+
+impl TriggerReader {
+    /// Waits up to `block` for new requests for this consumer.
+    pub async fn read(&mut self, block: Duration) -> Result<Vec<TriggerRequest>, StoreError> {
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(TRIGGER_GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(100)
+            .arg("BLOCK")
+            .arg(duration_ms(block))
+            .arg("STREAMS")
+            .arg(self.keys.triggers())
+            .arg(">")
+            .query_async(&mut self.conn)
+            .await?;
+        // [[stream, [[id, [field, value, …]], …]]] or nil
+        let Value::Array(streams) = reply else {
+            return Ok(Vec::new());
+        };
+        let mut requests = Vec::new();
+        for stream in streams {
+            let Value::Array(mut parts) = stream else {
+                continue;
+            };
+            if parts.len() == 2
+                && let Value::Array(entries) = parts.remove(1)
+            {
+                requests.extend(entries.into_iter().filter_map(parse_trigger_entry));
+            }
+        }
+        Ok(requests)
+    }
+}
+
+fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
+    let Value::Array(mut parts) = entry else {
+        return None;
+    };
+    if parts.len() != 2 {
+        return None;
+    }
+    let fields = match parts.remove(1) {
+        Value::Array(fields) => fields,
+        _ => Vec::new(),
+    };
+    let id = as_string(&parts[0])?;
+    let mut job = String::new();
+    let mut run_id = String::new();
+    let mut requested_by = String::new();
+    for pair in fields.chunks(2) {
+        let (Some(name), Some(value)) = (
+            pair.first().and_then(as_string),
+            pair.get(1).and_then(as_string),
+        ) else {
+            continue;
+        };
+        match name.as_str() {
+            "job" => job = value,
+            "run_id" => run_id = value,
+            "requested_by" => requested_by = value,
+            _ => {}
+        }
+    }
+    Some(TriggerRequest {
+        id,
+        job,
+        run_id,
+        requested_by,
+    })
+}
+
+impl Store {
+    /// Creates the replicas' consumer group on the triggers stream (and the
+    /// stream) if missing.
+    pub async fn ensure_trigger_group(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let result: Result<(), redis::RedisError> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg("$")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await;
+        match result {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// A reader of the triggers stream as consumer `consumer`, on a
+    /// connection of its own (its reads block).
+    pub async fn trigger_reader(
+        &self,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<TriggerReader, StoreError> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_response_timeout(Some(block + self.command_timeout));
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok(TriggerReader {
+            conn,
+            keys: self.keys.clone(),
+            consumer: consumer.to_string(),
+        })
+    }
+
+    /// Takes over requests another consumer read but did not acknowledge
+    /// within `min_idle` (it died).
+    pub async fn claim_stale_triggers(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+    ) -> Result<Vec<TriggerRequest>, StoreError> {
+        let mut conn = self.conn.clone();
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(consumer)
+            .arg(duration_ms(min_idle))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(100)
+            .query_async(&mut conn)
+            .await?;
+        let Value::Array(mut parts) = reply else {
+            return Err(protocol("XAUTOCLAIM", &reply));
+        };
+        if parts.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let Value::Array(entries) = parts.remove(1) else {
+            return Ok(Vec::new());
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(parse_trigger_entry)
+            .collect())
+    }
+
+    /// Acknowledges a handled request.
+    pub async fn ack_trigger(&self, id: &str) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = redis::cmd("XACK")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Queues a manual run request; returns its stream id.
+    pub async fn enqueue_trigger(
+        &self,
+        job: &str,
+        run_id: &str,
+        requested_by: &str,
+    ) -> Result<String, StoreError> {
+        let mut conn = self.conn.clone();
+        let id: String = redis::cmd("XADD")
+            .arg(self.keys.triggers())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(10_000)
+            .arg("*")
+            .arg("job")
+            .arg(job)
+            .arg("run_id")
+            .arg(run_id)
+            .arg("requested_by")
+            .arg(requested_by)
+            .query_async(&mut conn)
+            .await?;
+        Ok(id)
+    }
+
+    /// Runs the manual-run script for a request.
+    pub async fn manual_claim(
+        &self,
+        manual: &ManualRequest<'_>,
+    ) -> Result<ManualReply, StoreError> {
+        let request = manual.request;
+        let keys = &self.keys;
+        let job = request.job.as_str();
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .scripts
+            .manual
+            .key(keys.state(job))
+            .key(keys.running(job))
+            .key(keys.lease(job))
+            .key(keys.runs(job))
+            .key(keys.done(job, &request.run_id))
+            .arg(request.requested_ms())
+            .arg(&request.run_id)
+            .arg(duration_ms(manual.lease))
+            .arg(manual.overlap.as_str())
+            .arg(manual.replica)
+            .arg(manual.host)
+            .arg(manual.history)
+            .arg(manual.min_fence)
+            .invoke_async(&mut conn)
+            .await?;
+        let items = as_array(reply, "manual")?;
+        let bad = || protocol("manual", &Value::Array(items.clone()));
+        match items.first().and_then(as_string).as_deref() {
+            Some("claimed") => Ok(ManualReply::Claimed {
+                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
+                started_ms: items.get(2).and_then(as_int).ok_or_else(bad)?,
+                lease_key: items.get(3).and_then(as_string).ok_or_else(bad)?,
+            }),
+            Some("busy") => Ok(ManualReply::Busy {
+                holder: items.get(1).and_then(as_string).unwrap_or_default(),
+            }),
+            Some("duplicate") => Ok(ManualReply::Duplicate),
+            _ => Err(bad()),
+        }
+    }
+
+    /// The stream id of a run's recorded outcome, once there is one.
+    pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("GET")
+            .arg(self.keys.done(job, run_id))
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// Pauses or resumes a job; returns the Redis time it happened.
+    pub async fn set_paused(&self, job: &str, paused: bool, who: &str) -> Result<i64, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(self
+            .scripts
+            .pause
+            .key(self.keys.state(job))
+            .arg(if paused { "1" } else { "0" })
+            .arg(who)
+            .invoke_async(&mut conn)
+            .await?)
+    }
+
+    /// A hash as field → value (state, running, replicas).
+    pub async fn hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("HGETALL")
+            .arg(key)
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// The newest `count` entries of a job's outcome stream, newest first.
+    pub async fn history(
+        &self,
+        job: &str,
+        count: usize,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, StoreError> {
+        let mut conn = self.conn.clone();
+        Ok(redis::cmd("XREVRANGE")
+            .arg(self.keys.runs(job))
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count)
+            .query_async(&mut conn)
+            .await?)
+    }
+
+    /// One entry of a job's outcome stream.
+    pub async fn outcome_entry(
+        &self,
+        job: &str,
+        id: &str,
+    ) -> Result<Option<Vec<(String, String)>>, StoreError> {
+        let mut conn = self.conn.clone();
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+            .arg(self.keys.runs(job))
+            .arg(id)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(entries.into_iter().next().map(|(_, fields)| fields))
+    }
+
+    /// Whether any key of the job exists (for "unknown job" without a config).
+    pub async fn job_exists(&self, job: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let n: i64 = redis::cmd("EXISTS")
+            .arg(self.keys.state(job))
+            .arg(self.keys.runs(job))
+            .query_async(&mut conn)
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Tries to take lock `name`.
+    pub async fn lock_acquire(
+        &self,
+        name: &str,
+        run_id: &str,
+        lease: Duration,
+        holder: &str,
+        host: &str,
+    ) -> Result<LockReply, StoreError> {
+        let job = Keys::lock_job(name);
+        let mut conn = self.conn.clone();
+        let reply: Value = self
+            .scripts
+            .lock_acquire
+            .key(self.keys.state(&job))
+            .key(self.keys.running(&job))
+            .key(self.keys.lease(&job))
+            .arg(run_id)
+            .arg(duration_ms(lease))
+            .arg(holder)
+            .arg(host)
+            .invoke_async(&mut conn)
+            .await?;
+        let items = as_array(reply, "lock")?;
+        let bad = || protocol("lock", &Value::Array(items.clone()));
+        match items.first().and_then(as_string).as_deref() {
+            Some("acquired") => Ok(LockReply::Acquired {
+                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
+                lease_key: items.get(2).and_then(as_string).ok_or_else(bad)?,
+            }),
+            Some("held") => Ok(LockReply::Held {
+                holder: items.get(1).and_then(as_string).unwrap_or_default(),
+                ttl_ms: items.get(2).and_then(as_int).unwrap_or(0),
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Releases lock `name` if `run_id` holds it, waking waiters.
+    pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
+        let job = Keys::lock_job(name);
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .scripts
+            .lock_release
+            .key(self.keys.running(&job))
+            .key(self.keys.lease(&job))
+            .arg(run_id)
+            .arg(self.keys.lock_channel(name))
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// A pub/sub connection subscribed to lock `name`'s release channel.
+    pub async fn lock_waiter(&self, name: &str) -> Result<redis::aio::PubSub, StoreError> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        pubsub.subscribe(self.keys.lock_channel(name)).await?;
+        Ok(pubsub)
+    }
 }
 
 fn duration_ms(d: Duration) -> u64 {

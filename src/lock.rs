@@ -1,0 +1,191 @@
+//! `cronlease lock NAME -- CMD`: the `flock(1)` of a cluster.
+//!
+//! Takes a cluster-wide lock in Redis (the keys of the pseudo-job
+//! `lock:NAME`, with a fence like any claim), runs the command under the
+//! same watchdog as a job (the lease renewed every lease/3, the command
+//! killed at once if the lease is lost), and releases the lock, waking the
+//! waiters through pub/sub. A waiter sleeps until a release is published or
+//! the holder's lease would lapse (a holder that died publishes nothing),
+//! never polling.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{oneshot, watch};
+use tokio::time::{Instant, sleep, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Command;
+use crate::outcome::Status;
+use crate::runner::{self, RunSpec, StdioMode, Stop};
+use crate::store::{Keys, LockReply, Store, StoreError};
+use crate::watchdog::{self, LeaseHold};
+
+/// Exit status when the lock was not acquired or its lease was lost
+/// (EX_TEMPFAIL: try again later).
+pub const EXIT_TEMPFAIL: u8 = 75;
+
+/// What to run under which lock.
+#[derive(Debug, Clone)]
+pub struct LockOptions {
+    pub name: String,
+    pub lease: Duration,
+    /// How long to wait for the lock; `None`: give up at once.
+    pub wait: Option<Duration>,
+    pub kill_grace: Duration,
+    /// The command and its arguments (non-empty).
+    pub command: Vec<String>,
+    /// Who holds the lock, as shown to other waiters.
+    pub holder: String,
+    pub host: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read the current directory: {0}")]
+    Workdir(std::io::Error),
+}
+
+/// Takes the lock, runs the command, releases the lock; returns the exit
+/// status for the process. `shutdown` (SIGTERM/SIGINT) stops a waiter, or
+/// interrupts the command (SIGTERM, `kill_grace`, SIGKILL).
+pub async fn run(
+    store: Store,
+    options: LockOptions,
+    shutdown: CancellationToken,
+) -> Result<u8, LockError> {
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let Some((fence, lease_key, valid_from)) =
+        acquire(&store, &options, &run_id, &shutdown).await?
+    else {
+        return Ok(EXIT_TEMPFAIL);
+    };
+    tracing::info!(lock = %options.name, fence, %run_id, "lock acquired");
+
+    let service = CancellationToken::new();
+    let (watchdog, watchdog_task) = watchdog::new(store.clone(), options.lease, service.clone());
+    let watchdog_task = tokio::spawn(watchdog_task);
+    let (stop_tx, stop_rx) = watch::channel(None);
+    watchdog.send(watchdog::Command::Hold(LeaseHold {
+        job: Keys::lock_job(&options.name),
+        run_id: run_id.clone(),
+        tick_ms: 0,
+        fence,
+        lease_key,
+        valid_from,
+        stop: stop_tx,
+    }));
+    let spec = RunSpec {
+        job: Keys::lock_job(&options.name),
+        run_id: run_id.clone(),
+        command: Command::Argv(options.command.clone()),
+        workdir: std::env::current_dir().map_err(LockError::Workdir)?,
+        env: vec![
+            ("CRONLEASE_LOCK".to_string(), options.name.clone()),
+            ("CRONLEASE_FENCE".to_string(), fence.to_string()),
+            ("CRONLEASE_RUN_ID".to_string(), run_id.clone()),
+        ],
+        timeout: None,
+        kill_grace: options.kill_grace,
+        retries: 0,
+        retry_backoff: Duration::ZERO,
+        output_tail_bytes: 0,
+        stdio: StdioMode::Inherit,
+    };
+    let run = runner::execute(&spec, stop_rx);
+    tokio::pin!(run);
+    let result = tokio::select! {
+        result = &mut run => result,
+        () = shutdown.cancelled() => {
+            watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
+            run.await
+        }
+    };
+    let (done_tx, done_rx) = oneshot::channel();
+    watchdog.send(watchdog::Command::Release {
+        run_id: run_id.clone(),
+        done: done_tx,
+    });
+    let _ = done_rx.await;
+    service.cancel();
+    let _ = watchdog_task.await;
+    match store.lock_release(&options.name, &run_id).await {
+        Ok(true) => tracing::info!(lock = %options.name, "lock released"),
+        Ok(false) => tracing::warn!(lock = %options.name, "the lock was no longer ours to release"),
+        Err(e) => {
+            tracing::warn!(lock = %options.name, error = %e, "cannot release the lock; it lapses with its lease")
+        }
+    }
+    Ok(match result.status {
+        Status::Ok => 0,
+        Status::LostLease => {
+            eprintln!(
+                "cronlease lock: the lease of lock {:?} was lost; the command was killed",
+                options.name
+            );
+            EXIT_TEMPFAIL
+        }
+        _ => match (result.exit_code, result.signal) {
+            (Some(code), _) => u8::try_from(code).unwrap_or(1),
+            (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+            (None, None) => 1,
+        },
+    })
+}
+
+/// Takes the lock, waiting if asked; `None` if it was not acquired.
+async fn acquire(
+    store: &Store,
+    options: &LockOptions,
+    run_id: &str,
+    shutdown: &CancellationToken,
+) -> Result<Option<(u64, String, Instant)>, LockError> {
+    let deadline = options.wait.map(|wait| Instant::now() + wait);
+    let mut waiter = None;
+    loop {
+        let sent = Instant::now();
+        let reply = store
+            .lock_acquire(
+                &options.name,
+                run_id,
+                options.lease,
+                &options.holder,
+                &options.host,
+            )
+            .await?;
+        let (holder, ttl_ms) = match reply {
+            LockReply::Acquired { fence, lease_key } => return Ok(Some((fence, lease_key, sent))),
+            LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
+        };
+        let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
+            eprintln!(
+                "cronlease lock: lock {:?} is held by {holder}",
+                options.name
+            );
+            return Ok(None);
+        };
+        if waiter.is_none() {
+            // Subscribe, then ask again: a release between the two is not missed.
+            waiter = Some(store.lock_waiter(&options.name).await?);
+            continue;
+        }
+        let pubsub = waiter
+            .as_mut()
+            .expect("the waiter was subscribed just above");
+        let lapse =
+            Instant::now() + Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0).max(1));
+        tracing::debug!(lock = %options.name, %holder, ttl_ms, "waiting for the lock");
+        let mut messages = pubsub.on_message();
+        tokio::select! {
+            _ = messages.next() => {}
+            () = sleep_until(lapse) => {}
+            () = sleep_until(deadline) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
+        // A message may arrive just before the lock is free to take; a
+        // breath avoids a busy loop on a flood of releases.
+        sleep(Duration::from_millis(1)).await;
+    }
+}

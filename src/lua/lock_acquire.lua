@@ -1,0 +1,17 @@
+-- Takes the cluster-wide lock of `cronlease lock NAME` for run id ARGV[1],
+-- with a new fence, unless someone holds it. Entries of holders that died
+-- (expired) are dropped from `running` on the way.
+-- KEYS: state, running, lease    ARGV: run_id, lease_ms, holder, host
+-- Returns {'acquired', fence, lease_key} or {'held', holder, pttl_ms}.
+local state, running, lease = KEYS[1], KEYS[2], KEYS[3]
+local run_id, lease_ms, holder, host = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local current = redis.call('GET', lease)
+if current then return {'held', current, redis.call('PTTL', lease)} end
+local now = now_ms()
+local entries = redis.call('HGETALL', running)
+for i = 1, #entries, 2 do
+  if cjson.decode(entries[i + 1]).expires < now then redis.call('HDEL', running, entries[i]) end
+end
+local fence, lease_key = start_run(state, running, lease, run_id, now, lease_ms, 'skip',
+  holder, host, 'lock', 0, 0, now)
+return {'acquired', fence, lease_key}

@@ -1,0 +1,28 @@
+-- Starts a manual run (`cronlease trigger`) of one job for run id ARGV[2].
+-- Unlike a claim it has no tick to win: it never reads or moves `last_tick`.
+-- The run id comes from the trigger request, so a request delivered twice
+-- (its first consumer died, XAUTOCLAIM gave it to another) starts at most
+-- one run.
+-- KEYS: state, running, lease, runs, done (the run id's done marker)
+-- ARGV: tick_ms (the request's time), run_id, lease_ms, overlap, replica,
+--       host, maxlen, min_fence
+local state, running, lease, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
+local maxlen, min_fence = ARGV[7], tonumber(ARGV[8])
+if redis.call('HEXISTS', running, run_id) == 1 or redis.call('EXISTS', done) == 1 then
+  return {'duplicate'}
+end
+local now = now_ms()
+if overlap == 'skip' then
+  local holder = redis.call('GET', lease)
+  if holder then
+    local id = record_outcome(state, runs, maxlen,
+      skip_fields(tick, run_id, replica, host, now, 'manual'), false)
+    redis.call('SET', done, id, 'PX', 7 * 24 * 3600 * 1000)
+    return {'busy', holder}
+  end
+end
+local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
+  replica, host, 'manual', 0, min_fence, now)
+return {'claimed', fence, now, lease_key}

@@ -1,0 +1,670 @@
+//! The operator's view: what `status`, `history`, `trigger`, `pause` and
+//! `resume` read and write, as plain data.
+//!
+//! Each function takes a connected [`Store`] (and the job table when the
+//! operator has one) and returns a serializable report; the `--json` output
+//! is that report, and the text output is rendered from it here too, so both
+//! always say the same. Nothing here runs a job: `trigger` only queues a
+//! request for the replicas.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::store::{Store, StoreError};
+
+/// Failures of an operator command.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// The job is neither in the config nor known to Redis.
+    #[error("unknown job {0:?}: not in the job table and nothing recorded for it in Redis")]
+    UnknownJob(String),
+    #[error("job {0:?} is paused (cronlease resume {0} first)")]
+    Paused(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A replica as its heartbeat describes it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ReplicaStatus {
+    pub id: String,
+    pub host: String,
+    pub pid: u64,
+    pub version: String,
+    pub started_ms: i64,
+    pub last_seen_ms: i64,
+    /// Heard from within max(3 heartbeats, its lease).
+    pub alive: bool,
+    pub runs: Vec<ReplicaRun>,
+    /// Per job: the hash of its definition on that replica.
+    #[serde(skip)]
+    pub config_hash: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, serde::Deserialize)]
+pub struct ReplicaRun {
+    pub job: String,
+    pub run_id: String,
+    pub tick_ms: i64,
+    pub fence: u64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RunningStatus {
+    pub run_id: String,
+    pub replica: String,
+    pub tick_ms: i64,
+    pub fence: u64,
+    pub started_ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LastOutcome {
+    pub status: String,
+    pub tick_ms: i64,
+    pub replica: String,
+    pub fence: u64,
+    pub duration_ms: i64,
+    pub finished_ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobStatus {
+    pub name: String,
+    /// From the job table; `None` when the operator has none.
+    pub schedule: Option<String>,
+    pub timezone: Option<String>,
+    pub next_tick: Option<String>,
+    pub paused: bool,
+    pub paused_by: Option<String>,
+    pub paused_at_ms: Option<i64>,
+    pub running: Vec<RunningStatus>,
+    pub last_outcome: Option<LastOutcome>,
+    /// Replicas whose definition of the job differs (see [`status`]).
+    pub config_drift: Vec<String>,
+}
+
+/// The whole `cronlease status` report (also its `--json` schema).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StatusReport {
+    pub prefix: String,
+    pub now_ms: i64,
+    pub replicas: Vec<ReplicaStatus>,
+    pub jobs: Vec<JobStatus>,
+}
+
+fn parse_replica(id: &str, raw: &str, now_ms: i64) -> ReplicaStatus {
+    let record: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+    let int = |name: &str| record[name].as_i64().unwrap_or(0);
+    let text = |name: &str| record[name].as_str().unwrap_or_default().to_string();
+    let last_seen_ms = int("last_seen_ms");
+    let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
+    let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
+    ReplicaStatus {
+        id: id.to_string(),
+        host: text("host"),
+        pid: record["pid"].as_u64().unwrap_or(0),
+        version: text("version"),
+        started_ms: int("started_ms"),
+        last_seen_ms,
+        alive: now_ms - last_seen_ms <= (3 * heartbeat_ms).max(lease_ms),
+        runs: serde_json::from_value(record["runs"].clone()).unwrap_or_default(),
+        config_hash: record["config_hash"]
+            .as_object()
+            .map(|hashes| {
+                hashes
+                    .iter()
+                    .filter_map(|(job, hash)| Some((job.clone(), hash.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// Builds the status report. Jobs are the config's when there is one, else
+/// every job some replica's heartbeat mentions. Drift: with a config, the
+/// replicas whose hash of a job differs from the config's; without, those
+/// outside the largest group of replicas that agree.
+pub async fn status(
+    store: &Store,
+    config: Option<&Config>,
+    prefix: &str,
+) -> Result<StatusReport, OperatorError> {
+    let now_ms = store.server_time_ms().await?;
+    let mut replicas: Vec<ReplicaStatus> = store
+        .hash(&store.keys().replicas())
+        .await?
+        .iter()
+        .map(|(id, raw)| parse_replica(id, raw, now_ms))
+        .collect();
+    replicas.sort_by(|a, b| a.id.cmp(&b.id));
+
+    let names: Vec<String> = match config {
+        Some(config) => config.jobs.keys().cloned().collect(),
+        None => {
+            let mut names: Vec<String> = replicas
+                .iter()
+                .flat_map(|r| r.config_hash.keys().cloned())
+                .collect();
+            names.sort();
+            names.dedup();
+            names
+        }
+    };
+    let mut jobs = Vec::with_capacity(names.len());
+    for name in names {
+        let job = config.and_then(|c| c.jobs.get(&name));
+        let state: BTreeMap<String, String> = store
+            .hash(&store.keys().state(&name))
+            .await?
+            .into_iter()
+            .collect();
+        let running = store.hash(&store.keys().running(&name)).await?;
+        let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
+        let last_outcome = state.get("outcome_status").map(|status| LastOutcome {
+            status: status.clone(),
+            tick_ms: int("outcome_tick").unwrap_or(0),
+            replica: state.get("outcome_replica").cloned().unwrap_or_default(),
+            fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
+            duration_ms: int("outcome_duration_ms").unwrap_or(0),
+            finished_ms: int("outcome_finished_ms").unwrap_or(0),
+        });
+        let mut running: Vec<RunningStatus> = running
+            .iter()
+            .map(|(run_id, raw)| {
+                let entry: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+                RunningStatus {
+                    run_id: run_id.clone(),
+                    replica: entry["replica"].as_str().unwrap_or_default().to_string(),
+                    tick_ms: entry["tick"].as_i64().unwrap_or(0),
+                    fence: entry["fence"].as_u64().unwrap_or(0),
+                    started_ms: entry["started"].as_i64().unwrap_or(0),
+                }
+            })
+            .collect();
+        running.sort_by_key(|r| r.started_ms);
+        let config_drift = drift(&name, job.map(|j| j.definition_hash()), &replicas);
+        let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+        jobs.push(JobStatus {
+            schedule: job.map(|j| j.schedule.expression().to_string()),
+            timezone: job.map(|j| j.schedule.timezone().name().to_string()),
+            next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
+            paused: state.get("paused").is_some_and(|p| p == "1"),
+            paused_by: state.get("paused_by").cloned(),
+            paused_at_ms: int("paused_at_ms"),
+            running,
+            last_outcome,
+            config_drift,
+            name,
+        });
+    }
+    Ok(StatusReport {
+        prefix: prefix.to_string(),
+        now_ms,
+        replicas,
+        jobs,
+    })
+}
+
+/// The live replicas whose hash of `job` differs from `expected` (the
+/// config's), or, without one, from the most common hash.
+fn drift(job: &str, expected: Option<String>, replicas: &[ReplicaStatus]) -> Vec<String> {
+    let hashes: Vec<(&str, &str)> = replicas
+        .iter()
+        .filter(|r| r.alive)
+        .filter_map(|r| Some((r.id.as_str(), r.config_hash.get(job)?.as_str())))
+        .collect();
+    let reference = match expected {
+        Some(hash) => hash,
+        None => {
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for (_, hash) in &hashes {
+                *counts.entry(hash).or_default() += 1;
+            }
+            match counts.into_iter().max_by_key(|(_, n)| *n) {
+                Some((hash, _)) => hash.to_string(),
+                None => return Vec::new(),
+            }
+        }
+    };
+    hashes
+        .into_iter()
+        .filter(|(_, hash)| *hash != reference)
+        .map(|(id, _)| id.to_string())
+        .collect()
+}
+
+/// One outcome as `history` shows it (also its `--json` schema).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub tick_ms: i64,
+    pub tick: String,
+    pub status: String,
+    pub replica: String,
+    pub fence: u64,
+    pub duration_ms: i64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub attempts: u32,
+    pub trigger: String,
+    pub stale: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HistoryReport {
+    pub job: String,
+    pub outcomes: Vec<HistoryEntry>,
+}
+
+fn history_entry(id: String, fields: Vec<(String, String)>, with_output: bool) -> HistoryEntry {
+    let fields: BTreeMap<String, String> = fields.into_iter().collect();
+    let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
+    let int = |name: &str| fields.get(name).and_then(|v| v.parse::<i64>().ok());
+    let tick_ms = int("tick").unwrap_or(0);
+    HistoryEntry {
+        tick: rfc3339(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
+        tick_ms,
+        status: text("status"),
+        replica: text("replica"),
+        fence: int("fence").unwrap_or(0).max(0) as u64,
+        duration_ms: int("duration_ms").unwrap_or(0),
+        exit_code: int("exit_code").and_then(|v| i32::try_from(v).ok()),
+        signal: int("signal").and_then(|v| i32::try_from(v).ok()),
+        attempts: int("attempts")
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(0),
+        trigger: text("trigger"),
+        stale: fields.get("stale").is_some_and(|s| s == "1"),
+        output: with_output.then(|| text("output")),
+        id,
+    }
+}
+
+/// Fails unless `job` is in the config or known to Redis.
+pub async fn require_job(
+    store: &Store,
+    config: Option<&Config>,
+    job: &str,
+) -> Result<(), OperatorError> {
+    if config.is_some_and(|c| c.jobs.contains_key(job)) {
+        return Ok(());
+    }
+    if config.is_none() && store.job_exists(job).await? {
+        return Ok(());
+    }
+    Err(OperatorError::UnknownJob(job.to_string()))
+}
+
+/// The newest `count` outcomes of `job`, newest first.
+pub async fn history(
+    store: &Store,
+    job: &str,
+    count: usize,
+    with_output: bool,
+) -> Result<HistoryReport, OperatorError> {
+    let entries = store.history(job, count).await?;
+    Ok(HistoryReport {
+        job: job.to_string(),
+        outcomes: entries
+            .into_iter()
+            .map(|(id, fields)| history_entry(id, fields, with_output))
+            .collect(),
+    })
+}
+
+/// Pauses or resumes `job`; returns the Redis time of the change.
+pub async fn set_paused(
+    store: &Store,
+    job: &str,
+    paused: bool,
+    who: &str,
+) -> Result<i64, OperatorError> {
+    Ok(store.set_paused(job, paused, who).await?)
+}
+
+/// Queues a manual run of `job`; returns its run id.
+pub async fn trigger(store: &Store, job: &str, who: &str) -> Result<String, OperatorError> {
+    let state: BTreeMap<String, String> = store
+        .hash(&store.keys().state(job))
+        .await?
+        .into_iter()
+        .collect();
+    if state.get("paused").is_some_and(|p| p == "1") {
+        return Err(OperatorError::Paused(job.to_string()));
+    }
+    let run_id = uuid::Uuid::new_v4().to_string();
+    store.enqueue_trigger(job, &run_id, who).await?;
+    Ok(run_id)
+}
+
+/// Waits for the outcome of run `run_id` of `job`, polling its done marker
+/// every `poll`; `None` if `timeout` passes first.
+pub async fn wait_for_outcome(
+    store: &Store,
+    job: &str,
+    run_id: &str,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<Option<HistoryEntry>, OperatorError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(id) = store.done_marker(job, run_id).await?
+            && let Some(fields) = store.outcome_entry(job, &id).await?
+        {
+            return Ok(Some(history_entry(id, fields, true)));
+        }
+        if tokio::time::Instant::now() + poll > deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// `user@host` of whoever runs the command, for `paused_by` and
+/// `requested_by`.
+pub fn operator_identity() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| format!("pid{}", std::process::id()));
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown-host".to_string());
+    format!("{user}@{host}")
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+// ---------------------------------------------------------------------------
+// Text rendering.
+
+/// Whether to colour text output: only on a terminal, and never with
+/// `NO_COLOR` set.
+pub fn use_colour() -> bool {
+    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::IsTerminal::is_terminal(&std::io::stdout())
+}
+
+fn paint(text: &str, colour: bool) -> String {
+    if !colour {
+        return text.to_string();
+    }
+    let code = match text {
+        "ok" | "alive" => "32",
+        "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
+        "interrupted" | "skipped_overlap" | "paused" => "33",
+        _ => return text.to_string(),
+    };
+    format!("\u{1b}[{code}m{text}\u{1b}[0m")
+}
+
+/// Aligns `rows` (the first is the header) in columns two spaces apart.
+/// Widths count characters of the unpainted text; painting is applied after.
+fn table(rows: &[Vec<String>], colour: bool) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|v| v.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let shown = if i == 0 {
+                cell.clone()
+            } else {
+                paint(cell, colour)
+            };
+            line.push_str(&shown);
+            if c + 1 < row.len() {
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// "12s ago", "3m ago", … relative to `now_ms`.
+fn ago(now_ms: i64, then_ms: i64) -> String {
+    let secs = (now_ms - then_ms).max(0) / 1000;
+    match secs {
+        0..=119 => format!("{secs}s ago"),
+        120..=7199 => format!("{}m ago", secs / 60),
+        7200..=172_799 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+fn short(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+fn duration(ms: i64) -> String {
+    if ms < 10_000 {
+        format!("{ms}ms")
+    } else {
+        humantime::format_duration(Duration::from_secs((ms / 1000).max(0) as u64)).to_string()
+    }
+}
+
+/// The text of `cronlease status`.
+pub fn render_status(report: &StatusReport, colour: bool) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "replicas ({}):", report.replicas.len());
+    let mut rows = vec![
+        [
+            "replica",
+            "host",
+            "pid",
+            "version",
+            "last seen",
+            "state",
+            "runs",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in &report.replicas {
+        rows.push(vec![
+            r.id.clone(),
+            r.host.clone(),
+            r.pid.to_string(),
+            r.version.clone(),
+            ago(report.now_ms, r.last_seen_ms),
+            if r.alive { "alive" } else { "dead" }.to_string(),
+            r.runs.len().to_string(),
+        ]);
+    }
+    out.push_str(&table(&rows, colour));
+    let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
+    let mut rows = vec![
+        [
+            "job",
+            "schedule",
+            "zone",
+            "next tick (UTC)",
+            "state",
+            "in flight",
+            "last outcome",
+            "drift",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for j in &report.jobs {
+        let state = if j.paused {
+            let by = j.paused_by.as_deref().unwrap_or("?");
+            let at = j
+                .paused_at_ms
+                .map(|ms| ago(report.now_ms, ms))
+                .unwrap_or_default();
+            format!("paused by {by} {at}")
+        } else {
+            "active".to_string()
+        };
+        let in_flight = match j.running.as_slice() {
+            [] => "-".to_string(),
+            [run] => format!(
+                "{} since {} fence {} run {}",
+                run.replica,
+                ago(report.now_ms, run.started_ms),
+                run.fence,
+                run.run_id
+            ),
+            runs => format!("{} runs", runs.len()),
+        };
+        let last = match &j.last_outcome {
+            None => "-".to_string(),
+            Some(o) => format!(
+                "{} {} on {} ({})",
+                o.status,
+                short(o.tick_ms),
+                o.replica,
+                duration(o.duration_ms)
+            ),
+        };
+        rows.push(vec![
+            j.name.clone(),
+            j.schedule.clone().unwrap_or_else(|| "?".to_string()),
+            j.timezone.clone().unwrap_or_else(|| "?".to_string()),
+            j.next_tick.clone().unwrap_or_else(|| "?".to_string()),
+            if j.paused {
+                paint("paused", colour) + &state["paused".len()..]
+            } else {
+                state
+            },
+            in_flight,
+            last,
+            if j.config_drift.is_empty() {
+                "-".to_string()
+            } else {
+                format!("DIFFERS on {}", j.config_drift.join(", "))
+            },
+        ]);
+    }
+    out.push_str(&table(&rows, colour));
+    out
+}
+
+/// The text of `cronlease history`.
+pub fn render_history(report: &HistoryReport, colour: bool) -> String {
+    let mut out = String::new();
+    let mut rows = vec![
+        [
+            "tick (UTC)",
+            "status",
+            "replica",
+            "fence",
+            "duration",
+            "exit",
+            "trigger",
+            "run id",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for o in &report.outcomes {
+        let status = if o.stale {
+            format!("{} (stale)", o.status)
+        } else {
+            o.status.clone()
+        };
+        let exit = match (o.exit_code, o.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "-".to_string(),
+        };
+        rows.push(vec![
+            short(o.tick_ms),
+            status,
+            o.replica.clone(),
+            o.fence.to_string(),
+            duration(o.duration_ms),
+            exit,
+            o.trigger.clone(),
+            o.id.clone(),
+        ]);
+    }
+    if report.outcomes.iter().all(|o| o.output.is_none()) {
+        out.push_str(&table(&rows, colour));
+        return out;
+    }
+    let rendered = table(&rows, colour);
+    let mut lines = rendered.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "{header}");
+    }
+    for (line, outcome) in lines.zip(&report.outcomes) {
+        let _ = writeln!(out, "{line}");
+        for output_line in outcome.output.as_deref().unwrap_or_default().lines() {
+            let _ = writeln!(out, "    | {output_line}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_on_characters() {
+        let rows = vec![
+            vec!["a".to_string(), "bb".to_string(), "c".to_string()],
+            vec![
+                "\u{e9}\u{e9}\u{e9}".to_string(),
+                "x".to_string(),
+                "y".to_string(),
+            ],
+        ];
+        assert_eq!(
+            table(&rows, false),
+            "a    bb  c\n\u{e9}\u{e9}\u{e9}  x   y\n"
+        );
+    }
+
+    #[test]
+    fn drift_names_the_odd_one_out() {
+        let replica = |id: &str, hash: &str| ReplicaStatus {
+            id: id.into(),
+            host: String::new(),
+            pid: 0,
+            version: String::new(),
+            started_ms: 0,
+            last_seen_ms: 0,
+            alive: true,
+            runs: Vec::new(),
+            config_hash: [("j".to_string(), hash.to_string())].into(),
+        };
+        let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
+        assert_eq!(drift("j", None, &replicas), ["c"]);
+        assert_eq!(drift("j", Some("2".into()), &replicas), ["a", "b"]);
+        assert!(drift("other", None, &replicas).is_empty());
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(ago(10_000, 4_000), "6s ago");
+        assert_eq!(ago(600_000, 0), "10m ago");
+        assert_eq!(ago(10_800_000, 0), "3h ago");
+    }
+}
