@@ -142,7 +142,7 @@ pub struct LockArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
     /// The lock's name: [A-Za-z0-9_.-], 1 to 128 characters.
-    #[arg(value_parser = parse_lock_name)]
+    #[arg(value_parser = parse_name)]
     pub name: String,
     /// How long the lock stays valid without renewal (renewed every third).
     #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease)]
@@ -167,7 +167,7 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
     Ok(lease)
 }
 
-fn parse_lock_name(text: &str) -> Result<String, String> {
+fn parse_name(text: &str) -> Result<String, String> {
     let ok = !text.is_empty()
         && text.len() <= 128
         && text
@@ -184,6 +184,10 @@ fn parse_lock_name(text: &str) -> Result<String, String> {
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArg,
+    /// This replica's id, overriding [daemon] replica_id (the systemd
+    /// template unit passes its instance name).
+    #[arg(long, value_name = "ID", value_parser = parse_name)]
+    pub replica_id: Option<String>,
 }
 
 /// Where the job table is.
@@ -338,7 +342,7 @@ where
     F: FnOnce(Target) -> Fut,
     Fut: std::future::Future<Output = Result<String, Failure>>,
 {
-    init_logging("warn");
+    crate::logging::init("warn", crate::config::LogFormat::Text);
     let result = resolve(connect).and_then(|(redis, config)| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -430,7 +434,7 @@ fn pause(args: &JobArgs, paused: bool) -> ExitCode {
 fn lock(args: LockArgs) -> ExitCode {
     operator_command(&args.connect, |target| async move {
         let shutdown = CancellationToken::new();
-        let signals = watch_signals(shutdown.clone())
+        let signals = watch_signals(shutdown.clone(), None)
             .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
         let identity = crate::daemon::Identity::new(None);
         let options = crate::lock::LockOptions {
@@ -461,14 +465,17 @@ pub const EXIT_REDIS_CONFIG: u8 = 78;
 
 /// `cronlease run`.
 fn run_daemon(args: &RunArgs) -> ExitCode {
-    init_logging("info");
-    let config = match Config::load(&args.config.config) {
+    let mut config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(EXIT_INVALID_INPUT);
         }
     };
+    if let Some(id) = &args.replica_id {
+        config.daemon.replica_id = Some(id.clone());
+    }
+    crate::logging::init("info", config.daemon.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -481,14 +488,15 @@ fn run_daemon(args: &RunArgs) -> ExitCode {
     };
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
-        let signals = match watch_signals(shutdown.clone()) {
+        let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();
+        let signals = match watch_signals(shutdown.clone(), Some(reload_tx)) {
             Ok(signals) => signals,
             Err(e) => {
                 eprintln!("error: cannot install signal handlers: {e}");
                 return ExitCode::FAILURE;
             }
         };
-        let result = crate::daemon::run(config, shutdown.clone()).await;
+        let result = crate::daemon::run(config, shutdown.clone(), reload_rx).await;
         shutdown.cancel();
         let _ = signals.await;
         match result {
@@ -505,8 +513,12 @@ fn run_daemon(args: &RunArgs) -> ExitCode {
     })
 }
 
-/// Cancels `shutdown` on SIGTERM or SIGINT; the task ends with it.
-fn watch_signals(shutdown: CancellationToken) -> std::io::Result<tokio::task::JoinHandle<()>> {
+/// Cancels `shutdown` on SIGTERM or SIGINT, and asks for a reload on
+/// SIGHUP (ignored without `reload`); the task ends with `shutdown`.
+fn watch_signals(
+    shutdown: CancellationToken,
+    reload: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
@@ -523,23 +535,15 @@ fn watch_signals(shutdown: CancellationToken) -> std::io::Result<tokio::task::Jo
                     tracing::info!("SIGINT received");
                     shutdown.cancel();
                 }
-                _ = hup.recv() => {
-                    tracing::warn!("SIGHUP received: reloading the job table is not supported by this version; restart the service to apply changes");
-                }
+                _ = hup.recv() => match &reload {
+                    Some(reload) => {
+                        let _ = reload.send(());
+                    }
+                    None => tracing::debug!("SIGHUP ignored"),
+                },
             }
         }
     }))
-}
-
-/// Logs to stderr, filtered by `RUST_LOG` (default `default`).
-fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
 }
 
 /// `cronlease check`.

@@ -103,7 +103,9 @@ pub struct DaemonConfig {
     pub kill_grace: Duration,
     /// This replica's name in Redis; `None` means `<hostname>-<pid>-<hex>`.
     pub replica_id: Option<String>,
-    /// Where outcomes that could not reach Redis are spooled.
+    /// Where outcomes that could not reach Redis are spooled. Default:
+    /// `$STATE_DIRECTORY` (set by systemd's `StateDirectory=`), else
+    /// `/var/lib/cronlease`.
     pub state_dir: PathBuf,
     /// Approximate number of outcomes kept per job (`XADD MAXLEN ~`).
     pub history: u32,
@@ -111,6 +113,18 @@ pub struct DaemonConfig {
     pub output_tail_bytes: usize,
     /// How often the replica writes its heartbeat.
     pub heartbeat: Duration,
+    pub log_format: LogFormat,
+}
+
+/// How the daemon writes its log (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines; under journald (`JOURNAL_STREAM` set) without
+    /// timestamps and with `<N>` syslog priority prefixes.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
 }
 
 /// One job of the table, validated.
@@ -289,6 +303,7 @@ struct RawDaemon {
     history: Option<Spanned<i64>>,
     output_tail_bytes: Option<Spanned<i64>>,
     heartbeat: Option<Spanned<String>>,
+    log_format: Option<LogFormat>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -679,6 +694,7 @@ impl RawDaemon {
             history: None,
             output_tail_bytes: None,
             heartbeat: None,
+            log_format: None,
         }
     }
 }
@@ -835,7 +851,11 @@ fn validate_daemon(
         id.into_inner()
     });
     let state_dir = match raw.state_dir {
-        None => PathBuf::from(DEFAULT_STATE_DIR),
+        // systemd's StateDirectory= (the first, if several).
+        None => std::env::var_os("STATE_DIRECTORY")
+            .and_then(|dirs| std::env::split_paths(&dirs).next())
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
         Some(dir) if dir.get_ref().trim().is_empty() => {
             checker.problem(
                 Some(dir.span()),
@@ -865,6 +885,7 @@ fn validate_daemon(
         output_tail_bytes: usize::try_from(output_tail_bytes)
             .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
         heartbeat,
+        log_format: raw.log_format.unwrap_or(LogFormat::Text),
     })
 }
 

@@ -28,13 +28,13 @@
 //! SIGKILL); their outcomes are written (or spooled); the replica removes its
 //! heartbeat and returns.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
@@ -113,7 +113,11 @@ struct Marks {
 /// What every task of a replica shares. Mutable state here is small and
 /// behind `std` mutexes that are never held across an `.await`.
 struct Ctx {
+    /// The config the replica started with: its `[redis]` and `[daemon]`
+    /// settings hold until restart.
     config: Arc<Config>,
+    /// The current job table (replaced by a reload).
+    jobs: watch::Sender<Arc<JobTable>>,
     store: Store,
     clock: RedisClock,
     identity: Identity,
@@ -189,7 +193,11 @@ impl Ctx {
 }
 
 /// Runs a replica until `shutdown` is cancelled and every run is done.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DaemonError> {
+pub async fn run(
+    config: Config,
+    shutdown: CancellationToken,
+    mut reload: mpsc::UnboundedReceiver<()>,
+) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     let identity = Identity::new(config.daemon.replica_id.as_deref());
     let spool = Spool::open(&config.daemon.state_dir)?;
@@ -208,6 +216,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     let (watchdog, watchdog_task) =
         watchdog::new(store.clone(), config.daemon.lease, service.clone());
     let ctx = Arc::new(Ctx {
+        jobs: watch::Sender::new(job_table(&config)),
         config: config.clone(),
         store,
         clock: RedisClock::new(),
@@ -230,25 +239,36 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
     background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
-    let job_loops = TaskTracker::new();
-    for job in config.jobs.values() {
-        job_loops.spawn(job_loop(
-            ctx.clone(),
-            Arc::new(job.clone()),
-            claiming.clone(),
-        ));
-    }
-    job_loops.close();
-    let _ = sd_notify::notify(&[
-        sd_notify::NotifyState::Ready,
-        sd_notify::NotifyState::Status(&format!("{} jobs, Redis connected", config.jobs.len())),
-    ]);
+    let mut scheduler = Scheduler {
+        loops: HashMap::new(),
+        tracker: TaskTracker::new(),
+        claiming: claiming.clone(),
+    };
+    scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
+    notify(&[sd_notify::NotifyState::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");
 
-    shutdown.cancelled().await;
+    // The supervisor: reloads, and tells systemd it is alive. It runs on the
+    // same runtime as every job loop, so a wedged runtime stops the pings.
+    let watchdog_period = sd_notify::watchdog_enabled().map(|usec| usec / 2);
+    let mut ping = tokio::time::interval(watchdog_period.unwrap_or(Duration::from_secs(10)));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => break,
+            Some(()) = reload.recv() => reload_jobs(&ctx, &mut scheduler).await,
+            _ = ping.tick() => {
+                if watchdog_period.is_some() {
+                    notify(&[sd_notify::NotifyState::Watchdog], &ctx);
+                } else {
+                    notify(&[], &ctx);
+                }
+            }
+        }
+    }
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     info!("shutting down: no more claims; waiting for runs in flight");
-    job_loops.wait().await;
+    scheduler.tracker.close();
+    scheduler.tracker.wait().await;
     drain_runs(&ctx).await;
     service.cancel();
     background.close();
@@ -258,6 +278,111 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Daem
     }
     info!("stopped");
     Ok(())
+}
+
+/// The jobs by name, shared with the tasks that look jobs up.
+type JobTable = BTreeMap<String, Arc<Job>>;
+
+fn job_table(config: &Config) -> Arc<JobTable> {
+    Arc::new(
+        config
+            .jobs
+            .iter()
+            .map(|(name, job)| (name.clone(), Arc::new(job.clone())))
+            .collect(),
+    )
+}
+
+/// Sends `states` plus a one-line STATUS to systemd (a no-op outside it).
+fn notify(states: &[sd_notify::NotifyState<'_>], ctx: &Ctx) {
+    let status = format!(
+        "{} jobs, {} runs in flight, Redis {}",
+        ctx.jobs.borrow().len(),
+        ctx.runs.len(),
+        if *ctx.redis_up.borrow() {
+            "up"
+        } else {
+            "unreachable"
+        }
+    );
+    let mut all = states.to_vec();
+    all.push(sd_notify::NotifyState::Status(&status));
+    let _ = sd_notify::notify(&all);
+}
+
+/// The job loops, one per job, and what each was started with.
+struct Scheduler {
+    loops: HashMap<String, (Arc<Job>, CancellationToken)>,
+    tracker: TaskTracker,
+    claiming: CancellationToken,
+}
+
+impl Scheduler {
+    /// Starts, stops and restarts job loops so they match `table`. Runs in
+    /// flight are not touched: they own their job definition.
+    fn apply(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        table: &JobTable,
+    ) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        self.loops
+            .retain(|name, (job, token)| match table.get(name) {
+                None => {
+                    token.cancel();
+                    removed.push(name.clone());
+                    false
+                }
+                Some(new) if new.definition_hash() != job.definition_hash() => {
+                    token.cancel();
+                    changed.push(name.clone());
+                    false
+                }
+                Some(_) => true,
+            });
+        for (name, job) in table {
+            if self.loops.contains_key(name) {
+                continue;
+            }
+            if !changed.contains(name) {
+                added.push(name.clone());
+            }
+            let token = self.claiming.child_token();
+            self.tracker
+                .spawn(job_loop(ctx.clone(), job.clone(), token.clone()));
+            self.loops.insert(name.clone(), (job.clone(), token));
+        }
+        (added, removed, changed)
+    }
+}
+
+/// SIGHUP: re-reads the config file; a valid one replaces the job table, an
+/// invalid one is logged and the old table kept.
+async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Reloading,
+        sd_notify::NotifyState::monotonic_usec_now()
+            .unwrap_or(sd_notify::NotifyState::Status("reloading")),
+    ]);
+    let path = ctx.config.source.clone();
+    info!(config = %path.display(), "SIGHUP: reloading the job table");
+    match tokio::task::spawn_blocking(move || Config::load(&path)).await {
+        Ok(Ok(new)) => {
+            if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
+                warn!(
+                    "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
+                );
+            }
+            let table = job_table(&new);
+            let (added, removed, changed) = scheduler.apply(ctx, &table);
+            ctx.jobs.send_replace(table);
+            ctx.heartbeat_now.notify_one();
+            info!(?added, ?removed, ?changed, "job table reloaded");
+        }
+        Ok(Err(e)) => error!("reload rejected, keeping the old job table: {e}"),
+        Err(e) => error!(error = %e, "reload failed; keeping the old job table"),
+    }
+    notify(&[sd_notify::NotifyState::Ready], ctx);
 }
 
 /// Connects, retrying with backoff until it works or `shutdown`.
@@ -843,12 +968,6 @@ async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
 async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let mut interval = tokio::time::interval(ctx.config.daemon.heartbeat);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let config_hashes: serde_json::Map<String, serde_json::Value> = ctx
-        .config
-        .jobs
-        .values()
-        .map(|job| (job.name.clone(), job.definition_hash().into()))
-        .collect();
     let new_epoch = Uuid::new_v4().to_string();
     let own_heartbeat_ms =
         i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8);
@@ -860,6 +979,12 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             () = ctx.heartbeat_now.notified() => {}
         }
         let runs = ctx.watchdog.list().await;
+        let config_hashes: serde_json::Map<String, serde_json::Value> = ctx
+            .jobs
+            .borrow()
+            .values()
+            .map(|job| (job.name.clone(), job.definition_hash().into()))
+            .collect();
         let record = serde_json::json!({
             "host": ctx.identity.host,
             "pid": ctx.identity.pid,
@@ -926,8 +1051,9 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 debug!(%replica, silent_ms = silent_for, runs = jobs.len(), "replica is silent; sweeping its runs");
             }
             for name in jobs {
-                if let Some(job) = ctx.config.jobs.get(&name) {
-                    sweep(&ctx, &Arc::new(job.clone())).await;
+                let job = ctx.jobs.borrow().get(&name).cloned();
+                if let Some(job) = job {
+                    sweep(&ctx, &job).await;
                 }
             }
         }
@@ -1061,12 +1187,12 @@ async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
 
 /// Starts one manual run (or records why not) and acknowledges the request.
 async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
-    let Some(job) = ctx.config.jobs.get(&request.job) else {
+    let job = ctx.jobs.borrow().get(&request.job).cloned();
+    let Some(job) = job else {
         warn!(job = %request.job, run_id = %request.run_id, "trigger for a job this replica does not have; dropped");
         let _ = ctx.store.ack_trigger(&request.id).await;
         return;
     };
-    let job = Arc::new(job.clone());
     let sent = Instant::now();
     let reply = ctx
         .store

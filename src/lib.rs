@@ -12,6 +12,7 @@ pub mod clock;
 pub mod config;
 pub mod daemon;
 pub mod lock;
+pub mod logging;
 pub mod operator;
 pub mod outcome;
 pub mod runner;

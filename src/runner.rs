@@ -165,6 +165,10 @@ fn build_command(spec: &RunSpec) -> tokio::process::Command {
     command
         .current_dir(&spec.workdir)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        // systemd's channels are cronlease's, not its jobs'.
+        .env_remove("NOTIFY_SOCKET")
+        .env_remove("WATCHDOG_USEC")
+        .env_remove("WATCHDOG_PID")
         .process_group(0)
         .kill_on_drop(true);
     match spec.stdio {

@@ -4,5 +4,7 @@
 mod check;
 mod daemon;
 mod harness;
+mod operator;
 mod support;
+mod systemd;
 mod why_croner;
