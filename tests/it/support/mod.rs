@@ -1,7 +1,8 @@
 //! Shared helpers: running the `cronlease` binary and reporting everything
 //! about a run that did not go as expected, and the pieces of a cluster in a
 //! test — a private Redis ([`RedisServer`]), daemon processes ([`Replica`]),
-//! their config ([`write_config`]) and what they wrote ([`read_outcomes`]).
+//! their config ([`write_config`]), what they wrote ([`read_outcomes`]), and
+//! all of these together ([`Cluster`]).
 //!
 //! Every helper fails loudly: a missing `redis-server` or a daemon that does
 //! not come up is a panic that says what to do and shows the log, never a
@@ -11,6 +12,7 @@
 // today's tests is not dead code that clippy should reject.
 #![allow(dead_code)]
 
+mod cluster;
 mod outcome;
 mod redis_server;
 mod replica;
@@ -19,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub use cluster::{Cluster, current_by_tick, probe_job, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
 pub use redis_server::RedisServer;
