@@ -114,7 +114,12 @@ pub struct DaemonConfig {
     /// How often the replica writes its heartbeat.
     pub heartbeat: Duration,
     pub log_format: LogFormat,
+    /// Where `/metrics` and `/healthz` are served; `None` turns them off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
+
+/// Where metrics are served unless the config says otherwise.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 /// How the daemon writes its log (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -304,6 +309,7 @@ struct RawDaemon {
     output_tail_bytes: Option<Spanned<i64>>,
     heartbeat: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
+    metrics_listen: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -695,6 +701,7 @@ impl RawDaemon {
             output_tail_bytes: None,
             heartbeat: None,
             log_format: None,
+            metrics_listen: None,
         }
     }
 }
@@ -867,6 +874,26 @@ fn validate_daemon(
         }
         Some(dir) => PathBuf::from(dir.into_inner()),
     };
+    let metrics_listen = match raw.metrics_listen {
+        None => Some(
+            DEFAULT_METRICS_LISTEN
+                .parse()
+                .expect("the default metrics address is a valid socket address"),
+        ),
+        Some(text) if text.get_ref().is_empty() => None,
+        Some(text) => match text.get_ref().parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                checker.problem(
+                    Some(text.span()),
+                    Some(S),
+                    Some("metrics_listen"),
+                    format!("invalid address {:?}: expected IP:port such as \"127.0.0.1:9464\", or \"\" to turn metrics off", text.get_ref()),
+                );
+                None
+            }
+        },
+    };
     let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
     let output_tail_bytes = checker.integer(
         S,
@@ -886,6 +913,7 @@ fn validate_daemon(
             .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
         heartbeat,
         log_format: raw.log_format.unwrap_or(LogFormat::Text),
+        metrics_listen,
     })
 }
 

@@ -51,6 +51,7 @@ use crate::store::{
     ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, Recorded, Rerun, RerunOffer,
     ServerSettings, Store, StoreError, SweepRequest, TriggerReader, TriggerRequest,
 };
+use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
 
 /// A tick claimed no later than this after its time is on time; older
@@ -175,6 +176,7 @@ impl Ctx {
     }
 
     fn redis_failed(&self, error: &StoreError) {
+        metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
         if *self.redis_up.borrow() {
             error!(error = %error, "Redis is unreachable; claiming nothing until it is back");
             self.redis_up.send_replace(false);
@@ -183,6 +185,7 @@ impl Ctx {
 
     fn state_loss(&self, job: Option<&str>, detail: &str) {
         let n = self.state_loss_events.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics::counter!(telemetry::STATE_LOSS).increment(1);
         error!(
             job = job.unwrap_or("-"),
             events = n,
@@ -235,6 +238,14 @@ pub async fn run(
     measure_clock(&ctx).await;
 
     let background = TaskTracker::new();
+    let health = Arc::new(telemetry::Health::new(
+        SUPERVISOR_PERIOD,
+        ctx.redis_up.subscribe(),
+    ));
+    health.beat();
+    if let Some(addr) = config.daemon.metrics_listen {
+        start_metrics(addr, health.clone(), &background, &service).await;
+    }
     background.spawn(watchdog_task);
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
@@ -251,16 +262,19 @@ pub async fn run(
     // The supervisor: reloads, and tells systemd it is alive. It runs on the
     // same runtime as every job loop, so a wedged runtime stops the pings.
     let watchdog_period = sd_notify::watchdog_enabled().map(|usec| usec / 2);
-    let mut ping = tokio::time::interval(watchdog_period.unwrap_or(Duration::from_secs(10)));
+    let mut beat = tokio::time::interval(SUPERVISOR_PERIOD);
+    let mut last_ping = Instant::now();
     loop {
         tokio::select! {
             () = shutdown.cancelled() => break,
             Some(()) = reload.recv() => reload_jobs(&ctx, &mut scheduler).await,
-            _ = ping.tick() => {
-                if watchdog_period.is_some() {
+            _ = beat.tick() => {
+                health.beat();
+                if let Some(period) = watchdog_period
+                    && last_ping.elapsed() >= period.min(SUPERVISOR_PERIOD * 5)
+                {
+                    last_ping = Instant::now();
                     notify(&[sd_notify::NotifyState::Watchdog], &ctx);
-                } else {
-                    notify(&[], &ctx);
                 }
             }
         }
@@ -278,6 +292,36 @@ pub async fn run(
     }
     info!("stopped");
     Ok(())
+}
+
+/// How often the supervisor loop turns (health beat, systemd pings).
+const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
+
+/// Installs the metrics recorder and serves `/metrics` and `/healthz`. A
+/// port that cannot be bound is logged, not fatal: claims matter more.
+async fn start_metrics(
+    addr: std::net::SocketAddr,
+    health: Arc<telemetry::Health>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let handle = match telemetry::install() {
+        Ok(handle) => handle,
+        Err(e) => {
+            error!(error = %e, "metrics are off");
+            return;
+        }
+    };
+    match telemetry::bind(addr).await {
+        Ok(listener) => {
+            let bound = listener
+                .local_addr()
+                .map_or_else(|_| addr.to_string(), |a| a.to_string());
+            info!(addr = %bound, "metrics listening on http://{bound}/metrics");
+            tasks.spawn(telemetry::serve(listener, handle, health, cancel.clone()));
+        }
+        Err(e) => error!(error = %e, "metrics and /healthz are not served"),
+    }
 }
 
 /// The jobs by name, shared with the tasks that look jobs up.
@@ -656,6 +700,7 @@ async fn claim(
         let reply = match ctx.store.claim(&request).await {
             Ok(reply) => reply,
             Err(e) => {
+                count_claim(job, "error");
                 ctx.redis_failed(&e);
                 if ctx.clock.now_ms() > give_up_at {
                     warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "tick not claimed: Redis unreachable");
@@ -678,7 +723,11 @@ async fn claim(
                 lease_key,
                 expired,
                 regressed,
+                previous,
             } => {
+                count_claim(job, "claimed");
+                metrics::histogram!(telemetry::TICK_LATENESS, "job" => job.name.clone())
+                    .record((started_ms - tick_ms).max(0) as f64 / 1000.0);
                 if regressed {
                     ctx.state_loss(Some(&job.name), "the job's high-water mark or fence in Redis was behind what this replica saw");
                 }
@@ -697,12 +746,14 @@ async fn claim(
                         valid_from: sent,
                     },
                 );
+                record_missed(ctx, job, previous, tick_ms).await;
                 if expired > 0 {
                     sweep(ctx, job).await;
                 }
                 return ClaimEnd::Answered(Some(run));
             }
             ClaimReply::Early { ms } => {
+                count_claim(job, "early");
                 debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
                 if !pause(
                     Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)),
@@ -714,6 +765,7 @@ async fn claim(
                 }
             }
             ClaimReply::Wait { ms } => {
+                count_claim(job, "wait");
                 debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
                 let wait = Duration::from_millis(u64::try_from(ms).unwrap_or(100).clamp(20, 1000));
                 if !pause(wait, cancel).await {
@@ -730,20 +782,82 @@ async fn claim(
                         "the job's high-water mark in Redis was behind what this replica saw",
                     );
                 }
+                count_claim(job, "taken");
                 ctx.note(&job.name, Some(last_tick), None);
                 debug!(job = %job.name, %tick, "taken by another replica");
                 return ClaimEnd::Answered(None);
             }
-            ClaimReply::Paused { .. } => {
+            ClaimReply::Paused { previous, .. } => {
+                count_claim(job, "paused");
                 ctx.note(&job.name, Some(tick_ms), None);
                 info!(job = %job.name, %tick, "job is paused; tick skipped");
+                record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);
             }
-            ClaimReply::Busy { holder, .. } => {
+            ClaimReply::Busy {
+                holder, previous, ..
+            } => {
+                count_claim(job, "busy");
                 ctx.note(&job.name, Some(tick_ms), None);
                 info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
+                record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);
             }
+        }
+    }
+}
+
+fn count_claim(job: &Job, result: &'static str) {
+    metrics::counter!(telemetry::CLAIMS, "job" => job.name.clone(), "result" => result)
+        .increment(1);
+}
+
+/// At most this many missed ticks are recorded one by one after a gap.
+const MAX_MISSED_RECORDED: usize = 1000;
+
+/// Records the schedule's ticks strictly between `previous` (the high-water
+/// mark this claim moved past) and `tick_ms` as missed: nobody claimed them.
+/// Only the replica whose claim moved the mark sees the gap, and the script
+/// records each tick once.
+async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: i64) {
+    if previous < 0 {
+        return;
+    }
+    let mut missed = Vec::new();
+    let mut cursor = to_datetime(previous);
+    while let Some(next) = job.schedule.next_after(cursor) {
+        let next_ms = next.timestamp_millis();
+        if next_ms >= tick_ms || missed.len() >= MAX_MISSED_RECORDED {
+            break;
+        }
+        missed.push(next_ms);
+        cursor = next;
+    }
+    if missed.is_empty() {
+        return;
+    }
+    let store = &ctx.store;
+    match store
+        .record_missed(
+            &job.name,
+            &missed,
+            &ctx.identity.replica,
+            &ctx.identity.host,
+            ctx.config.daemon.history,
+        )
+        .await
+    {
+        Ok(0) => {}
+        Ok(n) => {
+            metrics::counter!(telemetry::MISSED_TICKS, "job" => job.name.clone()).increment(n);
+            warn!(
+                job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
+                "ticks nobody claimed recorded as missed"
+            );
+        }
+        Err(e) => {
+            ctx.redis_failed(&e);
+            warn!(job = %job.name, error = %e, "cannot record missed ticks");
         }
     }
 }
@@ -771,6 +885,7 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
         tick_ms: start.tick_ms,
         fence: start.fence,
         lease_key: start.lease_key.clone(),
+        replica: ctx.identity.replica.clone(),
         valid_from: start.valid_from,
         stop: stop_tx,
     }));
@@ -796,6 +911,9 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
     let spec = RunSpec {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
+        tick: rfc3339(start.tick_ms),
+        fence: start.fence,
+        replica: ctx.identity.replica.clone(),
         command: job.command.clone(),
         workdir: job.workdir.clone(),
         env,
@@ -838,9 +956,15 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
         };
         info!(
             job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
-            status = %outcome.status, exit_code = outcome.exit_code, attempts = outcome.attempts,
-            duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
+            replica = %outcome.replica, status = %outcome.status, exit_code = outcome.exit_code,
+            attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
         );
+        metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
+        metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
+            .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
+        if outcome.status == crate::outcome::Status::Ok {
+            metrics::gauge!(telemetry::LAST_SUCCESS, "job" => outcome.job.clone()).set(outcome.finished_ms as f64 / 1000.0);
+        }
         deliver(&ctx, &job, outcome).await;
     })
 }
@@ -884,6 +1008,7 @@ async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
     match ctx.spool.save(&outcome) {
         Ok(path) => {
             warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
+            count_spooled(ctx);
             ctx.spooled.notify_one();
         }
         Err(e) => error!(
@@ -1060,9 +1185,17 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
 }
 
+/// Sets the spooled-outcomes gauge from the spool directory.
+fn count_spooled(ctx: &Ctx) {
+    if let Ok(pending) = ctx.spool.pending() {
+        metrics::gauge!(telemetry::SPOOLED).set(pending.len() as f64);
+    }
+}
+
 async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
     loop {
         deliver_spooled(&ctx).await;
+        count_spooled(&ctx);
         tokio::select! {
             () = cancel.cancelled() => return,
             () = ctx.spooled.notified() => {}

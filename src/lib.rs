@@ -19,4 +19,5 @@ pub mod runner;
 pub mod schedule;
 pub mod spool;
 pub mod store;
+pub mod telemetry;
 pub mod watchdog;

@@ -74,12 +74,16 @@ pub async fn run(
         tick_ms: 0,
         fence,
         lease_key,
+        replica: options.holder.clone(),
         valid_from,
         stop: stop_tx,
     }));
     let spec = RunSpec {
         job: Keys::lock_job(&options.name),
         run_id: run_id.clone(),
+        tick: String::new(),
+        fence,
+        replica: options.holder.clone(),
         command: Command::Argv(options.command.clone()),
         workdir: std::env::current_dir().map_err(LockError::Workdir)?,
         env: vec![

@@ -85,6 +85,8 @@ pub struct JobStatus {
     pub paused_at_ms: Option<i64>,
     pub running: Vec<RunningStatus>,
     pub last_outcome: Option<LastOutcome>,
+    /// Ticks nobody claimed, recorded as `missed` (ever, for this job).
+    pub missed_ticks: u64,
     /// Replicas whose definition of the job differs (see [`status`]).
     pub config_drift: Vec<String>,
 }
@@ -199,6 +201,7 @@ pub async fn status(
             paused_at_ms: int("paused_at_ms"),
             running,
             last_outcome,
+            missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
             config_drift,
             name,
         });
@@ -554,6 +557,7 @@ pub fn render_status(report: &StatusReport, colour: bool) -> String {
             },
             in_flight,
             last,
+            j.missed_ticks.to_string(),
             if j.config_drift.is_empty() {
                 "-".to_string()
             } else {

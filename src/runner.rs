@@ -37,8 +37,11 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone)]
 pub struct RunSpec {
     pub job: String,
-    /// For log lines.
+    /// The run id, tick, fence and replica are for log lines.
     pub run_id: String,
+    pub tick: String,
+    pub fence: u64,
+    pub replica: String,
     pub command: Command,
     pub workdir: PathBuf,
     /// The complete extra environment: the job's `env` and `CRONLEASE_*`.
@@ -231,7 +234,10 @@ async fn run_once(
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
         .map(Pid::from_raw);
-    info!(job = %spec.job, run_id = %spec.run_id, pid = ?child.id(), "started");
+    info!(
+        job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id, replica = %spec.replica,
+        pid = ?child.id(), "started"
+    );
     let mut stdout = child.stdout.take().map(|s| lines(s));
     let mut stderr = child.stderr.take().map(|s| lines(s));
 
@@ -245,7 +251,10 @@ async fn run_once(
             line = next_line(&mut stderr) => log_line(spec, tail, "stderr", line, &mut stderr),
             exit = child.wait() => break exit,
             () = sleep_until(timeout_at.unwrap_or_else(Instant::now)), if timeout_at.is_some() && ending.is_none() => {
-                warn!(job = %spec.job, run_id = %spec.run_id, timeout = ?spec.timeout, "timed out, stopping");
+                warn!(
+                    job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
+                    replica = %spec.replica, timeout = ?spec.timeout, "timed out, stopping"
+                );
                 ending = Some(Status::Timeout);
                 signal_group(pgid, Signal::SIGTERM);
                 kill_at = Some(Instant::now() + spec.kill_grace);
@@ -262,11 +271,19 @@ async fn run_once(
                 }
                 match *stop.borrow_and_update() {
                     Some(Stop::LostLease) => {
+                        warn!(
+                            job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
+                            replica = %spec.replica, "lease lost: killing the run's process group"
+                        );
                         ending = Some(Status::LostLease);
                         signal_group(pgid, Signal::SIGKILL);
                         kill_at = None;
                     }
                     Some(Stop::Shutdown) if ending.is_none() => {
+                        warn!(
+                            job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
+                            replica = %spec.replica, "shutdown grace over: interrupting the run"
+                        );
                         ending = Some(Status::Interrupted);
                         signal_group(pgid, Signal::SIGTERM);
                         kill_at = Some(Instant::now() + spec.kill_grace);
@@ -297,7 +314,10 @@ async fn run_once(
     if let Err(e) = &exit {
         tail.push_line(format!("[cronlease] cannot wait for the command: {e}").as_bytes());
     }
-    info!(job = %spec.job, run_id = %spec.run_id, %status, exit_code, signal, "exited");
+    info!(
+        job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id, replica = %spec.replica,
+        %status, exit_code, signal, "exited"
+    );
     Attempt {
         status,
         exit_code,
@@ -349,6 +369,9 @@ mod tests {
         RunSpec {
             job: "test".into(),
             run_id: "r".into(),
+            tick: "2026-01-01T00:00:00Z".into(),
+            fence: 1,
+            replica: "test".into(),
             command,
             workdir: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hello".into())],

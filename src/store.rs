@@ -117,6 +117,7 @@ struct Scripts {
     lock_acquire: Script,
     lock_release: Script,
     pause: Script,
+    missed: Script,
 }
 
 impl Scripts {
@@ -131,6 +132,7 @@ impl Scripts {
             lock_acquire: script(include_str!("lua/lock_acquire.lua")),
             lock_release: script(include_str!("lua/lock_release.lua")),
             pause: Script::new(include_str!("lua/pause.lua")),
+            missed: script(include_str!("lua/missed.lua")),
         }
     }
 }
@@ -228,15 +230,22 @@ pub enum ClaimReply {
         expired: u32,
         /// Redis had forgotten a tick or fence this replica remembered.
         regressed: bool,
+        /// The high-water mark before this claim (-1: none); schedule ticks
+        /// between it and this tick were missed.
+        previous: i64,
     },
     /// The tick is this far ahead of Redis time; ask again then.
     Early { ms: i64 },
     /// Someone claimed it (or a later tick) already.
     Taken { last_tick: i64, regressed: bool },
     /// The job is paused; the tick is skipped.
-    Paused { regressed: bool },
+    Paused { regressed: bool, previous: i64 },
     /// A run is in flight and `overlap = "skip"`: recorded as skipped.
-    Busy { holder: String, regressed: bool },
+    Busy {
+        holder: String,
+        regressed: bool,
+        previous: i64,
+    },
     /// Catch-up only: a run is in flight; ask again in this many ms.
     Wait { ms: i64 },
 }
@@ -960,6 +969,30 @@ impl Store {
             .await?)
     }
 
+    /// Records `ticks` (ascending) of `job` as missed; returns how many were
+    /// new.
+    pub async fn record_missed(
+        &self,
+        job: &str,
+        ticks: &[i64],
+        recorder: &str,
+        host: &str,
+        history: u32,
+    ) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut invocation = self.scripts.missed.prepare_invoke();
+        invocation
+            .key(self.keys.state(job))
+            .key(self.keys.runs(job))
+            .arg(recorder)
+            .arg(host)
+            .arg(history);
+        for tick in ticks {
+            invocation.arg(*tick);
+        }
+        Ok(invocation.invoke_async(&mut conn).await?)
+    }
+
     /// Pauses or resumes a job; returns the Redis time it happened.
     pub async fn set_paused(&self, job: &str, paused: bool, who: &str) -> Result<i64, StoreError> {
         let mut conn = self.conn.clone();
@@ -1111,16 +1144,21 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
                 .ok_or_else(|| bad(&items))?,
             expired: int(4).unwrap_or(0) as u32,
             regressed: flag(5),
+            previous: int(6).unwrap_or(-1),
         },
         "early" => ClaimReply::Early { ms: int(1)? },
         "taken" => ClaimReply::Taken {
             last_tick: int(1)?,
             regressed: flag(2),
         },
-        "paused" => ClaimReply::Paused { regressed: flag(1) },
+        "paused" => ClaimReply::Paused {
+            regressed: flag(1),
+            previous: int(2).unwrap_or(-1),
+        },
         "busy" => ClaimReply::Busy {
             holder: items.get(1).and_then(as_string).unwrap_or_default(),
             regressed: flag(2),
+            previous: int(3).unwrap_or(-1),
         },
         "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
         _ => return Err(bad(&items)),

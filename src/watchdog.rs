@@ -20,6 +20,7 @@ use tracing::{debug, error, warn};
 
 use crate::runner::Stop;
 use crate::store::{Renewal, Store};
+use crate::telemetry;
 
 /// One run the watchdog keeps alive.
 #[derive(Debug)]
@@ -29,6 +30,8 @@ pub struct LeaseHold {
     pub tick_ms: i64,
     pub fence: u64,
     pub lease_key: String,
+    /// This replica, for log lines.
+    pub replica: String,
     /// When the claim that created the lease was sent: the lease is valid for
     /// at least `lease` from then.
     pub valid_from: Instant,
@@ -118,9 +121,11 @@ async fn run(
                 Some(Command::Hold(hold)) => {
                     let deadline = hold.valid_from + lease - margin;
                     held.insert(hold.run_id.clone(), Held { hold, deadline });
+                    metrics::gauge!(telemetry::LEASES_HELD).set(held.len() as f64);
                 }
                 Some(Command::Release { run_id, done }) => {
                     held.remove(&run_id);
+                    metrics::gauge!(telemetry::LEASES_HELD).set(held.len() as f64);
                     let _ = done.send(());
                 }
                 Some(Command::StopAll(reason)) => {
@@ -164,8 +169,9 @@ fn expire(held: &mut HashMap<String, Held>, now: Instant) {
         }
         error!(
             job = %h.hold.job, run_id = %h.hold.run_id, tick_ms = h.hold.tick_ms, fence = h.hold.fence,
-            "lease could not be renewed before its deadline; stopping the run"
+            replica = %h.hold.replica, "lease could not be renewed before its deadline; stopping the run"
         );
+        metrics::counter!(telemetry::LOST_LEASES, "job" => h.hold.job.clone()).increment(1);
         let _ = h.hold.stop.send(Some(Stop::LostLease));
         false
     });
@@ -193,11 +199,15 @@ async fn renew(store: &Store, lease: Duration, held: &mut HashMap<String, Held>)
                     if let Some(h) = held.get_mut(&renewal.run_id) {
                         h.deadline = sent + lease - margin;
                     }
+                    metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
                     debug!(job = %renewal.job, run_id = %renewal.run_id, "lease renewed");
                 } else if let Some(h) = held.remove(&renewal.run_id) {
+                    metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
+                    metrics::counter!(telemetry::LOST_LEASES, "job" => h.hold.job.clone())
+                        .increment(1);
                     error!(
                         job = %h.hold.job, run_id = %h.hold.run_id, tick_ms = h.hold.tick_ms, fence = h.hold.fence,
-                        "lease is no longer ours; killing the run"
+                        replica = %h.hold.replica, "lease is no longer ours; killing the run"
                     );
                     let _ = h.hold.stop.send(Some(Stop::LostLease));
                 }
@@ -205,7 +215,15 @@ async fn renew(store: &Store, lease: Duration, held: &mut HashMap<String, Held>)
             true
         }
         Err(e) => {
-            warn!(error = %e, runs = held.len(), "cannot renew leases; retrying");
+            metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "error")
+                .increment(renewals.len() as u64);
+            metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
+            for h in held.values() {
+                warn!(
+                    job = %h.hold.job, run_id = %h.hold.run_id, tick_ms = h.hold.tick_ms, fence = h.hold.fence,
+                    replica = %h.hold.replica, error = %e, "cannot renew the lease; retrying"
+                );
+            }
             false
         }
     }

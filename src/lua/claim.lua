@@ -29,10 +29,13 @@ if stored < min_tick then
   stored = min_tick
 end
 if tick <= stored then return {'taken', stored, regressed} end
+-- The high-water mark before this tick: ticks of the schedule between it and
+-- this one were never claimed (the caller records them as missed).
+local previous = stored
 
 if redis.call('HGET', state, 'paused') == '1' then
   redis.call('HSET', state, 'last_tick', tick)
-  return {'paused', regressed}
+  return {'paused', regressed, previous}
 end
 
 if overlap ~= 'allow' then
@@ -41,7 +44,7 @@ if overlap ~= 'allow' then
     if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
     redis.call('HSET', state, 'last_tick', tick)
     record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
-    return {'busy', holder, regressed}
+    return {'busy', holder, regressed, previous}
   end
   -- overlap == 'replace': the new lease overwrites the old one, whose holder
   -- sees its next renewal fail and stops its run.
@@ -50,4 +53,4 @@ end
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, min_fence, now)
 redis.call('HSET', state, 'last_tick', tick)
-return {'claimed', fence, now, lease_key, count_expired(running, now), regressed}
+return {'claimed', fence, now, lease_key, count_expired(running, now), regressed, previous}

@@ -4,6 +4,7 @@
 mod check;
 mod daemon;
 mod harness;
+mod metrics;
 mod operator;
 mod support;
 mod systemd;

@@ -1,0 +1,201 @@
+//! Metrics and health over HTTP: `/metrics` (Prometheus text) and
+//! `/healthz`, on `[daemon] metrics_listen` (default 127.0.0.1:9464).
+//!
+//! Metrics are recorded with the `metrics` facade wherever the event
+//! happens (the names are the constants below, so the README's list and the
+//! code cannot drift apart); this module installs the Prometheus recorder
+//! and serves it. `/healthz` answers 200 when the supervisor loop ran
+//! recently and Redis answered last time it was asked, 503 with the reason
+//! otherwise.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub const RUNS: &str = "cronlease_runs_total";
+pub const CLAIMS: &str = "cronlease_claims_total";
+pub const TICK_LATENESS: &str = "cronlease_tick_lateness_seconds";
+pub const RUN_DURATION: &str = "cronlease_run_duration_seconds";
+pub const LEASES_HELD: &str = "cronlease_leases_held";
+pub const LEASE_RENEWALS: &str = "cronlease_lease_renewals_total";
+pub const LOST_LEASES: &str = "cronlease_lost_leases_total";
+pub const REDIS_ERRORS: &str = "cronlease_redis_errors_total";
+pub const SPOOLED: &str = "cronlease_spooled_outcomes";
+pub const STATE_LOSS: &str = "cronlease_state_loss_events_total";
+pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
+pub const MISSED_TICKS: &str = "cronlease_missed_ticks_total";
+pub const BUILD_INFO: &str = "cronlease_build_info";
+
+/// The git commit the binary was built from (see build.rs).
+pub const GIT_SHA: &str = env!("CRONLEASE_GIT_SHA");
+
+#[derive(Debug, thiserror::Error)]
+pub enum TelemetryError {
+    #[error("cannot install the metrics recorder: {0}")]
+    Recorder(#[from] metrics_exporter_prometheus::BuildError),
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Installs the process-wide Prometheus recorder and describes every metric.
+pub fn install() -> Result<PrometheusHandle, TelemetryError> {
+    let latency = [
+        0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ];
+    let durations = [
+        0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0,
+    ];
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Full(TICK_LATENESS.to_string()), &latency)?
+        .set_buckets_for_metric(Matcher::Full(RUN_DURATION.to_string()), &durations)?
+        .install_recorder()?;
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        RUNS,
+        "Runs finished by this replica, by job and outcome status."
+    );
+    describe_counter!(
+        CLAIMS,
+        "Claim attempts by job and result (claimed, taken, early, busy, paused, wait, error)."
+    );
+    describe_histogram!(
+        TICK_LATENESS,
+        Unit::Seconds,
+        "Claim instant minus tick, by Redis time, of claimed ticks."
+    );
+    describe_histogram!(
+        RUN_DURATION,
+        Unit::Seconds,
+        "Duration of runs finished by this replica."
+    );
+    describe_gauge!(
+        LEASES_HELD,
+        "Leases this replica holds now (runs in flight)."
+    );
+    describe_counter!(
+        LEASE_RENEWALS,
+        "Lease renewals by result (ok, lost, error)."
+    );
+    describe_counter!(
+        LOST_LEASES,
+        "Runs stopped because their lease was lost or not renewable in time."
+    );
+    describe_counter!(REDIS_ERRORS, "Redis commands that failed.");
+    describe_gauge!(SPOOLED, "Outcomes waiting in the spool for Redis.");
+    describe_counter!(
+        STATE_LOSS,
+        "Redis state-loss events detected (epoch changed, high-water mark behind)."
+    );
+    describe_gauge!(
+        LAST_SUCCESS,
+        Unit::Seconds,
+        "When this replica last finished a run of the job with status ok."
+    );
+    describe_counter!(
+        MISSED_TICKS,
+        "Ticks nobody claimed, recorded as missed by this replica."
+    );
+    describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs.");
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "git_sha" => GIT_SHA)
+        .set(1.0);
+    Ok(handle)
+}
+
+/// What `/healthz` looks at.
+pub struct Health {
+    /// When the supervisor loop last ran, ms since `origin`.
+    beat_ms: AtomicI64,
+    origin: Instant,
+    /// The supervisor must beat at least this often.
+    period: Duration,
+    redis_up: watch::Receiver<bool>,
+}
+
+impl Health {
+    pub fn new(period: Duration, redis_up: watch::Receiver<bool>) -> Health {
+        Health {
+            beat_ms: AtomicI64::new(0),
+            origin: Instant::now(),
+            period,
+            redis_up,
+        }
+    }
+
+    /// Called by the supervisor loop on every turn.
+    pub fn beat(&self) {
+        let ms = i64::try_from(self.origin.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.beat_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// `Ok` or the reason the replica is not healthy.
+    pub fn check(&self) -> Result<(), String> {
+        let now = i64::try_from(self.origin.elapsed().as_millis()).unwrap_or(i64::MAX);
+        let silent = now - self.beat_ms.load(Ordering::Relaxed);
+        let limit = i64::try_from((self.period * 3).as_millis()).unwrap_or(i64::MAX);
+        if silent > limit {
+            return Err(format!("scheduler loop stalled: silent for {silent} ms"));
+        }
+        if !*self.redis_up.borrow() {
+            return Err("redis unreachable".to_string());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+struct Served {
+    handle: PrometheusHandle,
+    health: Arc<Health>,
+}
+
+/// Binds `addr` (a port 0 picks a free one); the caller logs the address.
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, TelemetryError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| TelemetryError::Bind { addr, source })
+}
+
+/// Serves `/metrics` and `/healthz` until `cancel`.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    handle: PrometheusHandle,
+    health: Arc<Health>,
+    cancel: CancellationToken,
+) {
+    let app = Router::new()
+        .route("/metrics", get(metrics_page))
+        .route("/healthz", get(healthz))
+        .with_state(Served { handle, health });
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(cancel.cancelled_owned())
+        .await;
+    if let Err(e) = result {
+        tracing::error!(error = %e, "the metrics server stopped");
+    }
+}
+
+async fn metrics_page(State(served): State<Served>) -> String {
+    served.handle.run_upkeep();
+    served.handle.render()
+}
+
+async fn healthz(State(served): State<Served>) -> (StatusCode, String) {
+    match served.health.check() {
+        Ok(()) => (StatusCode::OK, "ok\n".to_string()),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")),
+    }
+}
