@@ -104,8 +104,10 @@ impl Identity {
 }
 
 /// The highest tick and fence this replica has seen for one job: what it
-/// holds Redis to if Redis loses state.
-#[derive(Debug, Clone, Copy, Default)]
+/// holds Redis to if Redis loses state. Kept in `state_dir/marks.json` too,
+/// so a replica restarted together with a Redis that lost its data still
+/// remembers.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
 struct Marks {
     last_tick: Option<i64>,
     fence: u64,
@@ -132,6 +134,8 @@ struct Ctx {
     claiming: CancellationToken,
     /// Per job: see [`Marks`].
     marks: Mutex<HashMap<String, Marks>>,
+    /// Set when `marks` changed since they were last written to disk.
+    marks_dirty: std::sync::atomic::AtomicBool,
     /// Whether Redis answered last time anyone asked; logs on change only.
     redis_up: watch::Sender<bool>,
     /// Wakes the spool courier when an outcome was spooled or Redis is back.
@@ -159,11 +163,32 @@ impl Ctx {
             .lock()
             .expect("marks mutex poisoned: a panic while updating two integers");
         let entry = marks.entry(job.to_string()).or_default();
+        let before = (entry.last_tick, entry.fence);
         if let Some(tick) = tick {
             entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
         }
         if let Some(fence) = fence {
             entry.fence = entry.fence.max(fence);
+        }
+        if before != (entry.last_tick, entry.fence) {
+            self.marks_dirty.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the marks to `state_dir/marks.json` if they changed.
+    fn save_marks(&self) {
+        if !self.marks_dirty.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let snapshot = self
+            .marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers")
+            .clone();
+        let json = serde_json::to_vec(&snapshot).unwrap_or_default();
+        if let Err(e) = crate::spool::write_durably(&marks_path(&self.config), &json) {
+            self.marks_dirty.store(true, Ordering::Relaxed);
+            warn!(error = %e, "cannot save the remembered high-water marks");
         }
     }
 
@@ -229,7 +254,8 @@ pub async fn run(
         watchdog,
         runs: TaskTracker::new(),
         claiming: claiming.clone(),
-        marks: Mutex::new(HashMap::new()),
+        marks: Mutex::new(load_marks(&config)),
+        marks_dirty: std::sync::atomic::AtomicBool::new(false),
         redis_up: watch::Sender::new(true),
         spooled: Notify::new(),
         heartbeat_now: Notify::new(),
@@ -249,6 +275,7 @@ pub async fn run(
     background.spawn(watchdog_task);
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
+    background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     let mut scheduler = Scheduler {
         loops: HashMap::new(),
@@ -292,6 +319,39 @@ pub async fn run(
     }
     info!("stopped");
     Ok(())
+}
+
+fn marks_path(config: &Config) -> std::path::PathBuf {
+    config.daemon.state_dir.join("marks.json")
+}
+
+/// The marks remembered by an earlier run of this replica, if any.
+fn load_marks(config: &Config) -> HashMap<String, Marks> {
+    let path = marks_path(config);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            warn!(path = %path.display(), error = %e, "ignoring unreadable remembered marks");
+            HashMap::new()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read remembered marks");
+            HashMap::new()
+        }
+    }
+}
+
+/// Writes changed marks to disk every second, and once more at the end.
+async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = sleep(Duration::from_secs(1)) => {}
+        }
+        let ctx2 = ctx.clone();
+        let _ = tokio::task::spawn_blocking(move || ctx2.save_marks()).await;
+    }
+    let _ = tokio::task::spawn_blocking(move || ctx.save_marks()).await;
 }
 
 /// How often the supervisor loop turns (health beat, systemd pings).

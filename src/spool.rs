@@ -52,18 +52,11 @@ impl Spool {
     /// Writes `outcome` durably. Saving the same run twice keeps one file.
     pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SpoolError> {
         let path = self.dir.join(format!("{}.json", outcome.run_id));
-        let tmp = self.dir.join(format!(".{}.json.tmp", outcome.run_id));
         let json = serde_json::to_vec(outcome).map_err(|e| SpoolError {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        let mut file = File::create(&tmp).map_err(at(&tmp))?;
-        file.write_all(&json).map_err(at(&tmp))?;
-        file.sync_all().map_err(at(&tmp))?;
-        fs::rename(&tmp, &path).map_err(at(&path))?;
-        File::open(&self.dir)
-            .and_then(|dir| dir.sync_all())
-            .map_err(at(&self.dir))?;
+        write_durably(&path, &json)?;
         Ok(path)
     }
 
@@ -102,6 +95,26 @@ impl Spool {
             Err(e) => Err(at(path)(e)),
         }
     }
+}
+
+/// Replaces `path` with `bytes` so that after return the new content
+/// survives a crash and a reader never sees half of it: a temporary file,
+/// fsync, rename, fsync of the directory.
+pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let mut file = File::create(&tmp).map_err(at(&tmp))?;
+    file.write_all(bytes).map_err(at(&tmp))?;
+    file.sync_all().map_err(at(&tmp))?;
+    fs::rename(&tmp, path).map_err(at(path))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(at(dir))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -806,3 +806,38 @@ fn a_redis_that_forbids_config_get_is_used_with_a_warning() {
         cluster.logs()
     );
 }
+
+#[test]
+fn a_replica_restarted_with_an_emptied_redis_still_remembers_its_marks() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("steady", "* * * * * *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "three runs", || {
+        (starts(&file).len() >= 3).then_some(())
+    });
+    cluster.stop_all();
+    let marks = std::fs::read_to_string(cluster.path("a").join("state").join("marks.json"))
+        .expect("marks were saved");
+    assert!(marks.contains("steady"), "{marks}");
+    // Redis loses everything while the replica is down.
+    cluster.redis.stop();
+    cluster.redis.restart();
+    cluster.replicas.clear();
+    cluster.start("a", &jobs);
+    let before = starts(&file).len();
+    cluster.replicas[0].wait_for_log("REDIS STATE LOSS DETECTED", Duration::from_secs(20));
+    wait_until(Duration::from_secs(20), "runs after the restart", || {
+        (starts(&file).len() >= before + 2).then_some(())
+    });
+    cluster.stop_all();
+    let side = starts(&file);
+    let ticks: BTreeSet<i64> = side.iter().map(|s| s.0).collect();
+    assert_eq!(ticks.len(), side.len(), "a tick ran twice: {side:?}");
+    let fences: Vec<i64> = side.iter().map(|s| s.1).collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "a fence went back: {fences:?}"
+    );
+}
