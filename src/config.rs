@@ -177,6 +177,10 @@ pub enum Command {
     Argv(Vec<String>),
     /// The explicit opt-in for a shell: `/bin/sh -c <script>`.
     Shell(String),
+    /// `benchmark_noop = true`: runs nothing and succeeds at once, in
+    /// process. Exists only so `cronlease`'s benchmark can measure the
+    /// coordination without thousands of processes a second.
+    BenchmarkNoop,
 }
 
 /// What to do when a tick comes while a run of the same job is in flight.
@@ -329,6 +333,7 @@ struct RawJob {
     retries: Option<Spanned<i64>>,
     retry_backoff: Option<Spanned<String>>,
     on_holder_lost: Option<OnHolderLost>,
+    benchmark_noop: Option<Spanned<bool>>,
 }
 
 // ---------------------------------------------------------------------------
@@ -959,7 +964,20 @@ fn validate_job(
         },
         (Some(_), None) => None,
     };
+    let noop = raw.benchmark_noop.filter(|noop| *noop.get_ref());
     let command = match (raw.command, raw.shell) {
+        (None, None) if noop.is_some() => Some(Command::BenchmarkNoop),
+        (Some(_), _) | (_, Some(_)) if noop.is_some() => {
+            let span = noop.map(|n| n.span());
+            checker.problem(
+                span,
+                Some(section),
+                Some("benchmark_noop"),
+                "`benchmark_noop` runs nothing and cannot be combined with `command` or `shell`"
+                    .into(),
+            );
+            None
+        }
         (Some(_), Some(shell)) => {
             checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
             None

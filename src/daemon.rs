@@ -145,6 +145,12 @@ struct Ctx {
     heartbeat_now: Notify,
     /// State-loss events detected (epoch changed, high-water mark behind).
     state_loss_events: AtomicU64,
+    /// The replicas that heartbeat recently (this one included), sorted: the
+    /// candidates of the rendezvous ranking.
+    live: Mutex<Arc<Vec<String>>>,
+    /// Per job, the highest tick some replica announced it claimed (from
+    /// the claims channel).
+    announced: Mutex<HashMap<String, i64>>,
 }
 
 impl Ctx {
@@ -190,6 +196,30 @@ impl Ctx {
             self.marks_dirty.store(true, Ordering::Relaxed);
             warn!(error = %e, "cannot save the remembered high-water marks");
         }
+    }
+
+    /// This replica's place in the rendezvous order of `job`'s `tick` among
+    /// the live replicas: 0 claims at once, the others wait their turn.
+    fn rank(&self, job: &str, tick_ms: i64) -> usize {
+        let live = self
+            .live
+            .lock()
+            .expect("live mutex poisoned: a panic while swapping an Arc")
+            .clone();
+        let own = rendezvous_score(&self.identity.replica, job, tick_ms);
+        live.iter()
+            .filter(|id| **id != self.identity.replica)
+            .filter(|id| rendezvous_score(id, job, tick_ms) > own)
+            .count()
+    }
+
+    /// Whether a claim of `job`'s `tick` (or a later one) was announced.
+    fn announced(&self, job: &str, tick_ms: i64) -> bool {
+        self.announced
+            .lock()
+            .expect("announced mutex poisoned: a panic while updating an integer")
+            .get(job)
+            .is_some_and(|seen| *seen >= tick_ms)
     }
 
     fn redis_answered(&self) {
@@ -243,6 +273,7 @@ pub async fn run(
     let claiming = shutdown.child_token();
     let (watchdog, watchdog_task) =
         watchdog::new(store.clone(), config.daemon.lease, service.clone());
+    let identity_replica = identity.replica.clone();
     let ctx = Arc::new(Ctx {
         jobs: watch::Sender::new(job_table(&config)),
         config: config.clone(),
@@ -260,6 +291,8 @@ pub async fn run(
         spooled: Notify::new(),
         heartbeat_now: Notify::new(),
         state_loss_events: AtomicU64::new(0),
+        live: Mutex::new(Arc::new(vec![identity_replica.clone()])),
+        announced: Mutex::new(HashMap::new()),
     });
     measure_clock(&ctx).await;
 
@@ -276,6 +309,7 @@ pub async fn run(
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.clone(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
+    background.spawn(claims_listener(ctx.clone(), service.clone()));
     background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     let mut scheduler = Scheduler {
         loops: HashMap::new(),
@@ -353,6 +387,82 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
     let _ = tokio::task::spawn_blocking(move || ctx.save_marks()).await;
 }
+
+/// How long each rank waits after the one before it for a claim to be
+/// announced: also the takeover delay when the preferred replica is gone.
+const RANK_STEP: Duration = Duration::from_millis(100);
+
+/// Ranks beyond this wait no longer (they all claim together).
+const MAX_RANK_WAIT: usize = 3;
+
+/// A 64-bit score of (replica, job, tick); the highest score claims first.
+fn rendezvous_score(replica: &str, job: &str, tick_ms: i64) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in replica
+        .bytes()
+        .chain([0])
+        .chain(job.bytes())
+        .chain([0])
+        .chain(tick_ms.to_le_bytes())
+    {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    // splitmix64's finalizer: FNV alone mixes the last bytes poorly.
+    hash ^= hash >> 30;
+    hash = hash.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    hash ^= hash >> 27;
+    hash = hash.wrapping_mul(0x94d0_49bb_1331_11eb);
+    hash ^ (hash >> 31)
+}
+
+/// Listens to the claims channel and remembers, per job, the highest tick
+/// announced. Reconnects on its own; a gap only costs extra claims.
+async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    use futures_util::StreamExt;
+    loop {
+        let mut pubsub = match ctx.store.claims_subscriber().await {
+            Ok(pubsub) => pubsub,
+            Err(e) => {
+                debug!(error = %e, "cannot subscribe to claim announcements yet");
+                if !pause(Duration::from_secs(1), &cancel).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let mut messages = pubsub.on_message();
+        loop {
+            let message = tokio::select! {
+                () = cancel.cancelled() => return,
+                message = messages.next() => message,
+            };
+            let Some(message) = message else { break };
+            let Ok(payload) = message.get_payload::<String>() else {
+                continue;
+            };
+            let Some((job, tick)) = payload.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(tick) = tick.parse::<i64>() else {
+                continue;
+            };
+            let mut announced = ctx
+                .announced
+                .lock()
+                .expect("announced mutex poisoned: a panic while updating an integer");
+            let seen = announced.entry(job.to_string()).or_insert(tick);
+            *seen = (*seen).max(tick);
+        }
+        if !pause(Duration::from_millis(200), &cancel).await {
+            return;
+        }
+    }
+}
+
+/// The heartbeat reads Redis time (for the clock offset) every this many
+/// beats.
+const CLOCK_EVERY_N_HEARTBEATS: u64 = 6;
 
 /// How often the supervisor loop turns (health beat, systemd pings).
 const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
@@ -628,6 +738,22 @@ async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
             // missed, and the misfire policy decides.
             cursor = None;
             continue;
+        }
+        // Rendezvous: the preferred replica claims at once; the others wait
+        // their turn and claim only if no claim was announced meanwhile, so
+        // Redis sees about one claim per tick however many replicas run.
+        let rank = ctx.rank(&job.name, tick_ms);
+        if rank > 0 {
+            let turn = RANK_STEP * u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
+            if !pause(turn, &cancel).await {
+                return;
+            }
+            if ctx.announced(&job.name, tick_ms) {
+                count_claim(&job, "announced");
+                ctx.note(&job.name, Some(tick_ms), None);
+                cursor = Some(tick_ms);
+                continue;
+            }
         }
         match claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await {
             ClaimEnd::Answered(_) => cursor = Some(tick_ms),
@@ -1157,6 +1283,7 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let own_heartbeat_ms =
         i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8);
     let mut epoch_seen: Option<String> = None;
+    let mut beats: u64 = 0;
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -1183,9 +1310,13 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         })
         .to_string();
         let sent = local_now_ms();
+        // The clock offset drifts slowly: measure it every few heartbeats
+        // (an idle replica sends as few commands as it can).
+        let with_time = beats.is_multiple_of(CLOCK_EVERY_N_HEARTBEATS);
+        beats += 1;
         let reply = match ctx
             .store
-            .heartbeat(&ctx.identity.replica, &record, &new_epoch)
+            .heartbeat(&ctx.identity.replica, &record, &new_epoch, with_time)
             .await
         {
             Ok(reply) => reply,
@@ -1194,7 +1325,10 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 continue;
             }
         };
-        ctx.clock.observe(reply.server_ms, sent, local_now_ms());
+        if let Some(server_ms) = reply.server_ms {
+            ctx.clock.observe(server_ms, sent, local_now_ms());
+        }
+        let server_ms = reply.server_ms.unwrap_or_else(|| ctx.clock.now_ms());
         ctx.redis_answered();
         match &epoch_seen {
             None if reply.created_epoch => info!(epoch = %reply.epoch, "created the deployment epoch"),
@@ -1205,6 +1339,27 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             _ => {}
         }
         epoch_seen = Some(reply.epoch.clone());
+        let mut live: Vec<String> = reply
+            .replicas
+            .iter()
+            .filter(|(id, raw)| {
+                *id == ctx.identity.replica
+                    || serde_json::from_str::<serde_json::Value>(raw).is_ok_and(|record| {
+                        let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
+                        let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
+                        let last_seen = record["last_seen_ms"].as_i64().unwrap_or(0);
+                        server_ms - last_seen <= (3 * heartbeat_ms).max(lease_ms)
+                    })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !live.contains(&ctx.identity.replica) {
+            live.push(ctx.identity.replica.clone());
+        }
+        live.sort();
+        *ctx.live
+            .lock()
+            .expect("live mutex poisoned: a panic while swapping an Arc") = Arc::new(live);
         for (replica, record) in &reply.replicas {
             if *replica == ctx.identity.replica {
                 continue;
@@ -1218,7 +1373,7 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             // Silent past its heartbeat and lease: its runs are swept on every
             // heartbeat for a while (a lease renewed just before it died
             // expires up to a lease later); after that it is just history.
-            let silent_for = reply.server_ms - last_seen;
+            let silent_for = server_ms - last_seen;
             let dead_after = (3 * heartbeat_ms).max(lease_ms);
             let sweep_until = dead_after + 2 * (lease_ms + heartbeat_ms) + 2 * own_heartbeat_ms;
             if silent_for <= dead_after || silent_for > sweep_until {
@@ -1439,5 +1594,29 @@ async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     }
     if let Err(e) = ctx.store.ack_trigger(&request.id).await {
         debug!(error = %e, "cannot acknowledge a trigger; a second delivery is recognised by its run id");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_spreads_ticks_evenly_and_ranks_are_a_permutation() {
+        let replicas = ["web-1", "web-2", "web-3"];
+        let mut first = [0usize; 3];
+        for tick in 0..3000 {
+            let tick_ms = 1_795_000_000_000 + tick * 1000;
+            let mut scores: Vec<(u64, usize)> = replicas
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (rendezvous_score(r, "draw", tick_ms), i))
+                .collect();
+            scores.sort_unstable_by(|a, b| b.cmp(a));
+            first[scores[0].1] += 1;
+        }
+        for count in first {
+            assert!((850..=1150).contains(&count), "uneven: {first:?}");
+        }
     }
 }

@@ -164,6 +164,9 @@ fn build_command(spec: &RunSpec) -> tokio::process::Command {
             command.arg("-c").arg(script);
             command
         }
+        Command::BenchmarkNoop => {
+            unreachable!("benchmark_noop runs end in run_once before a process is built")
+        }
     };
     command
         .current_dir(&spec.workdir)

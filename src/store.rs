@@ -87,6 +87,11 @@ impl Keys {
         format!("{}:epoch", self.prefix)
     }
 
+    /// Pub/sub channel on which every claim announces "<job> <tick>".
+    pub fn claims_channel(&self) -> String {
+        format!("{}:claimed", self.prefix)
+    }
+
     /// Stream: manual run requests (`cronlease trigger`), read by the
     /// consumer group [`TRIGGER_GROUP`].
     pub fn triggers(&self) -> String {
@@ -341,7 +346,8 @@ pub struct HeartbeatReply {
     pub epoch: String,
     /// We created the epoch key (it was missing).
     pub created_epoch: bool,
-    pub server_ms: i64,
+    /// Redis time, when the heartbeat asked for it.
+    pub server_ms: Option<i64>,
     /// Every replica's heartbeat JSON, ours included.
     pub replicas: Vec<(String, String)>,
 }
@@ -461,6 +467,8 @@ impl Store {
             .arg(request.min_fence)
             .arg(request.trigger.as_str())
             .arg(if request.wait_if_busy { "1" } else { "0" })
+            .arg(keys.claims_channel())
+            .arg(request.job)
             .invoke_async(&mut conn)
             .await?;
         parse_claim(reply)
@@ -610,37 +618,66 @@ impl Store {
         })
     }
 
-    /// Writes this replica's heartbeat, makes sure the epoch exists, and
-    /// reads every replica's heartbeat and the server time: one round trip.
+    /// Writes this replica's heartbeat, reads the epoch (creating it if
+    /// missing), every replica's heartbeat and, with `with_time`, the server
+    /// time: one round trip (two when the epoch is missing).
     pub async fn heartbeat(
         &self,
         replica: &str,
         record: &str,
         new_epoch: &str,
+        with_time: bool,
     ) -> Result<HeartbeatReply, StoreError> {
         let mut conn = self.conn.clone();
-        type Reply = (Option<String>, String, Vec<(String, String)>, (i64, i64));
-        let (created, epoch, replicas, (secs, micros)): Reply = redis::pipe()
-            .cmd("HSET")
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
             .arg(self.keys.replicas())
             .arg(replica)
             .arg(record)
             .ignore()
-            .cmd("SET")
-            .arg(self.keys.epoch())
-            .arg(new_epoch)
-            .arg("NX")
             .cmd("GET")
             .arg(self.keys.epoch())
             .cmd("HGETALL")
-            .arg(self.keys.replicas())
-            .cmd("TIME")
-            .query_async(&mut conn)
-            .await?;
+            .arg(self.keys.replicas());
+        if with_time {
+            pipe.cmd("TIME");
+        }
+        let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let time = if with_time { replies.pop() } else { None };
+        let replicas: Vec<(String, String)> = match replies.pop() {
+            Some(value) => redis::from_redis_value(value)
+                .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
+            None => Vec::new(),
+        };
+        let server_ms = match time {
+            Some(Value::Array(parts)) if parts.len() == 2 => {
+                let secs = as_int(&parts[0]).unwrap_or(0);
+                let micros = as_int(&parts[1]).unwrap_or(0);
+                Some(secs * 1000 + micros / 1000)
+            }
+            _ => None,
+        };
+        let (epoch, created_epoch) = match replies.pop().as_ref().and_then(as_string) {
+            Some(epoch) => (epoch, false),
+            None => {
+                // First heartbeat of a deployment, or Redis lost its data.
+                let created: Option<String> = redis::cmd("SET")
+                    .arg(self.keys.epoch())
+                    .arg(new_epoch)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                let epoch: String = redis::cmd("GET")
+                    .arg(self.keys.epoch())
+                    .query_async(&mut conn)
+                    .await?;
+                (epoch, created.is_some())
+            }
+        };
         Ok(HeartbeatReply {
             epoch,
-            created_epoch: created.is_some(),
-            server_ms: secs * 1000 + micros / 1000,
+            created_epoch,
+            server_ms,
             replicas,
         })
     }
@@ -1111,6 +1148,13 @@ impl Store {
             .invoke_async(&mut conn)
             .await?;
         Ok(released == 1)
+    }
+
+    /// A pub/sub connection subscribed to the claims channel.
+    pub async fn claims_subscriber(&self) -> Result<redis::aio::PubSub, StoreError> {
+        let mut pubsub = self.client.get_async_pubsub().await?;
+        pubsub.subscribe(self.keys.claims_channel()).await?;
+        Ok(pubsub)
     }
 
     /// A pub/sub connection subscribed to lock `name`'s release channel.

@@ -3,13 +3,19 @@
 -- ARGV: tick_ms, run_id, lease_ms, overlap, replica, host, tolerance_ms, maxlen,
 --       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
---       recording skipped_overlap, for catch-up of missed ticks)
+--       recording skipped_overlap, for catch-up of missed ticks),
+--       channel and job name: when the high-water mark moves, "<job> <tick>"
+--       is published there, so replicas waiting their turn need not ask
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
+local channel, job = ARGV[13], ARGV[14]
+local function announce()
+  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1])
+end
 
 local now = now_ms()
 -- A retry after an ambiguous reply: the first attempt may have won.
@@ -35,6 +41,7 @@ local previous = stored
 
 if redis.call('HGET', state, 'paused') == '1' then
   redis.call('HSET', state, 'last_tick', tick)
+  announce()
   return {'paused', regressed, previous}
 end
 
@@ -44,6 +51,7 @@ if overlap ~= 'allow' then
     if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
     redis.call('HSET', state, 'last_tick', tick)
     record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
+    announce()
     return {'busy', holder, regressed, previous}
   end
   -- overlap == 'replace': the new lease overwrites the old one, whose holder
@@ -53,4 +61,5 @@ end
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, min_fence, now)
 redis.call('HSET', state, 'last_tick', tick)
+announce()
 return {'claimed', fence, now, lease_key, count_expired(running, now), regressed, previous}
