@@ -628,6 +628,20 @@ fn sigterm_lets_runs_finish_within_the_grace_then_interrupts_the_rest() {
     assert!(leases.is_empty(), "{leases:?}");
 }
 
+/// Asserts that the probe file shows every tick started once and fences
+/// rising with the ticks.
+#[track_caller]
+fn assert_each_tick_once_with_rising_fences(file: &Path) {
+    let side = starts(file);
+    let ticks: BTreeSet<i64> = side.iter().map(|s| s.0).collect();
+    assert_eq!(ticks.len(), side.len(), "a tick ran twice: {side:?}");
+    let fences: Vec<i64> = side.iter().map(|s| s.1).collect();
+    assert!(
+        fences.windows(2).all(|w| w[0] < w[1]),
+        "a fence went back: {fences:?}"
+    );
+}
+
 /// The run ids a replica's log says it claimed.
 fn claimed_run_ids(log: &str) -> Vec<String> {
     log.lines()
@@ -713,14 +727,7 @@ fn a_redis_restart_without_persistence_is_detected_and_fences_never_go_back() {
         (starts(&file).len() >= before + 2).then_some(())
     });
     cluster.stop_all();
-    let side = starts(&file);
-    let ticks: BTreeSet<i64> = side.iter().map(|s| s.0).collect();
-    assert_eq!(ticks.len(), side.len(), "a tick ran twice: {side:?}");
-    let fences: Vec<i64> = side.iter().map(|s| s.1).collect();
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "a fence went back: {fences:?}"
-    );
+    assert_each_tick_once_with_rising_fences(&file);
 }
 
 #[test]
@@ -832,12 +839,5 @@ fn a_replica_restarted_with_an_emptied_redis_still_remembers_its_marks() {
         (starts(&file).len() >= before + 2).then_some(())
     });
     cluster.stop_all();
-    let side = starts(&file);
-    let ticks: BTreeSet<i64> = side.iter().map(|s| s.0).collect();
-    assert_eq!(ticks.len(), side.len(), "a tick ran twice: {side:?}");
-    let fences: Vec<i64> = side.iter().map(|s| s.1).collect();
-    assert!(
-        fences.windows(2).all(|w| w[0] < w[1]),
-        "a fence went back: {fences:?}"
-    );
+    assert_each_tick_once_with_rising_fences(&file);
 }
