@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use futures_util::FutureExt;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -1114,7 +1115,21 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
     let job = job.clone();
     ctx.runs.spawn(async move {
         let ctx = ctx2;
-        let result = runner::execute(&spec, stop_rx).await;
+        // A panic in the run must not leave its lease renewed forever: it
+        // becomes a failed outcome, and the lease is released as always.
+        let result = match std::panic::AssertUnwindSafe(runner::execute(&spec, stop_rx)).catch_unwind().await {
+            Ok(result) => result,
+            Err(_) => {
+                error!(job = %spec.job, run_id = %spec.run_id, "the run panicked; recording it as failed");
+                runner::RunResult {
+                    status: crate::outcome::Status::Failed,
+                    exit_code: None,
+                    signal: None,
+                    attempts: 1,
+                    output: "[cronlease] internal error: the run panicked (see the replica's log)\n".to_string(),
+                }
+            }
+        };
         // Release before finishing, and wait for the watchdog to drop the
         // lease: a renewal racing the finish would see the lease gone.
         let (done_tx, done_rx) = oneshot::channel();

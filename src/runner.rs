@@ -216,6 +216,13 @@ async fn run_once(
             signal: None,
         };
     }
+    if spec.command == Command::BenchmarkNoop {
+        return Attempt {
+            status: Status::Ok,
+            exit_code: Some(0),
+            signal: None,
+        };
+    }
     let mut child = match build_command(spec).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -412,6 +419,15 @@ mod tests {
         let result = run(&spec(Command::Argv(vec!["/nonexistent/program".into()]))).await;
         assert_eq!(result.status, Status::Failed);
         assert!(result.output.contains("cannot start"), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn the_benchmark_noop_succeeds_without_a_process() {
+        let result = run(&spec(Command::BenchmarkNoop)).await;
+        assert_eq!(
+            (result.status, result.exit_code, result.attempts),
+            (Status::Ok, Some(0), 1)
+        );
     }
 
     #[tokio::test]
