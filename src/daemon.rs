@@ -442,12 +442,18 @@ async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
             let Ok(payload) = message.get_payload::<String>() else {
                 continue;
             };
-            let Some((job, tick)) = payload.rsplit_once(' ') else {
+            // "<job> <tick> <fence>"; job names have no spaces.
+            let mut parts = payload.split(' ');
+            let (Some(job), Some(tick), Some(fence)) = (parts.next(), parts.next(), parts.next())
+            else {
                 continue;
             };
-            let Ok(tick) = tick.parse::<i64>() else {
+            let (Ok(tick), Ok(fence)) = (tick.parse::<i64>(), fence.parse::<u64>()) else {
                 continue;
             };
+            // Every fence handed out is remembered, whoever won the tick:
+            // after a Redis state loss no replica re-issues one.
+            ctx.note(job, Some(tick), Some(fence));
             let mut announced = ctx
                 .announced
                 .lock()
@@ -962,6 +968,7 @@ async fn claim(
             ClaimReply::Taken {
                 last_tick,
                 regressed,
+                fence,
             } => {
                 if regressed {
                     ctx.state_loss(
@@ -970,22 +977,27 @@ async fn claim(
                     );
                 }
                 count_claim(job, "taken");
-                ctx.note(&job.name, Some(last_tick), None);
+                ctx.note(&job.name, Some(last_tick), Some(fence));
                 debug!(job = %job.name, %tick, "taken by another replica");
                 return ClaimEnd::Answered(None);
             }
-            ClaimReply::Paused { previous, .. } => {
+            ClaimReply::Paused {
+                previous, fence, ..
+            } => {
                 count_claim(job, "paused");
-                ctx.note(&job.name, Some(tick_ms), None);
+                ctx.note(&job.name, Some(tick_ms), Some(fence));
                 info!(job = %job.name, %tick, "job is paused; tick skipped");
                 record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);
             }
             ClaimReply::Busy {
-                holder, previous, ..
+                holder,
+                previous,
+                fence,
+                ..
             } => {
                 count_claim(job, "busy");
-                ctx.note(&job.name, Some(tick_ms), None);
+                ctx.note(&job.name, Some(tick_ms), Some(fence));
                 info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
                 record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);

@@ -241,15 +241,25 @@ pub enum ClaimReply {
     },
     /// The tick is this far ahead of Redis time; ask again then.
     Early { ms: i64 },
-    /// Someone claimed it (or a later tick) already.
-    Taken { last_tick: i64, regressed: bool },
+    /// Someone claimed it (or a later tick) already. `fence` is the job's
+    /// current fence.
+    Taken {
+        last_tick: i64,
+        regressed: bool,
+        fence: u64,
+    },
     /// The job is paused; the tick is skipped.
-    Paused { regressed: bool, previous: i64 },
+    Paused {
+        regressed: bool,
+        previous: i64,
+        fence: u64,
+    },
     /// A run is in flight and `overlap = "skip"`: recorded as skipped.
     Busy {
         holder: String,
         regressed: bool,
         previous: i64,
+        fence: u64,
     },
     /// Catch-up only: a run is in flight; ask again in this many ms.
     Wait { ms: i64 },
@@ -1194,15 +1204,18 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
         "taken" => ClaimReply::Taken {
             last_tick: int(1)?,
             regressed: flag(2),
+            fence: int(3).unwrap_or(0).max(0) as u64,
         },
         "paused" => ClaimReply::Paused {
             regressed: flag(1),
             previous: int(2).unwrap_or(-1),
+            fence: int(3).unwrap_or(0).max(0) as u64,
         },
         "busy" => ClaimReply::Busy {
             holder: items.get(1).and_then(as_string).unwrap_or_default(),
             regressed: flag(2),
             previous: int(3).unwrap_or(-1),
+            fence: int(4).unwrap_or(0).max(0) as u64,
         },
         "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
         _ => return Err(bad(&items)),

@@ -13,8 +13,13 @@ local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
 local channel, job = ARGV[13], ARGV[14]
+-- The job's current fence: every answer carries it, so each replica knows
+-- the highest fence handed out even for ticks it did not win.
+local function current_fence()
+  return tonumber(redis.call('HGET', state, 'fence') or '0')
+end
 local function announce()
-  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1])
+  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. current_fence())
 end
 
 local now = now_ms()
@@ -34,7 +39,7 @@ if stored < min_tick then
   redis.call('HSET', state, 'last_tick', min_tick)
   stored = min_tick
 end
-if tick <= stored then return {'taken', stored, regressed} end
+if tick <= stored then return {'taken', stored, regressed, current_fence()} end
 -- The high-water mark before this tick: ticks of the schedule between it and
 -- this one were never claimed (the caller records them as missed).
 local previous = stored
@@ -42,7 +47,7 @@ local previous = stored
 if redis.call('HGET', state, 'paused') == '1' then
   redis.call('HSET', state, 'last_tick', tick)
   announce()
-  return {'paused', regressed, previous}
+  return {'paused', regressed, previous, current_fence()}
 end
 
 if overlap ~= 'allow' then
@@ -52,7 +57,7 @@ if overlap ~= 'allow' then
     redis.call('HSET', state, 'last_tick', tick)
     record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
     announce()
-    return {'busy', holder, regressed, previous}
+    return {'busy', holder, regressed, previous, current_fence()}
   end
   -- overlap == 'replace': the new lease overwrites the old one, whose holder
   -- sees its next renewal fail and stops its run.

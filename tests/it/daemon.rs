@@ -841,3 +841,36 @@ fn a_replica_restarted_with_an_emptied_redis_still_remembers_its_marks() {
     cluster.stop_all();
     assert_each_tick_once_with_rising_fences(&file);
 }
+
+/// Regression (found by the chaos suite, seeds 8, 9, 15): after Redis lost
+/// its data, a replica that had not won the latest ticks re-issued fences
+/// another replica had already handed out. Every reply and announcement now
+/// carries the job's fence, so each replica remembers the highest one.
+#[test]
+fn after_redis_loses_its_data_no_replica_reissues_a_fence() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("steady", "* * * * * *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    for wipe in 1..=3 {
+        let before = starts(&file).len();
+        wait_until(Duration::from_secs(20), "runs before the wipe", || {
+            (starts(&file).len() >= before + 3).then_some(())
+        });
+        cluster.redis.stop();
+        cluster.redis.restart();
+        let log = cluster.logs();
+        assert!(
+            wipe == 1 || log.contains("REDIS STATE LOSS DETECTED"),
+            "{log}"
+        );
+    }
+    let before = starts(&file).len();
+    wait_until(Duration::from_secs(20), "runs after the last wipe", || {
+        (starts(&file).len() >= before + 3).then_some(())
+    });
+    cluster.stop_all();
+    assert_each_tick_once_with_rising_fences(&file);
+}
