@@ -45,10 +45,6 @@ impl Spool {
         Ok(Spool { dir })
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Writes `outcome` durably. Saving the same run twice keeps one file.
     pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SpoolError> {
         let path = self.dir.join(format!("{}.json", outcome.run_id));

@@ -989,6 +989,7 @@ impl Store {
             .arg(manual.host)
             .arg(manual.history)
             .arg(manual.min_fence)
+            .arg(duration_ms(DONE_MARKER_TTL))
             .invoke_async(&mut conn)
             .await?;
         let items = as_array(reply, "manual")?;

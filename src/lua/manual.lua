@@ -5,11 +5,11 @@
 -- one run.
 -- KEYS: state, running, lease, runs, done (the run id's done marker)
 -- ARGV: tick_ms (the request's time), run_id, lease_ms, overlap, replica,
---       host, maxlen, min_fence
+--       host, maxlen, min_fence, done_ttl_ms
 local state, running, lease, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
-local maxlen, min_fence = ARGV[7], tonumber(ARGV[8])
+local maxlen, min_fence, done_ttl = ARGV[7], tonumber(ARGV[8]), ARGV[9]
 if redis.call('HEXISTS', running, run_id) == 1 or redis.call('EXISTS', done) == 1 then
   return {'duplicate'}
 end
@@ -19,7 +19,7 @@ if overlap == 'skip' then
   if holder then
     local id = record_outcome(state, runs, maxlen,
       skip_fields(tick, run_id, replica, host, now, 'manual'), false)
-    redis.call('SET', done, id, 'PX', 7 * 24 * 3600 * 1000)
+    redis.call('SET', done, id, 'PX', done_ttl)
     return {'busy', holder}
   end
 end

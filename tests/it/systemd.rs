@@ -15,6 +15,17 @@ fn signal(replica: &Replica, signal: Signal) {
     kill(Pid::from_raw(replica.pid() as i32), signal).expect("cannot signal the replica");
 }
 
+/// SIGTERM, and the replica must exit 0.
+#[track_caller]
+fn stop(replica: &mut Replica) {
+    signal(replica, Signal::SIGTERM);
+    assert!(
+        replica
+            .wait_exit(Duration::from_secs(15))
+            .is_some_and(|s| s.success())
+    );
+}
+
 /// Reads notify datagrams until one contains `needle`; returns all read.
 #[track_caller]
 fn expect_notify(socket: &UnixDatagram, needle: &str, seen: &mut Vec<String>) {
@@ -123,12 +134,7 @@ fn sighup_applies_a_valid_table_and_keeps_runs_in_flight() {
         finished.lines().any(|l| l == first.tick().to_string()),
         "{finished}"
     );
-    signal(&replica, Signal::SIGTERM);
-    assert!(
-        replica
-            .wait_exit(Duration::from_secs(15))
-            .is_some_and(|s| s.success())
-    );
+    stop(&mut replica);
 }
 
 #[test]
@@ -150,12 +156,7 @@ fn sighup_with_a_broken_file_keeps_the_old_table() {
         "runs after the rejected reload",
         || (read_outcomes(&mut redis.client(), "cl", "tick").len() >= before + 2).then_some(()),
     );
-    signal(&replica, Signal::SIGTERM);
-    assert!(
-        replica
-            .wait_exit(Duration::from_secs(15))
-            .is_some_and(|s| s.success())
-    );
+    stop(&mut replica);
 }
 
 #[test]
