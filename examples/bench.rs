@@ -70,13 +70,14 @@
 //! through `PR_SET_PDEATHSIG`). The work directory (configs, logs) is removed
 //! unless `--keep` or an error happened.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::c_int;
 use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -85,6 +86,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::{Parser, ValueEnum};
+use common::{RedisProcess, detach_and_tie_to_parent, tail};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
@@ -1362,7 +1364,7 @@ impl<'a> Cluster<'a> {
             .with_context(|| format!("cannot create {}", dir.display()))?;
         let redis = RedisProcess::start(&dir)?;
         let conn = Conn {
-            inner: redis.connect()?,
+            inner: redis.connect(Duration::from_secs(60))?,
             issued: 0,
         };
         let mut jobs_toml = String::with_capacity(jobs * 64);
@@ -1961,18 +1963,6 @@ fn check_interrupted() -> Result<()> {
     Ok(())
 }
 
-/// Every child gets its own process group (Ctrl-C reaches only the bench,
-/// which stops them in order) and SIGKILL when the bench dies.
-fn detach_and_tie_to_parent(command: &mut Command) {
-    command.process_group(0);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
-}
-
 /// Kills and reaps a child when dropped.
 struct ChildGuard(Child);
 
@@ -1982,100 +1972,6 @@ impl Drop for ChildGuard {
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
-    }
-}
-
-/// The private `redis-server`; dropping it kills it.
-struct RedisProcess {
-    port: u16,
-    child: Child,
-}
-
-impl RedisProcess {
-    fn start(dir: &Path) -> Result<RedisProcess> {
-        let log = dir.join("redis.log");
-        let mut last_error = None;
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|listener| listener.local_addr())
-                .context("cannot find a free loopback port")?
-                .port();
-            let mut command = Command::new("redis-server");
-            command
-                .arg("--port")
-                .arg(port.to_string())
-                .args(["--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(dir)
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--logfile")
-                .arg(&log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit());
-            detach_and_tie_to_parent(&mut command);
-            let child = command.spawn().context("cannot start redis-server")?;
-            let mut redis = RedisProcess { port, child };
-            match redis.wait_ready(&log) {
-                Ok(()) => return Ok(redis),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.expect("five attempts were made"))
-    }
-
-    fn wait_ready(&mut self, log: &Path) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().context("cannot check redis-server")? {
-                bail!(
-                    "redis-server exited with {status} at start; its log:\n{}",
-                    tail(log, 20)
-                );
-            }
-            if let Ok(mut connection) = self.connect_with(Duration::from_millis(200))
-                && redis::cmd("PING").query::<String>(&mut connection).is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "redis-server did not answer PING within 10 s; its log:\n{}",
-                    tail(log, 20)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn connect(&self) -> Result<redis::Connection> {
-        let connection = self.connect_with(Duration::from_secs(5))?;
-        connection
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .context("cannot set a read timeout")?;
-        Ok(connection)
-    }
-
-    fn connect_with(&self, timeout: Duration) -> Result<redis::Connection> {
-        let url = self.url();
-        redis::Client::open(url.as_str())
-            .and_then(|client| client.get_connection_with_timeout(timeout))
-            .with_context(|| format!("cannot connect to {url}"))
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -2470,17 +2366,6 @@ fn print_table(header: &[String], rows: &[Vec<String>]) {
     );
     for row in rows {
         line(row);
-    }
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let all: Vec<&str> = text.lines().collect();
-            all[all.len().saturating_sub(lines)..].join("\n")
-        }
-        Err(e) => format!("(cannot read {}: {e})", path.display()),
     }
 }
 

@@ -17,11 +17,11 @@
 //! The example does not share code with `tests/it/support`: an example cannot
 //! import integration-test modules, so the few helpers it needs are here.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::c_int;
 use std::fs::File;
-use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::Parser;
+use common::{RedisProcess, detach_and_tie_to_parent, tail};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
 use nix::unistd::Pid;
 
@@ -103,7 +104,7 @@ fn run(args: &Args) -> Result<bool> {
         redis.pid(),
         work.display()
     );
-    let mut connection = redis.connect()?;
+    let mut connection = redis.connect(Duration::from_secs(10))?;
 
     let mut replicas = Vec::new();
     for n in 1..=args.replicas {
@@ -244,116 +245,6 @@ fn install_interrupt_handler() -> Result<()> {
             .with_context(|| format!("cannot install a {signal} handler"))?;
     }
     Ok(())
-}
-
-/// Spawn options every child of the demo gets: its own process group, so
-/// that Ctrl-C in the terminal reaches only the demo, which then stops them
-/// in order; and SIGKILL when the demo dies, so nothing outlives it.
-fn detach_and_tie_to_parent(command: &mut Command) {
-    command.process_group(0);
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
-    }
-}
-
-/// The private `redis-server`; dropping it kills it.
-struct RedisProcess {
-    port: u16,
-    child: Child,
-}
-
-impl RedisProcess {
-    /// Starts `redis-server` on a free loopback port with its data in
-    /// `dir`, and waits until it answers PING. A port that was free a moment
-    /// ago can be taken before Redis binds it, so a few ports are tried.
-    fn start(dir: &Path) -> Result<RedisProcess> {
-        let log = dir.join("redis.log");
-        let mut last_error = None;
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|listener| listener.local_addr())
-                .context("cannot find a free loopback port")?
-                .port();
-            let mut command = Command::new("redis-server");
-            command
-                .arg("--port")
-                .arg(port.to_string())
-                .args(["--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(dir)
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--logfile")
-                .arg(&log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit());
-            detach_and_tie_to_parent(&mut command);
-            let child = command.spawn().context("cannot start redis-server")?;
-            let mut redis = RedisProcess { port, child };
-            match redis.wait_ready(&log) {
-                Ok(()) => return Ok(redis),
-                Err(e) => last_error = Some(e),
-            }
-        }
-        Err(last_error.expect("five attempts were made"))
-    }
-
-    fn wait_ready(&mut self, log: &Path) -> Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = self.child.try_wait().context("cannot check redis-server")? {
-                bail!(
-                    "redis-server exited with {status} at start; its log:\n{}",
-                    tail(log, 20)
-                );
-            }
-            if let Ok(mut connection) = self.connect_with(Duration::from_millis(200))
-                && redis::cmd("PING").query::<String>(&mut connection).is_ok()
-            {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "redis-server did not answer PING within 10 s; its log:\n{}",
-                    tail(log, 20)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn connect(&self) -> Result<redis::Connection> {
-        let connection = self.connect_with(Duration::from_secs(5))?;
-        connection
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .context("cannot set a read timeout")?;
-        Ok(connection)
-    }
-
-    fn connect_with(&self, timeout: Duration) -> Result<redis::Connection> {
-        let url = self.url();
-        redis::Client::open(url.as_str())
-            .and_then(|client| client.get_connection_with_timeout(timeout))
-            .with_context(|| format!("cannot connect to {url}"))
-    }
-}
-
-impl Drop for RedisProcess {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// One `cronlease run` process; dropping it kills it.
@@ -868,18 +759,6 @@ fn verify(
         ));
     }
     (current.len(), violations)
-}
-
-/// The last `lines` lines of a file, or why it could not be read.
-fn tail(path: &Path, lines: usize) -> String {
-    match std::fs::read(path) {
-        Ok(bytes) => {
-            let text = String::from_utf8_lossy(&bytes);
-            let all: Vec<&str> = text.lines().collect();
-            all[all.len().saturating_sub(lines)..].join("\n")
-        }
-        Err(e) => format!("(cannot read {}: {e})", path.display()),
-    }
 }
 
 fn indent(text: &str) -> String {
