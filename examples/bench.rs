@@ -73,21 +73,23 @@
 mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::c_int;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::{Parser, ValueEnum};
-use common::{RedisProcess, detach_and_tie_to_parent, tail};
-use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use common::{
+    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent,
+    install_interrupt_handler, on_path, tail,
+};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::{Value, json};
 
@@ -116,9 +118,6 @@ const ATTEMPTS: [&str; 4] = ["claimed", "taken", "busy", "paused"];
 
 /// The after-kill period of the scaling scenario.
 const TAKEOVER_MS: i64 = 5_000;
-
-/// Set by SIGINT/SIGTERM: the current wait fails, everything is stopped.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Scenario {
@@ -1910,51 +1909,6 @@ impl Conn {
 // ---------------------------------------------------------------------------
 // Processes
 // ---------------------------------------------------------------------------
-
-/// The `cronlease` binary built next to this example: the example runs from
-/// `target/<profile>/examples/bench`, the binary is `target/<profile>/cronlease`.
-fn cronlease_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the bench's own executable")?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .with_context(|| format!("unexpected location of the bench: {}", exe.display()))?;
-    let binary = profile_dir.join("cronlease");
-    if !binary.is_file() {
-        bail!(
-            "{} does not exist: build it first with `cargo build --release --bins --examples` \
-             (scripts/bench does)",
-            binary.display()
-        );
-    }
-    Ok(binary)
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
-extern "C" fn on_interrupt(_signal: c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// First Ctrl-C (or SIGTERM) makes the current wait fail, and everything is
-/// stopped on the way out; a second one kills the bench (and its children,
-/// through `PR_SET_PDEATHSIG`).
-fn install_interrupt_handler() -> Result<()> {
-    let action = SigAction::new(
-        SigHandler::Handler(on_interrupt),
-        SaFlags::SA_RESETHAND,
-        SigSet::empty(),
-    );
-    for signal in [Signal::SIGINT, Signal::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe { sigaction(signal, &action) }
-            .with_context(|| format!("cannot install a {signal} handler"))?;
-    }
-    Ok(())
-}
 
 fn check_interrupted() -> Result<()> {
     if INTERRUPTED.load(Ordering::SeqCst) {

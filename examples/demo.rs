@@ -20,18 +20,20 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::ffi::c_int;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::Parser;
-use common::{RedisProcess, detach_and_tie_to_parent, tail};
-use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, kill, sigaction};
+use common::{
+    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent,
+    install_interrupt_handler, on_path, tail,
+};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 /// The job the demo runs, and its key prefix in Redis.
@@ -44,10 +46,6 @@ const TICK_MS: i64 = 2_000;
 /// How long stopping replicas may take after SIGTERM: the config's
 /// `shutdown_grace` plus `kill_grace` plus slack.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Set by SIGINT/SIGTERM: end the run early, but still stop the replicas in
-/// order and print the report.
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Run three cronlease replicas against a private Redis and check that a
 /// job ticking every 2 s ran exactly once per tick.
@@ -199,52 +197,6 @@ fn run(args: &Args) -> Result<bool> {
         }
         Ok(false)
     }
-}
-
-/// The `cronlease` binary built next to this example: the example runs from
-/// `target/<profile>/examples/demo`, the binary is `target/<profile>/cronlease`.
-fn cronlease_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the demo's own executable")?;
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .with_context(|| format!("unexpected location of the demo: {}", exe.display()))?;
-    let binary = profile_dir.join("cronlease");
-    if !binary.is_file() {
-        bail!(
-            "{} does not exist: build it first with `cargo build --release --bins --examples` \
-             (scripts/demo does)",
-            binary.display()
-        );
-    }
-    Ok(binary)
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
-}
-
-extern "C" fn on_interrupt(_signal: c_int) {
-    // Only an atomic store: anything else is not async-signal-safe.
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// First Ctrl-C (or SIGTERM) ends the run early and still reports; the
-/// handler resets itself, so a second one kills the demo (and, through
-/// `PR_SET_PDEATHSIG`, its children).
-fn install_interrupt_handler() -> Result<()> {
-    let action = SigAction::new(
-        SigHandler::Handler(on_interrupt),
-        SaFlags::SA_RESETHAND,
-        SigSet::empty(),
-    );
-    for signal in [Signal::SIGINT, Signal::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic.
-        unsafe { sigaction(signal, &action) }
-            .with_context(|| format!("cannot install a {signal} handler"))?;
-    }
-    Ok(())
 }
 
 /// One `cronlease run` process; dropping it kills it.

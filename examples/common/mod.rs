@@ -2,11 +2,13 @@
 //! redis-server and the spawn options of child processes. Examples cannot
 //! use the integration tests' support module, so this is their copy.
 
-use nix::sys::signal::Signal;
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use std::ffi::c_int;
 use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -132,4 +134,59 @@ pub fn tail(path: &Path, lines: usize) -> String {
         }
         Err(e) => format!("(cannot read {}: {e})", path.display()),
     }
+}
+
+/// Set by the first SIGINT/SIGTERM: the example ends its run early but still
+/// stops its children in order and reports.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// The `cronlease` binary built next to this example: the example runs from
+/// `target/<profile>/examples/<name>`, the binary is `target/<profile>/cronlease`.
+pub fn cronlease_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the example's own executable")?;
+    let name = exe
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .with_context(|| format!("unexpected location of the {name}: {}", exe.display()))?;
+    let binary = profile_dir.join("cronlease");
+    if !binary.is_file() {
+        bail!(
+            "{} does not exist: build it first with `cargo build --release --bins --examples` \
+             (scripts/{name} does)",
+            binary.display()
+        );
+    }
+    Ok(binary)
+}
+
+/// Whether `program` is an executable file somewhere on `PATH`.
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+extern "C" fn on_interrupt(_signal: c_int) {
+    // Only an atomic store: anything else is not async-signal-safe.
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// First Ctrl-C (or SIGTERM) sets [`INTERRUPTED`]; the handler resets
+/// itself, so a second one kills the example (and, through
+/// `PR_SET_PDEATHSIG`, its children).
+pub fn install_interrupt_handler() -> Result<()> {
+    let action = SigAction::new(
+        SigHandler::Handler(on_interrupt),
+        SaFlags::SA_RESETHAND,
+        SigSet::empty(),
+    );
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic.
+        unsafe { sigaction(signal, &action) }
+            .with_context(|| format!("cannot install a {signal} handler"))?;
+    }
+    Ok(())
 }
