@@ -706,8 +706,9 @@ fn rfc3339(ms: i64) -> String {
 enum ClaimEnd {
     /// Redis answered: the tick is ours (the run is started) or not.
     Answered(Option<JoinHandle<()>>),
-    /// Redis did not answer before the tick became late.
-    Unreachable,
+    /// The tick was not claimed in time (Redis was unreachable, or answered
+    /// only after the deadline): the misfire policy decides.
+    Late,
     Cancelled,
 }
 
@@ -764,7 +765,7 @@ async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
         }
         match claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await {
             ClaimEnd::Answered(_) => cursor = Some(tick_ms),
-            ClaimEnd::Unreachable => cursor = None,
+            ClaimEnd::Late => cursor = None,
             ClaimEnd::Cancelled => return,
         }
     }
@@ -840,7 +841,7 @@ async fn catch_up(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken) ->
                     () = cancel.cancelled() => return None,
                 }
             }
-            ClaimEnd::Answered(_) | ClaimEnd::Unreachable => {}
+            ClaimEnd::Answered(_) | ClaimEnd::Late => {}
             ClaimEnd::Cancelled => return None,
         }
     }
@@ -852,7 +853,15 @@ async fn catch_up(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken) ->
     Some(now)
 }
 
-/// Claims one tick, retrying while Redis is away until the tick is late.
+/// Claims one tick, retrying while Redis is away, until Redis answers.
+///
+/// Every attempt carries the claim's deadline (by Redis time: `LATE_MS`
+/// after the tick, `misfire_grace` for catch-up): an attempt that reaches
+/// Redis after it takes no effect. So once an attempt may have been sent
+/// (an ambiguous error), the loop does not give up on its own: only an
+/// answer tells whether an earlier attempt won, and an answer after the
+/// deadline is definite (`Expired`: nothing can win any more; `Claimed`:
+/// an earlier attempt won and its lease still holds).
 async fn claim(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
@@ -863,13 +872,16 @@ async fn claim(
     // One run id for every attempt: the claim script recognises a retry of
     // a claim that won but whose reply was lost.
     let run_id = Uuid::new_v4().to_string();
-    let give_up_at = match trigger {
+    let deadline_ms = match trigger {
         Trigger::Schedule => tick_ms + LATE_MS,
         Trigger::Misfire | Trigger::Rerun | Trigger::Manual => {
-            tick_ms + i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX)
+            tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
         }
     };
     let mut backoff = Duration::from_millis(50);
+    // Whether some attempt may have reached Redis without our hearing back.
+    let mut maybe_sent = false;
+    let mut warned = false;
     loop {
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
@@ -888,6 +900,7 @@ async fn claim(
             min_fence: marks.fence,
             trigger,
             wait_if_busy: trigger == Trigger::Misfire && job.misfire == Misfire::RunAll,
+            deadline_ms,
         };
         let sent = Instant::now();
         let reply = match ctx.store.claim(&request).await {
@@ -895,9 +908,16 @@ async fn claim(
             Err(e) => {
                 count_claim(job, "error");
                 ctx.redis_failed(&e);
-                if ctx.clock.now_ms() > give_up_at {
-                    warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "tick not claimed: Redis unreachable");
-                    return ClaimEnd::Unreachable;
+                maybe_sent |= e.is_ambiguous();
+                if ctx.clock.now_ms() > deadline_ms {
+                    if !maybe_sent {
+                        warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "tick not claimed: Redis unreachable");
+                        return ClaimEnd::Late;
+                    }
+                    if !warned {
+                        warned = true;
+                        warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "claim deadline passed with an attempt unanswered; waiting for Redis to say whether it won");
+                    }
                 }
                 debug!(job = %job.name, tick = %rfc3339(tick_ms), ambiguous = e.is_ambiguous(), error = %e, "claim failed; retrying");
                 if !pause(backoff, cancel).await {
@@ -964,6 +984,17 @@ async fn claim(
                 if !pause(wait, cancel).await {
                     return ClaimEnd::Cancelled;
                 }
+            }
+            ClaimReply::Expired { late_ms } => {
+                count_claim(job, "expired");
+                warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
+                return ClaimEnd::Late;
+            }
+            ClaimReply::Lapsed => {
+                count_claim(job, "lapsed");
+                warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
+                sweep(ctx, job).await;
+                return ClaimEnd::Answered(None);
             }
             ClaimReply::Taken {
                 last_tick,

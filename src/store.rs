@@ -220,6 +220,10 @@ pub struct ClaimRequest<'a> {
     /// For catch-up of missed ticks: answer `Wait` while a run is in flight
     /// instead of recording `skipped_overlap`.
     pub wait_if_busy: bool,
+    /// Redis time after which the claim must take no effect: an attempt
+    /// that reaches Redis later (it sat in a paused server or a slow
+    /// network after its caller stopped waiting) answers `Expired`.
+    pub deadline_ms: i64,
 }
 
 /// The claim script's answer.
@@ -263,6 +267,12 @@ pub enum ClaimReply {
     },
     /// Catch-up only: a run is in flight; ask again in this many ms.
     Wait { ms: i64 },
+    /// The claim ran after its deadline (this many ms after the tick) and
+    /// took no effect; no earlier attempt with this run id can win any more.
+    Expired { late_ms: i64 },
+    /// An earlier attempt with this run id won, but its lease lapsed before
+    /// we heard of it: the run must not start (a sweep records it).
+    Lapsed,
 }
 
 /// One run's renewal, as the watchdog sends it.
@@ -479,6 +489,7 @@ impl Store {
             .arg(if request.wait_if_busy { "1" } else { "0" })
             .arg(keys.claims_channel())
             .arg(request.job)
+            .arg(request.deadline_ms)
             .invoke_async(&mut conn)
             .await?;
         parse_claim(reply)
@@ -1219,6 +1230,8 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             fence: int(4).unwrap_or(0).max(0) as u64,
         },
         "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
+        "expired" => ClaimReply::Expired { late_ms: int(1)? },
+        "lapsed" => ClaimReply::Lapsed,
         _ => return Err(bad(&items)),
     })
 }

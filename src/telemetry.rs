@@ -70,7 +70,7 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     );
     describe_counter!(
         CLAIMS,
-        "Claim attempts by job and result (claimed, taken, early, busy, paused, wait, error)."
+        "Claim attempts by job and result (claimed, taken, early, busy, paused, wait, error, expired, lapsed)."
     );
     describe_histogram!(
         TICK_LATENESS,

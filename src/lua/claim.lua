@@ -5,7 +5,9 @@
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
 --       recording skipped_overlap, for catch-up of missed ticks),
 --       channel and job name: when the high-water mark moves, "<job> <tick>"
---       is published there, so replicas waiting their turn need not ask
+--       is published there, so replicas waiting their turn need not ask,
+--       deadline_ms (Redis time after which this claim must not take effect;
+--       -1: none)
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
@@ -13,6 +15,7 @@ local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
 local channel, job = ARGV[13], ARGV[14]
+local deadline = tonumber(ARGV[15])
 -- The job's current fence: every answer carries it, so each replica knows
 -- the highest fence handed out even for ticks it did not win.
 local function current_fence()
@@ -23,10 +26,20 @@ local function announce()
 end
 
 local now = now_ms()
--- A retry after an ambiguous reply: the first attempt may have won.
+-- A retry after an ambiguous reply: the first attempt may have won. The
+-- claim holds only while its lease does: the lease is renewed from now, so
+-- the caller's watchdog may count it from when it sent this retry.
 local mine = redis.call('HGET', running, run_id)
 if mine then
   local e = cjson.decode(mine)
+  if e.expires < now or redis.call('GET', e.lease_key) ~= run_id then
+    -- Won, but the lease lapsed before the winner heard of it: a sweep
+    -- records the run abandoned.
+    return {'lapsed'}
+  end
+  redis.call('PEXPIRE', e.lease_key, lease_ms)
+  e.expires = now + lease_ms
+  redis.call('HSET', running, run_id, cjson.encode(e))
   return {'claimed', e.fence, e.started, e.lease_key, 0, 0}
 end
 if tick > now + tolerance then return {'early', tick - now} end
@@ -40,6 +53,11 @@ if stored < min_tick then
   stored = min_tick
 end
 if tick <= stored then return {'taken', stored, regressed, current_fence()} end
+-- Past the caller's deadline (an attempt that sat in a paused or slow Redis,
+-- or a retry after the caller stopped waiting): take no effect. Redis runs
+-- scripts one at a time, so once a retry hears this, no earlier attempt of
+-- the same run id can still win; the caller knows for sure it lost.
+if deadline >= 0 and now > deadline then return {'expired', now - tick} end
 -- The high-water mark before this tick: ticks of the schedule between it and
 -- this one were never claimed (the caller records them as missed).
 local previous = stored

@@ -874,3 +874,56 @@ fn after_redis_loses_its_data_no_replica_reissues_a_fence() {
     cluster.stop_all();
     assert_each_tick_once_with_rising_fences(&file);
 }
+
+/// A claim that reaches Redis after its replica stopped waiting for it must
+/// take no effect. `CLIENT PAUSE` holds a tick's claim attempts until past
+/// the claim deadline; before the fix the first of them won when Redis
+/// resumed, though its replica had given the tick up: nobody ran it, the
+/// next ticks were `skipped_overlap` behind its lease, and it ended
+/// `abandoned`. Now it answers `expired`, and the misfire policy decides.
+#[test]
+fn a_claim_that_reaches_redis_after_its_deadline_takes_no_effect() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("held", "* * * * * *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "two runs", || {
+        (starts(&file).len() >= 2).then_some(())
+    });
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(2_500)
+        .arg("ALL")
+        .query::<()>(&mut cluster.redis.client())
+        .expect("CLIENT PAUSE");
+    std::thread::sleep(Duration::from_millis(2_500));
+    let before = starts(&file).len();
+    wait_until(Duration::from_secs(20), "runs after the pause", || {
+        (starts(&file).len() >= before + 4).then_some(())
+    });
+    cluster.stop_all();
+
+    let log = cluster.logs();
+    assert!(
+        log.contains("tick not claimed: Redis unreachable"),
+        "no claim was held past its deadline; the test did not test anything\n{log}"
+    );
+    let outcomes = cluster.outcomes("held");
+    let given_up: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("tick not claimed"))
+        .filter_map(|l| l.split("run_id=").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .collect();
+    let phantoms: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| given_up.contains(&o.run_id()) || o.status() == "abandoned")
+        .collect();
+    assert!(
+        phantoms.is_empty(),
+        "a claim took effect after its replica gave up: {phantoms:#?}\n{log}"
+    );
+    assert_each_tick_once_with_rising_fences(&file);
+    current_by_tick(&outcomes, &log);
+}
