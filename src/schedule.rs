@@ -22,6 +22,8 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+use std::sync::Arc;
+
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
 
@@ -51,7 +53,10 @@ pub struct ScheduleError(String);
 pub struct Schedule {
     /// The expression as the operator wrote it, for display and hashing.
     expression: String,
-    cron: Cron,
+    /// Shared: croner keeps a byte per possible value of each field (10 KB
+    /// for the year alone), so clones of a job, and jobs with the same
+    /// expression and zone (see `config`), share one parse.
+    cron: Arc<Cron>,
     timezone: Tz,
 }
 
@@ -113,7 +118,7 @@ impl Schedule {
             .map_err(|e| ScheduleError(describe_parse_error(trimmed, &fields, &e)))?;
         let schedule = Schedule {
             expression: trimmed.to_string(),
-            cron,
+            cron: Arc::new(cron),
             timezone,
         };
         if schedule.next_after(now).is_none() {
