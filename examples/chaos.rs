@@ -3023,8 +3023,10 @@ fn measure_abort(facts: &Facts, report: &mut Report) {
 /// Phantom claims: a replica logged `tick not claimed: Redis unreachable`
 /// for a run id (its claim timed out and it gave up on the tick), yet Redis
 /// holds records of that run id: the claim script ran later (e.g. when a
-/// `CLIENT PAUSE` ended), took the lease, and nobody ran it. Information:
-/// the tick ends `abandoned`, but the lease blocks the job's next ticks.
+/// `CLIENT PAUSE` ended), took the lease, and nobody ran it: the tick ended
+/// `abandoned` and its lease blocked the job's next ticks. Claims carry a
+/// deadline since, and one that reaches Redis late takes no effect, so any
+/// phantom is a regression of that fix; reported as information.
 fn find_phantoms(facts: &Facts, report: &mut Report) {
     for (replica, log) in facts.input.logs {
         for line in log

@@ -644,8 +644,15 @@ fn assert_each_tick_once_with_rising_fences(file: &Path) {
 
 /// The run ids a replica's log says it claimed.
 fn claimed_run_ids(log: &str) -> Vec<String> {
+    run_ids_on_lines(log, |l| {
+        l.contains(" claimed ") || l.contains("claimed a rerun")
+    })
+}
+
+/// The `run_id=` values of the log lines that `select` picks.
+fn run_ids_on_lines(log: &str, select: impl Fn(&str) -> bool) -> Vec<String> {
     log.lines()
-        .filter(|l| l.contains(" claimed ") || l.contains("claimed a rerun"))
+        .filter(|l| select(l))
         .filter_map(|l| l.split("run_id=").nth(1))
         .map(|rest| {
             rest.split_whitespace()
@@ -910,15 +917,10 @@ fn a_claim_that_reaches_redis_after_its_deadline_takes_no_effect() {
         "no claim was held past its deadline; the test did not test anything\n{log}"
     );
     let outcomes = cluster.outcomes("held");
-    let given_up: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("tick not claimed"))
-        .filter_map(|l| l.split("run_id=").nth(1))
-        .filter_map(|rest| rest.split_whitespace().next())
-        .collect();
+    let given_up = run_ids_on_lines(&log, |l| l.contains("tick not claimed"));
     let phantoms: Vec<&Outcome> = outcomes
         .iter()
-        .filter(|o| given_up.contains(&o.run_id()) || o.status() == "abandoned")
+        .filter(|o| given_up.iter().any(|id| id == o.run_id()) || o.status() == "abandoned")
         .collect();
     assert!(
         phantoms.is_empty(),
