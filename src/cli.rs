@@ -315,16 +315,14 @@ fn resolve(connect: &ConnectArgs) -> Result<(RedisConfig, Option<Config>), Failu
                     crate::config::redact_url(url)
                 )));
             }
-            RedisConfig {
-                url: url.clone(),
-                key_prefix: config
+            RedisConfig::single(
+                url.clone(),
+                config
                     .as_ref()
                     .map_or(crate::config::DEFAULT_KEY_PREFIX.to_string(), |c| {
                         c.redis.key_prefix.clone()
                     }),
-                connect_timeout: Duration::from_secs(5),
-                command_timeout: Duration::from_secs(5),
-            }
+            )
         }
         (None, Some(config)) => config.redis.clone(),
         (None, None) => unreachable!("a config is loaded whenever no URL is given"),

@@ -58,9 +58,8 @@ pub struct Config {
 /// How to reach Redis and where our keys live in it.
 #[derive(Clone, PartialEq)]
 pub struct RedisConfig {
-    /// The connection URL; may hold a password, so never print it as is
-    /// (see [`RedisConfig::redacted_url`]).
-    pub url: String,
+    /// Which servers, and how they share the data.
+    pub topology: Topology,
     /// First part of every key, so several clusters can share one Redis.
     pub key_prefix: String,
     /// How long to wait for a connection before counting Redis as away.
@@ -68,25 +67,135 @@ pub struct RedisConfig {
     /// How long one command may take before its reply counts as lost. A lost
     /// claim reply is resolved by reading back, never by guessing.
     pub command_timeout: Duration,
+    /// The ACL user (overrides a user in the URLs).
+    pub username: Option<String>,
+    /// From `password_env` or `password_file` (overrides one in the URLs).
+    pub password: Option<Secret>,
+    pub tls: Tls,
+    /// After each claim, `WAIT min_replicas_ack ack_timeout` on the same
+    /// connection; a claim fewer replicas acknowledged is not run. 0: off.
+    pub min_replicas_ack: u32,
+    pub ack_timeout: Duration,
+}
+
+/// The Redis deployment cronlease talks to. Every URL may hold a password:
+/// print them only through [`Topology::describe`].
+#[derive(Clone, PartialEq)]
+pub enum Topology {
+    /// One server (or one endpoint in front of several).
+    Single(String),
+    /// The master Sentinel names `master_name`, followed across failovers.
+    Sentinel {
+        sentinels: Vec<String>,
+        master_name: String,
+    },
+    /// A Redis Cluster, discovered from these seed nodes.
+    Cluster(Vec<String>),
+    /// Independent masters; a claim holds with a majority of them.
+    Quorum(Vec<String>),
+}
+
+impl Topology {
+    /// One line for logs, errors and `status`, with passwords redacted.
+    pub fn describe(&self) -> String {
+        let list = |urls: &[String]| {
+            urls.iter()
+                .map(|u| redact_url(u))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Topology::Single(url) => redact_url(url),
+            Topology::Sentinel {
+                sentinels,
+                master_name,
+            } => format!("master {master_name:?} via sentinels {}", list(sentinels)),
+            Topology::Cluster(nodes) => format!("cluster {}", list(nodes)),
+            Topology::Quorum(nodes) => format!("quorum of {}", list(nodes)),
+        }
+    }
+}
+
+/// TLS settings for `rediss://` URLs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tls {
+    /// PEM file of the CA(s) to trust instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM files of a client certificate and its key (mutual TLS).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Accept any server certificate. Logged loudly at every start.
+    pub insecure_skip_verify: bool,
+}
+
+/// A password: printed as `***` by `Debug` and `Display`.
+#[derive(Clone, PartialEq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The password itself, for the connection handshake only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
 }
 
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("url", &self.redacted_url())
+            .field("topology", &self.topology.describe())
             .field("key_prefix", &self.key_prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("command_timeout", &self.command_timeout)
+            .field("username", &self.username)
+            .field("password", &self.password)
+            .field("tls", &self.tls)
+            .field("min_replicas_ack", &self.min_replicas_ack)
+            .field("ack_timeout", &self.ack_timeout)
             .finish()
     }
 }
 
 impl RedisConfig {
-    /// The URL with any password replaced by `***`, for logs and errors.
-    pub fn redacted_url(&self) -> String {
-        redact_url(&self.url)
+    /// One server at `url` with the default settings (operator commands'
+    /// `--redis-url`).
+    pub fn single(url: String, key_prefix: String) -> RedisConfig {
+        RedisConfig {
+            topology: Topology::Single(url),
+            key_prefix,
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(5),
+            username: None,
+            password: None,
+            tls: Tls::default(),
+            min_replicas_ack: 0,
+            ack_timeout: DEFAULT_ACK_TIMEOUT,
+        }
+    }
+
+    /// Where Redis is, with passwords redacted, for logs and errors.
+    pub fn describe(&self) -> String {
+        self.topology.describe()
     }
 }
+
+/// How long a claim waits for replicas to acknowledge it by default.
+pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Settings of the replica process itself.
 #[derive(Debug, Clone, PartialEq)]
@@ -296,9 +405,22 @@ impl fmt::Display for ConfigError {
 #[serde(deny_unknown_fields)]
 struct RawRedis {
     url: Option<Spanned<String>>,
+    sentinels: Option<Spanned<Vec<String>>>,
+    master_name: Option<Spanned<String>>,
+    cluster: Option<Spanned<Vec<String>>>,
+    quorum: Option<Spanned<Vec<String>>>,
     key_prefix: Option<Spanned<String>>,
     connect_timeout: Option<Spanned<String>>,
     command_timeout: Option<Spanned<String>>,
+    username: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
+    password_file: Option<Spanned<String>>,
+    ca_file: Option<Spanned<String>>,
+    cert_file: Option<Spanned<String>>,
+    key_file: Option<Spanned<String>>,
+    insecure_skip_verify: Option<bool>,
+    min_replicas_ack: Option<Spanned<i64>>,
+    ack_timeout: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -732,39 +854,125 @@ impl RawDaemon {
     }
 }
 
+/// The URL schemes a Redis endpoint may have, per topology.
+const TCP_SCHEMES: &[&str] = &["redis", "rediss"];
+const ALL_SCHEMES: &[&str] = &["redis", "rediss", "redis+unix", "unix"];
+
 fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfig> {
     const S: &str = "redis";
-    let url = match raw.url {
-        None => {
+    let topology = redis_topology(checker, &raw);
+    let check_url = |checker: &mut Checker<'_>,
+                     span: Range<usize>,
+                     field: &str,
+                     url: &str,
+                     schemes: &[&str]| {
+        let ok =
+            redis::parse_redis_url(url).is_some_and(|parsed| schemes.contains(&parsed.scheme()));
+        if !ok {
+            let expected = if schemes.len() == ALL_SCHEMES.len() {
+                "redis://[user:password@]host[:port][/db], rediss://… for TLS, or unix:///path/to/socket"
+            } else {
+                "redis://[user:password@]host[:port], or rediss://… for TLS"
+            };
             checker.problem(
-                None,
+                Some(span),
                 Some(S),
-                Some("url"),
-                "missing `url`: expected e.g. \"redis://127.0.0.1:6379/0\" (rediss:// for TLS)"
-                    .into(),
+                Some(field),
+                format!(
+                    "invalid Redis URL {:?}: expected {expected}",
+                    redact_url(url)
+                ),
             );
-            None
         }
-        Some(url) => match redis::parse_redis_url(url.get_ref()) {
-            Some(parsed)
-                if matches!(parsed.scheme(), "redis" | "rediss" | "redis+unix" | "unix") =>
-            {
-                Some(url.get_ref().clone())
+        ok
+    };
+    let mut urls_ok = true;
+    let mut tls_urls = Vec::new();
+    if let Some(url) = &raw.url {
+        urls_ok &= check_url(checker, url.span(), "url", url.get_ref(), ALL_SCHEMES);
+        tls_urls.push(url.get_ref().starts_with("rediss://"));
+    }
+    for (field, list, schemes, min) in [
+        ("sentinels", &raw.sentinels, TCP_SCHEMES, 1),
+        ("cluster", &raw.cluster, TCP_SCHEMES, 1),
+        ("quorum", &raw.quorum, TCP_SCHEMES, 3),
+    ] {
+        let Some(list) = list else { continue };
+        if list.get_ref().len() < min {
+            urls_ok = false;
+            checker.problem(
+                Some(list.span()),
+                Some(S),
+                Some(field),
+                if field == "quorum" {
+                    format!("`quorum` lists {} server(s): expected at least 3 independent masters (a majority of 2 is both of them, so it tolerates no failure)", list.get_ref().len())
+                } else {
+                    format!("`{field}` is empty: expected a list of URLs such as [\"redis://10.0.0.1:{}\"]", if field == "sentinels" { 26379 } else { 7000 })
+                },
+            );
+        }
+        for url in list.get_ref() {
+            urls_ok &= check_url(checker, list.span(), field, url, schemes);
+            tls_urls.push(url.starts_with("rediss://"));
+        }
+    }
+    let username = raw.username.as_ref().map(|u| u.get_ref().clone());
+    let password = redis_password(checker, &raw);
+    let tls = redis_tls(checker, &raw, &tls_urls);
+    let connect_timeout = checker.duration(
+        S,
+        "connect_timeout",
+        raw.connect_timeout.as_ref(),
+        Duration::from_secs(5),
+        Duration::from_secs(300),
+    );
+    let command_timeout = checker.duration(
+        S,
+        "command_timeout",
+        raw.command_timeout.as_ref(),
+        Duration::from_secs(2),
+        Duration::from_secs(300),
+    );
+    let ack_timeout = checker.duration(
+        S,
+        "ack_timeout",
+        raw.ack_timeout.as_ref(),
+        DEFAULT_ACK_TIMEOUT,
+        Duration::from_secs(60),
+    );
+    let min_replicas_ack = match &raw.min_replicas_ack {
+        None => 0,
+        Some(k) => match u32::try_from(*k.get_ref()) {
+            Ok(k) if k <= 64 => {
+                if matches!(topology, Some(Topology::Quorum(_))) && k > 0 {
+                    checker.problem(Some(k_span(&raw)), Some(S), Some("min_replicas_ack"), "`min_replicas_ack` does not combine with `quorum`: the quorum's masters are independent, their majority is the durability".into());
+                }
+                if k > 0 && ack_timeout >= command_timeout {
+                    checker.problem(
+                        raw.ack_timeout.as_ref().map(Spanned::span).or(Some(k_span(&raw))),
+                        Some(S),
+                        Some("ack_timeout"),
+                        format!(
+                            "ack_timeout {} must be shorter than command_timeout {}: the claim and its WAIT share one reply deadline",
+                            humantime::format_duration(ack_timeout),
+                            humantime::format_duration(command_timeout)
+                        ),
+                    );
+                }
+                k
             }
             _ => {
                 checker.problem(
-                    Some(url.span()),
+                    Some(k.span()),
                     Some(S),
-                    Some("url"),
-                    format!(
-                        "invalid Redis URL {:?}: expected redis://[user:password@]host[:port][/db], rediss://… for TLS, or unix:///path/to/socket",
-                        redact_url(url.get_ref())
-                    ),
+                    Some("min_replicas_ack"),
+                    format!("invalid min_replicas_ack {}: expected a number of Redis replicas from 0 (off) to 64", k.get_ref()),
                 );
-                None
+                0
             }
         },
     };
+    let topology = topology.filter(|_| urls_ok);
     let key_prefix = match raw.key_prefix {
         None => DEFAULT_KEY_PREFIX.to_string(),
         Some(prefix) => {
@@ -785,25 +993,215 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
             prefix.into_inner()
         }
     };
-    let connect_timeout = checker.duration(
-        S,
-        "connect_timeout",
-        raw.connect_timeout.as_ref(),
-        Duration::from_secs(5),
-        Duration::from_secs(300),
-    );
-    let command_timeout = checker.duration(
-        S,
-        "command_timeout",
-        raw.command_timeout.as_ref(),
-        Duration::from_secs(2),
-        Duration::from_secs(300),
-    );
     Some(RedisConfig {
-        url: url?,
+        topology: topology?,
         key_prefix,
         connect_timeout,
         command_timeout,
+        username,
+        password: password.ok()?,
+        tls: tls?,
+        min_replicas_ack,
+        ack_timeout,
+    })
+}
+
+fn k_span(raw: &RawRedis) -> Range<usize> {
+    raw.min_replicas_ack.as_ref().map_or(0..0, Spanned::span)
+}
+
+/// Which of `url`, `sentinels`, `cluster` and `quorum` is set: exactly one.
+fn redis_topology(checker: &mut Checker<'_>, raw: &RawRedis) -> Option<Topology> {
+    const S: &str = "redis";
+    let given: Vec<(&str, Range<usize>)> = [
+        ("url", raw.url.as_ref().map(Spanned::span)),
+        ("sentinels", raw.sentinels.as_ref().map(Spanned::span)),
+        ("cluster", raw.cluster.as_ref().map(Spanned::span)),
+        ("quorum", raw.quorum.as_ref().map(Spanned::span)),
+    ]
+    .into_iter()
+    .filter_map(|(name, span)| Some((name, span?)))
+    .collect();
+    match given.as_slice() {
+        [] => {
+            checker.problem(
+                None,
+                Some(S),
+                Some("url"),
+                "missing `url`: expected e.g. \"redis://127.0.0.1:6379/0\" (rediss:// for TLS), or one of `sentinels` (with `master_name`), `cluster`, `quorum`"
+                    .into(),
+            );
+            return None;
+        }
+        [_] => {}
+        [(first, _), rest @ ..] => {
+            for (name, span) in rest {
+                checker.problem(
+                    Some(span.clone()),
+                    Some(S),
+                    Some(name),
+                    format!("`{name}` and `{first}` are both set: expected exactly one of `url`, `sentinels`, `cluster`, `quorum`"),
+                );
+            }
+            return None;
+        }
+    }
+    if raw.sentinels.is_none()
+        && let Some(name) = &raw.master_name
+    {
+        checker.problem(
+            Some(name.span()),
+            Some(S),
+            Some("master_name"),
+            "`master_name` is only used with `sentinels`".into(),
+        );
+    }
+    if let Some(url) = &raw.url {
+        return Some(Topology::Single(url.get_ref().clone()));
+    }
+    if let Some(sentinels) = &raw.sentinels {
+        let Some(master_name) = raw.master_name.as_ref().filter(|n| !n.get_ref().is_empty()) else {
+            checker.problem(
+                Some(sentinels.span()),
+                Some(S),
+                Some("master_name"),
+                "missing `master_name`: the name the sentinels monitor the master under (`sentinel monitor NAME …`), e.g. \"mymaster\"".into(),
+            );
+            return None;
+        };
+        return Some(Topology::Sentinel {
+            sentinels: sentinels.get_ref().clone(),
+            master_name: master_name.get_ref().clone(),
+        });
+    }
+    if let Some(nodes) = &raw.cluster {
+        return Some(Topology::Cluster(nodes.get_ref().clone()));
+    }
+    raw.quorum
+        .as_ref()
+        .map(|nodes| Topology::Quorum(nodes.get_ref().clone()))
+}
+
+/// The password from `password_env` or `password_file` (at most one).
+/// `Err` when one is given and cannot be read.
+fn redis_password(checker: &mut Checker<'_>, raw: &RawRedis) -> Result<Option<Secret>, ()> {
+    const S: &str = "redis";
+    match (&raw.password_env, &raw.password_file) {
+        (None, None) => Ok(None),
+        (Some(_), Some(file)) => {
+            checker.problem(
+                Some(file.span()),
+                Some(S),
+                Some("password_file"),
+                "`password_env` and `password_file` are both set: expected one of them".into(),
+            );
+            Err(())
+        }
+        (Some(var), None) => match std::env::var(var.get_ref()) {
+            Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
+            _ => {
+                checker.problem(
+                    Some(var.span()),
+                    Some(S),
+                    Some("password_env"),
+                    format!(
+                        "environment variable {:?} is not set or empty: expected it to hold the Redis password (under systemd: `Environment=` or `EnvironmentFile=` in a drop-in)",
+                        var.get_ref()
+                    ),
+                );
+                Err(())
+            }
+        },
+        (None, Some(file)) => {
+            match std::fs::read_to_string(file.get_ref()) {
+                Ok(text) if !text.trim_end_matches(['\r', '\n']).is_empty() => Ok(Some(
+                    Secret::new(text.trim_end_matches(['\r', '\n']).to_string()),
+                )),
+                Ok(_) => {
+                    checker.problem(
+                        Some(file.span()),
+                        Some(S),
+                        Some("password_file"),
+                        format!(
+                            "{} is empty: expected the Redis password on its first line",
+                            file.get_ref()
+                        ),
+                    );
+                    Err(())
+                }
+                Err(e) => {
+                    checker.problem(
+                    Some(file.span()),
+                    Some(S),
+                    Some("password_file"),
+                    format!("cannot read {}: {e}: expected a readable file holding the Redis password", file.get_ref()),
+                );
+                    Err(())
+                }
+            }
+        }
+    }
+}
+
+/// TLS files: each readable, certificate and key together, and only with
+/// `rediss://` URLs.
+fn redis_tls(checker: &mut Checker<'_>, raw: &RawRedis, tls_urls: &[bool]) -> Option<Tls> {
+    const S: &str = "redis";
+    let mut ok = true;
+    let mut file = |checker: &mut Checker<'_>, field: &str, value: &Option<Spanned<String>>| {
+        let value = value.as_ref()?;
+        if let Err(e) = std::fs::read(value.get_ref()) {
+            ok = false;
+            checker.problem(
+                Some(value.span()),
+                Some(S),
+                Some(field),
+                format!(
+                    "cannot read {}: {e}: expected a readable PEM file",
+                    value.get_ref()
+                ),
+            );
+        }
+        Some((value.span(), PathBuf::from(value.get_ref())))
+    };
+    let ca_file = file(checker, "ca_file", &raw.ca_file);
+    let cert_file = file(checker, "cert_file", &raw.cert_file);
+    let key_file = file(checker, "key_file", &raw.key_file);
+    match (&cert_file, &key_file) {
+        (Some((span, _)), None) | (None, Some((span, _))) => {
+            ok = false;
+            checker.problem(
+                Some(span.clone()),
+                Some(S),
+                Some(if cert_file.is_some() {
+                    "key_file"
+                } else {
+                    "cert_file"
+                }),
+                "a client certificate needs both `cert_file` and `key_file`".into(),
+            );
+        }
+        _ => {}
+    }
+    let insecure = raw.insecure_skip_verify.unwrap_or(false);
+    let any_tls_setting = ca_file.is_some() || cert_file.is_some() || insecure;
+    if any_tls_setting && !tls_urls.iter().any(|&tls| tls) {
+        let span = [&ca_file, &cert_file, &key_file]
+            .into_iter()
+            .find_map(|f| f.as_ref().map(|(span, _)| span.clone()));
+        ok = false;
+        checker.problem(
+            span,
+            Some(S),
+            Some(if ca_file.is_some() { "ca_file" } else if cert_file.is_some() { "cert_file" } else { "insecure_skip_verify" }),
+            "TLS settings need rediss:// URLs: expected `rediss://host:port` where the server listens with TLS".into(),
+        );
+    }
+    ok.then(|| Tls {
+        ca_file: ca_file.map(|(_, path)| path),
+        cert_file: cert_file.map(|(_, path)| path),
+        key_file: key_file.map(|(_, path)| path),
+        insecure_skip_verify: insecure,
     })
 }
 

@@ -45,7 +45,7 @@ use uuid::Uuid;
 
 use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap};
-use crate::outcome::{Outcome, Trigger};
+use crate::outcome::{Outcome, Status, Trigger};
 use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
@@ -262,8 +262,13 @@ pub async fn run(
     let spool = Spool::open(&config.daemon.state_dir)?;
     info!(
         replica = %identity.replica, host = %identity.host, jobs = config.jobs.len(),
-        redis = %config.redis.redacted_url(), "starting"
+        redis = %config.redis.describe(), "starting"
     );
+    if config.redis.tls.insecure_skip_verify {
+        warn!(
+            "TLS CERTIFICATE VERIFICATION IS OFF (insecure_skip_verify = true): anyone on the network path can pose as Redis, read the job table's traffic and forge claims; set ca_file instead"
+        );
+    }
 
     let Some(store) = connect(&config, &shutdown).await else {
         return Ok(());
@@ -937,7 +942,35 @@ async fn claim(
                 expired,
                 regressed,
                 previous,
+                acked,
             } => {
+                let wanted = ctx.config.redis.min_replicas_ack;
+                if let Some(acked) = acked.filter(|&acked| acked < wanted) {
+                    count_claim(job, "not_durable");
+                    ctx.note(&job.name, Some(tick_ms), Some(fence));
+                    warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
+                    let outcome = Outcome {
+                        job: job.name.clone(),
+                        tick_ms,
+                        fence,
+                        run_id,
+                        replica: ctx.identity.replica.clone(),
+                        host: ctx.identity.host.clone(),
+                        started_ms,
+                        finished_ms: started_ms,
+                        status: Status::NotDurable,
+                        exit_code: None,
+                        signal: None,
+                        attempts: 0,
+                        output: format!(
+                            "[cronlease] the claim reached {acked} of {wanted} Redis replicas within ack_timeout; not run\n"
+                        ),
+                        trigger,
+                        lease_key,
+                    };
+                    deliver(ctx, job, outcome).await;
+                    return ClaimEnd::Answered(None);
+                }
                 count_claim(job, "claimed");
                 metrics::histogram!(telemetry::TICK_LATENESS, "job" => job.name.clone())
                     .record((started_ms - tick_ms).max(0) as f64 / 1000.0);
@@ -1165,7 +1198,7 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
             Err(_) => {
                 error!(job = %spec.job, run_id = %spec.run_id, "the run panicked; recording it as failed");
                 runner::RunResult {
-                    status: crate::outcome::Status::Failed,
+                    status: Status::Failed,
                     exit_code: None,
                     signal: None,
                     attempts: 1,
@@ -1206,7 +1239,7 @@ fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> 
         metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
         metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
             .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
-        if outcome.status == crate::outcome::Status::Ok {
+        if outcome.status == Status::Ok {
             metrics::gauge!(telemetry::LAST_SUCCESS, "job" => outcome.job.clone()).set(outcome.finished_ms as f64 / 1000.0);
         }
         deliver(&ctx, &job, outcome).await;

@@ -405,7 +405,7 @@ fn paint(text: &str, colour: bool) -> String {
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "skipped_overlap" | "paused" => "33",
+        "interrupted" | "skipped_overlap" | "paused" | "not_durable" => "33",
         _ => return text.to_string(),
     };
     format!("\u{1b}[{code}m{text}\u{1b}[0m")

@@ -28,6 +28,9 @@ pub enum Status {
     Abandoned,
     /// The tick came while a run of the job was in flight (`overlap = "skip"`).
     SkippedOverlap,
+    /// The claim won, but fewer Redis replicas than `min_replicas_ack`
+    /// acknowledged it within `ack_timeout`: not run.
+    NotDurable,
 }
 
 impl Status {
@@ -40,6 +43,7 @@ impl Status {
             Status::Interrupted => "interrupted",
             Status::Abandoned => "abandoned",
             Status::SkippedOverlap => "skipped_overlap",
+            Status::NotDurable => "not_durable",
         }
     }
 }

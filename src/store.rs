@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, Value};
 
 use crate::config::{Overlap, RedisConfig};
+use crate::link::{Conn, Link, LinkError};
 use crate::outcome::{Outcome, Trigger};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -153,6 +153,8 @@ pub enum StoreError {
     },
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
     #[error("unexpected reply from Redis to {what}: {reply:?}")]
     Protocol { what: &'static str, reply: String },
 }
@@ -163,7 +165,7 @@ impl StoreError {
     pub fn is_ambiguous(&self) -> bool {
         match self {
             StoreError::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
-            StoreError::Connect { .. } | StoreError::Protocol { .. } => false,
+            StoreError::Connect { .. } | StoreError::Link(_) | StoreError::Protocol { .. } => false,
         }
     }
 }
@@ -242,6 +244,9 @@ pub enum ClaimReply {
         /// The high-water mark before this claim (-1: none); schedule ticks
         /// between it and this tick were missed.
         previous: i64,
+        /// With `min_replicas_ack`: how many replicas acknowledged the claim
+        /// within `ack_timeout` (`WAIT`).
+        acked: Option<u32>,
     },
     /// The tick is this far ahead of Redis time; ask again then.
     Early { ms: i64 },
@@ -377,30 +382,39 @@ pub struct HeartbeatReply {
 #[derive(Clone)]
 pub struct Store {
     /// For connections of their own (blocking reads, pub/sub).
-    client: redis::Client,
+    link: Arc<Link>,
     command_timeout: Duration,
-    conn: ConnectionManager,
+    conn: Conn,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
+    /// `(k, timeout)`: each claim is followed by `WAIT k timeout`.
+    wait_replicas: Option<(u32, Duration)>,
 }
 
 impl Store {
     /// Connects (one attempt, bounded by `connect_timeout`).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
-        let url = config.redacted_url();
-        let client =
-            redis::Client::open(config.url.as_str()).map_err(|source| StoreError::Connect {
-                url: url.clone(),
-                source,
-            })?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.command_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(2));
+        Store::connect_link(config, Link::new(config)?, config.describe()).await
+    }
+
+    /// Connects to one server of a quorum.
+    pub async fn connect_node(config: &RedisConfig, url: &str) -> Result<Store, StoreError> {
+        Store::connect_link(
+            config,
+            Link::single(config, url)?,
+            crate::config::redact_url(url),
+        )
+        .await
+    }
+
+    async fn connect_link(
+        config: &RedisConfig,
+        link: Link,
+        url: String,
+    ) -> Result<Store, StoreError> {
         let conn = tokio::time::timeout(
             config.connect_timeout + config.command_timeout,
-            ConnectionManager::new_with_config(client.clone(), manager_config),
+            link.connect(),
         )
         .await
         .map_err(|_| StoreError::Connect {
@@ -409,11 +423,13 @@ impl Store {
         })?
         .map_err(|source| StoreError::Connect { url, source })?;
         Ok(Store {
-            client,
+            link: Arc::new(link),
             command_timeout: config.command_timeout,
             conn,
             keys: Arc::new(Keys::new(&config.key_prefix)),
             scripts: Arc::new(Scripts::new()),
+            wait_replicas: (config.min_replicas_ack > 0)
+                .then_some((config.min_replicas_ack, config.ack_timeout)),
         })
     }
 
@@ -464,35 +480,71 @@ impl Store {
         })
     }
 
-    /// Runs the claim script.
+    /// Runs the claim script; with `min_replicas_ack`, followed by `WAIT`
+    /// in the same pipeline on the same connection.
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
         let keys = &self.keys;
+        let build = || {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.claim.get_hash())
+                .arg(4)
+                .arg(keys.state(request.job))
+                .arg(keys.running(request.job))
+                .arg(keys.lease(request.job))
+                .arg(keys.runs(request.job))
+                .arg(request.tick_ms)
+                .arg(request.run_id)
+                .arg(duration_ms(request.lease))
+                .arg(request.overlap.as_str())
+                .arg(request.replica)
+                .arg(request.host)
+                .arg(EARLY_TOLERANCE_MS)
+                .arg(request.history)
+                .arg(request.min_tick)
+                .arg(request.min_fence)
+                .arg(request.trigger.as_str())
+                .arg(if request.wait_if_busy { "1" } else { "0" })
+                .arg(keys.claims_channel())
+                .arg(request.job)
+                .arg(request.deadline_ms);
+            if let Some((replicas, timeout)) = self.wait_replicas {
+                pipe.cmd("WAIT").arg(replicas).arg(duration_ms(timeout));
+            }
+            pipe
+        };
+        let mut replies = self
+            .query_with_script(&self.scripts.claim, build)
+            .await?
+            .into_iter();
+        let mut reply = parse_claim(replies.next().unwrap_or(Value::Nil))?;
+        if let (ClaimReply::Claimed { acked, .. }, Some(count)) = (&mut reply, replies.next()) {
+            *acked = Some(
+                as_int(&count)
+                    .ok_or_else(|| protocol("WAIT", &count))?
+                    .max(0) as u32,
+            );
+        }
+        Ok(reply)
+    }
+
+    /// Sends the pipeline `build` makes, whose scripts are all `script`;
+    /// if Redis does not know the script yet, loads it and sends again (a
+    /// NOSCRIPT reply means nothing ran).
+    async fn query_with_script(
+        &self,
+        script: &Script,
+        build: impl Fn() -> redis::Pipeline,
+    ) -> Result<Vec<Value>, StoreError> {
         let mut conn = self.conn.clone();
-        let reply: Value = self
-            .scripts
-            .claim
-            .key(keys.state(request.job))
-            .key(keys.running(request.job))
-            .key(keys.lease(request.job))
-            .key(keys.runs(request.job))
-            .arg(request.tick_ms)
-            .arg(request.run_id)
-            .arg(duration_ms(request.lease))
-            .arg(request.overlap.as_str())
-            .arg(request.replica)
-            .arg(request.host)
-            .arg(EARLY_TOLERANCE_MS)
-            .arg(request.history)
-            .arg(request.min_tick)
-            .arg(request.min_fence)
-            .arg(request.trigger.as_str())
-            .arg(if request.wait_if_busy { "1" } else { "0" })
-            .arg(keys.claims_channel())
-            .arg(request.job)
-            .arg(request.deadline_ms)
-            .invoke_async(&mut conn)
-            .await?;
-        parse_claim(reply)
+        let result: Result<Vec<Value>, redis::RedisError> = build().query_async(&mut conn).await;
+        match result {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                script.prepare_invoke().load_async(&mut conn).await?;
+                Ok(build().query_async(&mut conn).await?)
+            }
+            other => Ok(other?),
+        }
     }
 
     /// The job's high-water mark, if it has one.
@@ -530,20 +582,8 @@ impl Store {
             }
             pipe
         };
-        let mut conn = self.conn.clone();
-        let result: Result<Vec<i64>, redis::RedisError> = build().query_async(&mut conn).await;
-        let replies = match result {
-            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.scripts
-                    .renew
-                    .prepare_invoke()
-                    .load_async(&mut conn)
-                    .await?;
-                build().query_async(&mut conn).await?
-            }
-            other => other?,
-        };
-        Ok(replies.into_iter().map(|r| r == 1).collect())
+        let replies = self.query_with_script(&self.scripts.renew, build).await?;
+        Ok(replies.iter().map(|r| as_int(r) == Some(1)).collect())
     }
 
     /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
@@ -789,7 +829,7 @@ pub enum LockReply {
 
 /// A connection of its own for blocking reads of the triggers stream.
 pub struct TriggerReader {
-    conn: redis::aio::MultiplexedConnection,
+    conn: Conn,
     keys: Arc<Keys>,
     consumer: String,
 }
@@ -892,12 +932,7 @@ impl Store {
         consumer: &str,
         block: Duration,
     ) -> Result<TriggerReader, StoreError> {
-        let config = redis::AsyncConnectionConfig::new()
-            .set_response_timeout(Some(block + self.command_timeout));
-        let conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?;
+        let conn = self.link.dedicated(block + self.command_timeout).await?;
         Ok(TriggerReader {
             conn,
             keys: self.keys.clone(),
@@ -1174,14 +1209,14 @@ impl Store {
 
     /// A pub/sub connection subscribed to the claims channel.
     pub async fn claims_subscriber(&self) -> Result<redis::aio::PubSub, StoreError> {
-        let mut pubsub = self.client.get_async_pubsub().await?;
+        let mut pubsub = self.link.pubsub().await?;
         pubsub.subscribe(self.keys.claims_channel()).await?;
         Ok(pubsub)
     }
 
     /// A pub/sub connection subscribed to lock `name`'s release channel.
     pub async fn lock_waiter(&self, name: &str) -> Result<redis::aio::PubSub, StoreError> {
-        let mut pubsub = self.client.get_async_pubsub().await?;
+        let mut pubsub = self.link.pubsub().await?;
         pubsub.subscribe(self.keys.lock_channel(name)).await?;
         Ok(pubsub)
     }
@@ -1211,6 +1246,7 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             expired: int(4).unwrap_or(0) as u32,
             regressed: flag(5),
             previous: int(6).unwrap_or(-1),
+            acked: None,
         },
         "early" => ClaimReply::Early { ms: int(1)? },
         "taken" => ClaimReply::Taken {

@@ -8,4 +8,5 @@ mod metrics;
 mod operator;
 mod support;
 mod systemd;
+mod topology;
 mod why_croner;

@@ -1,26 +1,43 @@
-//! A test's cluster: one private Redis, replica processes with their own
-//! configs and state directories, and a directory for the jobs' side effects;
-//! plus the probe job whose `start`/`end` lines show who ran which tick.
+//! A test's cluster: one private Redis (or any [`Topology`] of them),
+//! replica processes with their own configs and state directories, and a
+//! directory for the jobs' side effects; plus the probe job whose
+//! `start`/`end` lines show who ran which tick.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Outcome, RedisServer, Replica, read_outcomes, write_config};
+use super::{Outcome, RedisServer, Replica, Topology, read_outcomes, write_config_section};
 
-/// A test's world: one Redis, some replicas, a directory for side effects.
-pub struct Cluster {
-    pub redis: RedisServer,
+/// A test's world: one Redis (by default a single [`RedisServer`]; any
+/// [`Topology`]), some replicas, a directory for side effects.
+pub struct Cluster<R = RedisServer> {
+    pub redis: R,
     pub dir: tempfile::TempDir,
     pub replicas: Vec<Replica>,
+    /// The body of every replica's `[redis]` section: the topology's own
+    /// unless given to [`Cluster::with_section`].
+    pub section: String,
+    /// Extra environment for every replica started from now on.
+    pub env: Vec<(String, String)>,
 }
 
-impl Cluster {
-    pub fn new(redis: RedisServer) -> Cluster {
+impl<R: Topology> Cluster<R> {
+    /// Replicas reach `redis` as [`Topology::redis_section`] says.
+    pub fn new(redis: R) -> Cluster<R> {
+        let section = redis.redis_section();
+        Cluster::with_section(redis, &section)
+    }
+
+    /// Replicas reach `redis` through the `[redis]` section body `section`
+    /// (e.g. with TLS files or an ACL user added).
+    pub fn with_section(redis: R, section: &str) -> Cluster<R> {
         Cluster {
             redis,
             dir: tempfile::tempdir().expect("cannot create a temporary directory"),
             replicas: Vec::new(),
+            section: section.to_owned(),
+            env: Vec::new(),
         }
     }
 
@@ -38,7 +55,7 @@ impl Cluster {
         let dir = self.path(name);
         std::fs::create_dir_all(&dir).expect("cannot create a replica directory");
         let extra = format!("replica_id = \"{name}\"\n{extra_daemon}");
-        write_config(&dir, &self.redis.url(), &extra, jobs)
+        write_config_section(&dir, &self.section, &extra, jobs)
     }
 
     /// Starts replica `name`; returns its index.
@@ -54,8 +71,13 @@ impl Cluster {
         wrapper: Option<Vec<String>>,
     ) -> usize {
         let config = self.config(name, extra_daemon, jobs);
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
         self.replicas
-            .push(Replica::start_with(&config, name, &[], wrapper));
+            .push(Replica::start_with(&config, name, &env, wrapper));
         self.replicas.len() - 1
     }
 
@@ -63,10 +85,6 @@ impl Cluster {
         for replica in &self.replicas {
             replica.wait_for_log("ready", Duration::from_secs(20));
         }
-    }
-
-    pub fn outcomes(&self, job: &str) -> Vec<Outcome> {
-        read_outcomes(&mut self.redis.client(), "cl", job)
     }
 
     /// SIGTERM to every replica; each must exit 0.
@@ -102,6 +120,13 @@ impl Cluster {
     }
 }
 
+impl Cluster<RedisServer> {
+    /// `job`'s outcome stream, read from the one Redis.
+    pub fn outcomes(&self, job: &str) -> Vec<Outcome> {
+        read_outcomes(&mut self.redis.client(), "cl", job)
+    }
+}
+
 /// A job that appends `start <tick_ms> <fence> <replica>` to FILE, runs
 /// `body`, then appends `end …`.
 pub fn probe_job(name: &str, schedule: &str, file: &Path, body: &str, extra: &str) -> String {
@@ -116,18 +141,33 @@ pub fn probe_job(name: &str, schedule: &str, file: &Path, body: &str, extra: &st
 
 /// The `start` lines of a probe file: (tick, fence, replica).
 pub fn starts(file: &Path) -> Vec<(i64, i64, String)> {
+    start_lines(file, 4)
+        .into_iter()
+        .map(|parts| {
+            (
+                parts[1].parse().unwrap(),
+                parts[2].parse().unwrap(),
+                parts[3].clone(),
+            )
+        })
+        .collect()
+}
+
+/// The `start` lines of a probe file as (tick, wall-clock ms when the run
+/// began on this machine).
+pub fn start_times(file: &Path) -> Vec<(i64, i64)> {
+    start_lines(file, 5)
+        .into_iter()
+        .map(|parts| (parts[1].parse().unwrap(), parts[4].parse().unwrap()))
+        .collect()
+}
+
+/// The words of each `start` line of a probe file with at least `fields`.
+fn start_lines(file: &Path, fields: usize) -> Vec<Vec<String>> {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     text.lines()
-        .filter_map(|line| {
-            let parts: Vec<&str> = line.split_whitespace().collect();
-            (parts.first() == Some(&"start") && parts.len() >= 4).then(|| {
-                (
-                    parts[1].parse().unwrap(),
-                    parts[2].parse().unwrap(),
-                    parts[3].to_string(),
-                )
-            })
-        })
+        .map(|line| line.split_whitespace().map(str::to_owned).collect())
+        .filter(|parts: &Vec<String>| parts.len() >= fields && parts[0] == "start")
         .collect()
 }
 

@@ -2,7 +2,8 @@
 //! about a run that did not go as expected, and the pieces of a cluster in a
 //! test — a private Redis ([`RedisServer`]), daemon processes ([`Replica`]),
 //! their config ([`write_config`]), what they wrote ([`read_outcomes`]), and
-//! all of these together ([`Cluster`]).
+//! all of these together ([`Cluster`]); and Redis deployed other ways — TLS,
+//! Sentinel, Redis Cluster, a quorum of servers ([`Topology`]).
 //!
 //! Every helper fails loudly: a missing `redis-server` or a daemon that does
 //! not come up is a panic that says what to do and shows the log, never a
@@ -16,16 +17,18 @@ mod cluster;
 mod outcome;
 mod redis_server;
 mod replica;
+mod topology;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-pub use cluster::{Cluster, current_by_tick, probe_job, starts};
+pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
 pub use redis_server::RedisServer;
 pub use replica::Replica;
+pub use topology::{RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
 
 /// What one run of the binary did.
 pub struct Run {
@@ -80,9 +83,20 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
+    cronlease_with_env(args, &[])
+}
+
+/// [`cronlease`] with extra environment variables (e.g. the one a
+/// config's `password_env` names).
+pub fn cronlease_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
     let mut command = Command::new(binary());
     command.args(args).stdin(std::process::Stdio::null());
     command.env_remove("CRONLEASE_CONFIG");
+    command.envs(env.iter().copied());
     let shown = format!("{command:?}");
     let output = command
         .output()
@@ -126,14 +140,30 @@ pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
 ///
 /// After `timeout`, naming `what` was awaited.
 #[track_caller]
-pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_until<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_until_or_show(timeout, what, String::new, f)
+}
+
+/// [`wait_until`] whose panic message ends with `show()`, e.g. the log
+/// tails of the servers that did not come up.
+#[track_caller]
+pub fn wait_until_or_show<T>(
+    timeout: Duration,
+    what: &str,
+    show: impl Fn() -> String,
+    mut f: impl FnMut() -> Option<T>,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = f() {
             return value;
         }
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            let shown = show();
+            if shown.is_empty() {
+                panic!("timed out after {timeout:?} waiting for {what}");
+            }
+            panic!("timed out after {timeout:?} waiting for {what}\n{shown}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -152,12 +182,25 @@ pub fn wait_until<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Optio
 /// `extra_daemon` is appended inside `[daemon]` (e.g. `replica_id = "a"`),
 /// `jobs` after it verbatim (the `[jobs.…]` tables).
 pub fn write_config(dir: &Path, redis_url: &str, extra_daemon: &str, jobs: &str) -> PathBuf {
+    let redis = format!("url = {}\n", toml_string(redis_url));
+    write_config_section(dir, &redis, extra_daemon, jobs)
+}
+
+/// [`write_config`] for any way of reaching Redis: `redis` is the body of
+/// the `[redis]` section (e.g. `url = …`, `sentinels = […]` and
+/// `master_name = …`, `ca_file = …`) except `key_prefix = "cl"` and
+/// `command_timeout = "300ms"`, which are added here.
+pub fn write_config_section(dir: &Path, redis: &str, extra_daemon: &str, jobs: &str) -> PathBuf {
     let state_dir = dir.join("state");
     std::fs::create_dir_all(&state_dir)
         .unwrap_or_else(|e| panic!("cannot create {}: {e}", state_dir.display()));
+    let mut redis = redis.to_owned();
+    if !redis.is_empty() && !redis.ends_with('\n') {
+        redis.push('\n');
+    }
     let mut text = format!(
         "[redis]\n\
-         url = {url}\n\
+         {redis}\
          key_prefix = \"cl\"\n\
          command_timeout = \"300ms\"\n\
          \n\
@@ -167,7 +210,6 @@ pub fn write_config(dir: &Path, redis_url: &str, extra_daemon: &str, jobs: &str)
          kill_grace = \"1s\"\n\
          heartbeat = \"1s\"\n\
          state_dir = {state_dir}\n",
-        url = toml_string(redis_url),
         state_dir = toml_string(&state_dir.to_string_lossy()),
     );
     text.push_str(extra_daemon);

@@ -21,6 +21,14 @@ const PORT_ATTEMPTS: u32 = 5;
 /// A `redis-server` process this test owns. Dropping it kills the process.
 pub struct RedisServer {
     port: u16,
+    /// Further listening ports, each given on the command line as
+    /// `FLAG PORT` (e.g. `--tls-port`, `--cluster-port`) and chosen afresh
+    /// with `port` on each start attempt.
+    extra_ports: Vec<(String, u16)>,
+    /// A config file's text, written to `DIR/redis.conf` (after a
+    /// `port PORT` line) and given as the first argument, as a sentinel
+    /// needs; a restart reuses the file as the server left it.
+    config: Option<String>,
     /// Data directory (AOF files live here, so `restart` finds them) and
     /// the server's log and console output.
     dir: tempfile::TempDir,
@@ -52,18 +60,43 @@ impl RedisServer {
     /// the server does not answer PING within 10 s (the message holds its
     /// log).
     pub fn start_with(extra_args: &[&str]) -> RedisServer {
+        RedisServer::start_full(None, &[], extra_args)
+    }
+
+    /// The general form of [`RedisServer::start_with`]: `config`, when
+    /// given, is written to `DIR/redis.conf` after a `port PORT` line and
+    /// passed as the first argument (a sentinel's config must be a file it
+    /// can rewrite); each of `port_flags` (e.g. `--tls-port`) gets a free
+    /// port of its own, passed as `FLAG PORT` and read back with
+    /// [`RedisServer::extra_port`].
+    pub fn start_full(
+        config: Option<&str>,
+        port_flags: &[&str],
+        extra_args: &[&str],
+    ) -> RedisServer {
         let dir = tempfile::Builder::new()
             .prefix("cronlease-redis-")
             .tempdir()
             .expect("cannot create a temporary directory for redis-server");
         let mut server = RedisServer {
             port: 0,
+            extra_ports: Vec::new(),
+            config: config.map(str::to_owned),
             dir,
             extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
             process: None,
         };
         for attempt in 1..=PORT_ATTEMPTS {
             server.port = free_port();
+            server.extra_ports = port_flags
+                .iter()
+                .map(|flag| (flag.to_string(), free_port()))
+                .collect();
+            if let Some(config) = &server.config {
+                let path = server.config_path();
+                std::fs::write(&path, format!("port {}\n{config}\n", server.port))
+                    .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+            }
             match server.launch() {
                 Ok(()) => return server,
                 Err(failure) if failure.port_in_use && attempt < PORT_ATTEMPTS => continue,
@@ -82,6 +115,20 @@ impl RedisServer {
         self.port
     }
 
+    /// The port given with `flag` to [`RedisServer::start_full`].
+    ///
+    /// # Panics
+    ///
+    /// When the server was not started with that flag.
+    #[track_caller]
+    pub fn extra_port(&self, flag: &str) -> u16 {
+        self.extra_ports
+            .iter()
+            .find(|(f, _)| f == flag)
+            .map(|&(_, port)| port)
+            .unwrap_or_else(|| panic!("this redis-server was not started with {flag}"))
+    }
+
     /// The server's data directory, which also holds `redis.log`.
     pub fn dir(&self) -> &Path {
         self.dir.path()
@@ -97,12 +144,33 @@ impl RedisServer {
     /// hanging.
     #[track_caller]
     pub fn client(&self) -> redis::Connection {
+        self.connect(&self.url())
+    }
+
+    /// Like [`RedisServer::client`], authenticated as ACL user `user`
+    /// (for a server whose default user is off).
+    #[track_caller]
+    pub fn client_as(&self, user: &str, password: &str) -> redis::Connection {
+        self.connect(&format!(
+            "redis://{user}:{password}@127.0.0.1:{}/0",
+            self.port
+        ))
+    }
+
+    #[track_caller]
+    fn connect(&self, target: &str) -> redis::Connection {
+        // Messages name the URL without credentials.
         let url = self.url();
-        let client = redis::Client::open(url.as_str())
-            .unwrap_or_else(|e| panic!("invalid Redis URL {url}: {e}"));
+        let client =
+            redis::Client::open(target).unwrap_or_else(|e| panic!("invalid Redis URL {url}: {e}"));
         let connection = client
             .get_connection_with_timeout(Duration::from_secs(5))
-            .unwrap_or_else(|e| panic!("cannot connect to the test Redis at {url}: {e}"));
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot connect to the test Redis at {url}: {e}\n{}",
+                    self.log_tail(20)
+                )
+            });
         let timeout = Some(Duration::from_secs(10));
         connection
             .set_read_timeout(timeout)
@@ -199,6 +267,10 @@ impl RedisServer {
         self.dir.path().join("redis.log")
     }
 
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("redis.conf")
+    }
+
     /// Spawns the server on `self.port` and waits until it answers PING.
     fn launch(&mut self) -> Result<(), LaunchFailure> {
         let console_path = self.dir.path().join("console.log");
@@ -214,6 +286,12 @@ impl RedisServer {
             )
         });
         let mut command = Command::new("redis-server");
+        if self.config.is_some() {
+            command.arg(self.config_path());
+        }
+        for (flag, port) in &self.extra_ports {
+            command.arg(flag).arg(port.to_string());
+        }
         command
             .arg("--port")
             .arg(self.port.to_string())
