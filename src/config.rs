@@ -91,8 +91,6 @@ pub enum Topology {
     },
     /// A Redis Cluster, discovered from these seed nodes.
     Cluster(Vec<String>),
-    /// Independent masters; a claim holds with a majority of them.
-    Quorum(Vec<String>),
 }
 
 impl Topology {
@@ -111,7 +109,6 @@ impl Topology {
                 master_name,
             } => format!("master {master_name:?} via sentinels {}", list(sentinels)),
             Topology::Cluster(nodes) => format!("cluster {}", list(nodes)),
-            Topology::Quorum(nodes) => format!("quorum of {}", list(nodes)),
         }
     }
 }
@@ -944,9 +941,6 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
         None => 0,
         Some(k) => match u32::try_from(*k.get_ref()) {
             Ok(k) if k <= 64 => {
-                if matches!(topology, Some(Topology::Quorum(_))) && k > 0 {
-                    checker.problem(Some(k_span(&raw)), Some(S), Some("min_replicas_ack"), "`min_replicas_ack` does not combine with `quorum`: the quorum's masters are independent, their majority is the durability".into());
-                }
                 if k > 0 && ack_timeout >= command_timeout {
                     checker.problem(
                         raw.ack_timeout.as_ref().map(Spanned::span).or(Some(k_span(&raw))),
@@ -1077,9 +1071,15 @@ fn redis_topology(checker: &mut Checker<'_>, raw: &RawRedis) -> Option<Topology>
     if let Some(nodes) = &raw.cluster {
         return Some(Topology::Cluster(nodes.get_ref().clone()));
     }
-    raw.quorum
-        .as_ref()
-        .map(|nodes| Topology::Quorum(nodes.get_ref().clone()))
+    if let Some(nodes) = &raw.quorum {
+        checker.problem(
+            Some(nodes.span()),
+            Some(S),
+            Some("quorum"),
+            "quorum mode (a majority of independent masters) is not implemented in this version: expected `url`, `sentinels` with `master_name`, or `cluster`".into(),
+        );
+    }
+    None
 }
 
 /// The password from `password_env` or `password_file` (at most one).

@@ -169,7 +169,7 @@ pub struct Link {
 }
 
 enum Kind {
-    Single(Client),
+    Single(Box<Client>),
     Sentinel(Arc<SentinelShared>),
     Cluster {
         client: ClusterClient,
@@ -181,13 +181,11 @@ enum Kind {
 
 impl Link {
     /// Checks the addresses and reads the TLS files; connects nothing yet.
-    /// Quorum mode makes one `Link` per master (see [`Link::single`]).
     pub fn new(config: &RedisConfig) -> Result<Link, LinkError> {
         install_crypto();
         let settings = Settings::new(config)?;
         let kind = match &config.topology {
-            Topology::Single(url) => Kind::Single(settings.client(url)?),
-            Topology::Quorum(urls) => Kind::Single(settings.client(&urls[0])?),
+            Topology::Single(url) => Kind::Single(Box::new(settings.client(url)?)),
             Topology::Sentinel {
                 sentinels,
                 master_name,
@@ -229,17 +227,6 @@ impl Link {
         Ok(Link { kind, settings })
     }
 
-    /// A link to one server of a quorum, with the config's credentials,
-    /// TLS and timeouts.
-    pub fn single(config: &RedisConfig, url: &str) -> Result<Link, LinkError> {
-        install_crypto();
-        let settings = Settings::new(config)?;
-        Ok(Link {
-            kind: Kind::Single(settings.client(url)?),
-            settings,
-        })
-    }
-
     /// The shared connection for requests, reconnecting by itself (and, with
     /// Sentinel, finding the new master after a failover).
     pub async fn connect(&self) -> RedisResult<Conn> {
@@ -251,7 +238,7 @@ impl Link {
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(2));
                 Ok(Conn::Single(
-                    ConnectionManager::new_with_config(client.clone(), config).await?,
+                    ConnectionManager::new_with_config((**client).clone(), config).await?,
                 ))
             }
             Kind::Sentinel(shared) => {
@@ -319,7 +306,7 @@ impl Link {
 /// request asks the sentinels again.
 struct SentinelShared {
     sentinel: tokio::sync::Mutex<SentinelClient>,
-    current: Mutex<Option<MultiplexedConnection>>,
+    current: Mutex<Option<Current>>,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
 }
@@ -391,6 +378,20 @@ impl SentinelShared {
     }
 }
 
+/// How often a Sentinel connection asks the sentinels whether the master
+/// moved. A forced failover leaves the old master writable until the
+/// sentinels reconfigure it (seconds later): errors alone do not tell.
+const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
+
+/// The connection to the master, the master's address, and when the
+/// sentinels last confirmed it.
+#[derive(Clone)]
+struct Current {
+    conn: MultiplexedConnection,
+    addr: ConnectionAddr,
+    confirmed: std::time::Instant,
+}
+
 /// The master connection of a Sentinel deployment.
 #[derive(Clone)]
 pub struct SentinelConn {
@@ -398,7 +399,7 @@ pub struct SentinelConn {
 }
 
 impl SentinelConn {
-    fn current(&self) -> Option<MultiplexedConnection> {
+    fn current(&self) -> Option<Current> {
         self.shared
             .current
             .lock()
@@ -406,19 +407,56 @@ impl SentinelConn {
             .clone()
     }
 
-    async fn get(&self) -> RedisResult<MultiplexedConnection> {
-        if let Some(conn) = self.current() {
-            return Ok(conn);
-        }
-        let client = self.shared.master_client().await?;
-        let conn = client
-            .get_multiplexed_async_connection_with_config(&self.shared.config)
-            .await?;
+    fn set_current(&self, current: Option<Current>) {
         *self
             .shared
             .current
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = current;
+    }
+
+    /// The master connection; at most every [`SENTINEL_RECHECK`], asks the
+    /// sentinels first and reconnects if they name another master.
+    async fn get(&self) -> RedisResult<MultiplexedConnection> {
+        let current = self.current();
+        if let Some(current) = &current
+            && current.confirmed.elapsed() < SENTINEL_RECHECK
+        {
+            return Ok(current.conn.clone());
+        }
+        let client = match (self.shared.master_client().await, current) {
+            (Ok(client), Some(current)) if client.get_connection_info().addr() == &current.addr => {
+                self.set_current(Some(Current {
+                    confirmed: std::time::Instant::now(),
+                    ..current.clone()
+                }));
+                return Ok(current.conn);
+            }
+            // The sentinels are away: keep the master we know.
+            (Err(e), Some(current)) => {
+                tracing::debug!(error = %e, "no sentinel answered; keeping the master connection");
+                self.set_current(Some(Current {
+                    confirmed: std::time::Instant::now(),
+                    ..current.clone()
+                }));
+                return Ok(current.conn);
+            }
+            (Err(e), None) => return Err(e),
+            (Ok(client), current) => {
+                if current.is_some() {
+                    tracing::warn!(master = %client.get_connection_info().addr(), "the sentinels name a new master; reconnecting");
+                }
+                client
+            }
+        };
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&self.shared.config)
+            .await?;
+        self.set_current(Some(Current {
+            conn: conn.clone(),
+            addr: client.get_connection_info().addr().clone(),
+            confirmed: std::time::Instant::now(),
+        }));
         Ok(conn)
     }
 
@@ -432,11 +470,7 @@ impl SentinelConn {
             || error.is_unrecoverable_error()
         {
             tracing::debug!(error = %error, "dropping the master connection; asking the sentinels again");
-            *self
-                .shared
-                .current
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            self.set_current(None);
         }
     }
 }

@@ -397,16 +397,6 @@ impl Store {
         Store::connect_link(config, Link::new(config)?, config.describe()).await
     }
 
-    /// Connects to one server of a quorum.
-    pub async fn connect_node(config: &RedisConfig, url: &str) -> Result<Store, StoreError> {
-        Store::connect_link(
-            config,
-            Link::single(config, url)?,
-            crate::config::redact_url(url),
-        )
-        .await
-    }
-
     async fn connect_link(
         config: &RedisConfig,
         link: Link,
