@@ -168,8 +168,10 @@ pub struct Link {
     settings: Settings,
 }
 
+// One `Link` per process: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 enum Kind {
-    Single(Box<Client>),
+    Single(Client),
     Sentinel(Arc<SentinelShared>),
     Cluster {
         client: ClusterClient,
@@ -185,7 +187,7 @@ impl Link {
         install_crypto();
         let settings = Settings::new(config)?;
         let kind = match &config.topology {
-            Topology::Single(url) => Kind::Single(Box::new(settings.client(url)?)),
+            Topology::Single(url) => Kind::Single(settings.client(url)?),
             Topology::Sentinel {
                 sentinels,
                 master_name,
@@ -238,7 +240,7 @@ impl Link {
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(2));
                 Ok(Conn::Single(
-                    ConnectionManager::new_with_config((**client).clone(), config).await?,
+                    ConnectionManager::new_with_config(client.clone(), config).await?,
                 ))
             }
             Kind::Sentinel(shared) => {
