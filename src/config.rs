@@ -1589,4 +1589,56 @@ mod tests {
         let config = parse("[redis]\nurl = \"redis://u:hunter2@h\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n").unwrap();
         assert!(!format!("{config:?}").contains("hunter2"));
     }
+
+    #[test]
+    fn redis_deployments_are_checked_with_the_field_that_is_wrong() {
+        let redis = |section: &str| {
+            let text =
+                format!("[redis]\n{section}\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n");
+            parse(&text).map(|c| c.redis).map_err(|e| e.to_string())
+        };
+        let expect_error = |section: &str, fragment: &str| {
+            let err = redis(section).expect_err(section);
+            assert!(err.contains(fragment), "{section}: {err}");
+        };
+        expect_error(
+            "url = \"redis://h\"\ncluster = [\"redis://h:7000\"]",
+            "`cluster` and `url` are both set",
+        );
+        expect_error(
+            "sentinels = [\"redis://h:26379\"]",
+            "field `master_name`: missing `master_name`",
+        );
+        expect_error(
+            "quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]",
+            "quorum mode (a majority of independent masters) is not implemented",
+        );
+        expect_error(
+            "url = \"redis://h\"\npassword_env = \"CRONLEASE_SURELY_UNSET_VAR\"",
+            "environment variable \"CRONLEASE_SURELY_UNSET_VAR\" is not set",
+        );
+        expect_error(
+            "url = \"redis://h\"\ninsecure_skip_verify = true",
+            "TLS settings need rediss:// URLs",
+        );
+        expect_error(
+            "url = \"rediss://h\"\nca_file = \"/nonexistent/ca.pem\"",
+            "field `ca_file`: cannot read /nonexistent/ca.pem",
+        );
+        expect_error(
+            "url = \"redis://h\"\nmin_replicas_ack = 1\nack_timeout = \"3s\"",
+            "ack_timeout 3s must be shorter than command_timeout 2s",
+        );
+        let sentinel = redis(
+            "sentinels = [\"redis://:pw@h:26379\"]\nmaster_name = \"mymaster\"\nmin_replicas_ack = 1",
+        )
+        .unwrap();
+        assert_eq!(sentinel.min_replicas_ack, 1);
+        assert_eq!(
+            sentinel.describe(),
+            "master \"mymaster\" via sentinels redis://:***@h:26379"
+        );
+        let cluster = redis("cluster = [\"redis://a:7000\", \"redis://b:7000\"]").unwrap();
+        assert_eq!(cluster.describe(), "cluster redis://a:7000, redis://b:7000");
+    }
 }
