@@ -426,21 +426,20 @@ impl SentinelConn {
         {
             return Ok(current.conn.clone());
         }
+        // Only this caller asks; the requests meanwhile use the connection.
+        if let Some(current) = &current {
+            self.set_current(Some(Current {
+                confirmed: std::time::Instant::now(),
+                ..current.clone()
+            }));
+        }
         let client = match (self.shared.master_client().await, current) {
             (Ok(client), Some(current)) if client.get_connection_info().addr() == &current.addr => {
-                self.set_current(Some(Current {
-                    confirmed: std::time::Instant::now(),
-                    ..current.clone()
-                }));
                 return Ok(current.conn);
             }
             // The sentinels are away: keep the master we know.
             (Err(e), Some(current)) => {
                 tracing::debug!(error = %e, "no sentinel answered; keeping the master connection");
-                self.set_current(Some(Current {
-                    confirmed: std::time::Instant::now(),
-                    ..current.clone()
-                }));
                 return Ok(current.conn);
             }
             (Err(e), None) => return Err(e),
