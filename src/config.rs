@@ -889,10 +889,10 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
         urls_ok &= check_url(checker, url.span(), "url", url.get_ref(), ALL_SCHEMES);
         tls_urls.push(url.get_ref().starts_with("rediss://"));
     }
+    // `quorum` is rejected whole by `redis_topology`.
     for (field, list, schemes, min) in [
         ("sentinels", &raw.sentinels, TCP_SCHEMES, 1),
         ("cluster", &raw.cluster, TCP_SCHEMES, 1),
-        ("quorum", &raw.quorum, TCP_SCHEMES, 3),
     ] {
         let Some(list) = list else { continue };
         if list.get_ref().len() < min {
@@ -901,11 +901,10 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
                 Some(list.span()),
                 Some(S),
                 Some(field),
-                if field == "quorum" {
-                    format!("`quorum` lists {} server(s): expected at least 3 independent masters (a majority of 2 is both of them, so it tolerates no failure)", list.get_ref().len())
-                } else {
-                    format!("`{field}` is empty: expected a list of URLs such as [\"redis://10.0.0.1:{}\"]", if field == "sentinels" { 26379 } else { 7000 })
-                },
+                format!(
+                    "`{field}` is empty: expected a list of URLs such as [\"redis://10.0.0.1:{}\"]",
+                    if field == "sentinels" { 26379 } else { 7000 }
+                ),
             );
         }
         for url in list.get_ref() {
@@ -939,11 +938,11 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
     );
     let min_replicas_ack = match &raw.min_replicas_ack {
         None => 0,
-        Some(k) => match u32::try_from(*k.get_ref()) {
+        Some(given) => match u32::try_from(*given.get_ref()) {
             Ok(k) if k <= 64 => {
                 if k > 0 && ack_timeout >= command_timeout {
                     checker.problem(
-                        raw.ack_timeout.as_ref().map(Spanned::span).or(Some(k_span(&raw))),
+                        Some(raw.ack_timeout.as_ref().map_or(given.span(), Spanned::span)),
                         Some(S),
                         Some("ack_timeout"),
                         format!(
@@ -957,10 +956,10 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
             }
             _ => {
                 checker.problem(
-                    Some(k.span()),
+                    Some(given.span()),
                     Some(S),
                     Some("min_replicas_ack"),
-                    format!("invalid min_replicas_ack {}: expected a number of Redis replicas from 0 (off) to 64", k.get_ref()),
+                    format!("invalid min_replicas_ack {}: expected a number of Redis replicas from 0 (off) to 64", given.get_ref()),
                 );
                 0
             }
@@ -998,10 +997,6 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
         min_replicas_ack,
         ack_timeout,
     })
-}
-
-fn k_span(raw: &RawRedis) -> Range<usize> {
-    raw.min_replicas_ack.as_ref().map_or(0..0, Spanned::span)
 }
 
 /// Which of `url`, `sentinels`, `cluster` and `quorum` is set: exactly one.

@@ -65,11 +65,7 @@ impl Settings {
 
     /// `url` with the configured credentials and TLS mode applied.
     fn connection_info(&self, url: &str) -> Result<ConnectionInfo, LinkError> {
-        let address = |source| LinkError::Address {
-            url: crate::config::redact_url(url),
-            source,
-        };
-        let mut info = url.into_connection_info().map_err(address)?;
+        let mut info = url.into_connection_info().map_err(bad_address(url))?;
         let mut redis = info.redis_settings().clone();
         if let Some(username) = &self.username {
             redis = redis.set_username(username);
@@ -96,10 +92,7 @@ impl Settings {
             }
             _ => Client::open(info),
         };
-        result.map_err(|source| LinkError::Address {
-            url: crate::config::redact_url(url),
-            source,
-        })
+        result.map_err(bad_address(url))
     }
 
     fn connection_config(&self, response_timeout: Duration) -> AsyncConnectionConfig {
@@ -107,6 +100,12 @@ impl Settings {
             .set_connection_timeout(Some(self.connect_timeout))
             .set_response_timeout(Some(response_timeout))
     }
+}
+
+/// Wraps an error about `url`, its password redacted.
+fn bad_address(url: &str) -> impl FnOnce(RedisError) -> LinkError {
+    let url = crate::config::redact_url(url);
+    move |source| LinkError::Address { url, source }
 }
 
 fn is_tls(info: &ConnectionInfo) -> bool {
@@ -319,23 +318,19 @@ impl SentinelShared {
         sentinels: &[String],
         master_name: &str,
     ) -> Result<SentinelShared, LinkError> {
-        let address = |url: &str, source| LinkError::Address {
-            url: crate::config::redact_url(url),
-            source,
-        };
         let mut addrs = Vec::new();
         let mut sentinel_tls = false;
         for url in sentinels {
             let info = url
                 .as_str()
                 .into_connection_info()
-                .map_err(|e| address(url, e))?;
+                .map_err(bad_address(url))?;
             sentinel_tls |= is_tls(&info);
             addrs.push(info.addr().clone());
         }
         let mut builder =
             SentinelClientBuilder::new(addrs, master_name, SentinelServerType::Master)
-                .map_err(|e| address(&sentinels[0], e))?;
+                .map_err(bad_address(&sentinels[0]))?;
         if let Some(username) = &settings.username {
             builder = builder.set_client_to_redis_username(username);
         }
@@ -357,7 +352,7 @@ impl SentinelShared {
                     .set_client_to_sentinel_certificates(clone_certificates(certificates));
             }
         }
-        let sentinel = builder.build().map_err(|e| address(&sentinels[0], e))?;
+        let sentinel = builder.build().map_err(bad_address(&sentinels[0]))?;
         Ok(SentinelShared {
             sentinel: tokio::sync::Mutex::new(sentinel),
             current: Mutex::new(None),

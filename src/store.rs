@@ -394,14 +394,8 @@ pub struct Store {
 impl Store {
     /// Connects (one attempt, bounded by `connect_timeout`).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
-        Store::connect_link(config, Link::new(config)?, config.describe()).await
-    }
-
-    async fn connect_link(
-        config: &RedisConfig,
-        link: Link,
-        url: String,
-    ) -> Result<Store, StoreError> {
+        let link = Link::new(config)?;
+        let url = config.describe();
         let conn = tokio::time::timeout(
             config.connect_timeout + config.command_timeout,
             link.connect(),
