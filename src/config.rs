@@ -91,6 +91,9 @@ pub enum Topology {
     },
     /// A Redis Cluster, discovered from these seed nodes.
     Cluster(Vec<String>),
+    /// Independent masters (at least 3): a claim holds only with a
+    /// majority of them.
+    Quorum(Vec<String>),
 }
 
 impl Topology {
@@ -109,6 +112,7 @@ impl Topology {
                 master_name,
             } => format!("master {master_name:?} via sentinels {}", list(sentinels)),
             Topology::Cluster(nodes) => format!("cluster {}", list(nodes)),
+            Topology::Quorum(nodes) => format!("quorum of {}", list(nodes)),
         }
     }
 }
@@ -812,7 +816,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, now: DateTime<Utc>) ->
         let section = format!("jobs.{name}");
         if !is_name(&name, 128) {
             checker.problem(
-                Some(name_span),
+                Some(name_span.clone()),
                 Some(&section),
                 None,
                 format!(
@@ -823,6 +827,18 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, now: DateTime<Utc>) ->
         if let Some(job) =
             raw.and_then(|raw| validate_job(checker, &section, &name, raw, &base_dir, now))
         {
+            let quorum = matches!(
+                redis.as_ref().map(|r| &r.topology),
+                Some(Topology::Quorum(_))
+            );
+            if quorum && job.on_holder_lost == OnHolderLost::Rerun {
+                checker.problem(
+                    Some(name_span),
+                    Some(&section),
+                    Some("on_holder_lost"),
+                    "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
+                );
+            }
             jobs.insert(name, job);
         }
     }
@@ -889,22 +905,39 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
         urls_ok &= check_url(checker, url.span(), "url", url.get_ref(), ALL_SCHEMES);
         tls_urls.push(url.get_ref().starts_with("rediss://"));
     }
-    // `quorum` is rejected whole by `redis_topology`.
     for (field, list, schemes, min) in [
         ("sentinels", &raw.sentinels, TCP_SCHEMES, 1),
         ("cluster", &raw.cluster, TCP_SCHEMES, 1),
+        ("quorum", &raw.quorum, TCP_SCHEMES, 3),
     ] {
         let Some(list) = list else { continue };
         if list.get_ref().len() < min {
             urls_ok = false;
+            let example = match field {
+                "sentinels" => "[\"redis://10.0.0.1:26379\"]",
+                "cluster" => "[\"redis://10.0.0.1:7000\"]",
+                _ => {
+                    "[\"redis://10.0.0.1:6379\", \"redis://10.0.0.2:6379\", \"redis://10.0.0.3:6379\"]"
+                }
+            };
             checker.problem(
                 Some(list.span()),
                 Some(S),
                 Some(field),
                 format!(
-                    "`{field}` is empty: expected a list of URLs such as [\"redis://10.0.0.1:{}\"]",
-                    if field == "sentinels" { 26379 } else { 7000 }
+                    "`{field}` has {} URL(s): expected at least {min}, such as {example}",
+                    list.get_ref().len()
                 ),
+            );
+        }
+        if field == "quorum" && has_duplicates(list.get_ref()) {
+            urls_ok = false;
+            checker.problem(
+                Some(list.span()),
+                Some(S),
+                Some(field),
+                "`quorum` names one server twice: expected independent masters, each listed once"
+                    .into(),
             );
         }
         for url in list.get_ref() {
@@ -940,6 +973,14 @@ fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfi
         None => 0,
         Some(given) => match u32::try_from(*given.get_ref()) {
             Ok(k) if k <= 64 => {
+                if k > 0 && raw.quorum.is_some() {
+                    checker.problem(
+                        Some(given.span()),
+                        Some(S),
+                        Some("min_replicas_ack"),
+                        "min_replicas_ack does not apply to `quorum` (its masters have no replicas to wait for): expected 0 or no key; the quorum itself is the durability".into(),
+                    );
+                }
                 if k > 0 && ack_timeout >= command_timeout {
                     checker.problem(
                         Some(raw.ack_timeout.as_ref().map_or(given.span(), Spanned::span)),
@@ -1066,15 +1107,17 @@ fn redis_topology(checker: &mut Checker<'_>, raw: &RawRedis) -> Option<Topology>
     if let Some(nodes) = &raw.cluster {
         return Some(Topology::Cluster(nodes.get_ref().clone()));
     }
-    if let Some(nodes) = &raw.quorum {
-        checker.problem(
-            Some(nodes.span()),
-            Some(S),
-            Some("quorum"),
-            "quorum mode (a majority of independent masters) is not implemented in this version: expected `url`, `sentinels` with `master_name`, or `cluster`".into(),
-        );
-    }
-    None
+    raw.quorum
+        .as_ref()
+        .map(|nodes| Topology::Quorum(nodes.get_ref().clone()))
+}
+
+/// Whether `urls` names one server twice (compared without a trailing `/`).
+fn has_duplicates(urls: &[String]) -> bool {
+    let mut seen = std::collections::HashSet::new();
+    !urls
+        .iter()
+        .all(|url| seen.insert(url.trim_end_matches('/')))
 }
 
 /// The password from `password_env` or `password_file` (at most one).
@@ -1605,9 +1648,21 @@ mod tests {
             "field `master_name`: missing `master_name`",
         );
         expect_error(
-            "quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]",
-            "quorum mode (a majority of independent masters) is not implemented",
+            "quorum = [\"redis://a\", \"redis://b\"]",
+            "field `quorum`: `quorum` has 2 URL(s): expected at least 3",
         );
+        expect_error(
+            "quorum = [\"redis://a\", \"redis://b\", \"redis://a/\"]",
+            "`quorum` names one server twice",
+        );
+        expect_error(
+            "quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]\nmin_replicas_ack = 1",
+            "min_replicas_ack does not apply to `quorum`",
+        );
+        assert!(matches!(
+            redis("quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]").map(|r| r.topology),
+            Ok(Topology::Quorum(nodes)) if nodes.len() == 3
+        ));
         expect_error(
             "url = \"redis://h\"\npassword_env = \"CRONLEASE_SURELY_UNSET_VAR\"",
             "environment variable \"CRONLEASE_SURELY_UNSET_VAR\" is not set",

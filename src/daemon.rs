@@ -67,12 +67,16 @@ pub const MAX_CATCH_UP: usize = 100;
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error(
-        "Redis is configured to evict keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}): \
+        "Redis {node} is configured to evict keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}): \
          a lease or a tick's high-water mark could vanish and a tick could run twice. \
          Set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy noeviction, and in redis.conf), \
          or `maxmemory 0`"
     )]
-    Eviction { maxmemory: u64, policy: String },
+    Eviction {
+        node: String,
+        maxmemory: u64,
+        policy: String,
+    },
     #[error("cannot use the state directory: {0}")]
     Spool(#[from] SpoolError),
 }
@@ -316,7 +320,11 @@ pub async fn run(
     background.spawn(spool_courier(ctx.clone(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
-    background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
+    // Manual runs need one stream all replicas read: not with `quorum`
+    // (`cronlease trigger` says so).
+    if !ctx.store.is_quorum() {
+        background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
+    }
     let mut scheduler = Scheduler {
         loops: HashMap::new(),
         tracker: TaskTracker::new(),
@@ -631,7 +639,17 @@ async fn connect(config: &Config, shutdown: &CancellationToken) -> Option<Store>
 }
 
 async fn check_server_settings(store: &Store) -> Result<(), DaemonError> {
-    match store.server_settings().await {
+    for (node, settings) in store.server_settings().await {
+        check_node_settings(&node, settings)?;
+    }
+    Ok(())
+}
+
+fn check_node_settings(
+    node: &str,
+    settings: Result<ServerSettings, StoreError>,
+) -> Result<(), DaemonError> {
+    match settings {
         Ok(ServerSettings::Known {
             maxmemory,
             policy,
@@ -639,25 +657,32 @@ async fn check_server_settings(store: &Store) -> Result<(), DaemonError> {
             save,
         }) => {
             if maxmemory > 0 && policy != "noeviction" {
-                return Err(DaemonError::Eviction { maxmemory, policy });
+                return Err(DaemonError::Eviction {
+                    node: node.to_string(),
+                    maxmemory,
+                    policy,
+                });
             }
             if !appendonly && save.trim().is_empty() {
                 warn!(
+                    redis = %node,
                     "Redis persistence is off (appendonly no, no save points): a Redis restart loses every \
                      tick's high-water mark and a tick may run twice; set `appendonly yes` and \
                      `appendfsync everysec`"
                 );
             } else if !appendonly {
                 warn!(
+                    redis = %node,
                     "Redis uses RDB snapshots only: a crash loses the claims since the last snapshot; prefer `appendonly yes`"
                 );
             }
         }
         Ok(ServerSettings::Unknown(reason)) => warn!(
+            redis = %node,
             reason = %reason,
             "cannot read Redis settings (CONFIG GET not allowed); make sure maxmemory-policy is noeviction and persistence is on"
         ),
-        Err(e) => warn!(error = %e, "cannot read Redis settings; going on"),
+        Err(e) => warn!(redis = %node, error = %e, "cannot read Redis settings; going on"),
     }
     Ok(())
 }
@@ -925,7 +950,10 @@ async fn claim(
                     }
                 }
                 debug!(job = %job.name, tick = %rfc3339(tick_ms), ambiguous = e.is_ambiguous(), error = %e, "claim failed; retrying");
-                if !pause(backoff, cancel).await {
+                // Jitter: with `quorum`, replicas that split the masters
+                // between them undo their claims and must not retry in step.
+                let jitter = Duration::from_millis((Uuid::new_v4().as_u128() % 50) as u64);
+                if !pause(backoff + jitter, cancel).await {
                     return ClaimEnd::Cancelled;
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(1));
@@ -1373,7 +1401,8 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let new_epoch = Uuid::new_v4().to_string();
     let own_heartbeat_ms =
         i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8);
-    let mut epoch_seen: Option<String> = None;
+    // Per Redis master (one but with `quorum`).
+    let mut epoch_seen: HashMap<String, String> = HashMap::new();
     let mut beats: u64 = 0;
     loop {
         tokio::select! {
@@ -1421,15 +1450,16 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         }
         let server_ms = reply.server_ms.unwrap_or_else(|| ctx.clock.now_ms());
         ctx.redis_answered();
-        match &epoch_seen {
-            None if reply.created_epoch => info!(epoch = %reply.epoch, "created the deployment epoch"),
-            Some(previous) if *previous != reply.epoch => ctx.state_loss(
-                None,
-                &format!("the deployment epoch changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", reply.epoch),
-            ),
-            _ => {}
+        for now in &reply.epochs {
+            match epoch_seen.insert(now.node.clone(), now.epoch.clone()) {
+                None if now.created => info!(epoch = %now.epoch, redis = %now.node, "created the deployment epoch"),
+                Some(previous) if previous != now.epoch => ctx.state_loss(
+                    None,
+                    &format!("the deployment epoch of {} changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", now.node, now.epoch),
+                ),
+                _ => {}
+            }
         }
-        epoch_seen = Some(reply.epoch.clone());
         let mut live: Vec<String> = reply
             .replicas
             .iter()

@@ -181,12 +181,38 @@ enum Kind {
 }
 
 impl Link {
+    /// One link per master of a quorum, each named by its redacted URL;
+    /// otherwise the deployment's one link, named by its description.
     /// Checks the addresses and reads the TLS files; connects nothing yet.
-    pub fn new(config: &RedisConfig) -> Result<Link, LinkError> {
+    pub fn nodes(config: &RedisConfig) -> Result<Vec<(String, Link)>, LinkError> {
+        match &config.topology {
+            Topology::Quorum(urls) => urls
+                .iter()
+                .map(|url| {
+                    let mut single = config.clone();
+                    single.topology = Topology::Single(url.clone());
+                    Ok((crate::config::redact_url(url), Link::new(&single)?))
+                })
+                .collect(),
+            _ => Ok(vec![(config.describe(), Link::new(config)?)]),
+        }
+    }
+
+    /// The link to one deployment (a quorum master is one).
+    fn new(config: &RedisConfig) -> Result<Link, LinkError> {
         install_crypto();
         let settings = Settings::new(config)?;
         let kind = match &config.topology {
             Topology::Single(url) => Kind::Single(settings.client(url)?),
+            Topology::Quorum(_) => {
+                return Err(LinkError::Address {
+                    url: config.topology.describe(),
+                    source: RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "a quorum has one link per master (Link::nodes)",
+                    )),
+                });
+            }
             Topology::Sentinel {
                 sentinels,
                 master_name,

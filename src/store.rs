@@ -7,8 +7,9 @@
 //! slot. This module knows nothing of processes or schedules; it turns
 //! requests into script calls and replies into enums.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use redis::{Script, Value};
 
@@ -123,6 +124,7 @@ struct Scripts {
     lock_release: Script,
     pause: Script,
     missed: Script,
+    release: Script,
 }
 
 impl Scripts {
@@ -138,6 +140,7 @@ impl Scripts {
             lock_release: script(include_str!("lua/lock_release.lua")),
             pause: Script::new(include_str!("lua/pause.lua")),
             missed: script(include_str!("lua/missed.lua")),
+            release: Script::new(include_str!("lua/release.lua")),
         }
     }
 }
@@ -157,6 +160,13 @@ pub enum StoreError {
     Link(#[from] LinkError),
     #[error("unexpected reply from Redis to {what}: {reply:?}")]
     Protocol { what: &'static str, reply: String },
+    /// Quorum mode: fewer than a majority of the masters agreed.
+    #[error("quorum not reached for {what}: {detail}")]
+    NoQuorum { what: &'static str, detail: String },
+    #[error(
+        "{what} is not available with `[redis] quorum` in this version: it needs a single Redis, Sentinel or Cluster"
+    )]
+    QuorumUnsupported { what: &'static str },
 }
 
 impl StoreError {
@@ -165,7 +175,13 @@ impl StoreError {
     pub fn is_ambiguous(&self) -> bool {
         match self {
             StoreError::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
-            StoreError::Connect { .. } | StoreError::Link(_) | StoreError::Protocol { .. } => false,
+            // A claim without a majority was undone where it landed; one
+            // that landed unheard on a minority lapses with its lease.
+            StoreError::Connect { .. }
+            | StoreError::Link(_)
+            | StoreError::Protocol { .. }
+            | StoreError::NoQuorum { .. }
+            | StoreError::QuorumUnsupported { .. } => false,
         }
     }
 }
@@ -241,8 +257,9 @@ pub enum ClaimReply {
         expired: u32,
         /// Redis had forgotten a tick or fence this replica remembered.
         regressed: bool,
-        /// The high-water mark before this claim (-1: none); schedule ticks
-        /// between it and this tick were missed.
+        /// The high-water mark before this claim (-1: none, -2: unknown, a
+        /// retry of a claim that had won); schedule ticks between it and
+        /// this tick were missed.
         previous: i64,
         /// With `min_replicas_ack`: how many replicas acknowledged the claim
         /// within `ack_timeout` (`WAIT`).
@@ -367,54 +384,239 @@ pub enum ServerSettings {
 /// The outcome of writing a heartbeat.
 #[derive(Debug, Clone)]
 pub struct HeartbeatReply {
-    /// The deployment's epoch after this heartbeat.
-    pub epoch: String,
-    /// We created the epoch key (it was missing).
-    pub created_epoch: bool,
+    /// The deployment's epoch after this heartbeat, per answering master
+    /// (one with a single Redis, Sentinel or Cluster).
+    pub epochs: Vec<Epoch>,
     /// Redis time, when the heartbeat asked for it.
     pub server_ms: Option<i64>,
     /// Every replica's heartbeat JSON, ours included.
     pub replicas: Vec<(String, String)>,
 }
 
+/// One Redis master's epoch, as a heartbeat read it.
+#[derive(Debug, Clone)]
+pub struct Epoch {
+    /// The master, for logs (credentials redacted).
+    pub node: String,
+    pub epoch: String,
+    /// We created the epoch key (it was missing).
+    pub created: bool,
+}
+
 /// A connection to Redis with the scripts and key names: cheap to clone,
-/// every clone shares one multiplexed connection that reconnects by itself.
+/// every clone shares the connections, which reconnect by themselves.
+///
+/// With `[redis] quorum` it speaks to several independent masters: writes
+/// go to all of them and count only with a majority; reads ask the first
+/// that answers. Otherwise there is one node and each request is sent once.
 #[derive(Clone)]
 pub struct Store {
-    /// For connections of their own (blocking reads, pub/sub).
-    link: Arc<Link>,
+    nodes: Arc<[Node]>,
     command_timeout: Duration,
-    conn: Conn,
     keys: Arc<Keys>,
     scripts: Arc<Scripts>,
     /// `(k, timeout)`: each claim is followed by `WAIT k timeout`.
     wait_replicas: Option<(u32, Duration)>,
 }
 
+/// How long a quorum node that could not be connected to is left alone
+/// before the next attempt.
+const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
+
+/// One Redis deployment: the only one, or one master of a quorum.
+struct Node {
+    /// For logs and errors, credentials redacted.
+    name: String,
+    /// For connections of their own (blocking reads, pub/sub).
+    link: Link,
+    /// The shared connection, once made; it reconnects by itself.
+    conn: tokio::sync::OnceCell<Conn>,
+    /// When the last attempt to make `conn` failed.
+    failed_at: Mutex<Option<Instant>>,
+    connect_timeout: Duration,
+}
+
+impl Node {
+    /// The shared connection, made on first use (a quorum master that is
+    /// down at start is connected to when it is back).
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        if let Some(conn) = self.conn.get() {
+            return Ok(conn.clone());
+        }
+        let refused = || StoreError::Connect {
+            url: self.name.clone(),
+            source: redis::RedisError::from(std::io::Error::from(
+                std::io::ErrorKind::ConnectionRefused,
+            )),
+        };
+        let recently_failed = self
+            .failed_at
+            .lock()
+            .expect("failed_at mutex poisoned: a panic while storing an Instant")
+            .is_some_and(|at| at.elapsed() < RECONNECT_PAUSE);
+        if recently_failed {
+            return Err(refused());
+        }
+        let source = match tokio::time::timeout(self.connect_timeout, self.link.connect()).await {
+            Ok(Ok(conn)) => return Ok(self.conn.get_or_init(|| async { conn }).await.clone()),
+            Ok(Err(source)) => source,
+            Err(_) => redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
+        };
+        *self
+            .failed_at
+            .lock()
+            .expect("failed_at mutex poisoned: a panic while storing an Instant") =
+            Some(Instant::now());
+        Err(StoreError::Connect {
+            url: self.name.clone(),
+            source,
+        })
+    }
+}
+
+/// Whether a failed command may be sent to another node instead (the node
+/// is away, not the request wrong).
+fn node_away(e: &StoreError) -> bool {
+    match e {
+        StoreError::Connect { .. } => true,
+        StoreError::Redis(e) => {
+            e.is_timeout()
+                || e.is_connection_dropped()
+                || e.is_io_error()
+                || e.is_connection_refusal()
+        }
+        _ => false,
+    }
+}
+
 impl Store {
-    /// Connects (one attempt, bounded by `connect_timeout`).
+    /// Connects (one attempt, bounded by `connect_timeout`); with `quorum`,
+    /// to at least a majority of the masters (the others when they answer).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
-        let link = Link::new(config)?;
-        let url = config.describe();
-        let conn = tokio::time::timeout(
-            config.connect_timeout + config.command_timeout,
-            link.connect(),
-        )
-        .await
-        .map_err(|_| StoreError::Connect {
-            url: url.clone(),
-            source: redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut)),
-        })?
-        .map_err(|source| StoreError::Connect { url, source })?;
-        Ok(Store {
-            link: Arc::new(link),
+        let nodes: Arc<[Node]> = Link::nodes(config)?
+            .into_iter()
+            .map(|(name, link)| Node {
+                name,
+                link,
+                conn: tokio::sync::OnceCell::new(),
+                failed_at: Mutex::new(None),
+                connect_timeout: config.connect_timeout + config.command_timeout,
+            })
+            .collect();
+        let store = Store {
+            nodes,
             command_timeout: config.command_timeout,
-            conn,
             keys: Arc::new(Keys::new(&config.key_prefix)),
             scripts: Arc::new(Scripts::new()),
             wait_replicas: (config.min_replicas_ack > 0)
                 .then_some((config.min_replicas_ack, config.ack_timeout)),
+        };
+        let connected = store.on_all(|conn| async move { Ok(conn) }).await;
+        store.gather("connect", connected)?;
+        Ok(store)
+    }
+
+    /// Whether this store speaks to a quorum of independent masters.
+    pub fn is_quorum(&self) -> bool {
+        self.nodes.len() > 1
+    }
+
+    fn majority(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Runs `f` on every node at once; one result per node, in order.
+    async fn on_all<T, F, Fut>(&self, f: F) -> Vec<Result<T, StoreError>>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let f = &f;
+        futures_util::future::join_all(self.nodes.iter().map(|node| async move {
+            let conn = node.conn().await?;
+            f(conn).await
+        }))
+        .await
+    }
+
+    /// The answers of a majority of nodes to a write, or why there is no
+    /// majority. With one node, its answer or its own error.
+    fn gather<T>(
+        &self,
+        what: &'static str,
+        results: Vec<Result<T, StoreError>>,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut answers = Vec::with_capacity(results.len());
+        let mut errors = Vec::new();
+        for (node, result) in self.nodes.iter().zip(results) {
+            match result {
+                Ok(answer) => answers.push(answer),
+                Err(e) => errors.push((node, e)),
+            }
+        }
+        if !self.is_quorum()
+            && let Some((_, e)) = errors.pop()
+        {
+            return Err(e);
+        }
+        if answers.len() >= self.majority() {
+            return Ok(answers);
+        }
+        Err(StoreError::NoQuorum {
+            what,
+            detail: format!(
+                "{} of {} Redis masters answered, {} needed ({})",
+                answers.len(),
+                self.nodes.len(),
+                self.majority(),
+                errors
+                    .iter()
+                    .map(|(node, e)| format!("{}: {e}", node.name))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
         })
+    }
+
+    /// Runs `f` on the first node that answers: reads, which any master of
+    /// a quorum can serve (the one that answers first may lag behind).
+    async fn read<T, F, Fut>(&self, f: F) -> Result<T, StoreError>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, redis::RedisError>>,
+    {
+        let mut away = Vec::new();
+        for node in self.nodes.iter() {
+            let result = match node.conn().await {
+                Ok(conn) => f(conn).await.map_err(StoreError::from),
+                Err(e) => Err(e),
+            };
+            match result {
+                Err(e) if self.is_quorum() && node_away(&e) => {
+                    away.push(format!("{}: {e}", node.name))
+                }
+                other => return other,
+            }
+        }
+        Err(StoreError::NoQuorum {
+            what: "read",
+            detail: format!("no Redis master answered ({})", away.join("; ")),
+        })
+    }
+
+    /// Sends `cmd` to the first node that answers (see [`Store::read`]).
+    async fn read_cmd<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
+        let cmd = &cmd;
+        self.read(|mut conn| async move { cmd.query_async(&mut conn).await })
+            .await
+    }
+
+    /// The connection of the only node; quorum mode has no such thing.
+    async fn single(&self, what: &'static str) -> Result<Conn, StoreError> {
+        match &*self.nodes {
+            [node] => node.conn().await,
+            _ => Err(StoreError::QuorumUnsupported { what }),
+        }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -423,14 +625,25 @@ impl Store {
 
     /// Redis server time, ms since the epoch.
     pub async fn server_time_ms(&self) -> Result<i64, StoreError> {
-        let mut conn = self.conn.clone();
-        let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-        Ok(secs * 1000 + micros / 1000)
+        self.read(|mut conn| async move {
+            let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
+            Ok(secs * 1000 + micros / 1000)
+        })
+        .await
     }
 
-    /// Reads the eviction and persistence settings.
-    pub async fn server_settings(&self) -> Result<ServerSettings, StoreError> {
-        let mut conn = self.conn.clone();
+    /// Reads the eviction and persistence settings of every node, with
+    /// the node's name.
+    pub async fn server_settings(&self) -> Vec<(String, Result<ServerSettings, StoreError>)> {
+        let settings = self.on_all(Self::settings_on).await;
+        self.nodes
+            .iter()
+            .map(|node| node.name.clone())
+            .zip(settings)
+            .collect()
+    }
+
+    async fn settings_on(mut conn: Conn) -> Result<ServerSettings, StoreError> {
         let reply: Result<Vec<String>, redis::RedisError> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("maxmemory")
@@ -465,8 +678,114 @@ impl Store {
     }
 
     /// Runs the claim script; with `min_replicas_ack`, followed by `WAIT`
-    /// in the same pipeline on the same connection.
+    /// in the same pipeline on the same connection. With `quorum`, on every
+    /// master at once: see [`Store::claim_quorum`].
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        if self.is_quorum() {
+            return self.claim_quorum(request).await;
+        }
+        self.claim_on(self.single("claim").await?, request).await
+    }
+
+    /// The claim over a quorum (the Redlock idea). Sent to every master at
+    /// once with one run id; it holds only when a majority answered
+    /// `claimed` and the lease, less the time the round took and a clock
+    /// drift allowance, has time left. Its fence is the highest of the
+    /// masters' fences: any two majorities share a master, so a later
+    /// claim's fence is higher. A claim that does not hold is undone on the
+    /// masters where it landed, so that the tick can still be claimed.
+    async fn claim_quorum(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        let sent = Instant::now();
+        let replies = self
+            .on_all(|conn| async move { self.claim_on(conn, request).await })
+            .await;
+        let drift = request.lease / 100 + Duration::from_millis(2);
+        let valid = request.lease > sent.elapsed() + drift;
+        let won: Vec<&ClaimReply> = replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().ok())
+            .filter(|reply| matches!(reply, ClaimReply::Claimed { .. }))
+            .collect();
+        if valid && won.len() >= self.majority() {
+            return Ok(merge_claimed(&won));
+        }
+        self.release_claims(request, &replies).await;
+        let answers: Vec<&ClaimReply> = replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().ok())
+            .filter(|reply| !matches!(reply, ClaimReply::Claimed { .. }))
+            .collect();
+        if let Some(reply) = majority_answer(&answers, self.majority()) {
+            return Ok(reply);
+        }
+        let described: Vec<String> = self
+            .nodes
+            .iter()
+            .zip(&replies)
+            .map(|(node, reply)| match reply {
+                Ok(reply) => format!("{}: {}", node.name, reply.kind()),
+                Err(e) => format!("{}: {e}", node.name),
+            })
+            .collect();
+        Err(StoreError::NoQuorum {
+            what: "claim",
+            detail: format!(
+                "{} of {} Redis masters claimed the tick{}, {} needed ({})",
+                won.len(),
+                self.nodes.len(),
+                if valid {
+                    ""
+                } else {
+                    " but too late for the lease"
+                },
+                self.majority(),
+                described.join("; ")
+            ),
+        })
+    }
+
+    /// Undoes this run id's claim on each master where it landed (or may
+    /// have: an unanswered attempt), best effort: a claim left behind
+    /// lapses with its lease, and a sweep records it abandoned.
+    async fn release_claims(
+        &self,
+        request: &ClaimRequest<'_>,
+        replies: &[Result<ClaimReply, StoreError>],
+    ) {
+        let releases = self.nodes.iter().zip(replies).filter_map(|(node, reply)| {
+            let previous = match reply {
+                Ok(ClaimReply::Claimed { previous, .. }) => *previous,
+                Err(e) if e.is_ambiguous() => -2,
+                _ => return None,
+            };
+            Some(async move {
+                let mut conn = node.conn().await?;
+                let released: i64 = self
+                    .scripts
+                    .release
+                    .key(self.keys.state(request.job))
+                    .key(self.keys.running(request.job))
+                    .key(self.keys.lease(request.job))
+                    .arg(request.run_id)
+                    .arg(request.tick_ms)
+                    .arg(previous)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok::<_, StoreError>(released)
+            })
+        });
+        for result in futures_util::future::join_all(releases).await {
+            if let Err(e) = result {
+                tracing::debug!(job = request.job, run_id = request.run_id, error = %e, "could not undo a minority claim; it lapses with its lease");
+            }
+        }
+    }
+
+    async fn claim_on(
+        &self,
+        conn: Conn,
+        request: &ClaimRequest<'_>,
+    ) -> Result<ClaimReply, StoreError> {
         let keys = &self.keys;
         let build = || {
             let mut pipe = redis::pipe();
@@ -498,7 +817,7 @@ impl Store {
             pipe
         };
         let mut replies = self
-            .query_with_script(&self.scripts.claim, build)
+            .query_with_script(conn, &self.scripts.claim, build)
             .await?
             .into_iter();
         let mut reply = parse_claim(replies.next().unwrap_or(Value::Nil))?;
@@ -517,10 +836,10 @@ impl Store {
     /// NOSCRIPT reply means nothing ran).
     async fn query_with_script(
         &self,
+        mut conn: Conn,
         script: &Script,
         build: impl Fn() -> redis::Pipeline,
     ) -> Result<Vec<Value>, StoreError> {
-        let mut conn = self.conn.clone();
         let result: Result<Vec<Value>, redis::RedisError> = build().query_async(&mut conn).await;
         match result {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
@@ -532,18 +851,29 @@ impl Store {
     }
 
     /// The job's high-water mark, if it has one.
+    /// With `quorum`, the highest of a majority's.
     pub async fn last_tick(&self, job: &str) -> Result<Option<i64>, StoreError> {
-        let mut conn = self.conn.clone();
-        let raw: Option<i64> = redis::cmd("HGET")
-            .arg(self.keys.state(job))
-            .arg("last_tick")
-            .query_async(&mut conn)
-            .await?;
-        Ok(raw)
+        let key = self.keys.state(job);
+        let key = &key;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let raw: Option<i64> = redis::cmd("HGET")
+                    .arg(key)
+                    .arg("last_tick")
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(raw)
+            })
+            .await;
+        Ok(self
+            .gather("last_tick", answers)?
+            .into_iter()
+            .flatten()
+            .max())
     }
 
     /// Renews every lease in `renewals` in one pipeline; `true` where the
-    /// lease is still ours.
+    /// lease is still ours (with `quorum`: on a majority of the masters).
     pub async fn renew(
         &self,
         renewals: &[Renewal],
@@ -566,8 +896,28 @@ impl Store {
             }
             pipe
         };
-        let replies = self.query_with_script(&self.scripts.renew, build).await?;
-        Ok(replies.iter().map(|r| as_int(r) == Some(1)).collect())
+        let build = &build;
+        let answers = self
+            .on_all(|conn| async move {
+                let replies = self
+                    .query_with_script(conn, &self.scripts.renew, build)
+                    .await?;
+                Ok(replies
+                    .iter()
+                    .map(|r| as_int(r) == Some(1))
+                    .collect::<Vec<bool>>())
+            })
+            .await;
+        let answers = self.gather("renew", answers)?;
+        Ok((0..renewals.len())
+            .map(|i| {
+                answers
+                    .iter()
+                    .filter(|held| held.get(i) == Some(&true))
+                    .count()
+                    >= self.majority()
+            })
+            .collect())
     }
 
     /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
@@ -613,8 +963,27 @@ impl Store {
         for (name, value) in outcome.stream_fields() {
             invocation.arg(name).arg(value);
         }
-        let mut conn = self.conn.clone();
-        let reply: Value = invocation.invoke_async(&mut conn).await?;
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let reply: Value = invocation.invoke_async(&mut conn).await?;
+                parse_finish(reply)
+            })
+            .await;
+        // With `quorum`: the outcome is recorded once a majority has it (a
+        // retry or the spool sends it again; the done marker makes that a
+        // no-op where it landed). The current record, if any, is the answer.
+        let mut answers = self.gather("finish", answers)?;
+        let best = answers
+            .iter()
+            .position(|a| a.recorded == Recorded::Current)
+            .unwrap_or(0);
+        Ok(answers.swap_remove(best))
+    }
+}
+
+fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
+    {
         let items = as_array(reply, "finish")?;
         let recorded = match items.first().and_then(as_string).as_deref() {
             Some("current") => Recorded::Current,
@@ -628,14 +997,14 @@ impl Store {
             rerun: parse_rerun(&items, 2, "finish")?,
         })
     }
+}
 
+impl Store {
     /// Runs the sweep script for one job.
     pub async fn sweep(&self, request: &SweepRequest<'_>) -> Result<SweepReply, StoreError> {
         let keys = &self.keys;
-        let mut conn = self.conn.clone();
-        let reply: Value = self
-            .scripts
-            .sweep
+        let mut invocation = self.scripts.sweep.prepare_invoke();
+        invocation
             .key(keys.state(request.job))
             .key(keys.running(request.job))
             .key(keys.lease(request.job))
@@ -648,24 +1017,38 @@ impl Store {
             .arg(request.overlap.as_str())
             .arg(duration_ms(request.lease))
             .arg(request.new_run_id)
-            .arg(request.min_fence)
-            .invoke_async(&mut conn)
-            .await?;
-        let items = as_array(reply, "sweep")?;
-        let abandoned = items
-            .first()
-            .and_then(as_int)
-            .ok_or_else(|| protocol("sweep", &Value::Nil))?;
-        let rerun = parse_rerun(&items, 1, "sweep")?;
+            .arg(request.min_fence);
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let reply: Value = invocation.invoke_async(&mut conn).await?;
+                let items = as_array(reply, "sweep")?;
+                let abandoned = items
+                    .first()
+                    .and_then(as_int)
+                    .ok_or_else(|| protocol("sweep", &Value::Nil))?;
+                Ok(SweepReply {
+                    abandoned: u32::try_from(abandoned).unwrap_or(0),
+                    rerun: parse_rerun(&items, 1, "sweep")?,
+                })
+            })
+            .await;
+        // With `quorum` each master records the runs whose lease lapsed
+        // there; reruns are not offered (the config refuses them).
+        let answers = self.gather("sweep", answers)?;
         Ok(SweepReply {
-            abandoned: abandoned as u32,
-            rerun,
+            abandoned: answers.iter().map(|a| a.abandoned).max().unwrap_or(0),
+            rerun: answers.into_iter().find_map(|a| a.rerun),
         })
     }
 
     /// Writes this replica's heartbeat, reads the epoch (creating it if
     /// missing), every replica's heartbeat and, with `with_time`, the server
     /// time: one round trip (two when the epoch is missing).
+    ///
+    /// With `quorum`, on every master; a majority must answer. Each
+    /// master's epoch is reported on its own, and of two records of one
+    /// replica the newer is kept.
     pub async fn heartbeat(
         &self,
         replica: &str,
@@ -673,7 +1056,54 @@ impl Store {
         new_epoch: &str,
         with_time: bool,
     ) -> Result<HeartbeatReply, StoreError> {
-        let mut conn = self.conn.clone();
+        let answers = self
+            .on_all(|conn| self.heartbeat_on(conn, replica, record, new_epoch, with_time))
+            .await
+            .into_iter()
+            .zip(self.nodes.iter())
+            .map(|(answer, node)| {
+                answer.map(|mut answer| {
+                    for epoch in &mut answer.epochs {
+                        epoch.node.clone_from(&node.name);
+                    }
+                    answer
+                })
+            })
+            .collect();
+        let answers = self.gather("heartbeat", answers)?;
+        let mut merged = HeartbeatReply {
+            epochs: Vec::new(),
+            server_ms: None,
+            replicas: Vec::new(),
+        };
+        let last_seen = |raw: &str| {
+            serde_json::from_str::<serde_json::Value>(raw)
+                .ok()
+                .and_then(|record| record["last_seen_ms"].as_i64())
+                .unwrap_or(i64::MIN)
+        };
+        for answer in answers {
+            merged.epochs.extend(answer.epochs);
+            merged.server_ms = merged.server_ms.or(answer.server_ms);
+            for (id, raw) in answer.replicas {
+                match merged.replicas.iter_mut().find(|(seen, _)| *seen == id) {
+                    Some(known) if last_seen(&known.1) < last_seen(&raw) => known.1 = raw,
+                    Some(_) => {}
+                    None => merged.replicas.push((id, raw)),
+                }
+            }
+        }
+        Ok(merged)
+    }
+
+    async fn heartbeat_on(
+        &self,
+        mut conn: Conn,
+        replica: &str,
+        record: &str,
+        new_epoch: &str,
+        with_time: bool,
+    ) -> Result<HeartbeatReply, StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
             .arg(self.keys.replicas())
@@ -720,8 +1150,11 @@ impl Store {
             }
         };
         Ok(HeartbeatReply {
-            epoch,
-            created_epoch,
+            epochs: vec![Epoch {
+                node: String::new(),
+                epoch,
+                created: created_epoch,
+            }],
             server_ms,
             replicas,
         })
@@ -729,12 +1162,13 @@ impl Store {
 
     /// Removes this replica's heartbeat (clean shutdown).
     pub async fn remove_replica(&self, replica: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let _: i64 = redis::cmd("HDEL")
-            .arg(self.keys.replicas())
-            .arg(replica)
-            .query_async(&mut conn)
-            .await?;
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.keys.replicas()).arg(replica);
+        let cmd = &cmd;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(cmd.query_async::<i64>(&mut conn).await?) })
+            .await;
+        self.gather("remove_replica", answers)?;
         Ok(())
     }
 }
@@ -894,7 +1328,7 @@ impl Store {
     /// Creates the replicas' consumer group on the triggers stream (and the
     /// stream) if missing.
     pub async fn ensure_trigger_group(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease trigger`").await?;
         let result: Result<(), redis::RedisError> = redis::cmd("XGROUP")
             .arg("CREATE")
             .arg(self.keys.triggers())
@@ -916,7 +1350,12 @@ impl Store {
         consumer: &str,
         block: Duration,
     ) -> Result<TriggerReader, StoreError> {
-        let conn = self.link.dedicated(block + self.command_timeout).await?;
+        let [node] = &*self.nodes else {
+            return Err(StoreError::QuorumUnsupported {
+                what: "`cronlease trigger`",
+            });
+        };
+        let conn = node.link.dedicated(block + self.command_timeout).await?;
         Ok(TriggerReader {
             conn,
             keys: self.keys.clone(),
@@ -931,7 +1370,7 @@ impl Store {
         consumer: &str,
         min_idle: Duration,
     ) -> Result<Vec<TriggerRequest>, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease trigger`").await?;
         let reply: Value = redis::cmd("XAUTOCLAIM")
             .arg(self.keys.triggers())
             .arg(TRIGGER_GROUP)
@@ -959,7 +1398,7 @@ impl Store {
 
     /// Acknowledges a handled request.
     pub async fn ack_trigger(&self, id: &str) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease trigger`").await?;
         let _: i64 = redis::cmd("XACK")
             .arg(self.keys.triggers())
             .arg(TRIGGER_GROUP)
@@ -976,7 +1415,7 @@ impl Store {
         run_id: &str,
         requested_by: &str,
     ) -> Result<String, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease trigger`").await?;
         let id: String = redis::cmd("XADD")
             .arg(self.keys.triggers())
             .arg("MAXLEN")
@@ -1002,7 +1441,7 @@ impl Store {
         let request = manual.request;
         let keys = &self.keys;
         let job = request.job.as_str();
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease trigger`").await?;
         let reply: Value = self
             .scripts
             .manual
@@ -1040,11 +1479,9 @@ impl Store {
 
     /// The stream id of a run's recorded outcome, once there is one.
     pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
-        let mut conn = self.conn.clone();
-        Ok(redis::cmd("GET")
-            .arg(self.keys.done(job, run_id))
-            .query_async(&mut conn)
-            .await?)
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.keys.done(job, run_id));
+        self.read_cmd(cmd).await
     }
 
     /// Records `ticks` (ascending) of `job` as missed; returns how many were
@@ -1057,7 +1494,6 @@ impl Store {
         host: &str,
         history: u32,
     ) -> Result<u64, StoreError> {
-        let mut conn = self.conn.clone();
         let mut invocation = self.scripts.missed.prepare_invoke();
         invocation
             .key(self.keys.state(job))
@@ -1068,29 +1504,41 @@ impl Store {
         for tick in ticks {
             invocation.arg(*tick);
         }
-        Ok(invocation.invoke_async(&mut conn).await?)
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<u64>(&mut conn).await?) })
+            .await;
+        Ok(self
+            .gather("record_missed", answers)?
+            .into_iter()
+            .max()
+            .unwrap_or(0))
     }
 
-    /// Pauses or resumes a job; returns the Redis time it happened.
+    /// Pauses or resumes a job (with `quorum`: on a majority of the
+    /// masters); returns the Redis time it happened.
     pub async fn set_paused(&self, job: &str, paused: bool, who: &str) -> Result<i64, StoreError> {
-        let mut conn = self.conn.clone();
-        Ok(self
-            .scripts
-            .pause
+        let mut invocation = self.scripts.pause.prepare_invoke();
+        invocation
             .key(self.keys.state(job))
             .arg(if paused { "1" } else { "0" })
-            .arg(who)
-            .invoke_async(&mut conn)
-            .await?)
+            .arg(who);
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<i64>(&mut conn).await?) })
+            .await;
+        Ok(self
+            .gather("pause", answers)?
+            .into_iter()
+            .max()
+            .unwrap_or(0))
     }
 
     /// A hash as field → value (state, running, replicas).
     pub async fn hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
-        let mut conn = self.conn.clone();
-        Ok(redis::cmd("HGETALL")
-            .arg(key)
-            .query_async(&mut conn)
-            .await?)
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(key);
+        self.read_cmd(cmd).await
     }
 
     /// The newest `count` entries of a job's outcome stream, newest first.
@@ -1099,15 +1547,13 @@ impl Store {
         job: &str,
         count: usize,
     ) -> Result<Vec<(String, Vec<(String, String)>)>, StoreError> {
-        let mut conn = self.conn.clone();
-        Ok(redis::cmd("XREVRANGE")
-            .arg(self.keys.runs(job))
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(self.keys.runs(job))
             .arg("+")
             .arg("-")
             .arg("COUNT")
-            .arg(count)
-            .query_async(&mut conn)
-            .await?)
+            .arg(count);
+        self.read_cmd(cmd).await
     }
 
     /// One entry of a job's outcome stream.
@@ -1116,24 +1562,17 @@ impl Store {
         job: &str,
         id: &str,
     ) -> Result<Option<Vec<(String, String)>>, StoreError> {
-        let mut conn = self.conn.clone();
-        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
-            .arg(self.keys.runs(job))
-            .arg(id)
-            .arg(id)
-            .query_async(&mut conn)
-            .await?;
+        let mut cmd = redis::cmd("XRANGE");
+        cmd.arg(self.keys.runs(job)).arg(id).arg(id);
+        let entries: Vec<(String, Vec<(String, String)>)> = self.read_cmd(cmd).await?;
         Ok(entries.into_iter().next().map(|(_, fields)| fields))
     }
 
     /// Whether any key of the job exists (for "unknown job" without a config).
     pub async fn job_exists(&self, job: &str) -> Result<bool, StoreError> {
-        let mut conn = self.conn.clone();
-        let n: i64 = redis::cmd("EXISTS")
-            .arg(self.keys.state(job))
-            .arg(self.keys.runs(job))
-            .query_async(&mut conn)
-            .await?;
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(self.keys.state(job)).arg(self.keys.runs(job));
+        let n: i64 = self.read_cmd(cmd).await?;
         Ok(n > 0)
     }
 
@@ -1147,7 +1586,7 @@ impl Store {
         host: &str,
     ) -> Result<LockReply, StoreError> {
         let job = Keys::lock_job(name);
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease lock`").await?;
         let reply: Value = self
             .scripts
             .lock_acquire
@@ -1178,7 +1617,7 @@ impl Store {
     /// Releases lock `name` if `run_id` holds it, waking waiters.
     pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
         let job = Keys::lock_job(name);
-        let mut conn = self.conn.clone();
+        let mut conn = self.single("`cronlease lock`").await?;
         let released: i64 = self
             .scripts
             .lock_release
@@ -1192,15 +1631,33 @@ impl Store {
     }
 
     /// A pub/sub connection subscribed to the claims channel.
+    ///
+    /// With `quorum`, on the first master that accepts: every claim is
+    /// announced on each master it reached, and a gap only costs claims.
     pub async fn claims_subscriber(&self) -> Result<redis::aio::PubSub, StoreError> {
-        let mut pubsub = self.link.pubsub().await?;
+        let (last, others) = self
+            .nodes
+            .split_last()
+            .expect("a store has a node per configured URL, and the config has at least one");
+        for node in others {
+            if let Ok(mut pubsub) = node.link.pubsub().await {
+                pubsub.subscribe(self.keys.claims_channel()).await?;
+                return Ok(pubsub);
+            }
+        }
+        let mut pubsub = last.link.pubsub().await?;
         pubsub.subscribe(self.keys.claims_channel()).await?;
         Ok(pubsub)
     }
 
     /// A pub/sub connection subscribed to lock `name`'s release channel.
     pub async fn lock_waiter(&self, name: &str) -> Result<redis::aio::PubSub, StoreError> {
-        let mut pubsub = self.link.pubsub().await?;
+        let [node] = &*self.nodes else {
+            return Err(StoreError::QuorumUnsupported {
+                what: "`cronlease lock`",
+            });
+        };
+        let mut pubsub = node.link.pubsub().await?;
         pubsub.subscribe(self.keys.lock_channel(name)).await?;
         Ok(pubsub)
     }
@@ -1254,4 +1711,135 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
         "lapsed" => ClaimReply::Lapsed,
         _ => return Err(bad(&items)),
     })
+}
+
+impl ClaimReply {
+    /// The answer's name, as the claim script says it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClaimReply::Claimed { .. } => "claimed",
+            ClaimReply::Early { .. } => "early",
+            ClaimReply::Taken { .. } => "taken",
+            ClaimReply::Paused { .. } => "paused",
+            ClaimReply::Busy { .. } => "busy",
+            ClaimReply::Wait { .. } => "wait",
+            ClaimReply::Expired { .. } => "expired",
+            ClaimReply::Lapsed => "lapsed",
+        }
+    }
+}
+
+/// One `Claimed` from a majority's: the highest fence and high-water mark,
+/// the earliest start. `won` is not empty.
+fn merge_claimed(won: &[&ClaimReply]) -> ClaimReply {
+    let mut merged: Option<ClaimReply> = None;
+    for reply in won {
+        let ClaimReply::Claimed {
+            fence,
+            started_ms,
+            expired,
+            regressed,
+            previous,
+            ..
+        } = reply
+        else {
+            continue;
+        };
+        match &mut merged {
+            None => merged = Some((*reply).clone()),
+            Some(ClaimReply::Claimed {
+                fence: f,
+                started_ms: s,
+                expired: e,
+                regressed: r,
+                previous: p,
+                ..
+            }) => {
+                *f = (*f).max(*fence);
+                *s = (*s).min(*started_ms);
+                *e = (*e).max(*expired);
+                *r |= *regressed;
+                *p = (*p).max(*previous);
+            }
+            Some(_) => {}
+        }
+    }
+    merged.unwrap_or(ClaimReply::Lapsed)
+}
+
+/// The answer a majority of masters gave, merged (highest tick, fence and
+/// wait), if there is one.
+fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimReply> {
+    let kind = answers
+        .iter()
+        .map(|a| a.kind())
+        .find(|kind| answers.iter().filter(|a| a.kind() == *kind).count() >= majority)?;
+    let mut same = answers
+        .iter()
+        .filter(|a| a.kind() == kind)
+        .map(|a| (*a).clone());
+    let first = same.next()?;
+    Some(same.fold(first, |merged, next| match (merged, next) {
+        (
+            ClaimReply::Taken {
+                last_tick,
+                regressed,
+                fence,
+            },
+            ClaimReply::Taken {
+                last_tick: t,
+                regressed: r,
+                fence: f,
+            },
+        ) => ClaimReply::Taken {
+            last_tick: last_tick.max(t),
+            regressed: regressed || r,
+            fence: fence.max(f),
+        },
+        (
+            ClaimReply::Paused {
+                regressed,
+                previous,
+                fence,
+            },
+            ClaimReply::Paused {
+                regressed: r,
+                previous: p,
+                fence: f,
+            },
+        ) => ClaimReply::Paused {
+            regressed: regressed || r,
+            previous: previous.max(p),
+            fence: fence.max(f),
+        },
+        (
+            ClaimReply::Busy {
+                holder,
+                regressed,
+                previous,
+                fence,
+            },
+            ClaimReply::Busy {
+                regressed: r,
+                previous: p,
+                fence: f,
+                ..
+            },
+        ) => ClaimReply::Busy {
+            holder,
+            regressed: regressed || r,
+            previous: previous.max(p),
+            fence: fence.max(f),
+        },
+        (ClaimReply::Early { ms }, ClaimReply::Early { ms: m }) => {
+            ClaimReply::Early { ms: ms.max(m) }
+        }
+        (ClaimReply::Wait { ms }, ClaimReply::Wait { ms: m }) => ClaimReply::Wait { ms: ms.max(m) },
+        (ClaimReply::Expired { late_ms }, ClaimReply::Expired { late_ms: l }) => {
+            ClaimReply::Expired {
+                late_ms: late_ms.max(l),
+            }
+        }
+        (merged, _) => merged,
+    }))
 }

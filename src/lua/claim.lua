@@ -40,7 +40,8 @@ if mine then
   redis.call('PEXPIRE', e.lease_key, lease_ms)
   e.expires = now + lease_ms
   redis.call('HSET', running, run_id, cjson.encode(e))
-  return {'claimed', e.fence, e.started, e.lease_key, 0, 0}
+  -- previous -2: unknown (the first attempt's answer had it).
+  return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2}
 end
 if tick > now + tolerance then return {'early', tick - now} end
 

@@ -294,7 +294,6 @@ fn quorum_cluster() -> Cluster<Vec<RedisServer>> {
 }
 
 #[test]
-#[ignore = "quorum mode is not implemented yet (issue 9): the config rejects `quorum`"]
 fn quorum_with_one_master_killed_still_runs_every_tick_once() {
     let mut cluster = quorum_cluster();
     let file = two_replicas(&mut cluster);
@@ -307,7 +306,6 @@ fn quorum_with_one_master_killed_still_runs_every_tick_once() {
 }
 
 #[test]
-#[ignore = "quorum mode is not implemented yet (issue 9): the config rejects `quorum`"]
 fn quorum_with_two_masters_killed_claims_nothing_and_says_so() {
     let mut cluster = quorum_cluster();
     let file = two_replicas(&mut cluster);
