@@ -125,6 +125,7 @@ struct Scripts {
     pause: Script,
     missed: Script,
     release: Script,
+    raise_fence: Script,
 }
 
 impl Scripts {
@@ -141,6 +142,7 @@ impl Scripts {
             pause: Script::new(include_str!("lua/pause.lua")),
             missed: script(include_str!("lua/missed.lua")),
             release: Script::new(include_str!("lua/release.lua")),
+            raise_fence: Script::new(include_str!("lua/raise_fence.lua")),
         }
     }
 }
@@ -691,23 +693,52 @@ impl Store {
     /// once with one run id; it holds only when a majority answered
     /// `claimed` and the lease, less the time the round took and a clock
     /// drift allowance, has time left. Its fence is the highest of the
-    /// masters' fences: any two majorities share a master, so a later
-    /// claim's fence is higher. A claim that does not hold is undone on the
-    /// masters where it landed, so that the tick can still be claimed.
+    /// majority's, and a second round raises every master's fence to it
+    /// (a majority must answer): a later claim's majority shares a master
+    /// with this one, so its fence is higher. A claim that does not hold
+    /// is undone on the masters where it landed, so that the tick can
+    /// still be claimed.
     async fn claim_quorum(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
         let sent = Instant::now();
         let replies = self
             .on_all(|conn| async move { self.claim_on(conn, request).await })
             .await;
         let drift = request.lease / 100 + Duration::from_millis(2);
-        let valid = request.lease > sent.elapsed() + drift;
         let won: Vec<&ClaimReply> = replies
             .iter()
             .filter_map(|reply| reply.as_ref().ok())
             .filter(|reply| matches!(reply, ClaimReply::Claimed { .. }))
             .collect();
+        let mut valid = request.lease > sent.elapsed() + drift;
         if valid && won.len() >= self.majority() {
-            return Ok(merge_claimed(&won));
+            let claimed = merge_claimed(&won);
+            let fence = match &claimed {
+                ClaimReply::Claimed { fence, .. } => *fence,
+                _ => 0,
+            };
+            let state = self.keys.state(request.job);
+            let state = &state;
+            let raised = self
+                .on_all(|mut conn| async move {
+                    let raised: i64 = self
+                        .scripts
+                        .raise_fence
+                        .key(state)
+                        .arg(fence)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(raised)
+                })
+                .await;
+            valid = request.lease > sent.elapsed() + drift;
+            match self.gather("claim (raising the fence)", raised) {
+                Ok(_) if valid => return Ok(claimed),
+                Ok(_) => {}
+                Err(e) => {
+                    self.release_claims(request, &replies).await;
+                    return Err(e);
+                }
+            }
         }
         self.release_claims(request, &replies).await;
         let answers: Vec<&ClaimReply> = replies

@@ -1,11 +1,13 @@
 //! The integration tests: one binary (see ARCHITECTURE.md), one module per
-//! area, all driving the real `cronlease` binary.
+//! area, all driving the real `cronlease` binary except `quorum`, which
+//! drives the library's `Store` (the quorum protocol, answer by answer).
 
 mod check;
 mod daemon;
 mod harness;
 mod metrics;
 mod operator;
+mod quorum;
 mod support;
 mod systemd;
 mod topology;
