@@ -277,14 +277,19 @@ impl From<OperatorError> for Failure {
     fn from(e: OperatorError) -> Failure {
         match e {
             OperatorError::UnknownJob(_) => Failure::Invalid(e.to_string()),
-            OperatorError::Paused(_) | OperatorError::Store(_) => Failure::Runtime(e.to_string()),
+            OperatorError::Store(e) => e.into(),
+            OperatorError::Paused(_) => Failure::Runtime(e.to_string()),
         }
     }
 }
 
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
-        Failure::Runtime(e.to_string())
+        match e {
+            // The deployment cannot do this at all: like bad input.
+            StoreError::QuorumUnsupported { .. } => Failure::Invalid(e.to_string()),
+            _ => Failure::Runtime(e.to_string()),
+        }
     }
 }
 
@@ -431,6 +436,12 @@ fn pause(args: &JobArgs, paused: bool) -> ExitCode {
 /// `cronlease lock`.
 fn lock(args: LockArgs) -> ExitCode {
     operator_command(&args.connect, |target| async move {
+        if target.store.is_quorum() {
+            return Err(StoreError::QuorumUnsupported {
+                what: "`cronlease lock`",
+            }
+            .into());
+        }
         let shutdown = CancellationToken::new();
         let signals = watch_signals(shutdown.clone(), None)
             .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;

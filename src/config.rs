@@ -1663,6 +1663,17 @@ mod tests {
             redis("quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]").map(|r| r.topology),
             Ok(Topology::Quorum(nodes)) if nodes.len() == 3
         ));
+        let rerun = parse(
+            "[redis]\nquorum = [\"redis://a\", \"redis://b\", \"redis://c\"]\n\
+             [jobs.draw]\nschedule = \"@daily\"\ncommand = [\"x\"]\non_holder_lost = \"rerun\"\n",
+        )
+        .expect_err("rerun with quorum");
+        assert!(
+            rerun
+                .to_string()
+                .contains("job \"draw\", field `on_holder_lost`: on_holder_lost = \"rerun\" is not available with `[redis] quorum`"),
+            "{rerun}"
+        );
         expect_error(
             "url = \"redis://h\"\npassword_env = \"CRONLEASE_SURELY_UNSET_VAR\"",
             "environment variable \"CRONLEASE_SURELY_UNSET_VAR\" is not set",

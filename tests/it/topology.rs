@@ -301,6 +301,35 @@ fn quorum_with_one_master_killed_still_runs_every_tick_once() {
     cluster.redis[0].kill9();
     let killed = now_ms();
     wait_for_ticks(&file, 6, killed, Duration::from_secs(40));
+
+    // The operator reads from the first master that answers, writes to a
+    // majority, and refuses what needs a single Redis.
+    let config = cluster.config_path("a");
+    let status = status_of(&config, &[]);
+    assert!(status.stdout().contains("beat"), "{}", status.describe());
+    for (args, code) in [
+        (["pause", "beat"], 0),
+        (["resume", "beat"], 0),
+        (["trigger", "beat"], 2),
+    ] {
+        let run = cronlease_with_env(
+            [
+                OsStr::new(args[0]),
+                OsStr::new(args[1]),
+                OsStr::new("--config"),
+                config.as_os_str(),
+            ],
+            &[],
+        )
+        .expect_code(code);
+        if code == 2 {
+            assert!(
+                run.stderr().contains("not available with `[redis] quorum`"),
+                "{}",
+                run.describe()
+            );
+        }
+    }
     cluster.stop_all();
     ticks_ran_once(&file, &cluster.logs());
 }
