@@ -476,6 +476,15 @@ impl Node {
     }
 }
 
+/// A request sent to a node whose answer was not waited for: it may or may
+/// not have taken effect.
+fn unanswered() -> StoreError {
+    StoreError::Redis(redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "not waited for: a majority had answered",
+    )))
+}
+
 /// Whether a failed command may be sent to another node instead (the node
 /// is away, not the request wrong).
 fn node_away(e: &StoreError) -> bool {
@@ -533,12 +542,50 @@ impl Store {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
+        self.on_all_until(f, |_| false)
+            .await
+            .into_iter()
+            .map(|result| result.unwrap_or_else(|| Err(unanswered())))
+            .collect()
+    }
+
+    /// Runs `f` on every node at once, until `settled` says the answers so
+    /// far decide the matter (a hung master must not hold up a claim a
+    /// majority already granted) or every node answered. One slot per node,
+    /// in order; `None` where no answer came in time, which the caller must
+    /// treat as sent but unanswered.
+    async fn on_all_until<T, F, Fut>(
+        &self,
+        f: F,
+        settled: impl Fn(&[Option<Result<T, StoreError>>]) -> bool,
+    ) -> Vec<Option<Result<T, StoreError>>>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        use futures_util::StreamExt;
         let f = &f;
-        futures_util::future::join_all(self.nodes.iter().map(|node| async move {
-            let conn = node.conn().await?;
-            f(conn).await
-        }))
-        .await
+        let mut pending: futures_util::stream::FuturesUnordered<_> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| async move {
+                let result = match node.conn().await {
+                    Ok(conn) => f(conn).await,
+                    Err(e) => Err(e),
+                };
+                (i, result)
+            })
+            .collect();
+        let mut results: Vec<Option<Result<T, StoreError>>> =
+            self.nodes.iter().map(|_| None).collect();
+        while let Some((i, result)) = pending.next().await {
+            results[i] = Some(result);
+            if settled(&results) {
+                break;
+            }
+        }
+        results
     }
 
     /// The answers of a majority of nodes to a write, or why there is no
@@ -700,9 +747,22 @@ impl Store {
     /// still be claimed.
     async fn claim_quorum(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
         let sent = Instant::now();
-        let replies = self
-            .on_all(|conn| async move { self.claim_on(conn, request).await })
-            .await;
+        let majority = self.majority();
+        let replies: Vec<Result<ClaimReply, StoreError>> = self
+            .on_all_until(
+                |conn| async move { self.claim_on(conn, request).await },
+                |replies| {
+                    replies
+                        .iter()
+                        .filter(|r| matches!(r, Some(Ok(ClaimReply::Claimed { .. }))))
+                        .count()
+                        >= majority
+                },
+            )
+            .await
+            .into_iter()
+            .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
+            .collect();
         let drift = request.lease / 100 + Duration::from_millis(2);
         let won: Vec<&ClaimReply> = replies
             .iter()
@@ -719,17 +779,23 @@ impl Store {
             let state = self.keys.state(request.job);
             let state = &state;
             let raised = self
-                .on_all(|mut conn| async move {
-                    let raised: i64 = self
-                        .scripts
-                        .raise_fence
-                        .key(state)
-                        .arg(fence)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    Ok(raised)
-                })
-                .await;
+                .on_all_until(
+                    |mut conn| async move {
+                        let raised: i64 = self
+                            .scripts
+                            .raise_fence
+                            .key(state)
+                            .arg(fence)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        Ok(raised)
+                    },
+                    |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+                )
+                .await
+                .into_iter()
+                .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
+                .collect();
             valid = request.lease > sent.elapsed() + drift;
             match self.gather("claim (raising the fence)", raised) {
                 Ok(_) if valid => return Ok(claimed),

@@ -26,10 +26,11 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a current-thread runtime builds")
 }
 
-/// The config of a replica whose `[redis]` section is `redis`.
+/// The config of a replica whose `[redis]` section is `redis` (with its
+/// timeouts).
 fn config(redis: &str) -> Config {
     let text = format!(
-        "[redis]\n{redis}\nkey_prefix = \"{PREFIX}\"\nconnect_timeout = \"1s\"\ncommand_timeout = \"1s\"\n\
+        "[redis]\n{redis}\nkey_prefix = \"{PREFIX}\"\nconnect_timeout = \"1s\"\n\
          [jobs.{JOB}]\nschedule = \"@daily\"\ncommand = [\"true\"]\n"
     );
     Config::parse(&text, Path::new("quorum-test.toml"), chrono::Utc::now())
@@ -38,8 +39,16 @@ fn config(redis: &str) -> Config {
 
 /// A store over all of `servers` as a quorum.
 async fn quorum(servers: &[RedisServer]) -> Store {
+    quorum_with(servers, Duration::from_secs(1)).await
+}
+
+async fn quorum_with(servers: &[RedisServer], command_timeout: Duration) -> Store {
     let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
-    let config = config(&format!("quorum = [{}]", urls.join(", ")));
+    let config = config(&format!(
+        "quorum = [{}]\ncommand_timeout = \"{}ms\"",
+        urls.join(", "),
+        command_timeout.as_millis()
+    ));
     Store::connect(&config.redis)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to the quorum: {e}"))
@@ -48,7 +57,10 @@ async fn quorum(servers: &[RedisServer]) -> Store {
 /// A store over `server` alone: another replica's claim that reached only
 /// that master.
 async fn single(server: &RedisServer) -> Store {
-    let config = config(&format!("url = \"{}\"", server.url()));
+    let config = config(&format!(
+        "url = \"{}\"\ncommand_timeout = \"1s\"",
+        server.url()
+    ));
     Store::connect(&config.redis)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
@@ -301,5 +313,29 @@ fn replicas_racing_on_their_own_connections_never_both_hold_a_tick() {
             200 - won
         );
         assert!(won > 0, "no tick was ever held");
+    });
+}
+
+#[test]
+fn a_hung_master_does_not_hold_up_a_claim_the_others_granted() {
+    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    runtime().block_on(async {
+        // Replies may take up to 5 s; master 2 answers nothing for 4 s.
+        let store = quorum_with(&servers, Duration::from_secs(5)).await;
+        servers[2].pause_clients(4_000);
+        let sent = std::time::Instant::now();
+        let reply = store
+            .claim(&request("r1", now_ms() - 5))
+            .await
+            .expect("claim");
+        let took = sent.elapsed();
+        assert!(
+            matches!(reply, ClaimReply::Claimed { .. }),
+            "two masters answer: expected claimed, got {reply:?}"
+        );
+        assert!(
+            took < Duration::from_millis(3_500),
+            "the claim waited {took:?}, for the hung master (paused 4 s)"
+        );
     });
 }
