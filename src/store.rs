@@ -421,6 +421,12 @@ pub struct Store {
     wait_replicas: Option<(u32, Duration)>,
 }
 
+/// Quorum mode: once a majority granted a claim, how long the other
+/// masters' answers are still waited for. A claim every master holds
+/// survives the loss of any one during the run; a hung master costs each
+/// claim this much, not `command_timeout`.
+const STRAGGLER_GRACE: Duration = Duration::from_millis(100);
+
 /// How long a quorum node that could not be connected to is left alone
 /// before the next attempt.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
@@ -542,7 +548,7 @@ impl Store {
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
-        self.on_all_until(f, |_| false)
+        self.on_all_until(f, |_| false, Duration::ZERO)
             .await
             .into_iter()
             .map(|result| result.unwrap_or_else(|| Err(unanswered())))
@@ -551,19 +557,28 @@ impl Store {
 
     /// Runs `f` on every node at once, until `settled` says the answers so
     /// far decide the matter (a hung master must not hold up a claim a
-    /// majority already granted) or every node answered. One slot per node,
-    /// in order; `None` where no answer came in time, which the caller must
-    /// treat as sent but unanswered.
+    /// majority already granted) and then `grace` longer for the others, or
+    /// until every node answered. One slot per node, in order; `None` where
+    /// no answer came in time, which the caller must treat as maybe sent,
+    /// maybe not.
     async fn on_all_until<T, F, Fut>(
         &self,
         f: F,
         settled: impl Fn(&[Option<Result<T, StoreError>>]) -> bool,
+        grace: Duration,
     ) -> Vec<Option<Result<T, StoreError>>>
     where
         F: Fn(Conn) -> Fut,
         Fut: Future<Output = Result<T, StoreError>>,
     {
         use futures_util::StreamExt;
+        if let [node] = &*self.nodes {
+            let result = match node.conn().await {
+                Ok(conn) => f(conn).await,
+                Err(e) => Err(e),
+            };
+            return vec![Some(result)];
+        }
         let f = &f;
         let mut pending: futures_util::stream::FuturesUnordered<_> = self
             .nodes
@@ -584,6 +599,14 @@ impl Store {
             if settled(&results) {
                 break;
             }
+        }
+        if !pending.is_empty() {
+            let stragglers = async {
+                while let Some((i, result)) = pending.next().await {
+                    results[i] = Some(result);
+                }
+            };
+            let _all_answered_in_time = tokio::time::timeout(grace, stragglers).await;
         }
         results
     }
@@ -758,6 +781,7 @@ impl Store {
                         .count()
                         >= majority
                 },
+                STRAGGLER_GRACE,
             )
             .await
             .into_iter()
@@ -791,6 +815,7 @@ impl Store {
                         Ok(raised)
                     },
                     |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+                    STRAGGLER_GRACE,
                 )
                 .await
                 .into_iter()
@@ -1077,26 +1102,7 @@ impl Store {
             .unwrap_or(0);
         Ok(answers.swap_remove(best))
     }
-}
 
-fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
-    {
-        let items = as_array(reply, "finish")?;
-        let recorded = match items.first().and_then(as_string).as_deref() {
-            Some("current") => Recorded::Current,
-            Some("stale") => Recorded::Stale,
-            Some("duplicate") => Recorded::Duplicate,
-            _ => return Err(protocol("finish", &Value::Array(items))),
-        };
-        Ok(FinishReply {
-            recorded,
-            id: items.get(1).and_then(as_string).unwrap_or_default(),
-            rerun: parse_rerun(&items, 2, "finish")?,
-        })
-    }
-}
-
-impl Store {
     /// Runs the sweep script for one job.
     pub async fn sweep(&self, request: &SweepRequest<'_>) -> Result<SweepReply, StoreError> {
         let keys = &self.keys;
@@ -1762,6 +1768,21 @@ impl Store {
 
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
+    let items = as_array(reply, "finish")?;
+    let recorded = match items.first().and_then(as_string).as_deref() {
+        Some("current") => Recorded::Current,
+        Some("stale") => Recorded::Stale,
+        Some("duplicate") => Recorded::Duplicate,
+        _ => return Err(protocol("finish", &Value::Array(items))),
+    };
+    Ok(FinishReply {
+        recorded,
+        id: items.get(1).and_then(as_string).unwrap_or_default(),
+        rerun: parse_rerun(&items, 2, "finish")?,
+    })
 }
 
 fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
