@@ -937,7 +937,17 @@ async fn claim(
             Ok(reply) => reply,
             Err(e) => {
                 count_claim(job, "error");
-                ctx.redis_failed(&e);
+                // Quorum masters that answered but split between racing
+                // replicas are not an outage.
+                if !matches!(
+                    e,
+                    StoreError::NoQuorum {
+                        reachable: true,
+                        ..
+                    }
+                ) {
+                    ctx.redis_failed(&e);
+                }
                 maybe_sent |= e.is_ambiguous();
                 if ctx.clock.now_ms() > deadline_ms {
                     if !maybe_sent {

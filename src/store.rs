@@ -164,7 +164,13 @@ pub enum StoreError {
     Protocol { what: &'static str, reply: String },
     /// Quorum mode: fewer than a majority of the masters agreed.
     #[error("quorum not reached for {what}: {detail}")]
-    NoQuorum { what: &'static str, detail: String },
+    NoQuorum {
+        what: &'static str,
+        detail: String,
+        /// A majority of the masters answered, but their answers split
+        /// (replicas racing): Redis is reachable.
+        reachable: bool,
+    },
     #[error(
         "{what} is not available with `[redis] quorum` in this version: it needs a single Redis, Sentinel or Cluster"
     )]
@@ -636,6 +642,7 @@ impl Store {
         }
         Err(StoreError::NoQuorum {
             what,
+            reachable: false,
             detail: format!(
                 "{} of {} Redis masters answered, {} needed ({})",
                 answers.len(),
@@ -672,6 +679,7 @@ impl Store {
         }
         Err(StoreError::NoQuorum {
             what: "read",
+            reachable: false,
             detail: format!("no Redis master answered ({})", away.join("; ")),
         })
     }
@@ -851,6 +859,7 @@ impl Store {
             .collect();
         Err(StoreError::NoQuorum {
             what: "claim",
+            reachable: replies.iter().filter(|reply| reply.is_ok()).count() >= self.majority(),
             detail: format!(
                 "{} of {} Redis masters claimed the tick{}, {} needed ({})",
                 won.len(),
