@@ -345,3 +345,35 @@ fn a_hung_master_does_not_hold_up_a_claim_the_others_granted() {
         );
     });
 }
+
+#[test]
+fn a_quorum_starts_with_a_master_down_and_takes_it_in_when_it_is_back() {
+    let mut servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
+    servers[2].kill9();
+    runtime().block_on(async {
+        let store = quorum(&servers).await;
+        let reply = store.claim(&request("r1", now_ms() - 100)).await;
+        assert!(
+            matches!(reply, Ok(ClaimReply::Claimed { .. })),
+            "two of three masters up: expected claimed, got {reply:?}"
+        );
+        servers[2].restart();
+        // The store connects to it on a later request (at most once a
+        // second while it was away): claims land there again.
+        let mut n = 0;
+        loop {
+            n += 1;
+            let tick = now_ms() - 50;
+            let reply = store.claim(&request(&format!("r{n}"), tick)).await;
+            assert!(matches!(reply, Ok(ClaimReply::Claimed { .. })), "{reply:?}");
+            if state_on(&servers[2]).0 == Some(tick) {
+                break;
+            }
+            assert!(
+                n < 50,
+                "master 2 got no claim within 50 tries after its restart"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+}
