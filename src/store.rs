@@ -684,6 +684,19 @@ impl Store {
         })
     }
 
+    /// Runs a script on every node; the answers of a majority (see
+    /// [`Store::gather`]).
+    async fn invoke_on_all<T: redis::FromRedisValue>(
+        &self,
+        what: &'static str,
+        invocation: &redis::ScriptInvocation<'_>,
+    ) -> Result<Vec<T>, StoreError> {
+        let answers = self
+            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<T>(&mut conn).await?) })
+            .await;
+        self.gather(what, answers)
+    }
+
     /// Sends `cmd` to the first node that answers (see [`Store::read`]).
     async fn read_cmd<T: redis::FromRedisValue>(&self, cmd: redis::Cmd) -> Result<T, StoreError> {
         let cmd = &cmd;
@@ -1616,15 +1629,8 @@ impl Store {
         for tick in ticks {
             invocation.arg(*tick);
         }
-        let invocation = &invocation;
-        let answers = self
-            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<u64>(&mut conn).await?) })
-            .await;
-        Ok(self
-            .gather("record_missed", answers)?
-            .into_iter()
-            .max()
-            .unwrap_or(0))
+        let new: Vec<u64> = self.invoke_on_all("record_missed", &invocation).await?;
+        Ok(new.into_iter().max().unwrap_or(0))
     }
 
     /// Pauses or resumes a job (with `quorum`: on a majority of the
@@ -1635,15 +1641,8 @@ impl Store {
             .key(self.keys.state(job))
             .arg(if paused { "1" } else { "0" })
             .arg(who);
-        let invocation = &invocation;
-        let answers = self
-            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<i64>(&mut conn).await?) })
-            .await;
-        Ok(self
-            .gather("pause", answers)?
-            .into_iter()
-            .max()
-            .unwrap_or(0))
+        let at: Vec<i64> = self.invoke_on_all("pause", &invocation).await?;
+        Ok(at.into_iter().max().unwrap_or(0))
     }
 
     /// A hash as field → value (state, running, replicas).
