@@ -809,18 +809,14 @@ impl Store {
             .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
             .collect();
         let drift = request.lease / 100 + Duration::from_millis(2);
-        let won: Vec<&ClaimReply> = replies
+        let answers: Vec<&ClaimReply> = replies
             .iter()
             .filter_map(|reply| reply.as_ref().ok())
-            .filter(|reply| matches!(reply, ClaimReply::Claimed { .. }))
             .collect();
+        let agreed = majority_answer(&answers, majority);
         let mut valid = request.lease > sent.elapsed() + drift;
-        if valid && won.len() >= self.majority() {
-            let claimed = merge_claimed(&won);
-            let fence = match &claimed {
-                ClaimReply::Claimed { fence, .. } => *fence,
-                _ => 0,
-            };
+        if valid && let Some(claimed @ ClaimReply::Claimed { fence, .. }) = &agreed {
+            let fence = *fence;
             let state = self.keys.state(request.job);
             let state = &state;
             let raised = self
@@ -844,7 +840,7 @@ impl Store {
                 .collect();
             valid = request.lease > sent.elapsed() + drift;
             match self.gather("claim (raising the fence)", raised) {
-                Ok(_) if valid => return Ok(claimed),
+                Ok(_) if valid => return Ok(claimed.clone()),
                 Ok(_) => {}
                 Err(e) => {
                     self.release_claims(request, &replies).await;
@@ -853,14 +849,10 @@ impl Store {
             }
         }
         self.release_claims(request, &replies).await;
-        let answers: Vec<&ClaimReply> = replies
-            .iter()
-            .filter_map(|reply| reply.as_ref().ok())
-            .filter(|reply| !matches!(reply, ClaimReply::Claimed { .. }))
-            .collect();
-        if let Some(reply) = majority_answer(&answers, self.majority()) {
+        if let Some(reply) = agreed.filter(|reply| !matches!(reply, ClaimReply::Claimed { .. })) {
             return Ok(reply);
         }
+        let won = answers.iter().filter(|a| a.kind() == "claimed").count();
         let described: Vec<String> = self
             .nodes
             .iter()
@@ -875,7 +867,7 @@ impl Store {
             reachable: replies.iter().filter(|reply| reply.is_ok()).count() >= self.majority(),
             detail: format!(
                 "{} of {} Redis masters claimed the tick{}, {} needed ({})",
-                won.len(),
+                won,
                 self.nodes.len(),
                 if valid {
                     ""
@@ -1855,46 +1847,8 @@ impl ClaimReply {
     }
 }
 
-/// One `Claimed` from a majority's: the highest fence and high-water mark,
-/// the earliest start. `won` is not empty.
-fn merge_claimed(won: &[&ClaimReply]) -> ClaimReply {
-    let mut merged: Option<ClaimReply> = None;
-    for reply in won {
-        let ClaimReply::Claimed {
-            fence,
-            started_ms,
-            expired,
-            regressed,
-            previous,
-            ..
-        } = reply
-        else {
-            continue;
-        };
-        match &mut merged {
-            None => merged = Some((*reply).clone()),
-            Some(ClaimReply::Claimed {
-                fence: f,
-                started_ms: s,
-                expired: e,
-                regressed: r,
-                previous: p,
-                ..
-            }) => {
-                *f = (*f).max(*fence);
-                *s = (*s).min(*started_ms);
-                *e = (*e).max(*expired);
-                *r |= *regressed;
-                *p = (*p).max(*previous);
-            }
-            Some(_) => {}
-        }
-    }
-    merged.unwrap_or(ClaimReply::Lapsed)
-}
-
-/// The answer a majority of masters gave, merged (highest tick, fence and
-/// wait), if there is one.
+/// The answer a majority of masters gave, merged (the highest fence, tick
+/// and wait, the earliest start), if there is one.
 fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimReply> {
     let kind = answers
         .iter()
@@ -1906,6 +1860,33 @@ fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimRepl
         .map(|a| (*a).clone());
     let first = same.next()?;
     Some(same.fold(first, |merged, next| match (merged, next) {
+        (
+            ClaimReply::Claimed {
+                fence,
+                started_ms,
+                lease_key,
+                expired,
+                regressed,
+                previous,
+                acked,
+            },
+            ClaimReply::Claimed {
+                fence: f,
+                started_ms: s,
+                expired: e,
+                regressed: r,
+                previous: p,
+                ..
+            },
+        ) => ClaimReply::Claimed {
+            fence: fence.max(f),
+            started_ms: started_ms.min(s),
+            lease_key,
+            expired: expired.max(e),
+            regressed: regressed || r,
+            previous: previous.max(p),
+            acked,
+        },
         (
             ClaimReply::Taken {
                 last_tick,
