@@ -459,8 +459,9 @@ impl Node {
         }
         let refused = || StoreError::Connect {
             url: self.name.clone(),
-            source: redis::RedisError::from(std::io::Error::from(
-                std::io::ErrorKind::ConnectionRefused,
+            source: redis::RedisError::from(std::io::Error::new(
+                std::io::ErrorKind::NotConnected,
+                "the last attempt to connect failed less than a second ago",
             )),
         };
         let recently_failed = self
