@@ -94,7 +94,7 @@ async fn store(redis: &str, prefix: &str) -> Result<Store> {
     let text = format!(
         "[redis]\n{redis}\nkey_prefix = \"{prefix}\"\n[jobs.j]\nschedule = \"@daily\"\ncommand = [\"true\"]\n"
     );
-    let config = Config::parse(&text, Path::new("quorum_cost.toml"), chrono::Utc::now())?;
+    let config = Config::parse(&text, Path::new("quorum_cost.toml"))?;
     Ok(Store::connect(&config.redis).await?)
 }
 

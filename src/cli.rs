@@ -16,8 +16,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, RedisConfig};
+use crate::config::{self, Config, RedisConfig};
 use crate::operator::{self, OperatorError};
+use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
 
 /// The default config path, as installed by the package.
@@ -209,7 +210,8 @@ pub struct CheckArgs {
     /// How many fire times to print per job.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
-    /// Print JSON: {"jobs":[{"name","schedule","timezone","next":[RFC 3339 UTC, …]}]}.
+    /// Print JSON: {"jobs":[{"name","schedule","resolved","timezone","timing",
+    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended"}],"warnings":[…]}.
     #[arg(long)]
     pub json: bool,
 }
@@ -596,15 +598,22 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 .into_iter()
                 .map(rfc3339_utc)
                 .collect();
+            let dst = job.schedule.dst();
             serde_json::json!({
                 "name": job.name,
                 "schedule": job.schedule.expression(),
+                "resolved": job.schedule.resolved(),
                 "timezone": job.schedule.timezone().name(),
+                "timing": job.schedule.timing().as_str(),
+                "dst_gap": dst.gap.as_str(),
+                "dst_repeat": dst.repeat.as_str(),
                 "next": next,
+                "ended": config::job_warning(job, from).is_some(),
             })
         })
         .collect();
-    let mut text = serde_json::json!({ "jobs": jobs }).to_string();
+    let warnings = config.warnings(from);
+    let mut text = serde_json::json!({ "jobs": jobs, "warnings": warnings }).to_string();
     text.push('\n');
     text
 }
@@ -620,21 +629,35 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
         if n == 1 { "" } else { "s" },
         rfc3339_utc(from)
     );
+    for warning in config.warnings(from) {
+        let _ = writeln!(out, "warning: {warning}");
+    }
     for job in config.jobs.values() {
-        let tz = job.schedule.timezone();
-        let _ = writeln!(
-            out,
-            "\n{}  {:?}  ({})",
-            job.name,
-            job.schedule.expression(),
-            tz.name()
-        );
-        for tick in job.schedule.upcoming(from, count) {
-            let local = tick.with_timezone(&tz);
+        let schedule = &job.schedule;
+        let zone = schedule.timezone();
+        let _ = write!(out, "\n{}  {:?}", job.name, schedule.expression());
+        if schedule.resolved() != schedule.expression() {
+            let _ = write!(out, " = {:?}", schedule.resolved());
+        }
+        let dst = schedule.dst();
+        let timing = match schedule.timing() {
+            Timing::WallClock => "wall clock".to_string(),
+            Timing::FixedTime => format!(
+                "fixed time, dst_gap {}, dst_repeat {}",
+                dst.gap.as_str(),
+                dst.repeat.as_str()
+            ),
+        };
+        let _ = writeln!(out, "  ({}; {timing})", zone.name());
+        let ticks = schedule.upcoming(from, count);
+        if ticks.is_empty() {
+            let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
+        }
+        for tick in ticks {
             let _ = writeln!(
                 out,
                 "  {}  =  {}",
-                local.format("%Y-%m-%d %H:%M:%S %:z %a"),
+                zone.format_local(tick),
                 rfc3339_utc(tick)
             );
         }

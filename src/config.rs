@@ -5,7 +5,7 @@
 //! durations, cron expressions and zones) and wrapped in [`Spanned`] so a
 //! problem found later can still name its line and column. Stage two,
 //! [`Config::parse`], validates those into [`Config`]: parsed schedules,
-//! [`Duration`]s, a [`Tz`], checked names. Nothing stringly typed leaves this
+//! [`Duration`]s, a [`Zone`], checked names. Nothing stringly typed leaves this
 //! module.
 //!
 //! The loader reports **every** problem it finds, not the first: the TOML
@@ -23,13 +23,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
-use crate::schedule::{Schedule, ScheduleError, parse_timezone};
+use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, ScheduleError, Timing, Zone};
 
 /// Files larger than this are refused before parsing: a job table is a few
 /// kilobytes, and a huge file is a mistake (or `/dev/zero`).
@@ -456,21 +455,34 @@ struct RawJob {
     retries: Option<Spanned<i64>>,
     retry_backoff: Option<Spanned<String>>,
     on_holder_lost: Option<OnHolderLost>,
+    dst_gap: Option<Spanned<DstGap>>,
+    dst_repeat: Option<Spanned<DstRepeat>>,
     benchmark_noop: Option<Spanned<bool>>,
 }
 
 // ---------------------------------------------------------------------------
 // Stage two: validation.
 
+/// What makes two jobs' schedules the same parse.
+#[derive(PartialEq, Eq, Hash)]
+struct ScheduleKey {
+    expression: String,
+    zone: String,
+    /// Only for expressions with `H`, whose values hash the job's name.
+    job: Option<String>,
+    dst: DstPolicy,
+}
+
 /// Collects problems for one file; knows the text, to turn spans into
 /// line:column.
 struct Checker<'a> {
     text: &'a str,
     problems: Vec<Problem>,
-    /// Schedules parsed so far, by expression and zone: jobs that share both
-    /// share one parse (a parsed expression is ~10 KB; a table of 10,000
-    /// jobs on a handful of expressions would otherwise hold 100 MB of them).
-    schedules: HashMap<(String, Tz), Schedule>,
+    /// Schedules parsed so far, by expression, zone and DST policy (and job
+    /// name, when `H` makes the job part of the meaning): jobs that share
+    /// them share one parse, so a table of 10,000 jobs on a handful of
+    /// expressions holds a handful of parses.
+    schedules: HashMap<ScheduleKey, Schedule>,
 }
 
 impl Checker<'_> {
@@ -478,14 +490,20 @@ impl Checker<'_> {
     fn schedule(
         &mut self,
         expression: &str,
-        timezone: Tz,
-        now: DateTime<Utc>,
+        zone: Zone,
+        job: &str,
+        dst: DstPolicy,
     ) -> Result<Schedule, ScheduleError> {
-        let key = (expression.to_string(), timezone);
+        let key = ScheduleKey {
+            expression: expression.to_string(),
+            zone: zone.name().to_string(),
+            job: expression.contains('H').then(|| job.to_string()),
+            dst,
+        };
         if let Some(schedule) = self.schedules.get(&key) {
             return Ok(schedule.clone());
         }
-        let schedule = Schedule::parse(expression, timezone, now)?;
+        let schedule = Schedule::parse(expression, zone, job, dst)?;
         self.schedules.insert(key, schedule.clone());
         Ok(schedule)
     }
@@ -690,19 +708,19 @@ impl Config {
                 message,
             }],
         })?;
-        Config::parse(&text, path, Utc::now())
+        Config::parse(&text, path)
     }
 
     /// Validates `text` as if read from `path` (relative `workdir`s resolve
-    /// against its directory). `now` is where the "can this schedule ever
-    /// fire" check starts.
-    pub fn parse(text: &str, path: &Path, now: DateTime<Utc>) -> Result<Config, ConfigError> {
+    /// against its directory). Validity does not depend on today's date: a
+    /// job whose last year has passed is valid (see [`Config::warnings`]).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let mut checker = Checker {
             text,
             problems: Vec::new(),
             schedules: HashMap::new(),
         };
-        let config = parse_document(&mut checker, path, now);
+        let config = parse_document(&mut checker, path);
         let mut problems = checker.problems;
         match config {
             Some(config) if problems.is_empty() => Ok(config),
@@ -716,6 +734,35 @@ impl Config {
             }
         }
     }
+}
+
+impl Config {
+    /// What is valid but probably not meant, one line each, for `check`,
+    /// the log at start and reload, and `status`: today, jobs whose
+    /// schedule has no fire time after `now` (a year field that has passed).
+    pub fn warnings(&self, now: DateTime<Utc>) -> Vec<String> {
+        self.jobs
+            .values()
+            .filter_map(|job| job_warning(job, now).map(|w| format!("job {:?}: {w}", job.name)))
+            .collect()
+    }
+}
+
+/// Why `job` will not run again, if it will not.
+pub fn job_warning(job: &Job, now: DateTime<Utc>) -> Option<String> {
+    if job.schedule.next_after(now).is_some() {
+        return None;
+    }
+    let years = match job.schedule.last_year() {
+        Some(year) => format!(" (its year field ends at {year})"),
+        None => String::new(),
+    };
+    Some(format!(
+        "schedule {:?} has no fire time after {}{years}: the job will not run again; \
+         remove it or change its years",
+        job.schedule.expression(),
+        now.format("%Y-%m-%d %H:%M:%S UTC"),
+    ))
 }
 
 fn read_config_file(path: &Path) -> Result<String, String> {
@@ -737,7 +784,7 @@ fn read_config_file(path: &Path) -> Result<String, String> {
     })
 }
 
-fn parse_document(checker: &mut Checker<'_>, path: &Path, now: DateTime<Utc>) -> Option<Config> {
+fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
     let (root, errors) = DeTable::parse_recoverable(checker.text);
     if !errors.is_empty() {
         for error in errors {
@@ -825,7 +872,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, now: DateTime<Utc>) ->
             );
         }
         if let Some(job) =
-            raw.and_then(|raw| validate_job(checker, &section, &name, raw, &base_dir, now))
+            raw.and_then(|raw| validate_job(checker, &section, &name, raw, &base_dir))
         {
             let quorum = matches!(
                 redis.as_ref().map(|r| &r.topology),
@@ -1379,17 +1426,65 @@ fn validate_daemon(
     })
 }
 
+/// The job's `dst_gap` and `dst_repeat`, defaults where unset.
+fn dst_policy(raw: &RawJob) -> DstPolicy {
+    DstPolicy {
+        gap: raw
+            .dst_gap
+            .as_ref()
+            .map(|v| *v.get_ref())
+            .unwrap_or_default(),
+        repeat: raw
+            .dst_repeat
+            .as_ref()
+            .map(|v| *v.get_ref())
+            .unwrap_or_default(),
+    }
+}
+
+/// A DST policy is for fixed-time jobs: on a wall-clock job it would do
+/// nothing, which is a mistake worth naming.
+fn check_dst_policy(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &RawJob,
+    schedule: Schedule,
+) -> Option<Schedule> {
+    if schedule.timing() == Timing::FixedTime {
+        return Some(schedule);
+    }
+    let fields = [
+        ("dst_gap", raw.dst_gap.as_ref().map(|v| v.span())),
+        ("dst_repeat", raw.dst_repeat.as_ref().map(|v| v.span())),
+    ];
+    let mut valid = true;
+    for (field, span) in fields {
+        if let Some(span) = span {
+            valid = false;
+            checker.problem(
+                Some(span),
+                Some(section),
+                Some(field),
+                format!(
+                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`):                      local times the clock skips do not run, repeated ones run again; remove `{field}`,                      or give the minute and hour as numbers, lists or ranges",
+                    schedule.expression()
+                ),
+            );
+        }
+    }
+    valid.then_some(schedule)
+}
+
 fn validate_job(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
     raw: RawJob,
     base_dir: &Path,
-    now: DateTime<Utc>,
 ) -> Option<Job> {
     let timezone = match &raw.timezone {
-        None => Some(Tz::UTC),
-        Some(tz) => match parse_timezone(tz.get_ref()) {
+        None => Some(Zone::utc()),
+        Some(tz) => match Zone::parse(tz.get_ref()) {
             Ok(tz) => Some(tz),
             Err(e) => {
                 checker.problem(
@@ -1407,18 +1502,20 @@ fn validate_job(
             checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
             None
         }
-        (Some(expr), Some(tz)) => match checker.schedule(expr.get_ref(), tz, now) {
-            Ok(schedule) => Some(schedule),
-            Err(e) => {
-                checker.problem(
-                    Some(expr.span()),
-                    Some(section),
-                    Some("schedule"),
-                    e.to_string(),
-                );
-                None
+        (Some(expr), Some(tz)) => {
+            match checker.schedule(expr.get_ref(), tz, name, dst_policy(&raw)) {
+                Ok(schedule) => check_dst_policy(checker, section, &raw, schedule),
+                Err(e) => {
+                    checker.problem(
+                        Some(expr.span()),
+                        Some(section),
+                        Some("schedule"),
+                        e.to_string(),
+                    );
+                    None
+                }
             }
-        },
+        }
         (Some(_), None) => None,
     };
     let noop = raw.benchmark_noop.filter(|noop| *noop.get_ref());
@@ -1554,8 +1651,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
-        let now = Utc::now();
-        Config::parse(text, Path::new("/etc/cronlease/jobs.toml"), now)
+        Config::parse(text, Path::new("/etc/cronlease/jobs.toml"))
     }
 
     #[test]

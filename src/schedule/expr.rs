@@ -1,0 +1,836 @@
+//! Reading a cron expression: the text of each field turned into the set of
+//! values it allows.
+//!
+//! The grammar is cronie's (`entry.c`: `get_list`, `get_range`,
+//! `get_number`), with the day-field rule and the fixed-time/wall-clock split
+//! it derives from which fields start with `*`. Where cronie accepts nonsense
+//! silently (a reversed range such as `22-2` sets nothing; `0-70/100` passes
+//! because the step skips 70) this module refuses with a message instead.
+//! Extensions beyond cronie, each documented in the README: leading seconds
+//! and a trailing year, `N/step`, `?`, Quartz's `L`, `W` and `#`, and
+//! Jenkins' hashed `H`. cronie's `~` (a random value at load) is refused: it
+//! would differ from replica to replica.
+
+use std::fmt::Write as _;
+
+use super::Timing;
+
+/// The macros a schedule may be instead of fields, with their meaning. The
+/// expansions carry cronie's flags through the ordinary rules: `@hourly` is
+/// star-led in the hour (wall clock), `@yearly`'s `*` weekday makes the day
+/// rule "both".
+const MACROS: &[(&str, &str)] = &[
+    ("@yearly", "0 0 1 1 *"),
+    ("@annually", "0 0 1 1 *"),
+    ("@monthly", "0 0 1 * *"),
+    ("@weekly", "0 0 * * 0"),
+    ("@daily", "0 0 * * *"),
+    ("@midnight", "0 0 * * *"),
+    ("@hourly", "0 * * * *"),
+];
+
+/// What a valid expression looks like, appended to shape errors.
+pub(super) const EXPECTED_FORM: &str = "expected 5 fields (minute hour day-of-month month day-of-week), \
+     6 with leading seconds, 7 with a trailing year, or one of @yearly @monthly @weekly @daily @hourly";
+
+/// The first and last year a year field may name. The upper bound is where
+/// the calendar arithmetic of the time-zone library ends; the lower one is
+/// the Unix epoch, before which no tick can be claimed.
+pub(super) const FIRST_YEAR: u32 = 1970;
+pub(super) const LAST_YEAR: u32 = 9999;
+
+/// The highest day of the month a hashed `H` picks, so that it exists in
+/// every month (as in Jenkins).
+const HASHED_LAST_DAY: u32 = 28;
+
+const MONTH_NAMES: [&str; 12] = [
+    "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+];
+const WEEKDAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
+
+/// One field of the expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Second,
+    Minute,
+    Hour,
+    DayOfMonth,
+    Month,
+    DayOfWeek,
+    Year,
+}
+
+impl Field {
+    fn name(self) -> &'static str {
+        match self {
+            Field::Second => "second",
+            Field::Minute => "minute",
+            Field::Hour => "hour",
+            Field::DayOfMonth => "day-of-month",
+            Field::Month => "month",
+            Field::DayOfWeek => "day-of-week",
+            Field::Year => "year",
+        }
+    }
+
+    /// The values the field may name (7 is Sunday, as 0 is).
+    fn range(self) -> (u32, u32) {
+        match self {
+            Field::Second | Field::Minute => (0, 59),
+            Field::Hour => (0, 23),
+            Field::DayOfMonth => (1, 31),
+            Field::Month => (1, 12),
+            Field::DayOfWeek => (0, 7),
+            Field::Year => (FIRST_YEAR, LAST_YEAR),
+        }
+    }
+
+    fn names(self) -> Option<&'static [&'static str]> {
+        match self {
+            Field::Month => Some(&MONTH_NAMES),
+            Field::DayOfWeek => Some(&WEEKDAY_NAMES),
+            _ => None,
+        }
+    }
+
+    /// The value of the first name (`jan` is 1, `sun` is 0).
+    fn first_name_value(self) -> u32 {
+        match self {
+            Field::Month => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// How the day-of-month and day-of-week fields combine (cronie's
+/// `find_jobs`): when either starts with `*`, a day must match both; when
+/// both are restricted, either one is enough (crontab(5)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum DayRule {
+    Both,
+    Either,
+}
+
+/// A set of small numbers as bits (bit n: value n allowed).
+type Bits = u64;
+
+/// The day-of-month field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct DaysOfMonth {
+    /// Plain days, bit n for day n.
+    days: Bits,
+    /// `L`: the last day of the month.
+    last: Option<LastDay>,
+    /// `nW`: the weekday (Monday to Friday) nearest to day n, in its month.
+    nearest_weekday: Bits,
+}
+
+/// Which last day `L` means in the day-of-month field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LastDay {
+    /// `L`: the month's last day.
+    Day,
+    /// `LW`: the month's last Monday-to-Friday.
+    Weekday,
+}
+
+/// The day-of-week field.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct DaysOfWeek {
+    /// Plain weekdays, bit 0 Sunday to bit 6 Saturday.
+    weekdays: Bits,
+    /// `d#n`: bit `(n - 1) * 7 + d` for the n-th weekday d of the month.
+    nth: Bits,
+    /// `dL`: bit d for the last weekday d of the month.
+    last: Bits,
+}
+
+/// The year field: `None` for `*`, else the allowed years as ranges with a
+/// step (a bit per year would take a kilobyte per schedule).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Years(Option<Vec<(u32, u32, u32)>>);
+
+impl Years {
+    /// The first allowed year at or after `year`.
+    pub(super) fn first_from(&self, year: u32) -> Option<u32> {
+        let Some(ranges) = &self.0 else {
+            return (year <= LAST_YEAR).then_some(year);
+        };
+        ranges
+            .iter()
+            .filter_map(|&(first, last, step)| {
+                if year <= first {
+                    Some(first)
+                } else {
+                    let next = first + (year - first).div_ceil(step) * step;
+                    (next <= last).then_some(next)
+                }
+            })
+            .min()
+    }
+
+    /// The last allowed year, if the field limits it.
+    pub(super) fn last(&self) -> Option<u32> {
+        self.0.as_ref().and_then(|ranges| {
+            ranges
+                .iter()
+                .map(|&(first, last, step)| first + (last - first) / step * step)
+                .max()
+        })
+    }
+}
+
+/// A parsed expression: the set of each field, and the two rules cronie
+/// derives from which fields start with `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Expr {
+    pub(super) seconds: Bits,
+    pub(super) minutes: Bits,
+    pub(super) hours: Bits,
+    pub(super) days: DaysOfMonth,
+    /// Bit n for month n (1-12).
+    pub(super) months: Bits,
+    pub(super) weekdays: DaysOfWeek,
+    pub(super) years: Years,
+    pub(super) day_rule: DayRule,
+    pub(super) timing: Timing,
+    /// The expression with every `H` replaced by what it picked: what
+    /// `check` shows, and itself an expression with the same ticks.
+    pub(super) resolved: String,
+}
+
+impl Expr {
+    /// The day rule on one date of a month the other fields allow.
+    pub(super) fn day_matches(&self, year: u32, month: u32, day: u32) -> bool {
+        let month_length = days_in_month(year, month);
+        let weekday = weekday(year, month, day);
+        let by_day = self.days.matches(day, weekday, month_length);
+        let by_weekday = self.weekdays.matches(day, weekday, month_length);
+        match self.day_rule {
+            DayRule::Both => by_day && by_weekday,
+            DayRule::Either => by_day || by_weekday,
+        }
+    }
+}
+
+impl DaysOfMonth {
+    fn matches(&self, day: u32, weekday: u32, month_length: u32) -> bool {
+        if self.days & bit(day) != 0 {
+            return true;
+        }
+        let is_weekday = (1..=5).contains(&weekday);
+        let last_weekday = || match weekday_of(day, weekday, month_length) {
+            6 => month_length - 1,
+            0 => month_length - 2,
+            _ => month_length,
+        };
+        match self.last {
+            Some(LastDay::Day) if day == month_length => return true,
+            Some(LastDay::Weekday) if day == last_weekday() => return true,
+            _ => {}
+        }
+        if self.nearest_weekday == 0 || !is_weekday {
+            return false;
+        }
+        // `nW` is day n if that is a weekday, else the Friday before a
+        // Saturday or the Monday after a Sunday, never leaving the month
+        // (1W on a Saturday is Monday the 3rd; 31W on a Sunday is Friday the
+        // 29th). So only days n-2..n+2 can be the answer for day `day`.
+        (day.saturating_sub(2).max(1)..=(day + 2).min(month_length)).any(|n| {
+            self.nearest_weekday & bit(n) != 0
+                && nearest_weekday(n, weekday_of(day, weekday, n), month_length) == day
+        })
+    }
+}
+
+/// The weekday of day `other` of the month, given day `day`'s weekday.
+fn weekday_of(day: u32, weekday: u32, other: u32) -> u32 {
+    (weekday + 35 + other - day) % 7
+}
+
+/// Quartz's `nW` for one month: day n if it is Monday to Friday, else the
+/// nearest such day within the month.
+fn nearest_weekday(n: u32, weekday_of_n: u32, month_length: u32) -> u32 {
+    match weekday_of_n {
+        6 if n == 1 => 3,
+        6 => n - 1,
+        0 if n == month_length => n - 2,
+        0 => n + 1,
+        _ => n,
+    }
+}
+
+impl DaysOfWeek {
+    fn matches(&self, day: u32, weekday: u32, month_length: u32) -> bool {
+        let nth = (day - 1) / 7; // 0 for days 1-7, the first such weekday
+        self.weekdays & bit(weekday) != 0
+            || self.nth & bit(nth * 7 + weekday) != 0
+            || (self.last & bit(weekday) != 0 && day + 7 > month_length)
+    }
+}
+
+fn bit(n: u32) -> Bits {
+    1 << n
+}
+
+/// Gregorian leap years.
+pub(super) fn is_leap(year: u32) -> bool {
+    year.is_multiple_of(4) && (!year.is_multiple_of(100) || year.is_multiple_of(400))
+}
+
+pub(super) fn days_in_month(year: u32, month: u32) -> u32 {
+    match month {
+        2 if is_leap(year) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+pub(super) fn days_from_civil(year: u32, month: u32, day: u32) -> i64 {
+    let year = i64::from(year) - i64::from(month <= 2);
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year =
+        (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// The inverse of [`days_from_civil`].
+pub(super) fn civil_from_days(days: i64) -> (u32, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let mp = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    // The three are in range by construction for the years this crate uses
+    // (1970-9999): a year fits u32, a month 1-12, a day 1-31.
+    (year as u32, month as u32, day as u32)
+}
+
+/// 0 = Sunday … 6 = Saturday.
+pub(super) fn weekday(year: u32, month: u32, day: u32) -> u32 {
+    // 1970-01-01 was a Thursday (4).
+    (days_from_civil(year, month, day) + 4).rem_euclid(7) as u32
+}
+
+/// Parses `expression` for the job `job`: `H` is hashed from the job's name
+/// so every replica picks the same values. Errors are the text after
+/// "invalid cron expression …".
+pub(super) fn parse(expression: &str, job: &str) -> Result<Expr, String> {
+    let fields_text = expand_macro(expression)?;
+    let parts: Vec<&str> = fields_text.split_whitespace().collect();
+    let layout: &[Field] = match parts.len() {
+        5 => &[
+            Field::Minute,
+            Field::Hour,
+            Field::DayOfMonth,
+            Field::Month,
+            Field::DayOfWeek,
+        ],
+        6 => &[
+            Field::Second,
+            Field::Minute,
+            Field::Hour,
+            Field::DayOfMonth,
+            Field::Month,
+            Field::DayOfWeek,
+        ],
+        7 => &[
+            Field::Second,
+            Field::Minute,
+            Field::Hour,
+            Field::DayOfMonth,
+            Field::Month,
+            Field::DayOfWeek,
+            Field::Year,
+        ],
+        n => {
+            return Err(format!(
+                "{n} field{} in {expression:?}: {EXPECTED_FORM}",
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+    };
+    let mut expr = Expr {
+        seconds: bit(0),
+        minutes: 0,
+        hours: 0,
+        days: DaysOfMonth::default(),
+        months: 0,
+        weekdays: DaysOfWeek::default(),
+        years: Years(None),
+        day_rule: DayRule::Either,
+        timing: Timing::FixedTime,
+        resolved: String::new(),
+    };
+    let mut star_led = Vec::with_capacity(parts.len());
+    let mut resolved = Vec::with_capacity(parts.len());
+    let seed = fnv1a(job.as_bytes());
+    for (position, (&field, &text)) in layout.iter().zip(&parts).enumerate() {
+        let parsed = parse_field(field, text, seed ^ (position as u64 + 1))
+            .map_err(|e| format!("invalid cron expression {expression:?}: {e}"))?;
+        star_led.push((field, text.starts_with(['*', '?'])));
+        resolved.push(parsed.resolved);
+        match parsed.values {
+            Values::Bits(bits) => match field {
+                Field::Second => expr.seconds = bits,
+                Field::Minute => expr.minutes = bits,
+                Field::Hour => expr.hours = bits,
+                Field::Month => expr.months = bits,
+                Field::DayOfMonth | Field::DayOfWeek | Field::Year => {
+                    unreachable!("day and year fields parse into their own values")
+                }
+            },
+            Values::Days(days) => expr.days = days,
+            Values::Weekdays(weekdays) => expr.weekdays = weekdays,
+            Values::Years(years) => expr.years = years,
+        }
+    }
+    let is_star = |wanted: Field| {
+        star_led
+            .iter()
+            .any(|&(field, star)| field == wanted && star)
+    };
+    expr.day_rule = if is_star(Field::DayOfMonth) || is_star(Field::DayOfWeek) {
+        DayRule::Both
+    } else {
+        DayRule::Either
+    };
+    expr.timing = if is_star(Field::Minute) || is_star(Field::Hour) {
+        Timing::WallClock
+    } else {
+        Timing::FixedTime
+    };
+    expr.resolved = if expression.trim_start().starts_with('@') {
+        expression.trim().to_string()
+    } else {
+        resolved.join(" ")
+    };
+    Ok(expr)
+}
+
+/// A macro's fields, or the expression itself.
+fn expand_macro(expression: &str) -> Result<String, String> {
+    let trimmed = expression.trim();
+    let Some(name) = trimmed.strip_prefix('@') else {
+        return Ok(trimmed.to_string());
+    };
+    let lowered = trimmed.to_ascii_lowercase();
+    match MACROS.iter().find(|(m, _)| *m == lowered) {
+        Some((_, fields)) => Ok((*fields).to_string()),
+        None if name.eq_ignore_ascii_case("reboot") => Err(
+            "@reboot is not supported: cronlease runs ticks of a calendar, not process starts; \
+             use a systemd unit for that"
+                .to_string(),
+        ),
+        None => Err(format!("unknown macro {trimmed:?}: {EXPECTED_FORM}")),
+    }
+}
+
+/// What one field allows.
+enum Values {
+    Bits(Bits),
+    Days(DaysOfMonth),
+    Weekdays(DaysOfWeek),
+    Years(Years),
+}
+
+struct ParsedField {
+    values: Values,
+    resolved: String,
+}
+
+/// Parses one field: a comma-separated list of items.
+fn parse_field(field: Field, text: &str, seed: u64) -> Result<ParsedField, String> {
+    let name = field.name();
+    let (low, high) = field.range();
+    let mut bits: Bits = 0;
+    let mut days = DaysOfMonth::default();
+    let mut weekdays = DaysOfWeek::default();
+    let mut years: Vec<(u32, u32, u32)> = Vec::new();
+    let mut any_year = false;
+    let mut resolved_items = Vec::new();
+    for (index, item) in text.split(',').enumerate() {
+        if item.is_empty() {
+            return Err(format!(
+                "{name} field {text:?} has an empty list item: expected values separated by single commas, such as 1,15"
+            ));
+        }
+        let item_seed = seed.wrapping_mul(0x100_0000_01b3) ^ (index as u64);
+        let parsed = parse_item(field, item, item_seed)?;
+        resolved_items.push(parsed.resolved.unwrap_or_else(|| item.to_string()));
+        match parsed.item {
+            Item::Range { first, last, step } => {
+                if field == Field::Year {
+                    if first == low && last == high && step == 1 {
+                        any_year = true;
+                    }
+                    years.push((first, last, step));
+                } else {
+                    let mut value = first;
+                    while value <= last {
+                        // 7 is Sunday, as 0 is.
+                        let value_bit = if field == Field::DayOfWeek && value == 7 {
+                            0
+                        } else {
+                            value
+                        };
+                        bits |= bit(value_bit);
+                        value += step;
+                    }
+                }
+            }
+            Item::LastDay(last) => days.last = Some(last),
+            Item::NearestWeekday(day) => days.nearest_weekday |= bit(day),
+            Item::NthWeekday { weekday, nth } => weekdays.nth |= bit((nth - 1) * 7 + weekday % 7),
+            Item::LastWeekday(weekday) => weekdays.last |= bit(weekday % 7),
+        }
+    }
+    let values = match field {
+        Field::DayOfMonth => {
+            days.days = bits;
+            Values::Days(days)
+        }
+        Field::DayOfWeek => {
+            weekdays.weekdays = bits;
+            Values::Weekdays(weekdays)
+        }
+        Field::Year if any_year => Values::Years(Years(None)),
+        Field::Year => Values::Years(Years(Some(years))),
+        _ => Values::Bits(bits),
+    };
+    Ok(ParsedField {
+        values,
+        resolved: resolved_items.join(","),
+    })
+}
+
+/// One item of a list.
+enum Item {
+    /// `first-last/step`; `*`, a single value and `N/step` are ranges too.
+    Range { first: u32, last: u32, step: u32 },
+    /// `L` or `LW` in the day of the month.
+    LastDay(LastDay),
+    /// `nW` in the day of the month.
+    NearestWeekday(u32),
+    /// `d#n` in the day of the week.
+    NthWeekday { weekday: u32, nth: u32 },
+    /// `dL` in the day of the week.
+    LastWeekday(u32),
+}
+
+struct ParsedItem {
+    item: Item,
+    /// The item as `check` shows it when it was hashed (`H`).
+    resolved: Option<String>,
+}
+
+impl From<Item> for ParsedItem {
+    fn from(item: Item) -> Self {
+        ParsedItem {
+            item,
+            resolved: None,
+        }
+    }
+}
+
+fn parse_item(field: Field, item: &str, seed: u64) -> Result<ParsedItem, String> {
+    let name = field.name();
+    let (low, high) = field.range();
+    let shape = || {
+        let names = match field {
+            Field::Month => ", names jan-dec",
+            Field::DayOfWeek => ", names sun-sat",
+            _ => "",
+        };
+        let extras = match field {
+            Field::DayOfMonth => ", L, LW, nW, ?",
+            Field::DayOfWeek => ", dL, d#n, ?",
+            _ => "",
+        };
+        format!(
+            "{name} item {item:?} is not valid: expected * or a number {low}-{high}{names}, a range a-b, \
+             a step */n or a-b/n, a list a,b, or H{extras}"
+        )
+    };
+    if item.contains('~') {
+        return Err(format!(
+            "{name} item {item:?}: `~` picks a random value when the table is loaded, which \
+             would differ from replica to replica; use H (hashed from the job's name, the same \
+             on every replica), e.g. H or H(0-29)"
+        ));
+    }
+    let (base, step) = match item.split_once('/') {
+        Some((base, step_text)) => {
+            let step = parse_number(step_text).ok_or_else(|| {
+                format!("{name} item {item:?}: the step after `/` must be a number")
+            })?;
+            if step == 0 {
+                return Err(format!(
+                    "{name} item {item:?}: a step of 0 never advances: expected 1 or more"
+                ));
+            }
+            (base, Some(step))
+        }
+        None => (item, None),
+    };
+    if base == "*" || (base == "?" && matches!(field, Field::DayOfMonth | Field::DayOfWeek)) {
+        return Ok(Item::Range {
+            first: low,
+            last: high,
+            step: step.unwrap_or(1),
+        }
+        .into());
+    }
+    if base == "H" || base.starts_with("H(") {
+        return parse_hashed(field, item, base, step, seed);
+    }
+    // Quartz extensions, before the plain forms.
+    if step.is_none() {
+        if field == Field::DayOfMonth {
+            let upper = base.to_ascii_uppercase();
+            if upper == "L" {
+                return Ok(Item::LastDay(LastDay::Day).into());
+            }
+            if upper == "LW" {
+                return Ok(Item::LastDay(LastDay::Weekday).into());
+            }
+            if let Some(day) = upper.strip_suffix('W') {
+                let day = value(field, day, item)?;
+                return Ok(Item::NearestWeekday(day).into());
+            }
+        }
+        if field == Field::DayOfWeek {
+            if let Some((weekday, nth)) = base.split_once('#') {
+                let weekday = value(field, weekday, item)?;
+                let nth = parse_number(nth)
+                    .filter(|n| (1..=5).contains(n))
+                    .ok_or_else(|| format!("{name} item {item:?}: the number after `#` must be 1-5 (the n-th such weekday of the month)"))?;
+                return Ok(Item::NthWeekday { weekday, nth }.into());
+            }
+            if let Some(weekday) = base.strip_suffix(['L', 'l'])
+                && !weekday.is_empty()
+            {
+                let weekday = value(field, weekday, item)?;
+                return Ok(Item::LastWeekday(weekday).into());
+            }
+        }
+    }
+    let (first, last) = match base.split_once('-') {
+        Some((first, last)) => {
+            let first = value(field, first, item)?;
+            let mut last = value(field, last, item)?;
+            if field == Field::DayOfWeek && last == 0 && first > 0 {
+                // cronie: `5-0` is Friday to Sunday.
+                last = 7;
+            }
+            if first > last {
+                return Err(format!(
+                    "{name} range {base:?} runs backwards: cron ranges do not wrap around; \
+                     write it as two ranges, e.g. {first}-{high},{low}-{last}"
+                ));
+            }
+            (first, last)
+        }
+        // `N/step` (Quartz, croner; not cronie) runs from N to the end.
+        None => {
+            if base.is_empty() {
+                return Err(shape());
+            }
+            let first = value(field, base, item).map_err(|e| {
+                if base.chars().all(|c| c.is_ascii_alphanumeric()) {
+                    e
+                } else {
+                    shape()
+                }
+            })?;
+            (first, if step.is_some() { high } else { first })
+        }
+    };
+    Ok(Item::Range {
+        first,
+        last,
+        step: step.unwrap_or(1),
+    }
+    .into())
+}
+
+/// `H`, `H/n`, `H(a-b)`, `H(a-b)/n`: a value (or a start) picked by a hash
+/// of the job's name, the field and the item's place.
+fn parse_hashed(
+    field: Field,
+    item: &str,
+    base: &str,
+    step: Option<u32>,
+    seed: u64,
+) -> Result<ParsedItem, String> {
+    let name = field.name();
+    let (low, high) = field.range();
+    let (first, last) = if base == "H" {
+        if field == Field::Year {
+            return Err(format!(
+                "{name} item {item:?}: a bare H in the year field would pick any year \
+                 {FIRST_YEAR}-{LAST_YEAR}; give a range, e.g. H(2027-2030)"
+            ));
+        }
+        let last = if field == Field::DayOfMonth {
+            HASHED_LAST_DAY
+        } else if field == Field::DayOfWeek {
+            6
+        } else {
+            high
+        };
+        (low, last)
+    } else {
+        let inner = base
+            .strip_prefix("H(")
+            .and_then(|rest| rest.strip_suffix(')'))
+            .and_then(|range| range.split_once('-'))
+            .ok_or_else(|| format!("{name} item {item:?}: expected H, H(a-b), H/n or H(a-b)/n"))?;
+        let first = value(field, inner.0, item)?;
+        let last = value(field, inner.1, item)?;
+        if first > last {
+            return Err(format!(
+                "{name} range in {item:?} runs backwards: expected H(a-b) with a ≤ b"
+            ));
+        }
+        (first, last)
+    };
+    let span = last - first + 1;
+    let hash = mix(seed);
+    match step {
+        None => {
+            let value = first + (hash % u64::from(span)) as u32;
+            Ok(ParsedItem {
+                item: Item::Range {
+                    first: value,
+                    last: value,
+                    step: 1,
+                },
+                resolved: Some(value.to_string()),
+            })
+        }
+        Some(step) => {
+            let start = first + (hash % u64::from(step.min(span))) as u32;
+            Ok(ParsedItem {
+                item: Item::Range {
+                    first: start,
+                    last,
+                    step,
+                },
+                resolved: Some(format!("{start}-{last}/{step}")),
+            })
+        }
+    }
+}
+
+/// A value of `field`: a number in its range, or (month, weekday) a name.
+fn value(field: Field, text: &str, item: &str) -> Result<u32, String> {
+    let name = field.name();
+    let (low, high) = field.range();
+    if let Some(number) = parse_number(text) {
+        if number < low || number > high {
+            return Err(format!("{name} {number} is out of range {low}-{high}"));
+        }
+        return Ok(number);
+    }
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_alphabetic()) {
+        let Some(names) = field.names() else {
+            return Err(format!(
+                "{name} item {item:?}: names are allowed only for months (jan-dec) and weekdays (sun-sat); expected a number {low}-{high}"
+            ));
+        };
+        let lowered = text.to_ascii_lowercase();
+        return match names.iter().position(|n| *n == lowered) {
+            Some(index) => Ok(field.first_name_value() + index as u32),
+            None => Err(format!(
+                "{name} item {item:?}: unknown name {text:?}: expected one of {}",
+                names.join(" ")
+            )),
+        };
+    }
+    let mut message = format!("{name} item {item:?} is not valid: expected a number {low}-{high}");
+    if let Some(names) = field.names() {
+        let _ = write!(
+            message,
+            " or a name ({}-{})",
+            names[0],
+            names[names.len() - 1]
+        );
+    }
+    message.push_str(", a range a-b, a step */n or a-b/n, or a list a,b");
+    Err(message)
+}
+
+/// Decimal digits only (leading zeros allowed, as cronie's `strtol`).
+fn parse_number(text: &str) -> Option<u32> {
+    if text.is_empty() || text.len() > 9 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// FNV-1a, 64 bit: a hash that never changes between versions or
+/// platforms, so every replica (and every release) resolves `H` the same.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// splitmix64's finaliser: spreads a seed's bits before taking a modulus.
+fn mix(seed: u64) -> u64 {
+    let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A hint for an expression that matches no date: the common case is a day
+/// of the month that none of its months has (`0 0 30 2 *`).
+pub(super) fn why_no_date(expr: &Expr) -> String {
+    let days = &expr.days;
+    if days.days == 0 || days.last.is_some() || days.nearest_weekday != 0 {
+        return String::new();
+    }
+    let first_day = days.days.trailing_zeros();
+    let months: Vec<u32> = (1..=12).filter(|&m| expr.months & bit(m) != 0).collect();
+    // February's longest is 29 days.
+    let longest = |month: u32| days_in_month(2000, month);
+    if months.is_empty() || months.iter().any(|&m| longest(m) >= first_day) {
+        return String::new();
+    }
+    let names: Vec<&str> = months
+        .iter()
+        .map(|&m| MONTH_FULL_NAMES[(m - 1) as usize])
+        .collect();
+    format!(
+        " (day-of-month {first_day} never occurs in {})",
+        names.join(" or ")
+    )
+}
+
+const MONTH_FULL_NAMES: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
