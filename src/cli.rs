@@ -487,6 +487,9 @@ fn run_daemon(args: &RunArgs) -> ExitCode {
         config.daemon.replica_id = Some(id.clone());
     }
     crate::logging::init("info", config.daemon.log_format);
+    for warning in config.warnings(Utc::now()) {
+        tracing::warn!("{warning}");
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -602,6 +602,9 @@ async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
     info!(config = %path.display(), "SIGHUP: reloading the job table");
     match tokio::task::spawn_blocking(move || Config::load(&path)).await {
         Ok(Ok(new)) => {
+            for warning in new.warnings(to_datetime(ctx.clock.now_ms())) {
+                warn!("{warning}");
+            }
             if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
                 warn!(
                     "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"

@@ -80,6 +80,9 @@ pub struct JobStatus {
     pub schedule: Option<String>,
     pub timezone: Option<String>,
     pub next_tick: Option<String>,
+    /// Why the job will not run again, when its schedule has no tick after
+    /// now (a year field that has passed); see `Config::warnings`.
+    pub warning: Option<String>,
     pub paused: bool,
     pub paused_by: Option<String>,
     pub paused_at_ms: Option<i64>,
@@ -196,6 +199,7 @@ pub async fn status(
             schedule: job.map(|j| j.schedule.expression().to_string()),
             timezone: job.map(|j| j.schedule.timezone().name().to_string()),
             next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
+            warning: job.and_then(|j| crate::config::job_warning(j, now)),
             paused: state.get("paused").is_some_and(|p| p == "1"),
             paused_by: state.get("paused_by").cloned(),
             paused_at_ms: int("paused_at_ms"),
@@ -549,7 +553,11 @@ pub fn render_status(report: &StatusReport, colour: bool) -> String {
             j.name.clone(),
             j.schedule.clone().unwrap_or_else(|| "?".to_string()),
             j.timezone.clone().unwrap_or_else(|| "?".to_string()),
-            j.next_tick.clone().unwrap_or_else(|| "?".to_string()),
+            match (&j.next_tick, &j.warning) {
+                (Some(tick), _) => tick.clone(),
+                (None, Some(_)) => "never (see warnings)".to_string(),
+                (None, None) => "?".to_string(),
+            },
             if j.paused {
                 paint("paused", colour) + &state["paused".len()..]
             } else {
@@ -566,6 +574,17 @@ pub fn render_status(report: &StatusReport, colour: bool) -> String {
         ]);
     }
     out.push_str(&table(&rows, colour));
+    let warnings: Vec<String> = report
+        .jobs
+        .iter()
+        .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "\nwarnings ({}):", warnings.len());
+        for warning in warnings {
+            let _ = writeln!(out, "  {warning}");
+        }
+    }
     out
 }
 

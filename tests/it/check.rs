@@ -525,3 +525,138 @@ fn help_and_version_work() {
     let run = cronlease(["check", "--from", "yesterday"]).expect_code(2);
     assert!(run.stderr().contains("RFC 3339"), "{}", run.describe());
 }
+
+#[test]
+fn a_job_whose_years_have_passed_is_valid_with_a_warning() {
+    let file = ConfigFile::new(&format!(
+        "{REDIS_SECTION}{JOB}[jobs.once]\nschedule = \"0 0 12 1 6 * 2020\"\ncommand = [\"true\"]\n"
+    ));
+    let run = check_file(file.path(), &["--from", "2026-11-23T00:00:00Z"]).expect_code(0);
+    let stdout = run.stdout();
+    for needle in [
+        "valid, 2 jobs",
+        "warning: job \"once\": schedule \"0 0 12 1 6 * 2020\" has no fire time after 2026-11-23 00:00:00 UTC (its year field ends at 2020)",
+        "no fire time after 2026-11-23T00:00:00Z",
+    ] {
+        assert!(
+            stdout.contains(needle),
+            "lacks {needle:?}\n{}",
+            run.describe()
+        );
+    }
+    let run = check_file(file.path(), &["--json", "--from", "2026-11-23T00:00:00Z"]).expect_code(0);
+    let json: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(json["jobs"][1]["name"], "once");
+    assert_eq!(json["jobs"][1]["ended"], true);
+    assert_eq!(json["jobs"][1]["next"], serde_json::json!([]));
+    assert_eq!(json["jobs"][0]["ended"], false);
+    assert_eq!(json["warnings"].as_array().map(Vec::len), Some(1), "{json}");
+    // Before 2020 the same table fires, and has nothing to warn about.
+    let run = check_file(file.path(), &["--json", "--from", "2019-01-01T00:00:00Z"]).expect_code(0);
+    let json: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(json["jobs"][1]["next"][0], "2020-06-01T12:00:00Z");
+    assert_eq!(json["warnings"], serde_json::json!([]));
+}
+
+#[test]
+fn schedule_mistakes_are_named_with_their_place() {
+    let job = |lines: &str| format!("{REDIS_SECTION}[jobs.draw]\n{lines}\ncommand = [\"true\"]\n");
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "table defined twice",
+            format!(
+                "{REDIS_SECTION}{JOB}\n[jobs.other]\nschedule = \"@daily\"\ncommand = [\"true\"]\n\n{JOB}"
+            ),
+            vec![
+                "1 problem",
+                "jobs.toml:11:1: table [jobs.draw] is defined twice (first at line 3)",
+            ],
+        ),
+        (
+            "key set twice",
+            job("schedule = \"@daily\"\nschedule = \"@hourly\""),
+            vec![
+                "1 problem",
+                "key `schedule` is set twice in [jobs.draw] (first at line 4)",
+            ],
+        ),
+        (
+            "no date at all",
+            job("schedule = \"0 0 30 2 *\""),
+            vec!["never fires", "day-of-month 30 never occurs in February"],
+        ),
+        (
+            "reversed range",
+            job("schedule = \"0 22-2 * * *\""),
+            vec!["jobs.toml:4:12", "hour range \"22-2\" runs backwards"],
+        ),
+        (
+            "cronie's random",
+            job("schedule = \"0~30 * * * *\""),
+            vec!["differ from replica to replica", "use H"],
+        ),
+        (
+            "year beyond the calendar",
+            job("schedule = \"0 0 0 1 1 * 10000\""),
+            vec!["year 10000 is out of range 1970-9999"],
+        ),
+        (
+            "dst policy on a wall-clock job",
+            job("schedule = \"*/15 * * * *\"\ndst_gap = \"skip\""),
+            vec![
+                "jobs.toml:5:11",
+                "field `dst_gap`",
+                "applies to fixed-time jobs",
+                "runs by the wall clock",
+            ],
+        ),
+        (
+            "unknown dst policy",
+            job("schedule = \"30 2 * * *\"\ndst_repeat = \"twice\""),
+            vec!["field `dst_repeat`", "first", "both"],
+        ),
+    ];
+    for (case, config, fragments) in cases {
+        check_rejected(case, &config, &fragments);
+    }
+}
+
+#[test]
+fn hashed_schedules_show_what_they_resolved_to() {
+    let file = ConfigFile::new(&format!(
+        "{REDIS_SECTION}[jobs.report]\nschedule = \"H H(1-5) * * *\"\ncommand = [\"true\"]\n\
+         [jobs.backup]\nschedule = \"H/15 * * * *\"\ncommand = [\"true\"]\n"
+    ));
+    let resolved = || {
+        let run = check_file(file.path(), &["--json"]).expect_code(0);
+        let json: Value = serde_json::from_str(&run.stdout()).unwrap();
+        let jobs = json["jobs"].as_array().unwrap().clone();
+        jobs.iter()
+            .map(|j| j["resolved"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let first = resolved();
+    assert_eq!(
+        first,
+        resolved(),
+        "every run (every replica) resolves H the same"
+    );
+    // backup (sorted first): a start within the first 15 minutes, every 15.
+    let minute = first[0].split(' ').next().unwrap();
+    let start: u32 = minute.strip_suffix("-59/15").unwrap().parse().unwrap();
+    assert!(start < 15, "{first:?}");
+    // report: one minute and one hour 1-5, fixed time.
+    let fields: Vec<u32> = first[1]
+        .split(' ')
+        .take(2)
+        .map(|f| f.parse().unwrap())
+        .collect();
+    assert!(fields[0] < 60 && (1..=5).contains(&fields[1]), "{first:?}");
+    let run = check_file(file.path(), &[]).expect_code(0);
+    assert!(
+        run.stdout()
+            .contains(&format!("report  \"H H(1-5) * * *\" = {:?}", first[1])),
+        "{}",
+        run.describe()
+    );
+}

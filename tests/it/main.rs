@@ -11,4 +11,4 @@ mod quorum;
 mod support;
 mod systemd;
 mod topology;
-mod why_croner;
+mod why_own_schedule;

@@ -356,6 +356,34 @@ fn expect_error(run: &Run, code: i32) {
 // ---------------------------------------------------------------- status
 
 #[test]
+fn status_names_a_job_whose_schedule_has_ended() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = "[jobs.once]\nschedule = \"0 0 12 1 6 * 2020\"\ncommand = [\"true\"]\n\
+                [jobs.daily]\nschedule = \"@daily\"\ncommand = [\"true\"]\n";
+    let config = write_config(dir.path(), &redis.url(), "", jobs);
+    let report = status(&config);
+    let once = find(&report["jobs"], "name", "once");
+    assert_eq!(once["next_tick"], Value::Null, "{report}");
+    let warning = once["warning"].as_str().unwrap_or_default();
+    assert!(warning.contains("its year field ends at 2020"), "{report}");
+    assert_eq!(
+        find(&report["jobs"], "name", "daily")["warning"],
+        Value::Null
+    );
+    let text = op(with_config(&["status"], &config))
+        .expect_code(0)
+        .stdout();
+    for needle in [
+        "never (see warnings)",
+        "warnings (1):",
+        "job \"once\": schedule",
+    ] {
+        assert!(text.contains(needle), "`status` lacks {needle:?}\n{text}");
+    }
+}
+
+#[test]
 fn status_shows_replicas_jobs_and_outcomes_and_a_dead_replica() {
     let mut cluster = Cluster::new(RedisServer::start());
     let file = cluster.path("beat");

@@ -28,6 +28,8 @@ use serde::de::DeserializeOwned;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
+mod duplicates;
+
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, ScheduleError, Timing, Zone};
 
 /// Files larger than this are refused before parsing: a job table is a few
@@ -787,9 +789,17 @@ fn read_config_file(path: &Path) -> Result<String, String> {
 fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
     let (root, errors) = DeTable::parse_recoverable(checker.text);
     if !errors.is_empty() {
+        let mut duplicate_spans = Vec::new();
         for error in errors {
-            let message = format!("invalid TOML: {}", error.message().trim_end_matches('\n'));
-            checker.problem(error.span(), None, None, message);
+            let message = error.message().trim_end_matches('\n');
+            match error.span() {
+                Some(span) if message == "duplicate key" => duplicate_spans.push(span),
+                span => checker.problem(span, None, None, format!("invalid TOML: {message}")),
+            }
+        }
+        for duplicate in duplicates::explain(checker.text, &duplicate_spans) {
+            let at = duplicate.offset;
+            checker.problem(Some(at..at), None, None, duplicate.message);
         }
         return None;
     }
