@@ -660,3 +660,30 @@ fn hashed_schedules_show_what_they_resolved_to() {
         run.describe()
     );
 }
+
+#[test]
+fn an_ended_job_is_logged_when_a_replica_starts() {
+    // No Redis is needed to see the start-up log: the replica logs the
+    // warning before it connects, then keeps retrying until `timeout` stops it.
+    let dir = tempfile::tempdir().unwrap();
+    let file = ConfigFile::new(&format!(
+        "{REDIS_SECTION}[daemon]\nstate_dir = {}\nmetrics_listen = \"\"\n\
+         [jobs.once]\nschedule = \"0 0 12 1 6 * 2020\"\ncommand = [\"true\"]\n",
+        crate::support::toml_string(&dir.path().to_string_lossy())
+    ));
+    let output = std::process::Command::new("timeout")
+        .args(["--signal=TERM", "3"])
+        .arg(crate::support::binary())
+        .args(["run", "--config"])
+        .arg(file.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("coreutils' timeout runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("WARN")
+            && stderr
+                .contains("job \"once\": schedule \"0 0 12 1 6 * 2020\" has no fire time after"),
+        "{stderr}"
+    );
+}
