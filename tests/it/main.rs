@@ -3,6 +3,8 @@
 //! drives the library's `Store` (the quorum protocol, answer by answer).
 
 mod check;
+mod cron_differential;
+mod cron_reference;
 mod daemon;
 mod harness;
 mod metrics;
