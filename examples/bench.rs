@@ -2,9 +2,10 @@
 //! ceiling cronlease's claims are.
 //!
 //! ```sh
-//! scripts/bench all                      # every scenario, about 5 minutes
+//! scripts/bench all                      # every scenario but soak, about 5 minutes
 //! scripts/bench latency --seconds 10     # one scenario, shorter windows
 //! scripts/bench throughput --job-kind true --jobs 20   # real processes, few jobs
+//! scripts/bench soak                     # Redis keys and memory over 5 minutes
 //! ```
 //!
 //! Each scenario starts a private `redis-server` (free loopback port, no
@@ -15,8 +16,8 @@
 //! what they recorded. Then, against the same Redis, `redis-benchmark` runs
 //! `EVALSHA` of `return 1`: the ceiling the claims are compared with.
 //!
-//! Scenarios (S defaults to 30 s, 60 s for `idle`; `--seconds` sets it for
-//! all of them):
+//! Scenarios (S defaults to 30 s, 60 s for `idle`, 300 s for `soak`;
+//! `--seconds` sets it for all of them):
 //!
 //! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-start
 //!   lateness ≤ 10 ms.
@@ -30,6 +31,21 @@
 //!   new ones join the running cluster); target ≤ 1.2 claim attempts per tick
 //!   at 5. Then one replica is killed with SIGKILL and the lateness of the
 //!   ticks in the 5 s after the kill is reported (the takeover).
+//! - `soak` (issue 16: Redis memory is bounded by the job table and the
+//!   history kept, not by the run rate): 100 jobs every second, 3 replicas,
+//!   `history = 100` (the outcome streams, and the dedup window sized from
+//!   `history`, fill within the first 100 s), S seconds with a sample every
+//!   10 s: Redis's key count (`DBSIZE`), its keys by kind (a `SCAN` of the
+//!   keyspace, each key named by what follows its job's hash tag: `state`,
+//!   `runs`, `done`, …), `used_memory`, the outcomes recorded so far (the
+//!   streams' `entries-added`) and each replica's RSS. Targets: from the
+//!   middle sample to the last, keys grow ≤ 1.05x and `used_memory` ≤ 1.10x;
+//!   and ≥ 90 % of the ticks due between the first and the last sample were
+//!   recorded (a soak in which nothing runs is flat for nothing). It also
+//!   prints the plateau (means over the last third of the samples) and the
+//!   key count the data model allows ([`soak_key_bound`]). Not part of
+//!   `all`: it takes 5 minutes of its own, and no window or ceiling is
+//!   measured.
 //!
 //! What is measured, per window of ticks `[t0, t1)` (Redis time):
 //!
@@ -129,7 +145,10 @@ enum Scenario {
     Idle,
     /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
     Scaling,
-    /// Every scenario, one after the other.
+    /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
+    /// over time (not part of `all`).
+    Soak,
+    /// Every scenario but `soak`, one after the other.
     All,
 }
 
@@ -140,6 +159,7 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Idle => "idle",
             Scenario::Scaling => "scaling",
+            Scenario::Soak => "soak",
             Scenario::All => "all",
         }
     }
@@ -176,7 +196,8 @@ struct Args {
     /// Which scenario to run.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Length of each measured window (default 30 s; 60 s for `idle`).
+    /// Length of each measured window (default 30 s; 60 s for `idle`; for
+    /// `soak` the whole run, default 300 s).
     #[arg(long, value_parser = clap::value_parser!(u64).range(5..=600))]
     seconds: Option<u64>,
     /// What each job runs.
@@ -276,6 +297,8 @@ fn run(args: &Args) -> Result<bool> {
         clk_tck: clk_tck(),
     };
     let scenarios = match args.scenario {
+        // Not the soak: five minutes of its own, and about memory, not
+        // claims.
         Scenario::All => vec![
             Scenario::Latency,
             Scenario::Throughput,
@@ -292,6 +315,7 @@ fn run(args: &Args) -> Result<bool> {
             Scenario::Throughput => throughput(&env),
             Scenario::Idle => idle(&env),
             Scenario::Scaling => scaling(&env),
+            Scenario::Soak => soak(&env),
             Scenario::All => unreachable!("expanded above"),
         };
         let report = match result {
@@ -608,6 +632,200 @@ fn scaling(env: &Env) -> Result<Report> {
         "takeover": takeover.json(),
         "replicas": replicas.iter().map(ReplicaStats::json).collect::<Vec<_>>(),
         "ceiling": ceiling.json(Some(last.claims_per_s)),
+        "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
+        "pass": pass,
+    });
+    Ok(Report { json, pass })
+}
+
+fn soak(env: &Env) -> Result<Report> {
+    let k = env.jobs(100);
+    let r = 3;
+    let seconds = env.seconds(300);
+    let schedule = Schedule::EverySecond;
+    let title = format!(
+        "(e) soak: {k} jobs every second, {r} replicas, history {SOAK_HISTORY}, {seconds} s, a \
+         sample every {} s, job kind {}",
+        SOAK_SAMPLE_EVERY_MS / 1_000,
+        env.kind.name()
+    );
+    let loadavg_before = loadavg();
+    println!(
+        "\n(soak) starting redis-server and {r} replicas with {k} jobs… (load average \
+         {loadavg_before})"
+    );
+    let daemon_lines = format!("history = {SOAK_HISTORY}\n");
+    let mut cluster = Cluster::start_with_daemon_lines(env, "soak", k, schedule, &daemon_lines)?;
+    cluster.add_replicas(r)?;
+    cluster.warm_up()?;
+    // Samples half-way between two ticks, when the runs of the last tick
+    // have ended (as for the windows' snapshots).
+    let begin = ceil_to(cluster.redis_time()? + 700, 1_000) - 500;
+    let mut samples = Vec::new();
+    for elapsed_ms in soak_sample_offsets(seconds) {
+        cluster.sleep_until_redis(begin + elapsed_ms, "soak")?;
+        let sample = cluster.soak_sample(elapsed_ms)?;
+        println!(
+            "  [soak] {} s: {} keys, {:.2} MB used_memory, {} outcomes recorded",
+            elapsed_ms / 1_000,
+            sample.keys,
+            megabytes(sample.used_memory),
+            sample
+                .outcomes
+                .map_or("?".to_string(), |n| n.to_string())
+        );
+        samples.push(sample);
+    }
+    let names: Vec<String> = cluster.replicas.iter().map(|r| r.name.clone()).collect();
+    let end = cluster.stop(begin + seconds as i64 * 1_000)?;
+    drop(cluster);
+
+    let first = samples.first().context("the soak takes at least two samples")?;
+    let middle = &samples[(samples.len() - 1) / 2];
+    let last = samples.last().context("the soak takes at least two samples")?;
+    let plateau = &samples[samples.len() - samples.len().div_ceil(3)..];
+    let mean = |value: &dyn Fn(&SoakSample) -> u64| {
+        plateau.iter().map(|s| value(s) as f64).sum::<f64>() / plateau.len() as f64
+    };
+    let plateau_keys = mean(&|s| s.keys);
+    let plateau_used_memory = mean(&|s| s.used_memory);
+    let growth = |from: u64, to: u64| (from > 0).then(|| to as f64 / from as f64);
+    let keys_growth = growth(middle.keys, last.keys);
+    let used_memory_growth = growth(middle.used_memory, last.used_memory);
+    let dedup = DedupKeys::of(last);
+    let in_flight = k as u64;
+    let bound = soak_key_bound(k as u64, dedup.per_job(), in_flight);
+    let due = k as u64 * ((last.elapsed_ms - first.elapsed_ms) / 1_000) as u64;
+    let recorded = match (first.outcomes, last.outcomes) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+        _ => None,
+    };
+
+    let ratio_text = |ratio: Option<f64>| ratio.map_or("-".to_string(), |g| format!("{g:.2}x"));
+    let targets = vec![
+        Target::new(
+            "keys growth, middle → last sample",
+            format!(
+                "{} → {} = {}",
+                middle.keys,
+                last.keys,
+                ratio_text(keys_growth)
+            ),
+            "≤ 1.05x",
+            keys_growth.is_some_and(|g| g <= 1.05),
+        ),
+        Target::new(
+            "used_memory growth, middle → last sample",
+            format!(
+                "{:.2} → {:.2} MB = {}",
+                megabytes(middle.used_memory),
+                megabytes(last.used_memory),
+                ratio_text(used_memory_growth)
+            ),
+            "≤ 1.10x",
+            used_memory_growth.is_some_and(|g| g <= 1.10),
+        ),
+        Target::new(
+            "outcomes recorded, first → last sample",
+            match recorded {
+                Some(n) => format!(
+                    "{n} of {due} ticks due ({:.1} %)",
+                    n as f64 / due.max(1) as f64 * 100.0
+                ),
+                None => "not reported (Redis < 7 has no entries-added)".to_string(),
+            },
+            "≥ 90 %",
+            recorded.is_some_and(|n| due > 0 && n as f64 >= 0.9 * due as f64),
+        ),
+    ];
+
+    println!("\n{title}");
+    print_soak_samples(&samples, &names);
+    let mut rows = vec![
+        vec![
+            format!(
+                "plateau: mean keys ({} samples from {} s)",
+                plateau.len(),
+                plateau[0].elapsed_ms / 1_000
+            ),
+            format!("{plateau_keys:.0}"),
+        ],
+        vec![
+            "plateau: mean used_memory".to_string(),
+            format!("{:.2} MB", plateau_used_memory / 1024.0 / 1024.0),
+        ],
+        vec![
+            "dedup keys per job (from the keys written)".to_string(),
+            dedup.describe(),
+        ],
+        vec![
+            "keys at the last sample vs the data model's bound".to_string(),
+            last.keys.to_string(),
+            format!(
+                "≤ {bound} = {k} × (2 + {}) + 2 × {in_flight} + 3",
+                dedup.per_job()
+            ),
+            match dedup {
+                DedupKeys::PerRun { .. } => "grows per run".to_string(),
+                _ if last.keys <= bound => "under".to_string(),
+                _ => "OVER".to_string(),
+            },
+        ],
+    ];
+    for target in &targets {
+        rows.push(vec![
+            format!("▸ {}", target.name),
+            target.value.clone(),
+            target.bound.clone(),
+            verdict(target.pass),
+        ]);
+    }
+    for row in &mut rows {
+        row.resize(4, String::new());
+    }
+    println!();
+    print_table(
+        &["metric", "value", "target", "verdict"].map(String::from),
+        &rows,
+    );
+    print_replicas(&end.replicas);
+    let pass = targets.iter().all(|t| t.pass);
+    print_targets(&targets);
+    let json = json!({
+        "scenario": "soak",
+        "title": title,
+        "machine": env.machine,
+        "job_kind": env.kind.name(),
+        "jobs": k,
+        "replicas_count": r,
+        "schedule": schedule.cron(),
+        "history": SOAK_HISTORY,
+        "seconds": seconds,
+        "sample_every_s": SOAK_SAMPLE_EVERY_MS / 1_000,
+        "loadavg_before": loadavg_before,
+        "samples": samples.iter().map(|s| s.json(&names)).collect::<Vec<_>>(),
+        "plateau": {
+            "from_elapsed_s": plateau[0].elapsed_ms / 1_000,
+            "samples": plateau.len(),
+            "keys_mean": plateau_keys,
+            "used_memory_mean_bytes": plateau_used_memory,
+        },
+        "growth": {
+            "from_elapsed_s": middle.elapsed_ms / 1_000,
+            "to_elapsed_s": last.elapsed_ms / 1_000,
+            "keys": keys_growth,
+            "used_memory": used_memory_growth,
+        },
+        "key_bound": {
+            "dedup": dedup.describe(),
+            "dedup_keys_per_job": dedup.per_job(),
+            "runs_in_flight": in_flight,
+            "bound": bound,
+            "keys_at_last_sample": last.keys,
+        },
+        "outcomes_recorded": recorded,
+        "ticks_due": due,
+        "replicas": end.replicas.iter().map(ReplicaStats::json).collect::<Vec<_>>(),
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
         "pass": pass,
     });
@@ -1349,6 +1567,9 @@ struct Cluster<'a> {
     replicas: Vec<Replica>,
     jobs_toml: String,
     jobs: usize,
+    /// Lines added to `[daemon]` of every replica's config (the soak's
+    /// `history`); empty for the other scenarios, which keep the defaults.
+    daemon_lines: String,
     /// Redis time − local time, ms.
     offset_ms: i64,
     checked: bool,
@@ -1358,6 +1579,18 @@ struct Cluster<'a> {
 
 impl<'a> Cluster<'a> {
     fn start(env: &'a Env, name: &str, jobs: usize, schedule: Schedule) -> Result<Cluster<'a>> {
+        Cluster::start_with_daemon_lines(env, name, jobs, schedule, "")
+    }
+
+    /// [`Cluster::start`], with `daemon_lines` (TOML, one setting a line)
+    /// added to `[daemon]` of every replica's config.
+    fn start_with_daemon_lines(
+        env: &'a Env,
+        name: &str,
+        jobs: usize,
+        schedule: Schedule,
+        daemon_lines: &str,
+    ) -> Result<Cluster<'a>> {
         let dir = env.work.join(name);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -1384,6 +1617,7 @@ impl<'a> Cluster<'a> {
             replicas: Vec::new(),
             jobs_toml,
             jobs,
+            daemon_lines: daemon_lines.to_string(),
             offset_ms: 0,
             checked: false,
             hwm_before_scrape: Vec::new(),
@@ -1530,11 +1764,12 @@ lease = "30s"
 heartbeat = "5s"
 shutdown_grace = "5s"
 kill_grace = "1s"
-
+{daemon_lines}
 {jobs}"#,
             scenario = self.name,
             url = toml_string(&self.redis.url()),
             state_dir = toml_string(&state_dir.to_string_lossy()),
+            daemon_lines = self.daemon_lines,
             jobs = self.jobs_toml,
         );
         let path = self.dir.join(format!("{name}.toml"));

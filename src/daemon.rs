@@ -49,8 +49,9 @@ use crate::outcome::{Outcome, Status, Trigger};
 use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
-    ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, Recorded, Rerun, RerunOffer,
-    ServerSettings, Store, StoreError, SweepRequest, TriggerReader, TriggerRequest,
+    ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, REPLICA_FORGET_AFTER,
+    Recorded, Rerun, RerunOffer, ServerSettings, Store, StoreError, SweepRequest, TriggerReader,
+    TriggerRequest,
 };
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
@@ -1508,6 +1509,16 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             // heartbeat for a while (a lease renewed just before it died
             // expires up to a lease later); after that it is just history.
             let silent_for = server_ms - last_seen;
+            if silent_for > REPLICA_FORGET_AFTER.as_millis() as i64 {
+                match ctx.store.forget_replica(replica, last_seen).await {
+                    Ok(true) => {
+                        info!(%replica, silent_ms = silent_for, "forgot a replica silent for longer than {}", humantime::format_duration(REPLICA_FORGET_AFTER));
+                    }
+                    Ok(false) => {}
+                    Err(e) => debug!(%replica, error = %e, "cannot forget a long-silent replica yet"),
+                }
+                continue;
+            }
             let dead_after = (3 * heartbeat_ms).max(lease_ms);
             let sweep_until = dead_after + 2 * (lease_ms + heartbeat_ms) + 2 * own_heartbeat_ms;
             if silent_for <= dead_after || silent_for > sweep_until {

@@ -19,9 +19,31 @@ use crate::outcome::{Outcome, Trigger};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 
-/// How long a finished run's done marker lives: a spooled outcome delivered
-/// within this window is recognised as a duplicate.
-pub const DONE_MARKER_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+/// The dedup window's age limit: a second delivery of an outcome (a retry
+/// after a lost reply, a spooled copy) recorded less than this long ago is
+/// recognised as a duplicate. See [`dedup_entries`] for the count limit.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long a replica may be silent before its heartbeat entry and its
+/// consumer of the triggers stream are removed: long after every sweep of
+/// its runs and every takeover of its pending requests.
+pub const REPLICA_FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// How long the keys of a lock (`cronlease lock NAME`) live after its last
+/// acquisition: a lock name used once does not stay in Redis for ever.
+pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The fewest run ids a job's dedup window remembers, however small its
+/// `history`.
+pub const DEDUP_MIN_ENTRIES: u32 = 100;
+
+/// How many run ids a job's dedup window remembers: its `history` (at least
+/// [`DEDUP_MIN_ENTRIES`]), so a job's keys in Redis hold at most about
+/// 2 × `history` entries whatever its run rate. A delivery past the window
+/// is recorded marked stale, never as a second current outcome.
+pub fn dedup_entries(history: u32) -> u32 {
+    history.max(DEDUP_MIN_ENTRIES)
+}
 
 /// How far ahead of Redis time a tick may be and still be claimed. Zero: no
 /// run ever starts before its tick by Redis time; a replica that wakes a
@@ -66,8 +88,22 @@ impl Keys {
         self.job_key(job, "runs")
     }
 
-    /// String with PX: marks a run id whose outcome is recorded.
-    pub fn done(&self, job: &str, run_id: &str) -> String {
+    /// Hash: run id → stream id of its recorded outcome, for the newest
+    /// [`dedup_entries`] runs (the dedup window).
+    pub fn done(&self, job: &str) -> String {
+        self.job_key(job, "done")
+    }
+
+    /// Sorted set: the run ids of [`Keys::done`] by when they were recorded
+    /// (Redis ms), so the window forgets the oldest first.
+    pub fn done_at(&self, job: &str) -> String {
+        self.job_key(job, "done_at")
+    }
+
+    /// String with PX, written before the dedup window existed (until
+    /// 7 days after the upgrade): marks one run id whose outcome is
+    /// recorded. Only read, by [`Store::done_marker`].
+    fn legacy_done(&self, job: &str, run_id: &str) -> String {
         self.job_key(job, &format!("done:{run_id}"))
     }
 
@@ -122,6 +158,7 @@ struct Scripts {
     manual: Script,
     lock_acquire: Script,
     lock_release: Script,
+    forget_replica: Script,
     pause: Script,
     missed: Script,
     release: Script,
@@ -139,6 +176,7 @@ impl Scripts {
             manual: script(include_str!("lua/manual.lua")),
             lock_acquire: script(include_str!("lua/lock_acquire.lua")),
             lock_release: script(include_str!("lua/lock_release.lua")),
+            forget_replica: Script::new(include_str!("lua/forget_replica.lua")),
             pause: Script::new(include_str!("lua/pause.lua")),
             missed: script(include_str!("lua/missed.lua")),
             release: Script::new(include_str!("lua/release.lua")),
@@ -1073,12 +1111,14 @@ impl Store {
             .key(keys.running(job))
             .key(&outcome.lease_key)
             .key(keys.runs(job))
-            .key(keys.done(job, &outcome.run_id))
+            .key(keys.done(job))
             .key(keys.lease(job))
             .key(keys.reruns(job))
+            .key(keys.done_at(job))
             .arg(&outcome.run_id)
             .arg(history)
-            .arg(duration_ms(DONE_MARKER_TTL));
+            .arg(duration_ms(DEDUP_WINDOW))
+            .arg(dedup_entries(history));
         match rerun {
             Some(offer) => invocation
                 .arg("1")
@@ -1278,7 +1318,8 @@ impl Store {
         })
     }
 
-    /// Removes this replica's heartbeat (clean shutdown).
+    /// Removes this replica's heartbeat and its consumer of the triggers
+    /// stream (clean shutdown).
     pub async fn remove_replica(&self, replica: &str) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("HDEL");
         cmd.arg(self.keys.replicas()).arg(replica);
@@ -1287,6 +1328,67 @@ impl Store {
             .on_all(|mut conn| async move { Ok(cmd.query_async::<i64>(&mut conn).await?) })
             .await;
         self.gather("remove_replica", answers)?;
+        self.drop_trigger_consumer(replica).await
+    }
+
+    /// Removes the heartbeat entry of `replica`, silent since `last_seen_ms`
+    /// for longer than [`REPLICA_FORGET_AFTER`], and its trigger consumer;
+    /// `false` if it spoke again meanwhile (then nothing is removed).
+    pub async fn forget_replica(
+        &self,
+        replica: &str,
+        last_seen_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let invocation = {
+            let mut invocation = self.scripts.forget_replica.prepare_invoke();
+            invocation
+                .key(self.keys.replicas())
+                .arg(replica)
+                .arg(last_seen_ms);
+            invocation
+        };
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<i64>(&mut conn).await?) })
+            .await;
+        let removed = self.gather("forget_replica", answers)?.into_iter().any(|n| n == 1);
+        if removed {
+            self.drop_trigger_consumer(replica).await?;
+        }
+        Ok(removed)
+    }
+
+    /// Deletes `consumer` from the replicas' group on the triggers stream,
+    /// unless requests are still pending for it (another replica takes
+    /// those over first). Quorum mode has no triggers stream.
+    async fn drop_trigger_consumer(&self, consumer: &str) -> Result<(), StoreError> {
+        if self.nodes.len() != 1 {
+            return Ok(());
+        }
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .arg(consumer)
+            .query_async(&mut conn)
+            .await;
+        match pending {
+            Ok(Value::Array(entries)) if entries.is_empty() => {}
+            // No stream or no group yet: no consumer either.
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("DELCONSUMER")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(consumer)
+            .query_async(&mut conn)
+            .await?;
         Ok(())
     }
 }
@@ -1567,7 +1669,8 @@ impl Store {
             .key(keys.running(job))
             .key(keys.lease(job))
             .key(keys.runs(job))
-            .key(keys.done(job, &request.run_id))
+            .key(keys.done(job))
+            .key(keys.done_at(job))
             .arg(request.requested_ms())
             .arg(&request.run_id)
             .arg(duration_ms(manual.lease))
@@ -1576,7 +1679,8 @@ impl Store {
             .arg(manual.host)
             .arg(manual.history)
             .arg(manual.min_fence)
-            .arg(duration_ms(DONE_MARKER_TTL))
+            .arg(duration_ms(DEDUP_WINDOW))
+            .arg(dedup_entries(manual.history))
             .invoke_async(&mut conn)
             .await?;
         let items = as_array(reply, "manual")?;
@@ -1595,10 +1699,17 @@ impl Store {
         }
     }
 
-    /// The stream id of a run's recorded outcome, once there is one.
+    /// The stream id of a run's recorded outcome, once there is one (and
+    /// while the dedup window remembers it).
     pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys.done(job)).arg(run_id);
+        if let Some(id) = self.read_cmd::<Option<String>>(cmd).await? {
+            return Ok(Some(id));
+        }
+        // A run recorded by a replica of the previous release.
         let mut cmd = redis::cmd("GET");
-        cmd.arg(self.keys.done(job, run_id));
+        cmd.arg(self.keys.legacy_done(job, run_id));
         self.read_cmd(cmd).await
     }
 
@@ -1701,6 +1812,7 @@ impl Store {
             .arg(duration_ms(lease))
             .arg(holder)
             .arg(host)
+            .arg(duration_ms(LOCK_IDLE_TTL))
             .invoke_async(&mut conn)
             .await?;
         let items = as_array(reply, "lock")?;

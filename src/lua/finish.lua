@@ -1,34 +1,37 @@
 -- Records the outcome of one run and releases what it held; then, if the
 -- job has a pending rerun (see sweep.lua) and the lease is now free, starts
 -- it for the caller.
--- KEYS: state, running, lease_key, runs, done (a marker per run id),
---       lease (the job's base lease key), reruns
--- ARGV: run_id, maxlen, done_ttl_ms, may_rerun ('1'/'0'), overlap, lease_ms,
---       new run id (for a rerun), min_fence, replica, host,
---       then outcome field name/value pairs
+-- KEYS: state, running, lease_key, runs, done, lease (the job's base lease
+--       key), reruns, done_at
+-- ARGV: run_id, maxlen, window_ms, window_count, may_rerun ('1'/'0'),
+--       overlap, lease_ms, new run id (for a rerun), min_fence, replica,
+--       host, then outcome field name/value pairs
 -- The outcome is current when the run was still in `running`; when someone
--- already recorded it (abandoned), it is appended marked stale. The done
--- marker makes a second delivery of the same outcome (a retry after a lost
--- reply, a spooled copy) a no-op.
+-- already recorded it (abandoned, or this very outcome delivered before
+-- the dedup window forgot it), it is appended marked stale. Within the
+-- dedup window (see remember_done) a second delivery of the same outcome
+-- (a retry after a lost reply, a spooled copy) is a no-op.
 -- Returns {current|stale|duplicate, stream id[, rerun tick, fence, lease_key, started]}.
 local state, running, lease_key, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local lease, reruns = KEYS[6], KEYS[7]
-local run_id, maxlen, done_ttl = ARGV[1], ARGV[2], ARGV[3]
-local may_rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
-local new_run_id, min_fence, replica, host = ARGV[7], tonumber(ARGV[8]), ARGV[9], ARGV[10]
-local previous = redis.call('GET', done)
+local lease, reruns, done_at = KEYS[6], KEYS[7], KEYS[8]
+local run_id, maxlen = ARGV[1], ARGV[2]
+local window_ms, window_count = tonumber(ARGV[3]), tonumber(ARGV[4])
+local may_rerun, overlap, lease_ms = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
+local new_run_id, min_fence, replica, host = ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11]
+local previous = redis.call('HGET', done, run_id)
 if previous then return {'duplicate', previous} end
 local stale = not redis.call('HGET', running, run_id)
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
 redis.call('HDEL', running, run_id)
 local fields = {}
-for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = record_outcome(state, runs, maxlen, fields, stale)
-redis.call('SET', done, id, 'PX', done_ttl)
+local now = now_ms()
+remember_done(done, done_at, run_id, id, now, window_count, window_ms)
 local kind = stale and 'stale' or 'current'
 if may_rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
-    new_run_id, min_fence, now_ms())
+    new_run_id, min_fence, now)
   if started then return {kind, id, started[1], started[2], started[3], started[4]} end
 end
 return {kind, id}

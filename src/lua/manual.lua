@@ -3,14 +3,17 @@
 -- The run id comes from the trigger request, so a request delivered twice
 -- (its first consumer died, XAUTOCLAIM gave it to another) starts at most
 -- one run.
--- KEYS: state, running, lease, runs, done (the run id's done marker)
+-- KEYS: state, running, lease, runs, done, done_at (the dedup window, see
+--       remember_done)
 -- ARGV: tick_ms (the request's time), run_id, lease_ms, overlap, replica,
---       host, maxlen, min_fence, done_ttl_ms
+--       host, maxlen, min_fence, window_ms, window_count
 local state, running, lease, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local done_at = KEYS[6]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
-local maxlen, min_fence, done_ttl = ARGV[7], tonumber(ARGV[8]), ARGV[9]
-if redis.call('HEXISTS', running, run_id) == 1 or redis.call('EXISTS', done) == 1 then
+local maxlen, min_fence = ARGV[7], tonumber(ARGV[8])
+local window_ms, window_count = tonumber(ARGV[9]), tonumber(ARGV[10])
+if redis.call('HEXISTS', running, run_id) == 1 or redis.call('HEXISTS', done, run_id) == 1 then
   return {'duplicate'}
 end
 local now = now_ms()
@@ -19,7 +22,7 @@ if overlap == 'skip' then
   if holder then
     local id = record_outcome(state, runs, maxlen,
       skip_fields(tick, run_id, replica, host, now, 'manual'), false)
-    redis.call('SET', done, id, 'PX', done_ttl)
+    remember_done(done, done_at, run_id, id, now, window_count, window_ms)
     return {'busy', holder}
   end
 end

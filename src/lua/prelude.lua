@@ -34,6 +34,30 @@ local function record_outcome(state, runs, maxlen, fields, stale)
   return id
 end
 
+-- The dedup window: which run ids have a recorded outcome (hash `done`: run
+-- id -> stream id) and when it was recorded (sorted set `done_at`: run id
+-- scored by Redis time), so a second delivery of an outcome (a retry after a
+-- lost reply, a spooled copy) is recognised. Bounded: the newest `count`
+-- run ids of the job, none older than `window_ms`, and both keys expire
+-- `window_ms` after the job's last outcome (a job removed from the table).
+local function remember_done(done, done_at, run_id, id, now, count, window_ms)
+  redis.call('HSET', done, run_id, id)
+  redis.call('ZADD', done_at, now, run_id)
+  local forget = redis.call('ZRANGEBYSCORE', done_at, '-inf', now - window_ms, 'LIMIT', 0, 100)
+  local excess = redis.call('ZCARD', done_at) - #forget - count
+  if excess > 0 then
+    for _, old in ipairs(redis.call('ZRANGE', done_at, #forget, #forget + excess - 1)) do
+      forget[#forget + 1] = old
+    end
+  end
+  if #forget > 0 then
+    redis.call('HDEL', done, unpack(forget))
+    redis.call('ZREM', done_at, unpack(forget))
+  end
+  redis.call('PEXPIRE', done, window_ms)
+  redis.call('PEXPIRE', done_at, window_ms)
+end
+
 -- The fence after `min_fence`, the highest this replica has seen: a Redis
 -- that lost state never hands out a fence that was already used.
 local function next_fence(state, min_fence)
