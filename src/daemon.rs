@@ -1515,7 +1515,9 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                         info!(%replica, silent_ms = silent_for, "forgot a replica silent for longer than {}", humantime::format_duration(REPLICA_FORGET_AFTER));
                     }
                     Ok(false) => {}
-                    Err(e) => debug!(%replica, error = %e, "cannot forget a long-silent replica yet"),
+                    Err(e) => {
+                        debug!(%replica, error = %e, "cannot forget a long-silent replica yet")
+                    }
                 }
                 continue;
             }

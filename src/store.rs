@@ -1351,7 +1351,10 @@ impl Store {
         let answers = self
             .on_all(|mut conn| async move { Ok(invocation.invoke_async::<i64>(&mut conn).await?) })
             .await;
-        let removed = self.gather("forget_replica", answers)?.into_iter().any(|n| n == 1);
+        let removed = self
+            .gather("forget_replica", answers)?
+            .into_iter()
+            .any(|n| n == 1);
         if removed {
             self.drop_trigger_consumer(replica).await?;
         }

@@ -2,6 +2,7 @@
 //! area, all driving the real `cronlease` binary except `quorum`, which
 //! drives the library's `Store` (the quorum protocol, answer by answer).
 
+mod bounds;
 mod check;
 mod cron_differential;
 mod cron_reference;

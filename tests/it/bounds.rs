@@ -1,0 +1,374 @@
+//! What cronlease keeps in Redis is bounded by the job table, not by the
+//! run rate: the dedup window of each job (a retried or spooled outcome is
+//! applied once; one delivered after the window is recorded, marked stale,
+//! never current), the keys after many runs, replicas gone for a day, and
+//! locks nobody uses any more. Driven through the library's `Store` against
+//! a private `redis-server`, and, for the spool, through real replicas.
+
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cronlease::config::{Config, Overlap};
+use cronlease::outcome::{Outcome, Status, Trigger};
+use cronlease::spool::Spool;
+use cronlease::store::{
+    ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, dedup_entries,
+};
+
+use crate::support::{Cluster, RedisServer, read_outcomes, wait_until};
+
+/// The prefix `support::write_config_section` gives replicas.
+const PREFIX: &str = "cl";
+const JOB: &str = "draw";
+const LEASE: Duration = Duration::from_secs(10);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds")
+}
+
+async fn store(server: &RedisServer) -> Store {
+    let text = format!(
+        "[redis]\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\ncommand_timeout = \"1s\"\n\
+         [jobs.{JOB}]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n",
+        server.url()
+    );
+    let config = Config::parse(&text, Path::new("bounds-test.toml"))
+        .unwrap_or_else(|e| panic!("the test config is valid: {e}\n{text}"));
+    Store::connect(&config.redis)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+}
+
+fn now_ms() -> i64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    i64::try_from(since.as_millis()).expect("milliseconds fit in i64")
+}
+
+fn key(part: &str) -> String {
+    format!("{PREFIX}:{{{JOB}}}:{part}")
+}
+
+/// Claims `tick` for `run_id` and returns the outcome its run would record.
+async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outcome {
+    let request = ClaimRequest {
+        job: JOB,
+        tick_ms,
+        run_id,
+        lease: LEASE,
+        overlap: Overlap::Skip,
+        replica: "test",
+        host: "localhost",
+        history,
+        min_tick: -1,
+        min_fence: 0,
+        trigger: Trigger::Schedule,
+        wait_if_busy: false,
+        deadline_ms: -1,
+    };
+    let reply = store.claim(&request).await.expect("claim");
+    let ClaimReply::Claimed {
+        fence, lease_key, ..
+    } = reply
+    else {
+        panic!("a fresh tick with no rival: expected claimed, got {reply:?}");
+    };
+    Outcome {
+        job: JOB.into(),
+        tick_ms,
+        fence,
+        run_id: run_id.into(),
+        replica: "test".into(),
+        host: "localhost".into(),
+        started_ms: tick_ms,
+        finished_ms: tick_ms + 1,
+        status: Status::Ok,
+        exit_code: Some(0),
+        signal: None,
+        attempts: 1,
+        output: String::new(),
+        trigger: Trigger::Schedule,
+        lease_key,
+    }
+}
+
+/// Claims and finishes `count` ticks, one second apart from `first_tick`.
+async fn run_ticks(store: &Store, first_tick: i64, count: usize, history: u32) {
+    for n in 0..count {
+        let tick = first_tick + 1000 * n as i64;
+        let outcome = claim(store, &format!("run-{tick}"), tick, history).await;
+        let reply = store.finish(&outcome, history, None).await.expect("finish");
+        assert_eq!(reply.recorded, Recorded::Current);
+    }
+}
+
+fn hget(server: &RedisServer, key: &str, field: &str) -> Option<String> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query(&mut server.client())
+        .expect("HGET")
+}
+
+#[test]
+fn a_retried_finish_is_applied_once_within_the_window() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = store(&server).await;
+        let tick = now_ms() - 60_000;
+        let outcome = claim(&store, "first", tick, 1000).await;
+        let first = store.finish(&outcome, 1000, None).await.expect("finish");
+        assert_eq!(first.recorded, Recorded::Current);
+        // Other runs are recorded in between (fewer than the window holds).
+        run_ticks(&store, tick + 1000, 50, 1000).await;
+        let again = store.finish(&outcome, 1000, None).await.expect("finish");
+        assert_eq!(again.recorded, Recorded::Duplicate);
+        assert_eq!(again.id, first.id, "the duplicate names the first record");
+    });
+    let outcomes = read_outcomes(&mut server.client(), PREFIX, JOB);
+    let firsts = outcomes.iter().filter(|o| o.run_id() == "first").count();
+    assert_eq!(firsts, 1, "the outcome is in the stream once");
+}
+
+#[test]
+fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
+    let server = RedisServer::start();
+    let history = 1; // the window is then DEDUP_MIN_ENTRIES run ids
+    let window = dedup_entries(history) as usize;
+    assert_eq!(window, DEDUP_MIN_ENTRIES as usize);
+    runtime().block_on(async {
+        let store = store(&server).await;
+        let tick = now_ms() - 3_600_000;
+        let outcome = claim(&store, "old", tick, history).await;
+        let first = store.finish(&outcome, history, None).await.expect("finish");
+        assert_eq!(first.recorded, Recorded::Current);
+        run_ticks(&store, tick + 1000, window + 5, history).await;
+        let current_before = hget(&server, &key("state"), "outcome_run_id");
+        // The window forgot "old": a late copy (a spool delivered hours
+        // later) is recorded, marked stale, and the job's current outcome
+        // stays the latest run's.
+        let late = store.finish(&outcome, history, None).await.expect("finish");
+        assert_eq!(late.recorded, Recorded::Stale);
+        assert_eq!(
+            hget(&server, &key("state"), "outcome_run_id"),
+            current_before
+        );
+    });
+    let outcomes = read_outcomes(&mut server.client(), PREFIX, JOB);
+    let late = outcomes
+        .iter()
+        .rfind(|o| o.run_id() == "old")
+        .expect("the late copy is in the stream");
+    assert!(late.stale(), "the late copy is marked stale");
+}
+
+#[test]
+fn a_jobs_keys_after_many_runs_stay_within_the_bound() {
+    let server = RedisServer::start();
+    let history = 50;
+    let runs = 3 * DEDUP_MIN_ENTRIES as usize;
+    runtime().block_on(async {
+        let store = store(&server).await;
+        run_ticks(&store, now_ms() - 2 * 3_600_000, runs, history).await;
+    });
+    let mut redis = server.client();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{PREFIX}:{{{JOB}}}:*"))
+        .query(&mut redis)
+        .expect("KEYS");
+    let mut sorted = keys.clone();
+    sorted.sort();
+    // state, the runs stream, and the dedup window's two keys: no run in
+    // flight, no lease held, no rerun pending.
+    assert_eq!(
+        sorted,
+        ["done", "done_at", "runs", "state"].map(key),
+        "after {runs} runs"
+    );
+    let window = dedup_entries(history) as i64;
+    let done: i64 = redis::cmd("HLEN")
+        .arg(key("done"))
+        .query(&mut redis)
+        .unwrap();
+    let done_at: i64 = redis::cmd("ZCARD")
+        .arg(key("done_at"))
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!((done, done_at), (window, window));
+    // MAXLEN ~ trims whole stream nodes (100 entries by default).
+    let stream: i64 = redis::cmd("XLEN")
+        .arg(key("runs"))
+        .query(&mut redis)
+        .unwrap();
+    assert!(stream <= i64::from(history) + 100, "stream holds {stream}");
+    // A job removed from the table: its window expires after 7 days.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(key("done"))
+        .query(&mut redis)
+        .unwrap();
+    assert!(ttl > 6 * 24 * 3_600_000, "done expires in {ttl} ms");
+}
+
+#[test]
+fn a_spooled_outcome_delivered_twice_by_two_replicas_is_applied_once() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = format!("[jobs.{JOB}]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n");
+    // The run's replica lost Redis's reply to its finish: its outcome went
+    // to the spool, and (say the spool was restored on a second host) two
+    // replicas hold a copy. Redis did record it the first time.
+    let outcome = runtime().block_on(async {
+        let store = store(&cluster.redis).await;
+        let outcome = claim(&store, "spooled", now_ms() - 10_000, 1000).await;
+        let reply = store.finish(&outcome, 1000, None).await.expect("finish");
+        assert_eq!(reply.recorded, Recorded::Current);
+        outcome
+    });
+    for name in ["alpha", "bravo"] {
+        cluster.config(name, "", &jobs);
+        let spool = Spool::open(&cluster.path(name).join("state")).expect("open the spool");
+        spool.save(&outcome).expect("spool the outcome");
+    }
+    cluster.start("alpha", &jobs);
+    cluster.start("bravo", &jobs);
+    cluster.wait_ready();
+    for name in ["alpha", "bravo"] {
+        let spool = Spool::open(&cluster.path(name).join("state")).expect("open the spool");
+        wait_until(Duration::from_secs(20), "the spool delivered", || {
+            spool.pending().ok().filter(|p| p.is_empty()).map(|_| ())
+        });
+    }
+    let copies = cluster
+        .outcomes(JOB)
+        .iter()
+        .filter(|o| o.run_id() == "spooled")
+        .count();
+    assert_eq!(copies, 1, "recorded once\n{}", cluster.logs());
+    cluster.stop_all();
+}
+
+#[test]
+fn a_replica_silent_for_a_day_is_forgotten_with_its_trigger_consumer() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let mut redis = cluster.redis.client();
+    let day_ago = now_ms() - 25 * 3_600_000;
+    let record = serde_json::json!({
+        "host": "gone", "pid": 1, "version": "0.1.0", "started_ms": day_ago,
+        "last_seen_ms": day_ago, "heartbeat_ms": 1000, "lease_ms": 2000,
+        "config_hash": {}, "runs": [],
+    });
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{PREFIX}:replicas"))
+        .arg("gone")
+        .arg(record.to_string())
+        .query(&mut redis)
+        .expect("HSET replicas");
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(format!("{PREFIX}:triggers"))
+        .arg("replicas")
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut redis)
+        .expect("XGROUP CREATE");
+    let _: i64 = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(format!("{PREFIX}:triggers"))
+        .arg("replicas")
+        .arg("gone")
+        .query(&mut redis)
+        .expect("XGROUP CREATECONSUMER");
+    let jobs = format!("[jobs.{JOB}]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n");
+    cluster.start("alpha", &jobs);
+    cluster.wait_ready();
+    wait_until(
+        Duration::from_secs(20),
+        "the silent replica forgotten",
+        || {
+            let known: bool = redis::cmd("HEXISTS")
+                .arg(format!("{PREFIX}:replicas"))
+                .arg("gone")
+                .query(&mut redis)
+                .expect("HEXISTS");
+            (!known).then_some(())
+        },
+    );
+    let consumers = |redis: &mut redis::Connection| -> Vec<String> {
+        let info: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(format!("{PREFIX}:triggers"))
+            .arg("replicas")
+            .query(redis)
+            .expect("XINFO CONSUMERS");
+        info.iter()
+            .filter_map(|fields| {
+                let name = fields.get(1)?;
+                redis::from_redis_value::<String>(name.clone()).ok()
+            })
+            .collect()
+    };
+    assert!(!consumers(&mut redis).contains(&"gone".to_string()));
+    // A clean shutdown takes this replica's heartbeat and consumer with it.
+    cluster.stop_all();
+    let known: bool = redis::cmd("HEXISTS")
+        .arg(format!("{PREFIX}:replicas"))
+        .arg("alpha")
+        .query(&mut redis)
+        .expect("HEXISTS");
+    assert!(!known, "alpha's heartbeat outlived its shutdown");
+    assert!(
+        consumers(&mut redis).is_empty(),
+        "{:?}",
+        consumers(&mut redis)
+    );
+}
+
+#[test]
+fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
+    let server = RedisServer::start();
+    let state = format!("{PREFIX}:{{lock:nightly}}:state");
+    let fences = runtime().block_on(async {
+        let store = store(&server).await;
+        let mut fences = Vec::new();
+        for run_id in ["a", "b"] {
+            let reply = store
+                .lock_acquire("nightly", run_id, LEASE, "test", "localhost")
+                .await
+                .expect("lock");
+            let LockReply::Acquired { fence, .. } = reply else {
+                panic!("a free lock: expected acquired, got {reply:?}");
+            };
+            fences.push(fence);
+            assert!(
+                store
+                    .lock_release("nightly", run_id)
+                    .await
+                    .expect("release")
+            );
+            // The keys expire 30 days after the last acquisition.
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&state)
+                .query(&mut server.client())
+                .expect("PTTL");
+            assert!(
+                ttl > 29 * 24 * 3_600_000,
+                "the lock state expires in {ttl} ms"
+            );
+            // Simulate those 30 days passing (and time moving on: a
+            // forgotten lock's fence starts from the Redis time in ms).
+            let _: i64 = redis::cmd("DEL")
+                .arg(&state)
+                .query(&mut server.client())
+                .expect("DEL");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        fences
+    });
+    assert!(
+        fences[1] > fences[0] && fences[0] as i64 > now_ms() - 60_000,
+        "fences {fences:?}: a forgotten lock's fence starts from Redis time, above the last"
+    );
+}
