@@ -1,0 +1,183 @@
+//! `[daemon]`: leases, graces, the replica's identity and state directory,
+//! history, heartbeats, logging and metrics, validated into [`DaemonConfig`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::checker::{Checker, is_name};
+use super::{DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, LogFormat, RedisConfig};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDaemon {
+    lease: Option<Spanned<String>>,
+    shutdown_grace: Option<Spanned<String>>,
+    kill_grace: Option<Spanned<String>>,
+    replica_id: Option<Spanned<String>>,
+    state_dir: Option<Spanned<String>>,
+    history: Option<Spanned<i64>>,
+    output_tail_bytes: Option<Spanned<i64>>,
+    heartbeat: Option<Spanned<String>>,
+    log_format: Option<LogFormat>,
+    metrics_listen: Option<Spanned<String>>,
+}
+
+impl RawDaemon {
+    pub(super) fn default_raw() -> RawDaemon {
+        RawDaemon {
+            lease: None,
+            shutdown_grace: None,
+            kill_grace: None,
+            replica_id: None,
+            state_dir: None,
+            history: None,
+            output_tail_bytes: None,
+            heartbeat: None,
+            log_format: None,
+            metrics_listen: None,
+        }
+    }
+}
+
+pub(super) const MAX_LEASE: Duration = Duration::from_secs(3600);
+pub(super) const MIN_LEASE: Duration = Duration::from_secs(1);
+pub(super) const MAX_GRACE: Duration = Duration::from_secs(3600);
+
+pub(super) fn validate_daemon(
+    checker: &mut Checker<'_>,
+    raw: RawDaemon,
+    redis: &Option<RedisConfig>,
+) -> Option<DaemonConfig> {
+    const S: &str = "daemon";
+    let lease = checker.duration(
+        S,
+        "lease",
+        raw.lease.as_ref(),
+        Duration::from_secs(30),
+        MAX_LEASE,
+    );
+    if let Some(span) = raw.lease.as_ref().map(Spanned::span) {
+        if lease < MIN_LEASE {
+            checker.problem(
+                Some(span.clone()),
+                Some(S),
+                Some("lease"),
+                format!(
+                    "lease {} is too short: the watchdog renews every lease/3 and needs room for a Redis round trip and a retry; expected at least 1s",
+                    humantime::format_duration(lease)
+                ),
+            );
+        } else if let Some(redis) = redis
+            && lease / 3 <= redis.command_timeout
+        {
+            checker.problem(
+                Some(span),
+                Some(S),
+                Some("lease"),
+                format!(
+                    "lease {} is too short for its renewal period: renewals every {} would not outlast one [redis] command_timeout of {}; expected a lease above {}",
+                    humantime::format_duration(lease),
+                    humantime::format_duration(lease / 3),
+                    humantime::format_duration(redis.command_timeout),
+                    humantime::format_duration(redis.command_timeout * 3),
+                ),
+            );
+        }
+    }
+    let shutdown_grace = checker.duration(
+        S,
+        "shutdown_grace",
+        raw.shutdown_grace.as_ref(),
+        Duration::from_secs(30),
+        MAX_GRACE,
+    );
+    let kill_grace = checker.duration(
+        S,
+        "kill_grace",
+        raw.kill_grace.as_ref(),
+        Duration::from_secs(10),
+        MAX_GRACE,
+    );
+    let heartbeat = checker.duration(
+        S,
+        "heartbeat",
+        raw.heartbeat.as_ref(),
+        Duration::from_secs(5),
+        Duration::from_secs(300),
+    );
+    let replica_id = raw.replica_id.map(|id| {
+        if !is_name(id.get_ref(), 128) {
+            checker.problem(
+                Some(id.span()),
+                Some(S),
+                Some("replica_id"),
+                format!(
+                    "invalid replica id {:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -",
+                    id.get_ref()
+                ),
+            );
+        }
+        id.into_inner()
+    });
+    let state_dir = match raw.state_dir {
+        // systemd's StateDirectory= (the first, if several).
+        None => std::env::var_os("STATE_DIRECTORY")
+            .and_then(|dirs| std::env::split_paths(&dirs).next())
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        Some(dir) if dir.get_ref().trim().is_empty() => {
+            checker.problem(
+                Some(dir.span()),
+                Some(S),
+                Some("state_dir"),
+                "empty path: expected a directory such as \"/var/lib/cronlease\"".into(),
+            );
+            PathBuf::new()
+        }
+        Some(dir) => PathBuf::from(dir.into_inner()),
+    };
+    let metrics_listen = match raw.metrics_listen {
+        None => Some(
+            DEFAULT_METRICS_LISTEN
+                .parse()
+                .expect("the default metrics address is a valid socket address"),
+        ),
+        Some(text) if text.get_ref().is_empty() => None,
+        Some(text) => match text.get_ref().parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                checker.problem(
+                    Some(text.span()),
+                    Some(S),
+                    Some("metrics_listen"),
+                    format!("invalid address {:?}: expected IP:port such as \"127.0.0.1:9464\", or \"\" to turn metrics off", text.get_ref()),
+                );
+                None
+            }
+        },
+    };
+    let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
+    let output_tail_bytes = checker.integer(
+        S,
+        "output_tail_bytes",
+        raw.output_tail_bytes.as_ref(),
+        4096,
+        0..1_048_577,
+    );
+    Some(DaemonConfig {
+        lease,
+        shutdown_grace,
+        kill_grace,
+        replica_id,
+        state_dir,
+        history: u32::try_from(history).expect("history was checked to be within 1..=1_000_000"),
+        output_tail_bytes: usize::try_from(output_tail_bytes)
+            .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
+        heartbeat,
+        log_format: raw.log_format.unwrap_or(LogFormat::Text),
+        metrics_listen,
+    })
+}

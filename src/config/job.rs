@@ -1,0 +1,258 @@
+//! `[jobs.<name>]`: one job's schedule (through [`Schedule`]), command,
+//! environment, timeouts and policies, validated into [`Job`].
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::checker::Checker;
+use super::daemon_section::MAX_GRACE;
+use super::{Command, Job, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
+use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJob {
+    schedule: Option<Spanned<String>>,
+    timezone: Option<Spanned<String>>,
+    command: Option<Spanned<Vec<String>>>,
+    shell: Option<Spanned<String>>,
+    workdir: Option<Spanned<String>>,
+    #[serde(default)]
+    env: BTreeMap<Spanned<String>, Spanned<String>>,
+    timeout: Option<Spanned<String>>,
+    overlap: Option<Overlap>,
+    misfire: Option<Misfire>,
+    misfire_grace: Option<Spanned<String>>,
+    retries: Option<Spanned<i64>>,
+    retry_backoff: Option<Spanned<String>>,
+    on_holder_lost: Option<OnHolderLost>,
+    dst_gap: Option<Spanned<DstGap>>,
+    dst_repeat: Option<Spanned<DstRepeat>>,
+    benchmark_noop: Option<Spanned<bool>>,
+}
+
+pub(super) const MAX_JOB_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The job's `dst_gap` and `dst_repeat`, defaults where unset.
+pub(super) fn dst_policy(raw: &RawJob) -> DstPolicy {
+    DstPolicy {
+        gap: raw
+            .dst_gap
+            .as_ref()
+            .map(|v| *v.get_ref())
+            .unwrap_or_default(),
+        repeat: raw
+            .dst_repeat
+            .as_ref()
+            .map(|v| *v.get_ref())
+            .unwrap_or_default(),
+    }
+}
+
+/// A DST policy is for fixed-time jobs: on a wall-clock job it would do
+/// nothing, which is a mistake worth naming.
+pub(super) fn check_dst_policy(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &RawJob,
+    schedule: Schedule,
+) -> Option<Schedule> {
+    if schedule.timing() == Timing::FixedTime {
+        return Some(schedule);
+    }
+    let fields = [
+        ("dst_gap", raw.dst_gap.as_ref().map(|v| v.span())),
+        ("dst_repeat", raw.dst_repeat.as_ref().map(|v| v.span())),
+    ];
+    let mut valid = true;
+    for (field, span) in fields {
+        if let Some(span) = span {
+            valid = false;
+            checker.problem(
+                Some(span),
+                Some(section),
+                Some(field),
+                format!(
+                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`):                      local times the clock skips do not run, repeated ones run again; remove `{field}`,                      or give the minute and hour as numbers, lists or ranges",
+                    schedule.expression()
+                ),
+            );
+        }
+    }
+    valid.then_some(schedule)
+}
+
+pub(super) fn validate_job(
+    checker: &mut Checker<'_>,
+    section: &str,
+    name: &str,
+    raw: RawJob,
+    base_dir: &Path,
+) -> Option<Job> {
+    let timezone = match &raw.timezone {
+        None => Some(Zone::utc()),
+        Some(tz) => match Zone::parse(tz.get_ref()) {
+            Ok(tz) => Some(tz),
+            Err(e) => {
+                checker.problem(
+                    Some(tz.span()),
+                    Some(section),
+                    Some("timezone"),
+                    e.to_string(),
+                );
+                None
+            }
+        },
+    };
+    let schedule = match (&raw.schedule, timezone) {
+        (None, _) => {
+            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
+            None
+        }
+        (Some(expr), Some(tz)) => {
+            match checker.schedule(expr.get_ref(), tz, name, dst_policy(&raw)) {
+                Ok(schedule) => check_dst_policy(checker, section, &raw, schedule),
+                Err(e) => {
+                    checker.problem(
+                        Some(expr.span()),
+                        Some(section),
+                        Some("schedule"),
+                        e.to_string(),
+                    );
+                    None
+                }
+            }
+        }
+        (Some(_), None) => None,
+    };
+    let noop = raw.benchmark_noop.filter(|noop| *noop.get_ref());
+    let command = match (raw.command, raw.shell) {
+        (None, None) if noop.is_some() => Some(Command::BenchmarkNoop),
+        (Some(_), _) | (_, Some(_)) if noop.is_some() => {
+            let span = noop.map(|n| n.span());
+            checker.problem(
+                span,
+                Some(section),
+                Some("benchmark_noop"),
+                "`benchmark_noop` runs nothing and cannot be combined with `command` or `shell`"
+                    .into(),
+            );
+            None
+        }
+        (Some(_), Some(shell)) => {
+            checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
+            None
+        }
+        (None, None) => {
+            checker.problem(None, Some(section), Some("command"), "neither `command` nor `shell` is set: expected `command = [\"program\", \"arg\"]` or `shell = \"script\"`".into());
+            None
+        }
+        (Some(argv), None) => {
+            let span = argv.span();
+            let argv = argv.into_inner();
+            if argv.first().is_none_or(|program| program.trim().is_empty()) {
+                checker.problem(Some(span), Some(section), Some("command"), "empty command: expected a program and its arguments, e.g. [\"/usr/bin/backup\", \"--all\"]".into());
+                None
+            } else if argv.iter().any(|arg| arg.contains('\0')) {
+                checker.problem(
+                    Some(span),
+                    Some(section),
+                    Some("command"),
+                    "an argument contains a NUL byte, which no program can receive".into(),
+                );
+                None
+            } else {
+                Some(Command::Argv(argv))
+            }
+        }
+        (None, Some(script)) => {
+            if script.get_ref().trim().is_empty() || script.get_ref().contains('\0') {
+                checker.problem(Some(script.span()), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
+                None
+            } else {
+                Some(Command::Shell(script.into_inner()))
+            }
+        }
+    };
+    let workdir = match raw.workdir {
+        None => base_dir.to_path_buf(),
+        Some(dir) if dir.get_ref().trim().is_empty() => {
+            checker.problem(
+                Some(dir.span()),
+                Some(section),
+                Some("workdir"),
+                "empty path: expected a directory, absolute or relative to the config file".into(),
+            );
+            base_dir.to_path_buf()
+        }
+        Some(dir) => base_dir.join(dir.get_ref()),
+    };
+    let mut env = BTreeMap::new();
+    for (key, value) in raw.env {
+        let k = key.get_ref();
+        let valid_key = !k.is_empty() && !k.contains(['=', '\0']);
+        if !valid_key {
+            checker.problem(
+                Some(key.span()),
+                Some(section),
+                Some("env"),
+                format!(
+                    "invalid variable name {k:?}: expected a non-empty name without '=' or NUL"
+                ),
+            );
+        } else if k.starts_with(RESERVED_ENV_PREFIX) {
+            checker.problem(Some(key.span()), Some(section), Some("env"), format!("{k} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"));
+        } else if value.get_ref().contains('\0') {
+            checker.problem(
+                Some(value.span()),
+                Some(section),
+                Some("env"),
+                format!("the value of {k} contains a NUL byte"),
+            );
+        } else {
+            env.insert(key.into_inner(), value.into_inner());
+        }
+    }
+    let timeout = raw.timeout.as_ref().map(|t| {
+        checker.duration(
+            section,
+            "timeout",
+            Some(t),
+            MAX_JOB_DURATION,
+            MAX_JOB_DURATION,
+        )
+    });
+    let misfire_grace = checker.duration(
+        section,
+        "misfire_grace",
+        raw.misfire_grace.as_ref(),
+        Duration::from_secs(300),
+        MAX_JOB_DURATION,
+    );
+    let retry_backoff = checker.duration(
+        section,
+        "retry_backoff",
+        raw.retry_backoff.as_ref(),
+        Duration::from_secs(10),
+        MAX_GRACE,
+    );
+    let retries = checker.integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
+    Some(Job {
+        name: name.to_string(),
+        schedule: schedule?,
+        command: command?,
+        workdir,
+        env,
+        timeout,
+        overlap: raw.overlap.unwrap_or(Overlap::Skip),
+        misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
+        misfire_grace,
+        retries: u32::try_from(retries).expect("retries was checked to be within 0..=100"),
+        retry_backoff,
+        on_holder_lost: raw.on_holder_lost.unwrap_or(OnHolderLost::Record),
+    })
+}
