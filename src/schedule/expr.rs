@@ -48,6 +48,18 @@ const MONTH_NAMES: [&str; 12] = [
 ];
 const WEEKDAY_NAMES: [&str; 7] = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"];
 
+/// Every field in the order of a 7-field expression; 6 fields drop the
+/// year, 5 also the second.
+const ALL_FIELDS: [Field; 7] = [
+    Field::Second,
+    Field::Minute,
+    Field::Hour,
+    Field::DayOfMonth,
+    Field::Month,
+    Field::DayOfWeek,
+    Field::Year,
+];
+
 /// One field of the expression.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Field {
@@ -330,30 +342,9 @@ pub(super) fn parse(expression: &str, job: &str) -> Result<Expr, String> {
     let fields_text = expand_macro(expression)?;
     let parts: Vec<&str> = fields_text.split_whitespace().collect();
     let layout: &[Field] = match parts.len() {
-        5 => &[
-            Field::Minute,
-            Field::Hour,
-            Field::DayOfMonth,
-            Field::Month,
-            Field::DayOfWeek,
-        ],
-        6 => &[
-            Field::Second,
-            Field::Minute,
-            Field::Hour,
-            Field::DayOfMonth,
-            Field::Month,
-            Field::DayOfWeek,
-        ],
-        7 => &[
-            Field::Second,
-            Field::Minute,
-            Field::Hour,
-            Field::DayOfMonth,
-            Field::Month,
-            Field::DayOfWeek,
-            Field::Year,
-        ],
+        5 => &ALL_FIELDS[1..6],
+        6 => &ALL_FIELDS[..6],
+        7 => &ALL_FIELDS,
         n => {
             return Err(format!(
                 "{n} field{} in {expression:?}: {EXPECTED_FORM}",

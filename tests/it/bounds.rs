@@ -9,13 +9,13 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cronlease::config::{Config, Overlap};
-use cronlease::outcome::{Outcome, Status, Trigger};
+use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
     ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, dedup_entries,
 };
 
-use crate::support::{Cluster, RedisServer, read_outcomes, wait_until};
+use crate::support::{Cluster, RedisServer, ok_outcome, read_outcomes, wait_until};
 
 /// The prefix `support::write_config_section` gives replicas.
 const PREFIX: &str = "cl";
@@ -77,23 +77,7 @@ async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outco
     else {
         panic!("a fresh tick with no rival: expected claimed, got {reply:?}");
     };
-    Outcome {
-        job: JOB.into(),
-        tick_ms,
-        fence,
-        run_id: run_id.into(),
-        replica: "test".into(),
-        host: "localhost".into(),
-        started_ms: tick_ms,
-        finished_ms: tick_ms + 1,
-        status: Status::Ok,
-        exit_code: Some(0),
-        signal: None,
-        attempts: 1,
-        output: String::new(),
-        trigger: Trigger::Schedule,
-        lease_key,
-    }
+    ok_outcome(JOB, run_id, tick_ms, fence, lease_key)
 }
 
 /// Claims and finishes `count` ticks, one second apart from `first_tick`.

@@ -10,10 +10,10 @@ use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cronlease::config::{Config, Overlap};
-use cronlease::outcome::{Outcome, Status, Trigger};
+use cronlease::outcome::{Outcome, Trigger};
 use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
 
-use crate::support::{RedisServer, read_outcomes, wait_until};
+use crate::support::{RedisServer, ok_outcome, read_outcomes, wait_until};
 
 const PREFIX: &str = "q";
 const JOB: &str = "draw";
@@ -115,23 +115,7 @@ fn state_on(server: &RedisServer) -> (Option<i64>, Vec<String>) {
 }
 
 fn outcome(run_id: &str, tick_ms: i64, fence: u64, lease_key: String) -> Outcome {
-    Outcome {
-        job: JOB.into(),
-        tick_ms,
-        fence,
-        run_id: run_id.into(),
-        replica: "test".into(),
-        host: "localhost".into(),
-        started_ms: tick_ms,
-        finished_ms: tick_ms + 1,
-        status: Status::Ok,
-        exit_code: Some(0),
-        signal: None,
-        attempts: 1,
-        output: "winners: 4 8 15 16 23 42\n".into(),
-        trigger: Trigger::Schedule,
-        lease_key,
-    }
+    ok_outcome(JOB, run_id, tick_ms, fence, lease_key)
 }
 
 #[test]

@@ -127,6 +127,36 @@ impl ConfigFile {
     }
 }
 
+/// The outcome of a run of `job` that succeeded a millisecond after its
+/// tick, as the library's `Store::finish` takes it (tests that drive the
+/// store directly).
+pub fn ok_outcome(
+    job: &str,
+    run_id: &str,
+    tick_ms: i64,
+    fence: u64,
+    lease_key: String,
+) -> cronlease::outcome::Outcome {
+    use cronlease::outcome::{Outcome, Status, Trigger};
+    Outcome {
+        job: job.into(),
+        tick_ms,
+        fence,
+        run_id: run_id.into(),
+        replica: "test".into(),
+        host: "localhost".into(),
+        started_ms: tick_ms,
+        finished_ms: tick_ms + 1,
+        status: Status::Ok,
+        exit_code: Some(0),
+        signal: None,
+        attempts: 1,
+        output: "winners: 4 8 15 16 23 42\n".into(),
+        trigger: Trigger::Schedule,
+        lease_key,
+    }
+}
+
 /// The top of a valid config; tests append jobs to it.
 pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
 
