@@ -45,6 +45,7 @@ use uuid::Uuid;
 
 use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap};
+use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Status, Trigger};
 use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
@@ -1418,6 +1419,8 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     // Per Redis master (one but with `quorum`).
     let mut epoch_seen: HashMap<String, String> = HashMap::new();
     let mut beats: u64 = 0;
+    // Replicas whose record did not parse, named once each in the log.
+    let mut unreadable: std::collections::HashSet<String> = std::collections::HashSet::new();
     loop {
         tokio::select! {
             () = cancel.cancelled() => return,
@@ -1425,24 +1428,24 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             () = ctx.heartbeat_now.notified() => {}
         }
         let runs = ctx.watchdog.list().await;
-        let config_hashes: serde_json::Map<String, serde_json::Value> = ctx
+        let config_hash = ctx
             .jobs
             .borrow()
             .values()
-            .map(|job| (job.name.clone(), job.definition_hash().into()))
+            .map(|job| (job.name.clone(), job.definition_hash()))
             .collect();
-        let record = serde_json::json!({
-            "host": ctx.identity.host,
-            "pid": ctx.identity.pid,
-            "version": env!("CARGO_PKG_VERSION"),
-            "started_ms": ctx.started_ms,
-            "last_seen_ms": ctx.clock.now_ms(),
-            "heartbeat_ms": ctx.config.daemon.heartbeat.as_millis() as u64,
-            "lease_ms": ctx.config.daemon.lease.as_millis() as u64,
-            "config_hash": config_hashes,
-            "runs": runs,
-        })
-        .to_string();
+        let record = Heartbeat {
+            host: ctx.identity.host.clone(),
+            pid: u64::from(ctx.identity.pid),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            started_ms: ctx.started_ms,
+            last_seen_ms: ctx.clock.now_ms(),
+            heartbeat_ms: own_heartbeat_ms,
+            lease_ms: i64::try_from(ctx.config.daemon.lease.as_millis()).unwrap_or(i64::MAX / 8),
+            config_hash,
+            runs,
+        }
+        .to_json();
         let sent = local_now_ms();
         // The clock offset drifts slowly: measure it every few heartbeats
         // (an idle replica sends as few commands as it can).
@@ -1474,19 +1477,24 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 _ => {}
             }
         }
-        let mut live: Vec<String> = reply
-            .replicas
+        let mut others: Vec<(&str, Heartbeat)> = Vec::with_capacity(reply.replicas.len());
+        for (id, raw) in &reply.replicas {
+            if *id == ctx.identity.replica {
+                continue;
+            }
+            match Heartbeat::parse(raw) {
+                Ok(record) => others.push((id, record)),
+                Err(e) => {
+                    if unreadable.insert(id.clone()) {
+                        warn!(replica = %id, error = %e, "unreadable heartbeat record in Redis; that replica is taken as absent");
+                    }
+                }
+            }
+        }
+        let mut live: Vec<String> = others
             .iter()
-            .filter(|(id, raw)| {
-                *id == ctx.identity.replica
-                    || serde_json::from_str::<serde_json::Value>(raw).is_ok_and(|record| {
-                        let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
-                        let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
-                        let last_seen = record["last_seen_ms"].as_i64().unwrap_or(0);
-                        server_ms - last_seen <= (3 * heartbeat_ms).max(lease_ms)
-                    })
-            })
-            .map(|(id, _)| id.clone())
+            .filter(|(_, record)| record.is_alive(server_ms))
+            .map(|(id, _)| id.to_string())
             .collect();
         if !live.contains(&ctx.identity.replica) {
             live.push(ctx.identity.replica.clone());
@@ -1495,22 +1503,13 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         *ctx.live
             .lock()
             .expect("live mutex poisoned: a panic while swapping an Arc") = Arc::new(live);
-        for (replica, record) in &reply.replicas {
-            if *replica == ctx.identity.replica {
-                continue;
-            }
-            let Ok(record) = serde_json::from_str::<serde_json::Value>(record) else {
-                continue;
-            };
-            let last_seen = record["last_seen_ms"].as_i64().unwrap_or(0);
-            let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
-            let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
+        for (replica, record) in &others {
             // Silent past its heartbeat and lease: its runs are swept on every
             // heartbeat for a while (a lease renewed just before it died
             // expires up to a lease later); after that it is just history.
-            let silent_for = server_ms - last_seen;
+            let silent_for = record.silent_for_ms(server_ms);
             if silent_for > REPLICA_FORGET_AFTER.as_millis() as i64 {
-                match ctx.store.forget_replica(replica, last_seen).await {
+                match ctx.store.forget_replica(replica, record.last_seen_ms).await {
                     Ok(true) => {
                         info!(%replica, silent_ms = silent_for, "forgot a replica silent for longer than {}", humantime::format_duration(REPLICA_FORGET_AFTER));
                     }
@@ -1521,19 +1520,13 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 }
                 continue;
             }
-            let dead_after = (3 * heartbeat_ms).max(lease_ms);
-            let sweep_until = dead_after + 2 * (lease_ms + heartbeat_ms) + 2 * own_heartbeat_ms;
+            let dead_after = record.dead_after_ms();
+            let sweep_until =
+                dead_after + 2 * (record.lease_ms + record.heartbeat_ms) + 2 * own_heartbeat_ms;
             if silent_for <= dead_after || silent_for > sweep_until {
                 continue;
             }
-            let jobs: Vec<String> = record["runs"]
-                .as_array()
-                .map(|runs| {
-                    runs.iter()
-                        .filter_map(|r| r["job"].as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default();
+            let jobs: Vec<String> = record.runs.iter().map(|r| r.job.clone()).collect();
             if !jobs.is_empty() {
                 debug!(%replica, silent_ms = silent_for, runs = jobs.len(), "replica is silent; sweeping its runs");
             }

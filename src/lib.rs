@@ -14,6 +14,7 @@ pub mod daemon;
 pub mod link;
 pub mod lock;
 pub mod logging;
+pub mod membership;
 pub mod operator;
 pub mod outcome;
 pub mod runner;

@@ -15,6 +15,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::membership::{Heartbeat, RunInFlight};
 use crate::store::{Store, StoreError};
 
 /// Failures of an operator command.
@@ -38,20 +39,13 @@ pub struct ReplicaStatus {
     pub version: String,
     pub started_ms: i64,
     pub last_seen_ms: i64,
-    /// Heard from within max(3 heartbeats, its lease).
+    /// Heard from within max(3 heartbeats, its lease)
+    /// ([`Heartbeat::is_alive`]).
     pub alive: bool,
-    pub runs: Vec<ReplicaRun>,
+    pub runs: Vec<RunInFlight>,
     /// Per job: the hash of its definition on that replica.
     #[serde(skip)]
     pub config_hash: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq, serde::Deserialize)]
-pub struct ReplicaRun {
-    pub job: String,
-    pub run_id: String,
-    pub tick_ms: i64,
-    pub fence: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -103,32 +97,28 @@ pub struct StatusReport {
     pub jobs: Vec<JobStatus>,
 }
 
-fn parse_replica(id: &str, raw: &str, now_ms: i64) -> ReplicaStatus {
-    let record: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
-    let int = |name: &str| record[name].as_i64().unwrap_or(0);
-    let text = |name: &str| record[name].as_str().unwrap_or_default().to_string();
-    let last_seen_ms = int("last_seen_ms");
-    let heartbeat_ms = record["heartbeat_ms"].as_i64().unwrap_or(5_000);
-    let lease_ms = record["lease_ms"].as_i64().unwrap_or(30_000);
-    ReplicaStatus {
+/// The status of replica `id` from its heartbeat record; `None` (and a
+/// warning naming it) when the record does not parse.
+fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
+    let record = match Heartbeat::parse(raw) {
+        Ok(record) => record,
+        Err(e) => {
+            tracing::warn!(replica = %id, error = %e, "unreadable heartbeat record in Redis; replica left out");
+            return None;
+        }
+    };
+    let alive = record.is_alive(now_ms);
+    Some(ReplicaStatus {
         id: id.to_string(),
-        host: text("host"),
-        pid: record["pid"].as_u64().unwrap_or(0),
-        version: text("version"),
-        started_ms: int("started_ms"),
-        last_seen_ms,
-        alive: now_ms - last_seen_ms <= (3 * heartbeat_ms).max(lease_ms),
-        runs: serde_json::from_value(record["runs"].clone()).unwrap_or_default(),
-        config_hash: record["config_hash"]
-            .as_object()
-            .map(|hashes| {
-                hashes
-                    .iter()
-                    .filter_map(|(job, hash)| Some((job.clone(), hash.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default(),
-    }
+        host: record.host,
+        pid: record.pid,
+        version: record.version,
+        started_ms: record.started_ms,
+        last_seen_ms: record.last_seen_ms,
+        alive,
+        runs: record.runs,
+        config_hash: record.config_hash,
+    })
 }
 
 /// Builds the status report. Jobs are the config's when there is one, else
@@ -145,7 +135,7 @@ pub async fn status(
         .hash(&store.keys().replicas())
         .await?
         .iter()
-        .map(|(id, raw)| parse_replica(id, raw, now_ms))
+        .filter_map(|(id, raw)| parse_replica(id, raw, now_ms))
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
 

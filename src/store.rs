@@ -15,6 +15,7 @@ use redis::{Script, Value};
 
 use crate::config::{Overlap, RedisConfig};
 use crate::link::{Conn, Link, LinkError};
+use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Trigger};
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
@@ -1235,9 +1236,8 @@ impl Store {
             replicas: Vec::new(),
         };
         let last_seen = |raw: &str| {
-            serde_json::from_str::<serde_json::Value>(raw)
-                .ok()
-                .and_then(|record| record["last_seen_ms"].as_i64())
+            Heartbeat::parse(raw)
+                .map(|record| record.last_seen_ms)
                 .unwrap_or(i64::MIN)
         };
         for answer in answers {

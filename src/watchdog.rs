@@ -10,6 +10,7 @@
 //! lease, minus a safety margin — passes, it stops the run: by then the lease
 //! may have lapsed in Redis and another replica may hold the tick.
 
+use crate::membership::RunInFlight;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -38,15 +39,6 @@ pub struct LeaseHold {
     pub stop: watch::Sender<Option<Stop>>,
 }
 
-/// A run in flight, as the heartbeat reports it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct RunSummary {
-    pub job: String,
-    pub run_id: String,
-    pub tick_ms: i64,
-    pub fence: u64,
-}
-
 /// What the daemon can ask of the watchdog.
 #[derive(Debug)]
 pub enum Command {
@@ -58,7 +50,7 @@ pub enum Command {
     },
     /// Stop every run (shutdown grace is over).
     StopAll(Stop),
-    List(oneshot::Sender<Vec<RunSummary>>),
+    List(oneshot::Sender<Vec<RunInFlight>>),
 }
 
 /// The sending half, cheap to clone.
@@ -75,7 +67,7 @@ impl Handle {
     }
 
     /// The runs in flight.
-    pub async fn list(&self) -> Vec<RunSummary> {
+    pub async fn list(&self) -> Vec<RunInFlight> {
         let (tx, rx) = oneshot::channel();
         self.send(Command::List(tx));
         rx.await.unwrap_or_default()
@@ -134,7 +126,7 @@ async fn run(
                     }
                 }
                 Some(Command::List(reply)) => {
-                    let runs = held.values().map(|h| RunSummary {
+                    let runs = held.values().map(|h| RunInFlight {
                         job: h.hold.job.clone(),
                         run_id: h.hold.run_id.clone(),
                         tick_ms: h.hold.tick_ms,

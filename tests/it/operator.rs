@@ -356,6 +356,33 @@ fn expect_error(run: &Run, code: i32) {
 // ---------------------------------------------------------------- status
 
 #[test]
+fn status_names_and_skips_an_unreadable_heartbeat_record() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &redis.url(),
+        "",
+        "[jobs.daily]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
+    );
+    let _: () = redis::cmd("HSET")
+        .arg("cl:replicas")
+        .arg("broken")
+        .arg("{\"host\": 3")
+        .query(&mut redis.client())
+        .expect("HSET");
+    let run = op(with_config(&["status", "--json"], &config)).expect_code(0);
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert!(!has(&report["replicas"], "id", "broken"), "{report}");
+    let stderr = run.stderr();
+    assert!(
+        stderr.contains("unreadable heartbeat record") && stderr.contains("broken"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
 fn status_names_a_job_whose_schedule_has_ended() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,129 @@
+//! Who is in the cluster: the heartbeat record every replica writes to
+//! `<prefix>:replicas`, and the one rule that says whether a replica is
+//! alive.
+//!
+//! The daemon writes its record each heartbeat and reads everyone's (to
+//! rank live replicas for claims, and to sweep the runs of dead ones); the
+//! operator commands read them for `status`. Both go through [`Heartbeat`],
+//! so the record's fields and the liveness rule exist once. A record that
+//! does not parse is named and skipped by its reader, never taken as a live
+//! replica with made-up fields.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What a replica's heartbeat says about it (the JSON in `<prefix>:replicas`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub host: String,
+    pub pid: u64,
+    pub version: String,
+    /// Redis time the replica started.
+    pub started_ms: i64,
+    /// Redis time of this heartbeat.
+    pub last_seen_ms: i64,
+    /// The replica's heartbeat period: how often a new record is due.
+    #[serde(default = "default_heartbeat_ms")]
+    pub heartbeat_ms: i64,
+    /// The replica's lease: how long its runs stay claimed unrenewed.
+    #[serde(default = "default_lease_ms")]
+    pub lease_ms: i64,
+    /// Per job: the hash of its definition on that replica (drift).
+    #[serde(default)]
+    pub config_hash: BTreeMap<String, String>,
+    /// Its runs in flight.
+    #[serde(default)]
+    pub runs: Vec<RunInFlight>,
+}
+
+/// A run in flight, as a heartbeat reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInFlight {
+    pub job: String,
+    pub run_id: String,
+    pub tick_ms: i64,
+    pub fence: u64,
+}
+
+/// The defaults of `[daemon]`, for records written before the fields
+/// existed.
+fn default_heartbeat_ms() -> i64 {
+    5_000
+}
+
+fn default_lease_ms() -> i64 {
+    30_000
+}
+
+impl Heartbeat {
+    /// Reads a record from its JSON.
+    pub fn parse(raw: &str) -> Result<Heartbeat, serde_json::Error> {
+        serde_json::from_str(raw)
+    }
+
+    /// The record as stored.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a heartbeat is strings, numbers and maps of them")
+    }
+
+    /// How long the replica may be silent and still count as alive: three
+    /// heartbeats, or its lease if that is longer (a run it holds is valid
+    /// for that long).
+    pub fn dead_after_ms(&self) -> i64 {
+        (3 * self.heartbeat_ms).max(self.lease_ms)
+    }
+
+    /// How long it has been silent at Redis time `now_ms`.
+    pub fn silent_for_ms(&self, now_ms: i64) -> i64 {
+        now_ms - self.last_seen_ms
+    }
+
+    /// Heard from within [`Heartbeat::dead_after_ms`] of `now_ms`.
+    pub fn is_alive(&self, now_ms: i64) -> bool {
+        self.silent_for_ms(now_ms) <= self.dead_after_ms()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_is_three_heartbeats_or_the_lease() {
+        let beat = |heartbeat_ms, lease_ms| Heartbeat {
+            host: "h".into(),
+            pid: 1,
+            version: "0".into(),
+            started_ms: 0,
+            last_seen_ms: 1_000_000,
+            heartbeat_ms,
+            lease_ms,
+            config_hash: BTreeMap::new(),
+            runs: Vec::new(),
+        };
+        let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
+            let record = beat(heartbeat_ms, lease_ms);
+            assert_eq!(
+                record.is_alive(1_000_000 + silent_ms),
+                alive,
+                "heartbeat {heartbeat_ms} ms, lease {lease_ms} ms, silent {silent_ms} ms"
+            );
+        };
+        check(5_000, 30_000, 30_000, true);
+        check(5_000, 30_000, 30_001, false);
+        check(20_000, 30_000, 60_000, true);
+        check(20_000, 30_000, 60_001, false);
+    }
+
+    #[test]
+    fn old_records_and_corrupt_ones() {
+        let old = r#"{"host":"h","pid":7,"version":"0.1.0","started_ms":1,"last_seen_ms":2}"#;
+        let record = Heartbeat::parse(old).unwrap();
+        assert_eq!((record.heartbeat_ms, record.lease_ms), (5_000, 30_000));
+        assert!(record.runs.is_empty());
+        assert_eq!(Heartbeat::parse(&record.to_json()).unwrap(), record);
+        assert!(Heartbeat::parse("{\"host\": 3}").is_err());
+        assert!(Heartbeat::parse("not json").is_err());
+    }
+}
