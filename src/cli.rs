@@ -1,13 +1,10 @@
 //! The command line: clap definitions and one function per subcommand.
 //!
-//! Every subcommand returns an [`ExitCode`]; errors are printed here as one
+//! Every subcommand returns an [`Exit`]; errors are printed here as one
 //! message (with its cause chain) and never as a panic or a backtrace.
-//! Exit status 2 means the input was invalid (config, flags), 1 a runtime
-//! failure.
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Args, Parser, Subcommand};
@@ -17,15 +14,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, Config, RedisConfig};
+use crate::exit::Exit;
 use crate::operator::{self, OperatorError};
 use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
 
 /// The default config path, as installed by the package.
 pub const DEFAULT_CONFIG: &str = "/etc/cronlease/jobs.toml";
-
-/// Exit status for invalid input: a bad config file or bad flags.
-pub const EXIT_INVALID_INPUT: u8 = 2;
 
 /// A replicated cron daemon: every tick of every job runs exactly once across
 /// all replicas that share one Redis.
@@ -227,7 +222,7 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
 }
 
 /// Runs the parsed command line to completion.
-pub fn run(cli: Cli) -> ExitCode {
+pub fn run(cli: Cli) -> Exit {
     match cli.command {
         Command::Check(args) => check(&args),
         Command::Run(args) => run_daemon(&args),
@@ -242,9 +237,13 @@ pub fn run(cli: Cli) -> ExitCode {
         }),
         Command::History(args) => operator_command(&args.connect, |target| async move {
             operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
+            let output = if args.output {
+                operator::OutputTail::Include
+            } else {
+                operator::OutputTail::Omit
+            };
             let report =
-                operator::history(&target.store, &args.job, args.count as usize, args.output)
-                    .await?;
+                operator::history(&target.store, &args.job, args.count as usize, output).await?;
             Ok(if args.json {
                 json_line(&report)
             } else {
@@ -252,8 +251,8 @@ pub fn run(cli: Cli) -> ExitCode {
             })
         }),
         Command::Trigger(args) => trigger(&args),
-        Command::Pause(args) => pause(&args, true),
-        Command::Resume(args) => pause(&args, false),
+        Command::Pause(args) => pause(&args, PauseAction::Pause),
+        Command::Resume(args) => pause(&args, PauseAction::Resume),
         Command::Lock(args) => lock(args),
     }
 }
@@ -272,7 +271,7 @@ enum Failure {
     /// Redis or another runtime failure: exit 1.
     Runtime(String),
     /// Already reported; exit with this status.
-    Exit(u8),
+    Exit(Exit),
 }
 
 impl From<OperatorError> for Failure {
@@ -342,7 +341,7 @@ fn resolve(connect: &ConnectArgs) -> Result<(RedisConfig, Option<Config>), Failu
 
 /// Runs an operator command on a small runtime: connect, call `body`, print
 /// what it returns; errors are one line on stderr.
-fn operator_command<F, Fut>(connect: &ConnectArgs, body: F) -> ExitCode
+fn operator_command<F, Fut>(connect: &ConnectArgs, body: F) -> Exit
 where
     F: FnOnce(Target) -> Fut,
     Fut: std::future::Future<Output = Result<String, Failure>>,
@@ -366,27 +365,27 @@ where
     });
     match result {
         Ok(out) => match std::io::stdout().lock().write_all(out.as_bytes()) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Ok(()) => Exit::Success,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success,
             Err(e) => {
                 eprintln!("error: cannot write to stdout: {e}");
-                ExitCode::FAILURE
+                Exit::Failure
             }
         },
         Err(Failure::Invalid(message)) => {
             eprintln!("error: {message}");
-            ExitCode::from(EXIT_INVALID_INPUT)
+            Exit::InvalidInput
         }
         Err(Failure::Runtime(message)) => {
             eprintln!("error: {message}");
-            ExitCode::FAILURE
+            Exit::Failure
         }
-        Err(Failure::Exit(code)) => ExitCode::from(code),
+        Err(Failure::Exit(code)) => code,
     }
 }
 
 /// `cronlease trigger`.
-fn trigger(args: &TriggerArgs) -> ExitCode {
+fn trigger(args: &TriggerArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
         let run_id =
@@ -407,7 +406,7 @@ fn trigger(args: &TriggerArgs) -> ExitCode {
                 if outcome.status == "ok" {
                     Ok(String::new())
                 } else {
-                    Err(Failure::Exit(1))
+                    Err(Failure::Exit(Exit::Failure))
                 }
             }
             None => {
@@ -415,28 +414,40 @@ fn trigger(args: &TriggerArgs) -> ExitCode {
                     "error: no outcome for run {run_id} within {}",
                     humantime::format_duration(args.timeout)
                 );
-                Err(Failure::Exit(1))
+                Err(Failure::Exit(Exit::Failure))
             }
         }
     })
 }
 
+/// What `cronlease pause` and `cronlease resume` do.
+#[derive(Clone, Copy)]
+enum PauseAction {
+    Pause,
+    Resume,
+}
+
 /// `cronlease pause` and `cronlease resume`.
-fn pause(args: &JobArgs, paused: bool) -> ExitCode {
+fn pause(args: &JobArgs, action: PauseAction) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
         let who = operator::operator_identity();
-        operator::set_paused(&target.store, &args.job, paused, &who).await?;
-        Ok(format!(
-            "{} {} by {who}\n",
-            args.job,
-            if paused { "paused" } else { "resumed" }
-        ))
+        let done = match action {
+            PauseAction::Pause => {
+                operator::pause(&target.store, &args.job, &who).await?;
+                "paused"
+            }
+            PauseAction::Resume => {
+                operator::resume(&target.store, &args.job, &who).await?;
+                "resumed"
+            }
+        };
+        Ok(format!("{} {done} by {who}\n", args.job))
     })
 }
 
 /// `cronlease lock`.
-fn lock(args: LockArgs) -> ExitCode {
+fn lock(args: LockArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         if target.store.is_quorum() {
             return Err(StoreError::QuorumUnsupported {
@@ -464,23 +475,20 @@ fn lock(args: LockArgs) -> ExitCode {
         shutdown.cancel();
         let _ = signals.await;
         match result {
-            Ok(0) => Ok(String::new()),
+            Ok(Exit::Success) => Ok(String::new()),
             Ok(code) => Err(Failure::Exit(code)),
             Err(e) => Err(Failure::Runtime(e.to_string())),
         }
     })
 }
 
-/// Exit status when Redis is set up to lose our keys (EX_CONFIG).
-pub const EXIT_REDIS_CONFIG: u8 = 78;
-
 /// `cronlease run`.
-fn run_daemon(args: &RunArgs) -> ExitCode {
+fn run_daemon(args: &RunArgs) -> Exit {
     let mut config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return Exit::InvalidInput;
         }
     };
     if let Some(id) = &args.replica_id {
@@ -497,7 +505,7 @@ fn run_daemon(args: &RunArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
+            return Exit::Failure;
         }
     };
     runtime.block_on(async {
@@ -507,21 +515,21 @@ fn run_daemon(args: &RunArgs) -> ExitCode {
             Ok(signals) => signals,
             Err(e) => {
                 eprintln!("error: cannot install signal handlers: {e}");
-                return ExitCode::FAILURE;
+                return Exit::Failure;
             }
         };
         let result = crate::daemon::run(config, shutdown.clone(), reload_rx).await;
         shutdown.cancel();
         let _ = signals.await;
         match result {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(()) => Exit::Success,
             Err(e @ crate::daemon::DaemonError::Eviction { .. }) => {
                 tracing::error!("refusing to start: {e}");
-                ExitCode::from(EXIT_REDIS_CONFIG)
+                Exit::RedisConfig
             }
             Err(e) => {
                 tracing::error!("{e:#}");
-                ExitCode::FAILURE
+                Exit::Failure
             }
         }
     })
@@ -561,13 +569,13 @@ fn watch_signals(
 }
 
 /// `cronlease check`.
-fn check(args: &CheckArgs) -> ExitCode {
+fn check(args: &CheckArgs) -> Exit {
     let from = args.from.unwrap_or_else(Utc::now);
     let config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(EXIT_INVALID_INPUT);
+            return Exit::InvalidInput;
         }
     };
     let count = usize::from(args.count);
@@ -577,11 +585,11 @@ fn check(args: &CheckArgs) -> ExitCode {
         check_text(&config, from, count)
     };
     match std::io::stdout().lock().write_all(out.as_bytes()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Ok(()) => Exit::Success,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success,
         Err(e) => {
             eprintln!("error: cannot write to stdout: {e}");
-            ExitCode::FAILURE
+            Exit::Failure
         }
     }
 }

@@ -51,8 +51,8 @@ use crate::runner::{self, RunSpec, Stop};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
     ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, REPLICA_FORGET_AFTER,
-    Recorded, Rerun, RerunOffer, ServerSettings, Store, StoreError, SweepRequest, TriggerReader,
-    TriggerRequest,
+    Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store, StoreError, SweepRequest,
+    TriggerReader, TriggerRequest,
 };
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
@@ -1449,11 +1449,15 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         let sent = local_now_ms();
         // The clock offset drifts slowly: measure it every few heartbeats
         // (an idle replica sends as few commands as it can).
-        let with_time = beats.is_multiple_of(CLOCK_EVERY_N_HEARTBEATS);
+        let time = if beats.is_multiple_of(CLOCK_EVERY_N_HEARTBEATS) {
+            ServerTime::Read
+        } else {
+            ServerTime::Skip
+        };
         beats += 1;
         let reply = match ctx
             .store
-            .heartbeat(&ctx.identity.replica, &record, &new_epoch, with_time)
+            .heartbeat(&ctx.identity.replica, &record, &new_epoch, time)
             .await
         {
             Ok(reply) => reply,

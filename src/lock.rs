@@ -16,14 +16,11 @@ use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Command;
+use crate::exit::Exit;
 use crate::outcome::Status;
 use crate::runner::{self, RunSpec, StdioMode, Stop};
 use crate::store::{Keys, LockReply, Store, StoreError};
 use crate::watchdog::{self, LeaseHold};
-
-/// Exit status when the lock was not acquired or its lease was lost
-/// (EX_TEMPFAIL: try again later).
-pub const EXIT_TEMPFAIL: u8 = 75;
 
 /// What to run under which lock.
 #[derive(Debug, Clone)]
@@ -55,12 +52,12 @@ pub async fn run(
     store: Store,
     options: LockOptions,
     shutdown: CancellationToken,
-) -> Result<u8, LockError> {
+) -> Result<Exit, LockError> {
     let run_id = uuid::Uuid::new_v4().to_string();
     let Some((fence, lease_key, valid_from)) =
         acquire(&store, &options, &run_id, &shutdown).await?
     else {
-        return Ok(EXIT_TEMPFAIL);
+        return Ok(Exit::TempFail);
     };
     tracing::info!(lock = %options.name, fence, %run_id, "lock acquired");
 
@@ -123,18 +120,18 @@ pub async fn run(
         }
     }
     Ok(match result.status {
-        Status::Ok => 0,
+        Status::Ok => Exit::Success,
         Status::LostLease => {
             eprintln!(
                 "cronlease lock: the lease of lock {:?} was lost; the command was killed",
                 options.name
             );
-            EXIT_TEMPFAIL
+            Exit::TempFail
         }
         _ => match (result.exit_code, result.signal) {
-            (Some(code), _) => u8::try_from(code).unwrap_or(1),
-            (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
-            (None, None) => 1,
+            (Some(code), _) => Exit::Command(u8::try_from(code).unwrap_or(1)),
+            (None, Some(signal)) => Exit::Command(u8::try_from(128 + signal).unwrap_or(1)),
+            (None, None) => Exit::Failure,
         },
     })
 }

@@ -1,5 +1,5 @@
 //! The `cronlease` binary: parses the command line and hands over to the
-//! library. Exit status: 0 success, 1 runtime failure, 2 invalid input.
+//! library. Exit statuses: `cronlease::exit::Exit`.
 
 use std::process::ExitCode;
 
@@ -7,5 +7,5 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cronlease::cli::Cli::parse();
-    cronlease::cli::run(cli)
+    cronlease::cli::run(cli).into()
 }

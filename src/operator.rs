@@ -261,7 +261,14 @@ pub struct HistoryReport {
     pub outcomes: Vec<HistoryEntry>,
 }
 
-fn history_entry(id: String, fields: Vec<(String, String)>, with_output: bool) -> HistoryEntry {
+/// Whether `history` shows each run's recorded output tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputTail {
+    Include,
+    Omit,
+}
+
+fn history_entry(id: String, fields: Vec<(String, String)>, output: OutputTail) -> HistoryEntry {
     let fields: BTreeMap<String, String> = fields.into_iter().collect();
     let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
     let int = |name: &str| fields.get(name).and_then(|v| v.parse::<i64>().ok());
@@ -280,7 +287,7 @@ fn history_entry(id: String, fields: Vec<(String, String)>, with_output: bool) -
             .unwrap_or(0),
         trigger: text("trigger"),
         stale: fields.get("stale").is_some_and(|s| s == "1"),
-        output: with_output.then(|| text("output")),
+        output: (output == OutputTail::Include).then(|| text("output")),
         id,
     }
 }
@@ -305,26 +312,26 @@ pub async fn history(
     store: &Store,
     job: &str,
     count: usize,
-    with_output: bool,
+    output: OutputTail,
 ) -> Result<HistoryReport, OperatorError> {
     let entries = store.history(job, count).await?;
     Ok(HistoryReport {
         job: job.to_string(),
         outcomes: entries
             .into_iter()
-            .map(|(id, fields)| history_entry(id, fields, with_output))
+            .map(|(id, fields)| history_entry(id, fields, output))
             .collect(),
     })
 }
 
-/// Pauses or resumes `job`; returns the Redis time of the change.
-pub async fn set_paused(
-    store: &Store,
-    job: &str,
-    paused: bool,
-    who: &str,
-) -> Result<i64, OperatorError> {
-    Ok(store.set_paused(job, paused, who).await?)
+/// Pauses `job`; returns the Redis time of the change.
+pub async fn pause(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
+    Ok(store.pause(job, who).await?)
+}
+
+/// Resumes `job`; returns the Redis time of the change.
+pub async fn resume(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
+    Ok(store.resume(job, who).await?)
 }
 
 /// Queues a manual run of `job`; returns its run id.
@@ -356,7 +363,7 @@ pub async fn wait_for_outcome(
         if let Some(id) = store.done_marker(job, run_id).await?
             && let Some(fields) = store.outcome_entry(job, &id).await?
         {
-            return Ok(Some(history_entry(id, fields, true)));
+            return Ok(Some(history_entry(id, fields, OutputTail::Include)));
         }
         if tokio::time::Instant::now() + poll > deadline {
             return Ok(None);
@@ -385,15 +392,26 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 // ---------------------------------------------------------------------------
 // Text rendering.
 
-/// Whether to colour text output: only on a terminal, and never with
-/// `NO_COLOR` set.
-pub fn use_colour() -> bool {
-    std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && std::io::IsTerminal::is_terminal(&std::io::stdout())
+/// Whether text output is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
 }
 
-fn paint(text: &str, colour: bool) -> String {
-    if !colour {
+/// Colour only on a terminal, and never with `NO_COLOR` set.
+pub fn use_colour() -> Colour {
+    if std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::IsTerminal::is_terminal(&std::io::stdout())
+    {
+        Colour::On
+    } else {
+        Colour::Off
+    }
+}
+
+fn paint(text: &str, colour: Colour) -> String {
+    if colour == Colour::Off {
         return text.to_string();
     }
     let code = match text {
@@ -407,7 +425,7 @@ fn paint(text: &str, colour: bool) -> String {
 
 /// Aligns `rows` (the first is the header) in columns two spaces apart.
 /// Widths count characters of the unpainted text; painting is applied after.
-fn table(rows: &[Vec<String>], colour: bool) -> String {
+fn table(rows: &[Vec<String>], colour: Colour) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -464,7 +482,7 @@ fn duration(ms: i64) -> String {
 }
 
 /// The text of `cronlease status`.
-pub fn render_status(report: &StatusReport, colour: bool) -> String {
+pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "replicas ({}):", report.replicas.len());
     let mut rows = vec![
@@ -579,7 +597,7 @@ pub fn render_status(report: &StatusReport, colour: bool) -> String {
 }
 
 /// The text of `cronlease history`.
-pub fn render_history(report: &HistoryReport, colour: bool) -> String {
+pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
     let mut out = String::new();
     let mut rows = vec![
         [
@@ -650,7 +668,7 @@ mod tests {
             ],
         ];
         assert_eq!(
-            table(&rows, false),
+            table(&rows, Colour::Off),
             "a    bb  c\n\u{e9}\u{e9}\u{e9}  x   y\n"
         );
     }

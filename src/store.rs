@@ -148,6 +148,14 @@ impl Keys {
     }
 }
 
+/// Whether a heartbeat also reads the Redis clock (the replica measures
+/// its offset every few heartbeats, not every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerTime {
+    Read,
+    Skip,
+}
+
 /// The consumer group of the replicas on the triggers stream.
 pub const TRIGGER_GROUP: &str = "replicas";
 
@@ -1202,8 +1210,8 @@ impl Store {
     }
 
     /// Writes this replica's heartbeat, reads the epoch (creating it if
-    /// missing), every replica's heartbeat and, with `with_time`, the server
-    /// time: one round trip (two when the epoch is missing).
+    /// missing), every replica's heartbeat and, with [`ServerTime::Read`],
+    /// the server time: one round trip (two when the epoch is missing).
     ///
     /// With `quorum`, on every master; a majority must answer. Each
     /// master's epoch is reported on its own, and of two records of one
@@ -1213,10 +1221,10 @@ impl Store {
         replica: &str,
         record: &str,
         new_epoch: &str,
-        with_time: bool,
+        time: ServerTime,
     ) -> Result<HeartbeatReply, StoreError> {
         let answers = self
-            .on_all(|conn| self.heartbeat_on(conn, replica, record, new_epoch, with_time))
+            .on_all(|conn| self.heartbeat_on(conn, replica, record, new_epoch, time))
             .await
             .into_iter()
             .zip(self.nodes.iter())
@@ -1260,7 +1268,7 @@ impl Store {
         replica: &str,
         record: &str,
         new_epoch: &str,
-        with_time: bool,
+        time: ServerTime,
     ) -> Result<HeartbeatReply, StoreError> {
         let mut pipe = redis::pipe();
         pipe.cmd("HSET")
@@ -1272,11 +1280,14 @@ impl Store {
             .arg(self.keys.epoch())
             .cmd("HGETALL")
             .arg(self.keys.replicas());
-        if with_time {
+        if time == ServerTime::Read {
             pipe.cmd("TIME");
         }
         let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-        let time = if with_time { replies.pop() } else { None };
+        let time = match time {
+            ServerTime::Read => replies.pop(),
+            ServerTime::Skip => None,
+        };
         let replicas: Vec<(String, String)> = match replies.pop() {
             Some(value) => redis::from_redis_value(value)
                 .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
@@ -1740,14 +1751,21 @@ impl Store {
         Ok(new.into_iter().max().unwrap_or(0))
     }
 
-    /// Pauses or resumes a job (with `quorum`: on a majority of the
-    /// masters); returns the Redis time it happened.
-    pub async fn set_paused(&self, job: &str, paused: bool, who: &str) -> Result<i64, StoreError> {
+    /// Pauses a job (with `quorum`: on a majority of the masters); returns
+    /// the Redis time it happened.
+    pub async fn pause(&self, job: &str, who: &str) -> Result<i64, StoreError> {
+        self.pause_script(job, "1", who).await
+    }
+
+    /// Resumes a paused job; returns the Redis time it happened.
+    pub async fn resume(&self, job: &str, who: &str) -> Result<i64, StoreError> {
+        self.pause_script(job, "0", who).await
+    }
+
+    /// `pause.lua` with its ARGV[1]: "1" pauses, "0" resumes.
+    async fn pause_script(&self, job: &str, paused: &str, who: &str) -> Result<i64, StoreError> {
         let mut invocation = self.scripts.pause.prepare_invoke();
-        invocation
-            .key(self.keys.state(job))
-            .arg(if paused { "1" } else { "0" })
-            .arg(who);
+        invocation.key(self.keys.state(job)).arg(paused).arg(who);
         let at: Vec<i64> = self.invoke_on_all("pause", &invocation).await?;
         Ok(at.into_iter().max().unwrap_or(0))
     }
