@@ -6,7 +6,7 @@
 //! a private `redis-server`, and, for the spool, through real replicas.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
@@ -15,7 +15,7 @@ use cronlease::store::{
     ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, dedup_entries,
 };
 
-use crate::support::{Cluster, RedisServer, ok_outcome, read_outcomes, wait_until};
+use crate::support::{Cluster, RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
 
 /// The prefix `support::write_config_section` gives replicas.
 const PREFIX: &str = "cl";
@@ -40,13 +40,6 @@ async fn store(server: &RedisServer) -> Store {
     Store::connect(&config.redis)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
-}
-
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    i64::try_from(since.as_millis()).expect("milliseconds fit in i64")
 }
 
 fn key(part: &str) -> String {

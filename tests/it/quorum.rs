@@ -7,13 +7,13 @@
 //! masters killed under running replicas, are in `topology.rs`.)
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
 use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
 
-use crate::support::{RedisServer, ok_outcome, read_outcomes, wait_until};
+use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
 
 const PREFIX: &str = "q";
 const JOB: &str = "draw";
@@ -64,13 +64,6 @@ async fn single(server: &RedisServer) -> Store {
     Store::connect(&config.redis)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
-}
-
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    i64::try_from(since.as_millis()).expect("milliseconds fit in i64")
 }
 
 fn request(run_id: &str, tick_ms: i64) -> ClaimRequest<'_> {

@@ -11,12 +11,12 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::support::{
     Cluster, RedisClusterSetup, RedisServer, Replica, Run, SentinelSetup, TlsFiles, Topology,
-    cronlease_with_env, probe_job, read_outcomes, start_times, starts, toml_string, wait_until,
-    write_config_section,
+    cronlease_with_env, now_ms, probe_job, read_outcomes, start_times, starts, toml_string,
+    wait_until, write_config_section,
 };
 
 /// Every second, on the second.
@@ -27,15 +27,6 @@ const PASSWORD: &str = "S3cret-pw";
 
 /// The variable that hands [`PASSWORD`] to the replicas.
 const PASSWORD_ENV: &str = "CRONLEASE_TEST_REDIS_PASSWORD";
-
-/// Wall-clock milliseconds since the epoch (the clock `date +%s%3N` in the
-/// probe job reads, and the Redis clock: one machine).
-fn now_ms() -> i64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("the clock is after 1970");
-    i64::try_from(since.as_millis()).expect("milliseconds fit in i64")
-}
 
 /// How many ticks after `after_ms` (ms since the epoch) the probe file
 /// shows started.

@@ -127,6 +127,14 @@ impl ConfigFile {
     }
 }
 
+/// The wall clock in ms since the epoch (tests that pick ticks near now).
+pub fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is after 1970");
+    i64::try_from(since.as_millis()).expect("milliseconds fit in i64")
+}
+
 /// The outcome of a run of `job` that succeeded a millisecond after its
 /// tick, as the library's `Store::finish` takes it (tests that drive the
 /// store directly).
