@@ -18,7 +18,15 @@ use crate::link::{Conn, Link, LinkError};
 use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Trigger};
 
-const PRELUDE: &str = include_str!("lua/prelude.lua");
+mod keys;
+mod lock;
+mod triggers;
+
+pub use keys::Keys;
+pub use lock::{LOCK_IDLE_TTL, LockReply};
+pub use triggers::{ManualReply, ManualRequest, TRIGGER_GROUP, TriggerReader, TriggerRequest};
+
+const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 /// The dedup window's age limit: a second delivery of an outcome (a retry
 /// after a lost reply, a spooled copy) recorded less than this long ago is
@@ -29,10 +37,6 @@ pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 /// consumer of the triggers stream are removed: long after every sweep of
 /// its runs and every takeover of its pending requests.
 pub const REPLICA_FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
-
-/// How long the keys of a lock (`cronlease lock NAME`) live after its last
-/// acquisition: a lock name used once does not stay in Redis for ever.
-pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The fewest run ids a job's dedup window remembers, however small its
 /// `history`.
@@ -51,103 +55,6 @@ pub fn dedup_entries(history: u32) -> u32 {
 /// millisecond early pays one more round trip.
 pub const EARLY_TOLERANCE_MS: i64 = 0;
 
-/// The names of all keys cronlease writes under one prefix.
-#[derive(Debug, Clone)]
-pub struct Keys {
-    prefix: String,
-}
-
-impl Keys {
-    pub fn new(prefix: &str) -> Keys {
-        Keys {
-            prefix: prefix.to_string(),
-        }
-    }
-
-    fn job_key(&self, job: &str, part: &str) -> String {
-        format!("{}:{{{}}}:{}", self.prefix, job, part)
-    }
-
-    /// Hash: `last_tick`, `fence`, `paused`, last outcome summary.
-    pub fn state(&self, job: &str) -> String {
-        self.job_key(job, "state")
-    }
-
-    /// Hash: run id → JSON of the run in flight.
-    pub fn running(&self, job: &str) -> String {
-        self.job_key(job, "running")
-    }
-
-    /// String with PX: the run id of the holder (`…:lease:<run id>` with
-    /// `overlap = "allow"`).
-    pub fn lease(&self, job: &str) -> String {
-        self.job_key(job, "lease")
-    }
-
-    /// Stream: one entry per outcome.
-    pub fn runs(&self, job: &str) -> String {
-        self.job_key(job, "runs")
-    }
-
-    /// Hash: run id → stream id of its recorded outcome, for the newest
-    /// [`dedup_entries`] runs (the dedup window).
-    pub fn done(&self, job: &str) -> String {
-        self.job_key(job, "done")
-    }
-
-    /// Sorted set: the run ids of [`Keys::done`] by when they were recorded
-    /// (Redis ms), so the window forgets the oldest first.
-    pub fn done_at(&self, job: &str) -> String {
-        self.job_key(job, "done_at")
-    }
-
-    /// String with PX, written before the dedup window existed (until
-    /// 7 days after the upgrade): marks one run id whose outcome is
-    /// recorded. Only read, by [`Store::done_marker`].
-    fn legacy_done(&self, job: &str, run_id: &str) -> String {
-        self.job_key(job, &format!("done:{run_id}"))
-    }
-
-    /// Hash: tick → fence of abandoned ticks waiting to be rerun
-    /// (`on_holder_lost = "rerun"`).
-    pub fn reruns(&self, job: &str) -> String {
-        self.job_key(job, "reruns")
-    }
-
-    /// Hash: replica id → heartbeat JSON.
-    pub fn replicas(&self) -> String {
-        format!("{}:replicas", self.prefix)
-    }
-
-    /// String: a random id written once per Redis deployment; its loss or
-    /// change means Redis lost state.
-    pub fn epoch(&self) -> String {
-        format!("{}:epoch", self.prefix)
-    }
-
-    /// Pub/sub channel on which every claim announces "<job> <tick>".
-    pub fn claims_channel(&self) -> String {
-        format!("{}:claimed", self.prefix)
-    }
-
-    /// Stream: manual run requests (`cronlease trigger`), read by the
-    /// consumer group [`TRIGGER_GROUP`].
-    pub fn triggers(&self) -> String {
-        format!("{}:triggers", self.prefix)
-    }
-
-    /// The pseudo-job whose keys hold the lock NAME (`:` keeps it apart from
-    /// every job name).
-    pub fn lock_job(name: &str) -> String {
-        format!("lock:{name}")
-    }
-
-    /// Pub/sub channel on which a lock's release is announced.
-    pub fn lock_channel(&self, name: &str) -> String {
-        format!("{}:{{lock:{name}}}:released", self.prefix)
-    }
-}
-
 /// Whether a heartbeat also reads the Redis clock (the replica measures
 /// its offset every few heartbeats, not every one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -155,9 +62,6 @@ pub enum ServerTime {
     Read,
     Skip,
 }
-
-/// The consumer group of the replicas on the triggers stream.
-pub const TRIGGER_GROUP: &str = "replicas";
 
 struct Scripts {
     claim: Script,
@@ -178,18 +82,18 @@ impl Scripts {
     fn new() -> Scripts {
         let script = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
         Scripts {
-            claim: script(include_str!("lua/claim.lua")),
-            renew: script(include_str!("lua/renew.lua")),
-            finish: script(include_str!("lua/finish.lua")),
-            sweep: script(include_str!("lua/sweep.lua")),
-            manual: script(include_str!("lua/manual.lua")),
-            lock_acquire: script(include_str!("lua/lock_acquire.lua")),
-            lock_release: script(include_str!("lua/lock_release.lua")),
-            forget_replica: Script::new(include_str!("lua/forget_replica.lua")),
-            pause: Script::new(include_str!("lua/pause.lua")),
-            missed: script(include_str!("lua/missed.lua")),
-            release: Script::new(include_str!("lua/release.lua")),
-            raise_fence: Script::new(include_str!("lua/raise_fence.lua")),
+            claim: script(include_str!("../lua/claim.lua")),
+            renew: script(include_str!("../lua/renew.lua")),
+            finish: script(include_str!("../lua/finish.lua")),
+            sweep: script(include_str!("../lua/sweep.lua")),
+            manual: script(include_str!("../lua/manual.lua")),
+            lock_acquire: script(include_str!("../lua/lock_acquire.lua")),
+            lock_release: script(include_str!("../lua/lock_release.lua")),
+            forget_replica: Script::new(include_str!("../lua/forget_replica.lua")),
+            pause: Script::new(include_str!("../lua/pause.lua")),
+            missed: script(include_str!("../lua/missed.lua")),
+            release: Script::new(include_str!("../lua/release.lua")),
+            raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),
         }
     }
 }
@@ -1371,40 +1275,6 @@ impl Store {
         }
         Ok(removed)
     }
-
-    /// Deletes `consumer` from the replicas' group on the triggers stream,
-    /// unless requests are still pending for it (another replica takes
-    /// those over first). Quorum mode has no triggers stream.
-    async fn drop_trigger_consumer(&self, consumer: &str) -> Result<(), StoreError> {
-        if self.nodes.len() != 1 {
-            return Ok(());
-        }
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(1)
-            .arg(consumer)
-            .query_async(&mut conn)
-            .await;
-        match pending {
-            Ok(Value::Array(entries)) if entries.is_empty() => {}
-            // No stream or no group yet: no consumer either.
-            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
-            Ok(_) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        let _: i64 = redis::cmd("XGROUP")
-            .arg("DELCONSUMER")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg(consumer)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
 }
 
 /// A rerun started by a script: four items from `from` on, if present.
@@ -1425,294 +1295,7 @@ fn parse_rerun(
     }))
 }
 
-/// A manual run request as read from the triggers stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TriggerRequest {
-    /// The stream entry id; its first part is the request's Redis time.
-    pub id: String,
-    pub job: String,
-    pub run_id: String,
-    pub requested_by: String,
-}
-
-impl TriggerRequest {
-    /// Redis time of the request, ms (from the entry id).
-    pub fn requested_ms(&self) -> i64 {
-        self.id
-            .split('-')
-            .next()
-            .and_then(|ms| ms.parse().ok())
-            .unwrap_or(0)
-    }
-}
-
-/// Everything the manual-run script needs.
-#[derive(Debug, Clone)]
-pub struct ManualRequest<'a> {
-    pub request: &'a TriggerRequest,
-    pub lease: Duration,
-    pub overlap: Overlap,
-    pub replica: &'a str,
-    pub host: &'a str,
-    pub history: u32,
-    pub min_fence: u64,
-}
-
-/// What the manual-run script did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ManualReply {
-    Claimed {
-        fence: u64,
-        started_ms: i64,
-        lease_key: String,
-    },
-    /// A run is in flight and `overlap = "skip"`: recorded as skipped.
-    Busy { holder: String },
-    /// This request was handled before.
-    Duplicate,
-}
-
-/// What the lock script did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LockReply {
-    Acquired { fence: u64, lease_key: String },
-    Held { holder: String, ttl_ms: i64 },
-}
-
-/// A connection of its own for blocking reads of the triggers stream.
-pub struct TriggerReader {
-    conn: Conn,
-    keys: Arc<Keys>,
-    consumer: String,
-}
-
-impl TriggerReader {
-    /// Waits up to `block` for new requests for this consumer.
-    pub async fn read(&mut self, block: Duration) -> Result<Vec<TriggerRequest>, StoreError> {
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(TRIGGER_GROUP)
-            .arg(&self.consumer)
-            .arg("COUNT")
-            .arg(100)
-            .arg("BLOCK")
-            .arg(duration_ms(block))
-            .arg("STREAMS")
-            .arg(self.keys.triggers())
-            .arg(">")
-            .query_async(&mut self.conn)
-            .await?;
-        // [[stream, [[id, [field, value, …]], …]]] or nil
-        let Value::Array(streams) = reply else {
-            return Ok(Vec::new());
-        };
-        let mut requests = Vec::new();
-        for stream in streams {
-            let Value::Array(mut parts) = stream else {
-                continue;
-            };
-            if parts.len() == 2
-                && let Value::Array(entries) = parts.remove(1)
-            {
-                requests.extend(entries.into_iter().filter_map(parse_trigger_entry));
-            }
-        }
-        Ok(requests)
-    }
-}
-
-fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
-    let Value::Array(mut parts) = entry else {
-        return None;
-    };
-    if parts.len() != 2 {
-        return None;
-    }
-    let fields = match parts.remove(1) {
-        Value::Array(fields) => fields,
-        _ => Vec::new(),
-    };
-    let id = as_string(&parts[0])?;
-    let mut job = String::new();
-    let mut run_id = String::new();
-    let mut requested_by = String::new();
-    for pair in fields.chunks(2) {
-        let (Some(name), Some(value)) = (
-            pair.first().and_then(as_string),
-            pair.get(1).and_then(as_string),
-        ) else {
-            continue;
-        };
-        match name.as_str() {
-            "job" => job = value,
-            "run_id" => run_id = value,
-            "requested_by" => requested_by = value,
-            _ => {}
-        }
-    }
-    Some(TriggerRequest {
-        id,
-        job,
-        run_id,
-        requested_by,
-    })
-}
-
 impl Store {
-    /// Creates the replicas' consumer group on the triggers stream (and the
-    /// stream) if missing.
-    pub async fn ensure_trigger_group(&self) -> Result<(), StoreError> {
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let result: Result<(), redis::RedisError> = redis::cmd("XGROUP")
-            .arg("CREATE")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg("$")
-            .arg("MKSTREAM")
-            .query_async(&mut conn)
-            .await;
-        match result {
-            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
-            other => Ok(other?),
-        }
-    }
-
-    /// A reader of the triggers stream as consumer `consumer`, on a
-    /// connection of its own (its reads block).
-    pub async fn trigger_reader(
-        &self,
-        consumer: &str,
-        block: Duration,
-    ) -> Result<TriggerReader, StoreError> {
-        let [node] = &*self.nodes else {
-            return Err(StoreError::QuorumUnsupported {
-                what: "`cronlease trigger`",
-            });
-        };
-        let conn = node.link.dedicated(block + self.command_timeout).await?;
-        Ok(TriggerReader {
-            conn,
-            keys: self.keys.clone(),
-            consumer: consumer.to_string(),
-        })
-    }
-
-    /// Takes over requests another consumer read but did not acknowledge
-    /// within `min_idle` (it died).
-    pub async fn claim_stale_triggers(
-        &self,
-        consumer: &str,
-        min_idle: Duration,
-    ) -> Result<Vec<TriggerRequest>, StoreError> {
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let reply: Value = redis::cmd("XAUTOCLAIM")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg(consumer)
-            .arg(duration_ms(min_idle))
-            .arg("0-0")
-            .arg("COUNT")
-            .arg(100)
-            .query_async(&mut conn)
-            .await?;
-        let Value::Array(mut parts) = reply else {
-            return Err(protocol("XAUTOCLAIM", &reply));
-        };
-        if parts.len() < 2 {
-            return Ok(Vec::new());
-        }
-        let Value::Array(entries) = parts.remove(1) else {
-            return Ok(Vec::new());
-        };
-        Ok(entries
-            .into_iter()
-            .filter_map(parse_trigger_entry)
-            .collect())
-    }
-
-    /// Acknowledges a handled request.
-    pub async fn ack_trigger(&self, id: &str) -> Result<(), StoreError> {
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let _: i64 = redis::cmd("XACK")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg(id)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
-    }
-
-    /// Queues a manual run request; returns its stream id.
-    pub async fn enqueue_trigger(
-        &self,
-        job: &str,
-        run_id: &str,
-        requested_by: &str,
-    ) -> Result<String, StoreError> {
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let id: String = redis::cmd("XADD")
-            .arg(self.keys.triggers())
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(10_000)
-            .arg("*")
-            .arg("job")
-            .arg(job)
-            .arg("run_id")
-            .arg(run_id)
-            .arg("requested_by")
-            .arg(requested_by)
-            .query_async(&mut conn)
-            .await?;
-        Ok(id)
-    }
-
-    /// Runs the manual-run script for a request.
-    pub async fn manual_claim(
-        &self,
-        manual: &ManualRequest<'_>,
-    ) -> Result<ManualReply, StoreError> {
-        let request = manual.request;
-        let keys = &self.keys;
-        let job = request.job.as_str();
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let reply: Value = self
-            .scripts
-            .manual
-            .key(keys.state(job))
-            .key(keys.running(job))
-            .key(keys.lease(job))
-            .key(keys.runs(job))
-            .key(keys.done(job))
-            .key(keys.done_at(job))
-            .arg(request.requested_ms())
-            .arg(&request.run_id)
-            .arg(duration_ms(manual.lease))
-            .arg(manual.overlap.as_str())
-            .arg(manual.replica)
-            .arg(manual.host)
-            .arg(manual.history)
-            .arg(manual.min_fence)
-            .arg(duration_ms(DEDUP_WINDOW))
-            .arg(dedup_entries(manual.history))
-            .invoke_async(&mut conn)
-            .await?;
-        let items = as_array(reply, "manual")?;
-        let bad = || protocol("manual", &Value::Array(items.clone()));
-        match items.first().and_then(as_string).as_deref() {
-            Some("claimed") => Ok(ManualReply::Claimed {
-                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
-                started_ms: items.get(2).and_then(as_int).ok_or_else(bad)?,
-                lease_key: items.get(3).and_then(as_string).ok_or_else(bad)?,
-            }),
-            Some("busy") => Ok(ManualReply::Busy {
-                holder: items.get(1).and_then(as_string).unwrap_or_default(),
-            }),
-            Some("duplicate") => Ok(ManualReply::Duplicate),
-            _ => Err(bad()),
-        }
-    }
-
     /// The stream id of a run's recorded outcome, once there is one (and
     /// while the dedup window remembers it).
     pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
@@ -1812,61 +1395,6 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Tries to take lock `name`.
-    pub async fn lock_acquire(
-        &self,
-        name: &str,
-        run_id: &str,
-        lease: Duration,
-        holder: &str,
-        host: &str,
-    ) -> Result<LockReply, StoreError> {
-        let job = Keys::lock_job(name);
-        let mut conn = self.single("`cronlease lock`").await?;
-        let reply: Value = self
-            .scripts
-            .lock_acquire
-            .key(self.keys.state(&job))
-            .key(self.keys.running(&job))
-            .key(self.keys.lease(&job))
-            .arg(run_id)
-            .arg(duration_ms(lease))
-            .arg(holder)
-            .arg(host)
-            .arg(duration_ms(LOCK_IDLE_TTL))
-            .invoke_async(&mut conn)
-            .await?;
-        let items = as_array(reply, "lock")?;
-        let bad = || protocol("lock", &Value::Array(items.clone()));
-        match items.first().and_then(as_string).as_deref() {
-            Some("acquired") => Ok(LockReply::Acquired {
-                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
-                lease_key: items.get(2).and_then(as_string).ok_or_else(bad)?,
-            }),
-            Some("held") => Ok(LockReply::Held {
-                holder: items.get(1).and_then(as_string).unwrap_or_default(),
-                ttl_ms: items.get(2).and_then(as_int).unwrap_or(0),
-            }),
-            _ => Err(bad()),
-        }
-    }
-
-    /// Releases lock `name` if `run_id` holds it, waking waiters.
-    pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
-        let job = Keys::lock_job(name);
-        let mut conn = self.single("`cronlease lock`").await?;
-        let released: i64 = self
-            .scripts
-            .lock_release
-            .key(self.keys.running(&job))
-            .key(self.keys.lease(&job))
-            .arg(run_id)
-            .arg(self.keys.lock_channel(name))
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(released == 1)
-    }
-
     /// A pub/sub connection subscribed to the claims channel.
     ///
     /// With `quorum`, on the first master that accepts: every claim is
@@ -1884,18 +1412,6 @@ impl Store {
         }
         let mut pubsub = last.link.pubsub().await?;
         pubsub.subscribe(self.keys.claims_channel()).await?;
-        Ok(pubsub)
-    }
-
-    /// A pub/sub connection subscribed to lock `name`'s release channel.
-    pub async fn lock_waiter(&self, name: &str) -> Result<redis::aio::PubSub, StoreError> {
-        let [node] = &*self.nodes else {
-            return Err(StoreError::QuorumUnsupported {
-                what: "`cronlease lock`",
-            });
-        };
-        let mut pubsub = node.link.pubsub().await?;
-        pubsub.subscribe(self.keys.lock_channel(name)).await?;
         Ok(pubsub)
     }
 }

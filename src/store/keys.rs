@@ -1,0 +1,100 @@
+//! Key names: the only place that knows how cronlease lays out its data in
+//! Redis (README, "The data in Redis"). All keys of one job share the hash
+//! tag `{job}`, so a script touches a single Redis Cluster slot.
+
+/// The names of all keys cronlease writes under one prefix.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    fn job_key(&self, job: &str, part: &str) -> String {
+        format!("{}:{{{}}}:{}", self.prefix, job, part)
+    }
+
+    /// Hash: `last_tick`, `fence`, `paused`, last outcome summary.
+    pub fn state(&self, job: &str) -> String {
+        self.job_key(job, "state")
+    }
+
+    /// Hash: run id → JSON of the run in flight.
+    pub fn running(&self, job: &str) -> String {
+        self.job_key(job, "running")
+    }
+
+    /// String with PX: the run id of the holder (`…:lease:<run id>` with
+    /// `overlap = "allow"`).
+    pub fn lease(&self, job: &str) -> String {
+        self.job_key(job, "lease")
+    }
+
+    /// Stream: one entry per outcome.
+    pub fn runs(&self, job: &str) -> String {
+        self.job_key(job, "runs")
+    }
+
+    /// Hash: run id → stream id of its recorded outcome, for the newest
+    /// [`dedup_entries`](super::dedup_entries) runs (the dedup window).
+    pub fn done(&self, job: &str) -> String {
+        self.job_key(job, "done")
+    }
+
+    /// Sorted set: the run ids of [`Keys::done`] by when they were recorded
+    /// (Redis ms), so the window forgets the oldest first.
+    pub fn done_at(&self, job: &str) -> String {
+        self.job_key(job, "done_at")
+    }
+
+    /// String with PX, written before the dedup window existed (until
+    /// 7 days after the upgrade): marks one run id whose outcome is
+    /// recorded. Only read, by [`Store::done_marker`].
+    pub(super) fn legacy_done(&self, job: &str, run_id: &str) -> String {
+        self.job_key(job, &format!("done:{run_id}"))
+    }
+
+    /// Hash: tick → fence of abandoned ticks waiting to be rerun
+    /// (`on_holder_lost = "rerun"`).
+    pub fn reruns(&self, job: &str) -> String {
+        self.job_key(job, "reruns")
+    }
+
+    /// Hash: replica id → heartbeat JSON.
+    pub fn replicas(&self) -> String {
+        format!("{}:replicas", self.prefix)
+    }
+
+    /// String: a random id written once per Redis deployment; its loss or
+    /// change means Redis lost state.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
+    }
+
+    /// Pub/sub channel on which every claim announces "<job> <tick>".
+    pub fn claims_channel(&self) -> String {
+        format!("{}:claimed", self.prefix)
+    }
+
+    /// Stream: manual run requests (`cronlease trigger`), read by the
+    /// consumer group [`TRIGGER_GROUP`](super::TRIGGER_GROUP).
+    pub fn triggers(&self) -> String {
+        format!("{}:triggers", self.prefix)
+    }
+
+    /// The pseudo-job whose keys hold the lock NAME (`:` keeps it apart from
+    /// every job name).
+    pub fn lock_job(name: &str) -> String {
+        format!("lock:{name}")
+    }
+
+    /// Pub/sub channel on which a lock's release is announced.
+    pub fn lock_channel(&self, name: &str) -> String {
+        format!("{}:{{lock:{name}}}:released", self.prefix)
+    }
+}

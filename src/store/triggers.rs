@@ -1,0 +1,328 @@
+//! Manual runs (`cronlease trigger`): the triggers stream and its consumer
+//! group, and the manual-run script that starts a run for a request.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::*;
+
+/// The consumer group of the replicas on the triggers stream.
+pub const TRIGGER_GROUP: &str = "replicas";
+
+/// A manual run request as read from the triggers stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TriggerRequest {
+    /// The stream entry id; its first part is the request's Redis time.
+    pub id: String,
+    pub job: String,
+    pub run_id: String,
+    pub requested_by: String,
+}
+
+impl TriggerRequest {
+    /// Redis time of the request, ms (from the entry id).
+    pub fn requested_ms(&self) -> i64 {
+        self.id
+            .split('-')
+            .next()
+            .and_then(|ms| ms.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+/// Everything the manual-run script needs.
+#[derive(Debug, Clone)]
+pub struct ManualRequest<'a> {
+    pub request: &'a TriggerRequest,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    pub min_fence: u64,
+}
+
+/// What the manual-run script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ManualReply {
+    Claimed {
+        fence: u64,
+        started_ms: i64,
+        lease_key: String,
+    },
+    /// A run is in flight and `overlap = "skip"`: recorded as skipped.
+    Busy { holder: String },
+    /// This request was handled before.
+    Duplicate,
+}
+
+/// A connection of its own for blocking reads of the triggers stream.
+pub struct TriggerReader {
+    conn: Conn,
+    keys: Arc<Keys>,
+    consumer: String,
+}
+
+impl TriggerReader {
+    /// Waits up to `block` for new requests for this consumer.
+    pub async fn read(&mut self, block: Duration) -> Result<Vec<TriggerRequest>, StoreError> {
+        let reply: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(TRIGGER_GROUP)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(100)
+            .arg("BLOCK")
+            .arg(duration_ms(block))
+            .arg("STREAMS")
+            .arg(self.keys.triggers())
+            .arg(">")
+            .query_async(&mut self.conn)
+            .await?;
+        // [[stream, [[id, [field, value, …]], …]]] or nil
+        let Value::Array(streams) = reply else {
+            return Ok(Vec::new());
+        };
+        let mut requests = Vec::new();
+        for stream in streams {
+            let Value::Array(mut parts) = stream else {
+                continue;
+            };
+            if parts.len() == 2
+                && let Value::Array(entries) = parts.remove(1)
+            {
+                requests.extend(entries.into_iter().filter_map(parse_trigger_entry));
+            }
+        }
+        Ok(requests)
+    }
+}
+
+fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
+    let Value::Array(mut parts) = entry else {
+        return None;
+    };
+    if parts.len() != 2 {
+        return None;
+    }
+    let fields = match parts.remove(1) {
+        Value::Array(fields) => fields,
+        _ => Vec::new(),
+    };
+    let id = as_string(&parts[0])?;
+    let mut job = String::new();
+    let mut run_id = String::new();
+    let mut requested_by = String::new();
+    for pair in fields.chunks(2) {
+        let (Some(name), Some(value)) = (
+            pair.first().and_then(as_string),
+            pair.get(1).and_then(as_string),
+        ) else {
+            continue;
+        };
+        match name.as_str() {
+            "job" => job = value,
+            "run_id" => run_id = value,
+            "requested_by" => requested_by = value,
+            _ => {}
+        }
+    }
+    Some(TriggerRequest {
+        id,
+        job,
+        run_id,
+        requested_by,
+    })
+}
+
+impl Store {
+    /// Creates the replicas' consumer group on the triggers stream (and the
+    /// stream) if missing.
+    pub async fn ensure_trigger_group(&self) -> Result<(), StoreError> {
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let result: Result<(), redis::RedisError> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg("$")
+            .arg("MKSTREAM")
+            .query_async(&mut conn)
+            .await;
+        match result {
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// A reader of the triggers stream as consumer `consumer`, on a
+    /// connection of its own (its reads block).
+    pub async fn trigger_reader(
+        &self,
+        consumer: &str,
+        block: Duration,
+    ) -> Result<TriggerReader, StoreError> {
+        let [node] = &*self.nodes else {
+            return Err(StoreError::QuorumUnsupported {
+                what: "`cronlease trigger`",
+            });
+        };
+        let conn = node.link.dedicated(block + self.command_timeout).await?;
+        Ok(TriggerReader {
+            conn,
+            keys: self.keys.clone(),
+            consumer: consumer.to_string(),
+        })
+    }
+
+    /// Takes over requests another consumer read but did not acknowledge
+    /// within `min_idle` (it died).
+    pub async fn claim_stale_triggers(
+        &self,
+        consumer: &str,
+        min_idle: Duration,
+    ) -> Result<Vec<TriggerRequest>, StoreError> {
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let reply: Value = redis::cmd("XAUTOCLAIM")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(consumer)
+            .arg(duration_ms(min_idle))
+            .arg("0-0")
+            .arg("COUNT")
+            .arg(100)
+            .query_async(&mut conn)
+            .await?;
+        let Value::Array(mut parts) = reply else {
+            return Err(protocol("XAUTOCLAIM", &reply));
+        };
+        if parts.len() < 2 {
+            return Ok(Vec::new());
+        }
+        let Value::Array(entries) = parts.remove(1) else {
+            return Ok(Vec::new());
+        };
+        Ok(entries
+            .into_iter()
+            .filter_map(parse_trigger_entry)
+            .collect())
+    }
+
+    /// Acknowledges a handled request.
+    pub async fn ack_trigger(&self, id: &str) -> Result<(), StoreError> {
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let _: i64 = redis::cmd("XACK")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(id)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Queues a manual run request; returns its stream id.
+    pub async fn enqueue_trigger(
+        &self,
+        job: &str,
+        run_id: &str,
+        requested_by: &str,
+    ) -> Result<String, StoreError> {
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let id: String = redis::cmd("XADD")
+            .arg(self.keys.triggers())
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(10_000)
+            .arg("*")
+            .arg("job")
+            .arg(job)
+            .arg("run_id")
+            .arg(run_id)
+            .arg("requested_by")
+            .arg(requested_by)
+            .query_async(&mut conn)
+            .await?;
+        Ok(id)
+    }
+
+    /// Runs the manual-run script for a request.
+    pub async fn manual_claim(
+        &self,
+        manual: &ManualRequest<'_>,
+    ) -> Result<ManualReply, StoreError> {
+        let request = manual.request;
+        let keys = &self.keys;
+        let job = request.job.as_str();
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let reply: Value = self
+            .scripts
+            .manual
+            .key(keys.state(job))
+            .key(keys.running(job))
+            .key(keys.lease(job))
+            .key(keys.runs(job))
+            .key(keys.done(job))
+            .key(keys.done_at(job))
+            .arg(request.requested_ms())
+            .arg(&request.run_id)
+            .arg(duration_ms(manual.lease))
+            .arg(manual.overlap.as_str())
+            .arg(manual.replica)
+            .arg(manual.host)
+            .arg(manual.history)
+            .arg(manual.min_fence)
+            .arg(duration_ms(DEDUP_WINDOW))
+            .arg(dedup_entries(manual.history))
+            .invoke_async(&mut conn)
+            .await?;
+        let items = as_array(reply, "manual")?;
+        let bad = || protocol("manual", &Value::Array(items.clone()));
+        match items.first().and_then(as_string).as_deref() {
+            Some("claimed") => Ok(ManualReply::Claimed {
+                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
+                started_ms: items.get(2).and_then(as_int).ok_or_else(bad)?,
+                lease_key: items.get(3).and_then(as_string).ok_or_else(bad)?,
+            }),
+            Some("busy") => Ok(ManualReply::Busy {
+                holder: items.get(1).and_then(as_string).unwrap_or_default(),
+            }),
+            Some("duplicate") => Ok(ManualReply::Duplicate),
+            _ => Err(bad()),
+        }
+    }
+
+    /// Deletes `consumer` from the replicas' group on the triggers stream,
+    /// unless requests are still pending for it (another replica takes
+    /// those over first). Quorum mode has no triggers stream.
+    pub(super) async fn drop_trigger_consumer(&self, consumer: &str) -> Result<(), StoreError> {
+        if self.nodes.len() != 1 {
+            return Ok(());
+        }
+        let mut conn = self.single("`cronlease trigger`").await?;
+        let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .arg(consumer)
+            .query_async(&mut conn)
+            .await;
+        match pending {
+            Ok(Value::Array(entries)) if entries.is_empty() => {}
+            // No stream or no group yet: no consumer either.
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let _: i64 = redis::cmd("XGROUP")
+            .arg("DELCONSUMER")
+            .arg(self.keys.triggers())
+            .arg(TRIGGER_GROUP)
+            .arg(consumer)
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
