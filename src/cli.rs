@@ -180,7 +180,7 @@ fn parse_name(text: &str) -> Result<String, String> {
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArg,
-    /// This replica's id, overriding [daemon] replica_id (the systemd
+    /// This replica's id, overriding `[daemon] replica_id` (the systemd
     /// template unit passes its instance name).
     #[arg(long, value_name = "ID", value_parser = parse_name)]
     pub replica_id: Option<String>,

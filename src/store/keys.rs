@@ -76,7 +76,7 @@ impl Keys {
         format!("{}:epoch", self.prefix)
     }
 
-    /// Pub/sub channel on which every claim announces "<job> <tick>".
+    /// Pub/sub channel on which every claim announces `<job> <tick> <fence>`.
     pub fn claims_channel(&self) -> String {
         format!("{}:claimed", self.prefix)
     }

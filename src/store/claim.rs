@@ -1,0 +1,480 @@
+//! Claiming a tick: the claim script on one node, and with `quorum` on every
+//! master with a majority of `claimed` inside the lease validity, the fence
+//! raised everywhere to the highest, and a claim without a majority undone
+//! where it landed.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::*;
+
+/// How far ahead of Redis time a tick may be and still be claimed. Zero: no
+/// run ever starts before its tick by Redis time; a replica that wakes a
+/// millisecond early pays one more round trip.
+pub const EARLY_TOLERANCE_MS: i64 = 0;
+
+/// Everything the claim script needs to know.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    pub job: &'a str,
+    pub tick_ms: i64,
+    pub run_id: &'a str,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    /// The highest `last_tick` this replica has seen for the job (-1: none).
+    pub min_tick: i64,
+    /// The highest fence this replica has seen for the job.
+    pub min_fence: u64,
+    pub trigger: Trigger,
+    /// For catch-up of missed ticks: answer `Wait` while a run is in flight
+    /// instead of recording `skipped_overlap`.
+    pub wait_if_busy: bool,
+    /// Redis time after which the claim must take no effect: an attempt
+    /// that reaches Redis later (it sat in a paused server or a slow
+    /// network after its caller stopped waiting) answers `Expired`.
+    pub deadline_ms: i64,
+}
+
+/// The claim script's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimReply {
+    /// We hold the tick: run it under this fence.
+    Claimed {
+        fence: u64,
+        /// Redis time of the claim.
+        started_ms: i64,
+        lease_key: String,
+        /// Runs of this job in flight whose lease lapsed: a sweep is due.
+        expired: u32,
+        /// Redis had forgotten a tick or fence this replica remembered.
+        regressed: bool,
+        /// The high-water mark before this claim (-1: none, -2: unknown, a
+        /// retry of a claim that had won); schedule ticks between it and
+        /// this tick were missed.
+        previous: i64,
+        /// With `min_replicas_ack`: how many replicas acknowledged the claim
+        /// within `ack_timeout` (`WAIT`).
+        acked: Option<u32>,
+    },
+    /// The tick is this far ahead of Redis time; ask again then.
+    Early { ms: i64 },
+    /// Someone claimed it (or a later tick) already. `fence` is the job's
+    /// current fence.
+    Taken {
+        last_tick: i64,
+        regressed: bool,
+        fence: u64,
+    },
+    /// The job is paused; the tick is skipped.
+    Paused {
+        regressed: bool,
+        previous: i64,
+        fence: u64,
+    },
+    /// A run is in flight and `overlap = "skip"`: recorded as skipped.
+    Busy {
+        holder: String,
+        regressed: bool,
+        previous: i64,
+        fence: u64,
+    },
+    /// Catch-up only: a run is in flight; ask again in this many ms.
+    Wait { ms: i64 },
+    /// The claim ran after its deadline (this many ms after the tick) and
+    /// took no effect; no earlier attempt with this run id can win any more.
+    Expired { late_ms: i64 },
+    /// An earlier attempt with this run id won, but its lease lapsed before
+    /// we heard of it: the run must not start (a sweep records it).
+    Lapsed,
+}
+
+fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
+    let items = as_array(reply, "claim")?;
+    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
+    let kind = items
+        .first()
+        .and_then(as_string)
+        .ok_or_else(|| bad(&items))?;
+    let int = |i: usize| items.get(i).and_then(as_int).ok_or_else(|| bad(&items));
+    let flag = |i: usize| items.get(i).and_then(as_int).unwrap_or(0) == 1;
+    Ok(match kind.as_str() {
+        "claimed" => ClaimReply::Claimed {
+            fence: int(1)? as u64,
+            started_ms: int(2)?,
+            lease_key: items
+                .get(3)
+                .and_then(as_string)
+                .ok_or_else(|| bad(&items))?,
+            expired: int(4).unwrap_or(0) as u32,
+            regressed: flag(5),
+            previous: int(6).unwrap_or(-1),
+            acked: None,
+        },
+        "early" => ClaimReply::Early { ms: int(1)? },
+        "taken" => ClaimReply::Taken {
+            last_tick: int(1)?,
+            regressed: flag(2),
+            fence: int(3).unwrap_or(0).max(0) as u64,
+        },
+        "paused" => ClaimReply::Paused {
+            regressed: flag(1),
+            previous: int(2).unwrap_or(-1),
+            fence: int(3).unwrap_or(0).max(0) as u64,
+        },
+        "busy" => ClaimReply::Busy {
+            holder: items.get(1).and_then(as_string).unwrap_or_default(),
+            regressed: flag(2),
+            previous: int(3).unwrap_or(-1),
+            fence: int(4).unwrap_or(0).max(0) as u64,
+        },
+        "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
+        "expired" => ClaimReply::Expired { late_ms: int(1)? },
+        "lapsed" => ClaimReply::Lapsed,
+        _ => return Err(bad(&items)),
+    })
+}
+
+impl ClaimReply {
+    /// The answer's name, as the claim script says it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ClaimReply::Claimed { .. } => "claimed",
+            ClaimReply::Early { .. } => "early",
+            ClaimReply::Taken { .. } => "taken",
+            ClaimReply::Paused { .. } => "paused",
+            ClaimReply::Busy { .. } => "busy",
+            ClaimReply::Wait { .. } => "wait",
+            ClaimReply::Expired { .. } => "expired",
+            ClaimReply::Lapsed => "lapsed",
+        }
+    }
+}
+
+/// The answer a majority of masters gave, merged (the highest fence, tick
+/// and wait, the earliest start), if there is one.
+fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimReply> {
+    let kind = answers
+        .iter()
+        .map(|a| a.kind())
+        .find(|kind| answers.iter().filter(|a| a.kind() == *kind).count() >= majority)?;
+    let mut same = answers
+        .iter()
+        .filter(|a| a.kind() == kind)
+        .map(|a| (*a).clone());
+    let first = same.next()?;
+    Some(same.fold(first, |merged, next| match (merged, next) {
+        (
+            ClaimReply::Claimed {
+                fence,
+                started_ms,
+                lease_key,
+                expired,
+                regressed,
+                previous,
+                acked,
+            },
+            ClaimReply::Claimed {
+                fence: f,
+                started_ms: s,
+                expired: e,
+                regressed: r,
+                previous: p,
+                ..
+            },
+        ) => ClaimReply::Claimed {
+            fence: fence.max(f),
+            started_ms: started_ms.min(s),
+            lease_key,
+            expired: expired.max(e),
+            regressed: regressed || r,
+            previous: previous.max(p),
+            acked,
+        },
+        (
+            ClaimReply::Taken {
+                last_tick,
+                regressed,
+                fence,
+            },
+            ClaimReply::Taken {
+                last_tick: t,
+                regressed: r,
+                fence: f,
+            },
+        ) => ClaimReply::Taken {
+            last_tick: last_tick.max(t),
+            regressed: regressed || r,
+            fence: fence.max(f),
+        },
+        (
+            ClaimReply::Paused {
+                regressed,
+                previous,
+                fence,
+            },
+            ClaimReply::Paused {
+                regressed: r,
+                previous: p,
+                fence: f,
+            },
+        ) => ClaimReply::Paused {
+            regressed: regressed || r,
+            previous: previous.max(p),
+            fence: fence.max(f),
+        },
+        (
+            ClaimReply::Busy {
+                holder,
+                regressed,
+                previous,
+                fence,
+            },
+            ClaimReply::Busy {
+                regressed: r,
+                previous: p,
+                fence: f,
+                ..
+            },
+        ) => ClaimReply::Busy {
+            holder,
+            regressed: regressed || r,
+            previous: previous.max(p),
+            fence: fence.max(f),
+        },
+        (ClaimReply::Early { ms }, ClaimReply::Early { ms: m }) => {
+            ClaimReply::Early { ms: ms.max(m) }
+        }
+        (ClaimReply::Wait { ms }, ClaimReply::Wait { ms: m }) => ClaimReply::Wait { ms: ms.max(m) },
+        (ClaimReply::Expired { late_ms }, ClaimReply::Expired { late_ms: l }) => {
+            ClaimReply::Expired {
+                late_ms: late_ms.max(l),
+            }
+        }
+        (merged, _) => merged,
+    }))
+}
+
+impl Store {
+    /// Runs the claim script; with `min_replicas_ack`, followed by `WAIT`
+    /// in the same pipeline on the same connection. With `quorum`, on every
+    /// master at once: see `Store::claim_quorum`.
+    pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        if self.is_quorum() {
+            return self.claim_quorum(request).await;
+        }
+        self.claim_on(self.single("claim").await?, request).await
+    }
+
+    /// The claim over a quorum (the Redlock idea). Sent to every master at
+    /// once with one run id; it holds only when a majority answered
+    /// `claimed` and the lease, less the time the round took and a clock
+    /// drift allowance, has time left. Its fence is the highest of the
+    /// majority's, and a second round raises every master's fence to it
+    /// (a majority must answer): a later claim's majority shares a master
+    /// with this one, so its fence is higher. A claim that does not hold
+    /// is undone on the masters where it landed, so that the tick can
+    /// still be claimed.
+    async fn claim_quorum(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        let sent = Instant::now();
+        let majority = self.majority();
+        let replies: Vec<Result<ClaimReply, StoreError>> = self
+            .on_all_until(
+                |conn| async move { self.claim_on(conn, request).await },
+                |replies| {
+                    replies
+                        .iter()
+                        .filter(|r| matches!(r, Some(Ok(ClaimReply::Claimed { .. }))))
+                        .count()
+                        >= majority
+                },
+                STRAGGLER_GRACE,
+            )
+            .await
+            .into_iter()
+            .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
+            .collect();
+        let drift = request.lease / 100 + Duration::from_millis(2);
+        let answers: Vec<&ClaimReply> = replies
+            .iter()
+            .filter_map(|reply| reply.as_ref().ok())
+            .collect();
+        let agreed = majority_answer(&answers, majority);
+        let mut valid = request.lease > sent.elapsed() + drift;
+        if valid && let Some(claimed @ ClaimReply::Claimed { fence, .. }) = &agreed {
+            let fence = *fence;
+            let state = self.keys.state(request.job);
+            let state = &state;
+            let raised = self
+                .on_all_until(
+                    |mut conn| async move {
+                        let raised: i64 = self
+                            .scripts
+                            .raise_fence
+                            .key(state)
+                            .arg(fence)
+                            .invoke_async(&mut conn)
+                            .await?;
+                        Ok(raised)
+                    },
+                    |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+                    STRAGGLER_GRACE,
+                )
+                .await
+                .into_iter()
+                .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
+                .collect();
+            valid = request.lease > sent.elapsed() + drift;
+            match self.gather("claim (raising the fence)", raised) {
+                Ok(_) if valid => return Ok(claimed.clone()),
+                Ok(_) => {}
+                Err(e) => {
+                    self.release_claims(request, &replies).await;
+                    return Err(e);
+                }
+            }
+        }
+        self.release_claims(request, &replies).await;
+        if let Some(reply) = agreed.filter(|reply| !matches!(reply, ClaimReply::Claimed { .. })) {
+            return Ok(reply);
+        }
+        let won = answers.iter().filter(|a| a.kind() == "claimed").count();
+        let described: Vec<String> = self
+            .nodes
+            .iter()
+            .zip(&replies)
+            .map(|(node, reply)| match reply {
+                Ok(reply) => format!("{}: {}", node.name, reply.kind()),
+                Err(e) => format!("{}: {e}", node.name),
+            })
+            .collect();
+        Err(StoreError::NoQuorum {
+            what: "claim",
+            reachable: replies.iter().filter(|reply| reply.is_ok()).count() >= self.majority(),
+            detail: format!(
+                "{} of {} Redis masters claimed the tick{}, {} needed ({})",
+                won,
+                self.nodes.len(),
+                if valid {
+                    ""
+                } else {
+                    " but too late for the lease"
+                },
+                self.majority(),
+                described.join("; ")
+            ),
+        })
+    }
+
+    /// Undoes this run id's claim on each master where it landed (or may
+    /// have: an unanswered attempt), best effort: a claim left behind
+    /// lapses with its lease, and a sweep records it abandoned.
+    async fn release_claims(
+        &self,
+        request: &ClaimRequest<'_>,
+        replies: &[Result<ClaimReply, StoreError>],
+    ) {
+        let releases = self.nodes.iter().zip(replies).filter_map(|(node, reply)| {
+            let previous = match reply {
+                Ok(ClaimReply::Claimed { previous, .. }) => *previous,
+                Err(e) if e.is_ambiguous() => -2,
+                _ => return None,
+            };
+            Some(async move {
+                let mut conn = node.conn().await?;
+                let released: i64 = self
+                    .scripts
+                    .release
+                    .key(self.keys.state(request.job))
+                    .key(self.keys.running(request.job))
+                    .key(self.keys.lease(request.job))
+                    .arg(request.run_id)
+                    .arg(request.tick_ms)
+                    .arg(previous)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok::<_, StoreError>(released)
+            })
+        });
+        for result in futures_util::future::join_all(releases).await {
+            if let Err(e) = result {
+                tracing::debug!(job = request.job, run_id = request.run_id, error = %e, "could not undo a minority claim; it lapses with its lease");
+            }
+        }
+    }
+
+    async fn claim_on(
+        &self,
+        conn: Conn,
+        request: &ClaimRequest<'_>,
+    ) -> Result<ClaimReply, StoreError> {
+        let keys = &self.keys;
+        let build = || {
+            let mut pipe = redis::pipe();
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.claim.get_hash())
+                .arg(4)
+                .arg(keys.state(request.job))
+                .arg(keys.running(request.job))
+                .arg(keys.lease(request.job))
+                .arg(keys.runs(request.job))
+                .arg(request.tick_ms)
+                .arg(request.run_id)
+                .arg(duration_ms(request.lease))
+                .arg(request.overlap.as_str())
+                .arg(request.replica)
+                .arg(request.host)
+                .arg(EARLY_TOLERANCE_MS)
+                .arg(request.history)
+                .arg(request.min_tick)
+                .arg(request.min_fence)
+                .arg(request.trigger.as_str())
+                .arg(if request.wait_if_busy { "1" } else { "0" })
+                .arg(keys.claims_channel())
+                .arg(request.job)
+                .arg(request.deadline_ms);
+            if let Some((replicas, timeout)) = self.wait_replicas {
+                pipe.cmd("WAIT").arg(replicas).arg(duration_ms(timeout));
+            }
+            pipe
+        };
+        let mut replies = self
+            .query_with_script(conn, &self.scripts.claim, build)
+            .await?
+            .into_iter();
+        let mut reply = parse_claim(replies.next().unwrap_or(Value::Nil))?;
+        if let (ClaimReply::Claimed { acked, .. }, Some(count)) = (&mut reply, replies.next()) {
+            *acked = Some(
+                as_int(&count)
+                    .ok_or_else(|| protocol("WAIT", &count))?
+                    .max(0) as u32,
+            );
+        }
+        Ok(reply)
+    }
+
+    /// The job's high-water mark, if it has one.
+    /// With `quorum`, the highest of a majority's.
+    pub async fn last_tick(&self, job: &str) -> Result<Option<i64>, StoreError> {
+        let key = self.keys.state(job);
+        let key = &key;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let raw: Option<i64> = redis::cmd("HGET")
+                    .arg(key)
+                    .arg("last_tick")
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(raw)
+            })
+            .await;
+        Ok(self
+            .gather("last_tick", answers)?
+            .into_iter()
+            .flatten()
+            .max())
+    }
+}

@@ -1,0 +1,209 @@
+//! The replicas' heartbeats in `<prefix>:replicas`, the deployment epoch,
+//! and the removal of a replica's entry (clean shutdown, or silent for
+//! [`REPLICA_FORGET_AFTER`]). The record itself is `membership::Heartbeat`.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::*;
+
+/// How long a replica may be silent before its heartbeat entry and its
+/// consumer of the triggers stream are removed: long after every sweep of
+/// its runs and every takeover of its pending requests.
+pub const REPLICA_FORGET_AFTER: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether a heartbeat also reads the Redis clock (the replica measures
+/// its offset every few heartbeats, not every one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerTime {
+    Read,
+    Skip,
+}
+
+/// The outcome of writing a heartbeat.
+#[derive(Debug, Clone)]
+pub struct HeartbeatReply {
+    /// The deployment's epoch after this heartbeat, per answering master
+    /// (one with a single Redis, Sentinel or Cluster).
+    pub epochs: Vec<Epoch>,
+    /// Redis time, when the heartbeat asked for it.
+    pub server_ms: Option<i64>,
+    /// Every replica's heartbeat JSON, ours included.
+    pub replicas: Vec<(String, String)>,
+}
+
+/// One Redis master's epoch, as a heartbeat read it.
+#[derive(Debug, Clone)]
+pub struct Epoch {
+    /// The master, for logs (credentials redacted).
+    pub node: String,
+    pub epoch: String,
+    /// We created the epoch key (it was missing).
+    pub created: bool,
+}
+
+impl Store {
+    /// Writes this replica's heartbeat, reads the epoch (creating it if
+    /// missing), every replica's heartbeat and, with [`ServerTime::Read`],
+    /// the server time: one round trip (two when the epoch is missing).
+    ///
+    /// With `quorum`, on every master; a majority must answer. Each
+    /// master's epoch is reported on its own, and of two records of one
+    /// replica the newer is kept.
+    pub async fn heartbeat(
+        &self,
+        replica: &str,
+        record: &str,
+        new_epoch: &str,
+        time: ServerTime,
+    ) -> Result<HeartbeatReply, StoreError> {
+        let answers = self
+            .on_all(|conn| self.heartbeat_on(conn, replica, record, new_epoch, time))
+            .await
+            .into_iter()
+            .zip(self.nodes.iter())
+            .map(|(answer, node)| {
+                answer.map(|mut answer| {
+                    for epoch in &mut answer.epochs {
+                        epoch.node.clone_from(&node.name);
+                    }
+                    answer
+                })
+            })
+            .collect();
+        let answers = self.gather("heartbeat", answers)?;
+        let mut merged = HeartbeatReply {
+            epochs: Vec::new(),
+            server_ms: None,
+            replicas: Vec::new(),
+        };
+        let last_seen = |raw: &str| {
+            Heartbeat::parse(raw)
+                .map(|record| record.last_seen_ms)
+                .unwrap_or(i64::MIN)
+        };
+        for answer in answers {
+            merged.epochs.extend(answer.epochs);
+            merged.server_ms = merged.server_ms.or(answer.server_ms);
+            for (id, raw) in answer.replicas {
+                match merged.replicas.iter_mut().find(|(seen, _)| *seen == id) {
+                    Some(known) if last_seen(&known.1) < last_seen(&raw) => known.1 = raw,
+                    Some(_) => {}
+                    None => merged.replicas.push((id, raw)),
+                }
+            }
+        }
+        Ok(merged)
+    }
+
+    async fn heartbeat_on(
+        &self,
+        mut conn: Conn,
+        replica: &str,
+        record: &str,
+        new_epoch: &str,
+        time: ServerTime,
+    ) -> Result<HeartbeatReply, StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HSET")
+            .arg(self.keys.replicas())
+            .arg(replica)
+            .arg(record)
+            .ignore()
+            .cmd("GET")
+            .arg(self.keys.epoch())
+            .cmd("HGETALL")
+            .arg(self.keys.replicas());
+        if time == ServerTime::Read {
+            pipe.cmd("TIME");
+        }
+        let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+        let time = match time {
+            ServerTime::Read => replies.pop(),
+            ServerTime::Skip => None,
+        };
+        let replicas: Vec<(String, String)> = match replies.pop() {
+            Some(value) => redis::from_redis_value(value)
+                .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
+            None => Vec::new(),
+        };
+        let server_ms = match time {
+            Some(Value::Array(parts)) if parts.len() == 2 => {
+                let secs = as_int(&parts[0]).unwrap_or(0);
+                let micros = as_int(&parts[1]).unwrap_or(0);
+                Some(secs * 1000 + micros / 1000)
+            }
+            _ => None,
+        };
+        let (epoch, created_epoch) = match replies.pop().as_ref().and_then(as_string) {
+            Some(epoch) => (epoch, false),
+            None => {
+                // First heartbeat of a deployment, or Redis lost its data.
+                let created: Option<String> = redis::cmd("SET")
+                    .arg(self.keys.epoch())
+                    .arg(new_epoch)
+                    .arg("NX")
+                    .query_async(&mut conn)
+                    .await?;
+                let epoch: String = redis::cmd("GET")
+                    .arg(self.keys.epoch())
+                    .query_async(&mut conn)
+                    .await?;
+                (epoch, created.is_some())
+            }
+        };
+        Ok(HeartbeatReply {
+            epochs: vec![Epoch {
+                node: String::new(),
+                epoch,
+                created: created_epoch,
+            }],
+            server_ms,
+            replicas,
+        })
+    }
+
+    /// Removes this replica's heartbeat and its consumer of the triggers
+    /// stream (clean shutdown).
+    pub async fn remove_replica(&self, replica: &str) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("HDEL");
+        cmd.arg(self.keys.replicas()).arg(replica);
+        let cmd = &cmd;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(cmd.query_async::<i64>(&mut conn).await?) })
+            .await;
+        self.gather("remove_replica", answers)?;
+        self.drop_trigger_consumer(replica).await
+    }
+
+    /// Removes the heartbeat entry of `replica`, silent since `last_seen_ms`
+    /// for longer than [`REPLICA_FORGET_AFTER`], and its trigger consumer;
+    /// `false` if it spoke again meanwhile (then nothing is removed).
+    pub async fn forget_replica(
+        &self,
+        replica: &str,
+        last_seen_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let invocation = {
+            let mut invocation = self.scripts.forget_replica.prepare_invoke();
+            invocation
+                .key(self.keys.replicas())
+                .arg(replica)
+                .arg(last_seen_ms);
+            invocation
+        };
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move { Ok(invocation.invoke_async::<i64>(&mut conn).await?) })
+            .await;
+        let removed = self
+            .gather("forget_replica", answers)?
+            .into_iter()
+            .any(|n| n == 1);
+        if removed {
+            self.drop_trigger_consumer(replica).await?;
+        }
+        Ok(removed)
+    }
+}

@@ -1,0 +1,323 @@
+//! A run's life after its claim: renewals of its lease, the finish that
+//! records its outcome (with the job's dedup window), the sweep of runs
+//! whose holder died, and the missed ticks a claim jumped over.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::*;
+
+/// The dedup window's age limit: a second delivery of an outcome (a retry
+/// after a lost reply, a spooled copy) recorded less than this long ago is
+/// recognised as a duplicate. See [`dedup_entries`] for the count limit.
+pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The fewest run ids a job's dedup window remembers, however small its
+/// `history`.
+pub const DEDUP_MIN_ENTRIES: u32 = 100;
+
+/// How many run ids a job's dedup window remembers: its `history` (at least
+/// [`DEDUP_MIN_ENTRIES`]), so a job's keys in Redis hold at most about
+/// 2 × `history` entries whatever its run rate. A delivery past the window
+/// is recorded marked stale, never as a second current outcome.
+pub fn dedup_entries(history: u32) -> u32 {
+    history.max(DEDUP_MIN_ENTRIES)
+}
+
+/// One run's renewal, as the watchdog sends it.
+#[derive(Debug, Clone)]
+pub struct Renewal {
+    pub job: String,
+    pub run_id: String,
+    pub lease_key: String,
+}
+
+/// How the finish script recorded an outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    /// As the tick's current outcome.
+    Current,
+    /// Marked stale: someone had already recorded this run (abandoned).
+    Stale,
+    /// Not again: this outcome was recorded before (a retry, a spooled copy).
+    Duplicate,
+}
+
+/// What the finish script did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinishReply {
+    pub recorded: Recorded,
+    /// The stream entry id.
+    pub id: String,
+    /// A pending rerun started for the caller now that the lease is free.
+    pub rerun: Option<Rerun>,
+}
+
+/// Lets the finish script start a pending rerun of the job for the caller.
+#[derive(Debug, Clone)]
+pub struct RerunOffer<'a> {
+    pub overlap: Overlap,
+    pub lease: Duration,
+    pub new_run_id: &'a str,
+    pub min_fence: u64,
+    pub replica: &'a str,
+    pub host: &'a str,
+}
+
+/// A sweep request for one job.
+#[derive(Debug, Clone)]
+pub struct SweepRequest<'a> {
+    pub job: &'a str,
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub history: u32,
+    pub rerun: bool,
+    pub overlap: Overlap,
+    pub lease: Duration,
+    /// Used only if a rerun is started.
+    pub new_run_id: &'a str,
+    pub min_fence: u64,
+}
+
+/// A rerun claimed by a sweep, for the caller to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rerun {
+    pub tick_ms: i64,
+    pub fence: u64,
+    pub lease_key: String,
+    pub started_ms: i64,
+}
+
+/// What a sweep found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepReply {
+    pub abandoned: u32,
+    pub rerun: Option<Rerun>,
+}
+
+/// A rerun started by a script: four items from `from` on, if present.
+fn parse_rerun(
+    items: &[Value],
+    from: usize,
+    what: &'static str,
+) -> Result<Option<Rerun>, StoreError> {
+    if items.len() < from + 4 {
+        return Ok(None);
+    }
+    let int = |i: usize| as_int(&items[from + i]).ok_or_else(|| protocol(what, &items[from + i]));
+    Ok(Some(Rerun {
+        tick_ms: int(0)?,
+        fence: u64::try_from(int(1)?).unwrap_or(0),
+        lease_key: as_string(&items[from + 2]).ok_or_else(|| protocol(what, &items[from + 2]))?,
+        started_ms: int(3)?,
+    }))
+}
+
+fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
+    let items = as_array(reply, "finish")?;
+    let recorded = match items.first().and_then(as_string).as_deref() {
+        Some("current") => Recorded::Current,
+        Some("stale") => Recorded::Stale,
+        Some("duplicate") => Recorded::Duplicate,
+        _ => return Err(protocol("finish", &Value::Array(items))),
+    };
+    Ok(FinishReply {
+        recorded,
+        id: items.get(1).and_then(as_string).unwrap_or_default(),
+        rerun: parse_rerun(&items, 2, "finish")?,
+    })
+}
+
+impl Store {
+    /// Renews every lease in `renewals` in one pipeline; `true` where the
+    /// lease is still ours (with `quorum`: on a majority of the masters).
+    pub async fn renew(
+        &self,
+        renewals: &[Renewal],
+        lease: Duration,
+    ) -> Result<Vec<bool>, StoreError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let lease_ms = duration_ms(lease);
+        let build = || {
+            let mut pipe = redis::pipe();
+            for renewal in renewals {
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.renew.get_hash())
+                    .arg(2)
+                    .arg(&renewal.lease_key)
+                    .arg(self.keys.running(&renewal.job))
+                    .arg(&renewal.run_id)
+                    .arg(lease_ms);
+            }
+            pipe
+        };
+        let build = &build;
+        let answers = self
+            .on_all(|conn| async move {
+                let replies = self
+                    .query_with_script(conn, &self.scripts.renew, build)
+                    .await?;
+                Ok(replies
+                    .iter()
+                    .map(|r| as_int(r) == Some(1))
+                    .collect::<Vec<bool>>())
+            })
+            .await;
+        let answers = self.gather("renew", answers)?;
+        Ok((0..renewals.len())
+            .map(|i| {
+                answers
+                    .iter()
+                    .filter(|held| held.get(i) == Some(&true))
+                    .count()
+                    >= self.majority()
+            })
+            .collect())
+    }
+
+    /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
+    /// of the job may be started for the caller.
+    pub async fn finish(
+        &self,
+        outcome: &Outcome,
+        history: u32,
+        rerun: Option<&RerunOffer<'_>>,
+    ) -> Result<FinishReply, StoreError> {
+        let keys = &self.keys;
+        let job = outcome.job.as_str();
+        let mut invocation = self.scripts.finish.prepare_invoke();
+        invocation
+            .key(keys.state(job))
+            .key(keys.running(job))
+            .key(&outcome.lease_key)
+            .key(keys.runs(job))
+            .key(keys.done(job))
+            .key(keys.lease(job))
+            .key(keys.reruns(job))
+            .key(keys.done_at(job))
+            .arg(&outcome.run_id)
+            .arg(history)
+            .arg(duration_ms(DEDUP_WINDOW))
+            .arg(dedup_entries(history));
+        match rerun {
+            Some(offer) => invocation
+                .arg("1")
+                .arg(offer.overlap.as_str())
+                .arg(duration_ms(offer.lease))
+                .arg(offer.new_run_id)
+                .arg(offer.min_fence)
+                .arg(offer.replica)
+                .arg(offer.host),
+            None => invocation
+                .arg("0")
+                .arg("skip")
+                .arg(0)
+                .arg("")
+                .arg(0)
+                .arg("")
+                .arg(""),
+        };
+        for (name, value) in outcome.stream_fields() {
+            invocation.arg(name).arg(value);
+        }
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let reply: Value = invocation.invoke_async(&mut conn).await?;
+                parse_finish(reply)
+            })
+            .await;
+        // With `quorum`: the outcome is recorded once a majority has it (a
+        // retry or the spool sends it again; the done marker makes that a
+        // no-op where it landed). The current record, if any, is the answer.
+        let mut answers = self.gather("finish", answers)?;
+        let best = answers
+            .iter()
+            .position(|a| a.recorded == Recorded::Current)
+            .unwrap_or(0);
+        Ok(answers.swap_remove(best))
+    }
+
+    /// Runs the sweep script for one job.
+    pub async fn sweep(&self, request: &SweepRequest<'_>) -> Result<SweepReply, StoreError> {
+        let keys = &self.keys;
+        let mut invocation = self.scripts.sweep.prepare_invoke();
+        invocation
+            .key(keys.state(request.job))
+            .key(keys.running(request.job))
+            .key(keys.lease(request.job))
+            .key(keys.runs(request.job))
+            .key(keys.reruns(request.job))
+            .arg(request.replica)
+            .arg(request.host)
+            .arg(request.history)
+            .arg(if request.rerun { "1" } else { "0" })
+            .arg(request.overlap.as_str())
+            .arg(duration_ms(request.lease))
+            .arg(request.new_run_id)
+            .arg(request.min_fence);
+        let invocation = &invocation;
+        let answers = self
+            .on_all(|mut conn| async move {
+                let reply: Value = invocation.invoke_async(&mut conn).await?;
+                let items = as_array(reply, "sweep")?;
+                let abandoned = items
+                    .first()
+                    .and_then(as_int)
+                    .ok_or_else(|| protocol("sweep", &Value::Nil))?;
+                Ok(SweepReply {
+                    abandoned: u32::try_from(abandoned).unwrap_or(0),
+                    rerun: parse_rerun(&items, 1, "sweep")?,
+                })
+            })
+            .await;
+        // With `quorum` each master records the runs whose lease lapsed
+        // there; reruns are not offered (the config refuses them).
+        let answers = self.gather("sweep", answers)?;
+        Ok(SweepReply {
+            abandoned: answers.iter().map(|a| a.abandoned).max().unwrap_or(0),
+            rerun: answers.into_iter().find_map(|a| a.rerun),
+        })
+    }
+
+    /// Records `ticks` (ascending) of `job` as missed; returns how many were
+    /// new.
+    pub async fn record_missed(
+        &self,
+        job: &str,
+        ticks: &[i64],
+        recorder: &str,
+        host: &str,
+        history: u32,
+    ) -> Result<u64, StoreError> {
+        let mut invocation = self.scripts.missed.prepare_invoke();
+        invocation
+            .key(self.keys.state(job))
+            .key(self.keys.runs(job))
+            .arg(recorder)
+            .arg(host)
+            .arg(history);
+        for tick in ticks {
+            invocation.arg(*tick);
+        }
+        let new: Vec<u64> = self.invoke_on_all("record_missed", &invocation).await?;
+        Ok(new.into_iter().max().unwrap_or(0))
+    }
+
+    /// The stream id of a run's recorded outcome, once there is one (and
+    /// while the dedup window remembers it).
+    pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys.done(job)).arg(run_id);
+        if let Some(id) = self.read_cmd::<Option<String>>(cmd).await? {
+            return Ok(Some(id));
+        }
+        // A run recorded by a replica of the previous release.
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.keys.legacy_done(job, run_id));
+        self.read_cmd(cmd).await
+    }
+}
