@@ -29,8 +29,8 @@
 //! heartbeat and returns.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
@@ -56,6 +56,9 @@ use crate::store::{
 };
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
+use state::{Announcements, LiveReplicas, MarkBook};
+
+mod state;
 
 /// A tick claimed no later than this after its time is on time; older
 /// unclaimed ticks are missed and go to the misfire policy.
@@ -110,18 +113,9 @@ impl Identity {
     }
 }
 
-/// The highest tick and fence this replica has seen for one job: what it
-/// holds Redis to if Redis loses state. Kept in `state_dir/marks.json` too,
-/// so a replica restarted together with a Redis that lost its data still
-/// remembers.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
-struct Marks {
-    last_tick: Option<i64>,
-    fence: u64,
-}
-
-/// What every task of a replica shares. Mutable state here is small and
-/// behind `std` mutexes that are never held across an `.await`.
+/// What every task of a replica shares. Its mutable state has one owner per
+/// piece (`state`: marks, live replicas, announcements), each behind its own
+/// `std` mutex that is never held across an `.await`.
 struct Ctx {
     /// The config the replica started with: its `[redis]` and `[daemon]`
     /// settings hold until restart.
@@ -139,10 +133,8 @@ struct Ctx {
     /// Cancelled when shutdown begins: no new run starts after that, not
     /// even a rerun handed over by a finish or a sweep.
     claiming: CancellationToken,
-    /// Per job: see [`Marks`].
-    marks: Mutex<HashMap<String, Marks>>,
-    /// Set when `marks` changed since they were last written to disk.
-    marks_dirty: std::sync::atomic::AtomicBool,
+    /// Per job, the highest tick and fence seen (see [`state::MarkBook`]).
+    marks: MarkBook,
     /// Whether Redis answered last time anyone asked; logs on change only.
     redis_up: watch::Sender<bool>,
     /// Wakes the spool courier when an outcome was spooled or Redis is back.
@@ -152,81 +144,22 @@ struct Ctx {
     heartbeat_now: Notify,
     /// State-loss events detected (epoch changed, high-water mark behind).
     state_loss_events: AtomicU64,
-    /// The replicas that heartbeat recently (this one included), sorted: the
-    /// candidates of the rendezvous ranking.
-    live: Mutex<Arc<Vec<String>>>,
-    /// Per job, the highest tick some replica announced it claimed (from
-    /// the claims channel).
-    announced: Mutex<HashMap<String, i64>>,
+    /// The candidates of the rendezvous ranking.
+    live: LiveReplicas,
+    /// Claims other replicas announced.
+    announced: Announcements,
 }
 
 impl Ctx {
-    fn marks(&self, job: &str) -> Marks {
-        self.marks
-            .lock()
-            .expect("marks mutex poisoned: a panic while updating two integers")
-            .get(job)
-            .copied()
-            .unwrap_or_default()
-    }
-
-    fn note(&self, job: &str, tick: Option<i64>, fence: Option<u64>) {
-        let mut marks = self
-            .marks
-            .lock()
-            .expect("marks mutex poisoned: a panic while updating two integers");
-        let entry = marks.entry(job.to_string()).or_default();
-        let before = (entry.last_tick, entry.fence);
-        if let Some(tick) = tick {
-            entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
-        }
-        if let Some(fence) = fence {
-            entry.fence = entry.fence.max(fence);
-        }
-        if before != (entry.last_tick, entry.fence) {
-            self.marks_dirty.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Writes the marks to `state_dir/marks.json` if they changed.
-    fn save_marks(&self) {
-        if !self.marks_dirty.swap(false, Ordering::Relaxed) {
-            return;
-        }
-        let snapshot = self
-            .marks
-            .lock()
-            .expect("marks mutex poisoned: a panic while updating two integers")
-            .clone();
-        let json = serde_json::to_vec(&snapshot).unwrap_or_default();
-        if let Err(e) = crate::spool::write_durably(&marks_path(&self.config), &json) {
-            self.marks_dirty.store(true, Ordering::Relaxed);
-            warn!(error = %e, "cannot save the remembered high-water marks");
-        }
-    }
-
     /// This replica's place in the rendezvous order of `job`'s `tick` among
     /// the live replicas: 0 claims at once, the others wait their turn.
     fn rank(&self, job: &str, tick_ms: i64) -> usize {
-        let live = self
-            .live
-            .lock()
-            .expect("live mutex poisoned: a panic while swapping an Arc")
-            .clone();
+        let live = self.live.snapshot();
         let own = rendezvous_score(&self.identity.replica, job, tick_ms);
         live.iter()
             .filter(|id| **id != self.identity.replica)
             .filter(|id| rendezvous_score(id, job, tick_ms) > own)
             .count()
-    }
-
-    /// Whether a claim of `job`'s `tick` (or a later one) was announced.
-    fn announced(&self, job: &str, tick_ms: i64) -> bool {
-        self.announced
-            .lock()
-            .expect("announced mutex poisoned: a panic while updating an integer")
-            .get(job)
-            .is_some_and(|seen| *seen >= tick_ms)
     }
 
     fn redis_answered(&self) {
@@ -297,14 +230,13 @@ pub async fn run(
         watchdog,
         runs: TaskTracker::new(),
         claiming: claiming.clone(),
-        marks: Mutex::new(load_marks(&config)),
-        marks_dirty: std::sync::atomic::AtomicBool::new(false),
+        marks: MarkBook::load(config.daemon.state_dir.join("marks.json")),
         redis_up: watch::Sender::new(true),
         spooled: Notify::new(),
         heartbeat_now: Notify::new(),
         state_loss_events: AtomicU64::new(0),
-        live: Mutex::new(Arc::new(vec![identity_replica.clone()])),
-        announced: Mutex::new(HashMap::new()),
+        live: LiveReplicas::new(&identity_replica),
+        announced: Announcements::default(),
     });
     measure_clock(&ctx).await;
 
@@ -371,26 +303,6 @@ pub async fn run(
     Ok(())
 }
 
-fn marks_path(config: &Config) -> std::path::PathBuf {
-    config.daemon.state_dir.join("marks.json")
-}
-
-/// The marks remembered by an earlier run of this replica, if any.
-fn load_marks(config: &Config) -> HashMap<String, Marks> {
-    let path = marks_path(config);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            warn!(path = %path.display(), error = %e, "ignoring unreadable remembered marks");
-            HashMap::new()
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-        Err(e) => {
-            warn!(path = %path.display(), error = %e, "cannot read remembered marks");
-            HashMap::new()
-        }
-    }
-}
-
 /// Writes changed marks to disk every second, and once more at the end.
 async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
     loop {
@@ -399,9 +311,9 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
             () = sleep(Duration::from_secs(1)) => {}
         }
         let ctx2 = ctx.clone();
-        let _ = tokio::task::spawn_blocking(move || ctx2.save_marks()).await;
+        let _ = tokio::task::spawn_blocking(move || ctx2.marks.save()).await;
     }
-    let _ = tokio::task::spawn_blocking(move || ctx.save_marks()).await;
+    let _ = tokio::task::spawn_blocking(move || ctx.marks.save()).await;
 }
 
 /// How long each rank waits after the one before it for a claim to be
@@ -468,13 +380,8 @@ async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
             };
             // Every fence handed out is remembered, whoever won the tick:
             // after a Redis state loss no replica re-issues one.
-            ctx.note(job, Some(tick), Some(fence));
-            let mut announced = ctx
-                .announced
-                .lock()
-                .expect("announced mutex poisoned: a panic while updating an integer");
-            let seen = announced.entry(job.to_string()).or_insert(tick);
-            *seen = (*seen).max(tick);
+            ctx.marks.note(job, Some(tick), Some(fence));
+            ctx.announced.record(job, tick);
         }
         if !pause(Duration::from_millis(200), &cancel).await {
             return;
@@ -791,9 +698,9 @@ async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
             if !pause(turn, &cancel).await {
                 return;
             }
-            if ctx.announced(&job.name, tick_ms) {
+            if ctx.announced.covers(&job.name, tick_ms) {
                 count_claim(&job, "announced");
-                ctx.note(&job.name, Some(tick_ms), None);
+                ctx.marks.note(&job.name, Some(tick_ms), None);
                 cursor = Some(tick_ms);
                 continue;
             }
@@ -827,7 +734,7 @@ async fn catch_up(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken) ->
     ctx.redis_answered();
     sweep(ctx, job).await;
     let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.marks(&job.name).last_tick) {
+    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
             Some(last) => last,
@@ -921,7 +828,7 @@ async fn claim(
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
-        let marks = ctx.marks(&job.name);
+        let marks = ctx.marks.get(&job.name);
         let request = ClaimRequest {
             job: &job.name,
             tick_ms,
@@ -990,7 +897,7 @@ async fn claim(
                 let wanted = ctx.config.redis.min_replicas_ack;
                 if let Some(acked) = acked.filter(|&acked| acked < wanted) {
                     count_claim(job, "not_durable");
-                    ctx.note(&job.name, Some(tick_ms), Some(fence));
+                    ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
                     warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
                     let outcome = Outcome {
                         job: job.name.clone(),
@@ -1020,7 +927,7 @@ async fn claim(
                 if regressed {
                     ctx.state_loss(Some(&job.name), "the job's high-water mark or fence in Redis was behind what this replica saw");
                 }
-                ctx.note(&job.name, Some(tick_ms), Some(fence));
+                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
                 info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = trigger.as_str(), lateness_ms = started_ms - tick_ms, "claimed");
                 let run = start_run(
                     ctx,
@@ -1084,7 +991,7 @@ async fn claim(
                     );
                 }
                 count_claim(job, "taken");
-                ctx.note(&job.name, Some(last_tick), Some(fence));
+                ctx.marks.note(&job.name, Some(last_tick), Some(fence));
                 debug!(job = %job.name, %tick, "taken by another replica");
                 return ClaimEnd::Answered(None);
             }
@@ -1092,7 +999,7 @@ async fn claim(
                 previous, fence, ..
             } => {
                 count_claim(job, "paused");
-                ctx.note(&job.name, Some(tick_ms), Some(fence));
+                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
                 info!(job = %job.name, %tick, "job is paused; tick skipped");
                 record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);
@@ -1104,7 +1011,7 @@ async fn claim(
                 ..
             } => {
                 count_claim(job, "busy");
-                ctx.note(&job.name, Some(tick_ms), Some(fence));
+                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
                 info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
                 record_missed(ctx, job, previous, tick_ms).await;
                 return ClaimEnd::Answered(None);
@@ -1297,7 +1204,7 @@ async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
         overlap: job.overlap,
         lease: ctx.config.daemon.lease,
         new_run_id: &rerun_id,
-        min_fence: ctx.marks(&job.name).fence,
+        min_fence: ctx.marks.get(&job.name).fence,
         replica: &ctx.identity.replica,
         host: &ctx.identity.host,
     };
@@ -1352,7 +1259,7 @@ fn log_finish(outcome: &Outcome, reply: &FinishReply) {
 
 /// Starts a rerun that a sweep or a finish started in Redis for us.
 fn start_rerun(ctx: &Arc<Ctx>, job: &Arc<Job>, rerun: Rerun, run_id: String, sent: Instant) {
-    ctx.note(&job.name, None, Some(rerun.fence));
+    ctx.marks.note(&job.name, None, Some(rerun.fence));
     info!(
         job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, %run_id,
         "claimed a rerun of an abandoned tick"
@@ -1387,7 +1294,7 @@ async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
             overlap: job.overlap,
             lease: ctx.config.daemon.lease,
             new_run_id: &new_run_id,
-            min_fence: ctx.marks(&job.name).fence,
+            min_fence: ctx.marks.get(&job.name).fence,
         };
         let reply = match ctx.store.sweep(&request).await {
             Ok(reply) => reply,
@@ -1503,10 +1410,7 @@ async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         if !live.contains(&ctx.identity.replica) {
             live.push(ctx.identity.replica.clone());
         }
-        live.sort();
-        *ctx.live
-            .lock()
-            .expect("live mutex poisoned: a panic while swapping an Arc") = Arc::new(live);
+        ctx.live.replace(live);
         for (replica, record) in &others {
             // Silent past its heartbeat and lease: its runs are swept on every
             // heartbeat for a while (a lease renewed just before it died
@@ -1695,7 +1599,7 @@ async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
             replica: &ctx.identity.replica,
             host: &ctx.identity.host,
             history: ctx.config.daemon.history,
-            min_fence: ctx.marks(&job.name).fence,
+            min_fence: ctx.marks.get(&job.name).fence,
         })
         .await;
     match reply {
@@ -1704,7 +1608,7 @@ async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
             started_ms,
             lease_key,
         }) => {
-            ctx.note(&job.name, None, Some(fence));
+            ctx.marks.note(&job.name, None, Some(fence));
             info!(
                 job = %job.name, fence, run_id = %request.run_id, requested_by = %request.requested_by,
                 replica = %ctx.identity.replica, "claimed a manual run"

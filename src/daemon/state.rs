@@ -1,0 +1,179 @@
+//! A replica's small shared state, one owner each: the marks it holds Redis
+//! to, the live replicas it ranks claims among, and the claims others
+//! announced. Each type keeps its data behind one `std` mutex (never held
+//! across an `.await`: every method takes the lock, reads or updates a few
+//! integers, and returns), so no other part of the daemon touches a lock.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::warn;
+
+/// The highest tick and fence this replica has seen for one job: what it
+/// holds Redis to if Redis loses state.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Marks {
+    pub(super) last_tick: Option<i64>,
+    pub(super) fence: u64,
+}
+
+/// Every job's [`Marks`], kept in `state_dir/marks.json` too, so a replica
+/// restarted together with a Redis that lost its data still remembers.
+pub(super) struct MarkBook {
+    path: PathBuf,
+    marks: Mutex<HashMap<String, Marks>>,
+    /// Set when `marks` changed since they were last written to disk.
+    dirty: AtomicBool,
+}
+
+impl MarkBook {
+    /// The marks remembered at `path` by an earlier run of this replica, if
+    /// any (an unreadable file is named in the log and ignored).
+    pub(super) fn load(path: PathBuf) -> MarkBook {
+        let marks = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                warn!(path = %path.display(), error = %e, "ignoring unreadable remembered marks");
+                HashMap::new()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "cannot read remembered marks");
+                HashMap::new()
+            }
+        };
+        MarkBook {
+            path,
+            marks: Mutex::new(marks),
+            dirty: AtomicBool::new(false),
+        }
+    }
+
+    /// `job`'s marks (zero when it has none).
+    pub(super) fn get(&self, job: &str) -> Marks {
+        self.marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers")
+            .get(job)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Raises `job`'s marks to `tick` and `fence` where those are higher.
+    pub(super) fn note(&self, job: &str, tick: Option<i64>, fence: Option<u64>) {
+        let mut marks = self
+            .marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers");
+        let entry = marks.entry(job.to_string()).or_default();
+        let before = (entry.last_tick, entry.fence);
+        if let Some(tick) = tick {
+            entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
+        }
+        if let Some(fence) = fence {
+            entry.fence = entry.fence.max(fence);
+        }
+        if before != (entry.last_tick, entry.fence) {
+            self.dirty.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes the marks to their file if they changed (blocking: call it
+    /// from `spawn_blocking`).
+    pub(super) fn save(&self) {
+        if !self.dirty.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let snapshot = self
+            .marks
+            .lock()
+            .expect("marks mutex poisoned: a panic while updating two integers")
+            .clone();
+        let json = serde_json::to_vec(&snapshot).unwrap_or_default();
+        if let Err(e) = crate::spool::write_durably(&self.path, &json) {
+            self.dirty.store(true, Ordering::Relaxed);
+            warn!(error = %e, "cannot save the remembered high-water marks");
+        }
+    }
+}
+
+/// The replicas that heartbeat recently (this one included), sorted: the
+/// candidates of the rendezvous ranking. The heartbeat replaces the list;
+/// the job loops read snapshots.
+pub(super) struct LiveReplicas(Mutex<Arc<Vec<String>>>);
+
+impl LiveReplicas {
+    /// Only this replica, until the first heartbeat says more.
+    pub(super) fn new(own: &str) -> LiveReplicas {
+        LiveReplicas(Mutex::new(Arc::new(vec![own.to_string()])))
+    }
+
+    pub(super) fn replace(&self, mut live: Vec<String>) {
+        live.sort();
+        *self
+            .0
+            .lock()
+            .expect("live mutex poisoned: a panic while swapping an Arc") = Arc::new(live);
+    }
+
+    pub(super) fn snapshot(&self) -> Arc<Vec<String>> {
+        self.0
+            .lock()
+            .expect("live mutex poisoned: a panic while swapping an Arc")
+            .clone()
+    }
+}
+
+/// Per job, the highest tick some replica announced it claimed (from the
+/// claims channel).
+#[derive(Default)]
+pub(super) struct Announcements(Mutex<HashMap<String, i64>>);
+
+impl Announcements {
+    pub(super) fn record(&self, job: &str, tick_ms: i64) {
+        let mut announced = self
+            .0
+            .lock()
+            .expect("announced mutex poisoned: a panic while updating an integer");
+        let seen = announced.entry(job.to_string()).or_insert(tick_ms);
+        *seen = (*seen).max(tick_ms);
+    }
+
+    /// Whether a claim of `job`'s `tick_ms` (or a later one) was announced.
+    pub(super) fn covers(&self, job: &str, tick_ms: i64) -> bool {
+        self.0
+            .lock()
+            .expect("announced mutex poisoned: a panic while updating an integer")
+            .get(job)
+            .is_some_and(|seen| *seen >= tick_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_only_rise_and_survive_a_restart() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("marks.json");
+        let book = MarkBook::load(path.clone());
+        book.note("draw", Some(2_000), Some(7));
+        book.note("draw", Some(1_000), Some(3));
+        let marks = book.get("draw");
+        assert_eq!((marks.last_tick, marks.fence), (Some(2_000), 7));
+        book.save();
+        let again = MarkBook::load(path).get("draw");
+        assert_eq!((again.last_tick, again.fence), (Some(2_000), 7));
+    }
+
+    #[test]
+    fn announcements_cover_earlier_ticks() {
+        let announced = Announcements::default();
+        announced.record("draw", 2_000);
+        announced.record("draw", 1_000);
+        assert!(announced.covers("draw", 2_000) && announced.covers("draw", 1_500));
+        assert!(!announced.covers("draw", 2_001) && !announced.covers("other", 0));
+    }
+}
