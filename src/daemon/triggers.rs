@@ -1,0 +1,145 @@
+//! The trigger consumer: reads manual run requests (`cronlease trigger`)
+//! as one consumer of the replicas' group, takes over requests a dead
+//! consumer left pending, and starts the runs this replica wins.
+
+use super::*;
+
+/// How long one read of the triggers stream blocks: the only command an
+/// idle consumer sends.
+pub(super) const TRIGGER_BLOCK: Duration = Duration::from_secs(5);
+
+/// Reads manual run requests and runs the ones this replica wins.
+pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    // A request read by a consumer that died is taken over once it has been
+    // pending for a lease: by then that consumer's run, if any, is known.
+    let min_idle = ctx.config.daemon.lease;
+    let mut reader: Option<TriggerReader> = None;
+    let mut next_takeover = Instant::now();
+    loop {
+        if cancel.is_cancelled() {
+            return;
+        }
+        let Some(active) = reader.as_mut() else {
+            let connected = async {
+                ctx.store.ensure_trigger_group().await?;
+                ctx.store
+                    .trigger_reader(&ctx.identity.replica, TRIGGER_BLOCK)
+                    .await
+            }
+            .await;
+            match connected {
+                Ok(connected) => reader = Some(connected),
+                Err(e) => {
+                    debug!(error = %e, "cannot read triggers yet");
+                    if !pause(Duration::from_secs(1), &cancel).await {
+                        return;
+                    }
+                }
+            }
+            continue;
+        };
+        let mut requests = Vec::new();
+        if Instant::now() >= next_takeover {
+            match ctx
+                .store
+                .claim_stale_triggers(&ctx.identity.replica, min_idle)
+                .await
+            {
+                Ok(stale) => requests = stale,
+                Err(e) => debug!(error = %e, "cannot take over pending triggers"),
+            }
+            next_takeover = Instant::now() + min_idle;
+        }
+        if requests.is_empty() {
+            let block = TRIGGER_BLOCK
+                .min(next_takeover.saturating_duration_since(Instant::now()))
+                .max(Duration::from_millis(1));
+            let read = tokio::select! {
+                () = cancel.cancelled() => return,
+                read = active.read(block) => read,
+            };
+            match read {
+                Ok(read) => requests = read,
+                Err(e) => {
+                    debug!(error = %e, "reading triggers failed; reconnecting");
+                    reader = None;
+                    if !pause(Duration::from_millis(500), &cancel).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        for request in requests {
+            if cancel.is_cancelled() {
+                // Left pending: another replica takes it over.
+                return;
+            }
+            handle_trigger(&ctx, request).await;
+        }
+    }
+}
+
+/// Starts one manual run (or records why not) and acknowledges the request.
+pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
+    let job = ctx.jobs.borrow().get(&request.job).cloned();
+    let Some(job) = job else {
+        warn!(job = %request.job, run_id = %request.run_id, "trigger for a job this replica does not have; dropped");
+        let _ = ctx.store.ack_trigger(&request.id).await;
+        return;
+    };
+    let sent = Instant::now();
+    let reply = ctx
+        .store
+        .manual_claim(&ManualRequest {
+            request: &request,
+            lease: ctx.config.daemon.lease,
+            overlap: job.overlap,
+            replica: &ctx.identity.replica,
+            host: &ctx.identity.host,
+            history: ctx.config.daemon.history,
+            min_fence: ctx.marks.get(&job.name).fence,
+        })
+        .await;
+    match reply {
+        Ok(ManualReply::Claimed {
+            fence,
+            started_ms,
+            lease_key,
+        }) => {
+            ctx.marks.note(&job.name, None, Some(fence));
+            info!(
+                job = %job.name, fence, run_id = %request.run_id, requested_by = %request.requested_by,
+                replica = %ctx.identity.replica, "claimed a manual run"
+            );
+            start_run(
+                ctx,
+                &job,
+                RunStart {
+                    tick_ms: request.requested_ms(),
+                    run_id: request.run_id.clone(),
+                    fence,
+                    lease_key,
+                    started_ms,
+                    trigger: Trigger::Manual,
+                    valid_from: sent,
+                },
+            );
+            ctx.heartbeat_now.notify_one();
+        }
+        Ok(ManualReply::Busy { holder }) => {
+            info!(job = %job.name, run_id = %request.run_id, %holder, "manual run recorded as skipped_overlap: a run is in flight");
+        }
+        Ok(ManualReply::Duplicate) => {
+            debug!(run_id = %request.run_id, "manual run already handled")
+        }
+        Err(e) => {
+            // Left pending: taken over (by us or another replica) later.
+            ctx.redis_failed(&e);
+            return;
+        }
+    }
+    if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+        debug!(error = %e, "cannot acknowledge a trigger; a second delivery is recognised by its run id");
+    }
+}
