@@ -18,7 +18,8 @@
 
 use jiff::Timestamp;
 
-use super::expr::{Expr, FIRST_YEAR, LAST_YEAR, civil_from_days, days_from_civil, days_in_month};
+use super::calendar::{civil_from_days, days_from_civil, days_in_month};
+use super::expr::{Expr, FIRST_YEAR, LAST_YEAR};
 use super::{DstGap, DstPolicy, DstRepeat, Timing, Zone};
 
 const DAY: i64 = 86_400;
