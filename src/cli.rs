@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{self, Config, RedisConfig};
+use crate::config::{Config, RedisConfig};
 use crate::exit::Exit;
 use crate::operator::{self, OperatorError};
 use crate::schedule::Timing;
@@ -619,7 +619,8 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 "dst_gap": dst.gap.as_str(),
                 "dst_repeat": dst.repeat.as_str(),
                 "next": next,
-                "ended": config::job_warning(job, from).is_some(),
+                // No tick after `from` (count is at least 1): the schedule ended.
+                "ended": next.is_empty(),
             })
         })
         .collect();
