@@ -18,6 +18,7 @@ use crate::exit::Exit;
 use crate::operator::{self, OperatorError};
 use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
+use crate::task::Tasks;
 
 /// The default config path, as installed by the package.
 pub const DEFAULT_CONFIG: &str = "/etc/cronlease/jobs.toml";
@@ -221,11 +222,18 @@ fn parse_rfc3339(text: &str) -> Result<DateTime<Utc>, String> {
         })
 }
 
-/// Runs the parsed command line to completion.
+/// Runs the parsed command line to completion; jobs run their commands.
 pub fn run(cli: Cli) -> Exit {
+    run_with(cli, Tasks::processes())
+}
+
+/// Runs the parsed command line to completion; `cronlease run` runs each
+/// job's task as `tasks` says (a program that embeds the daemon registers
+/// its own tasks here).
+pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
     match cli.command {
         Command::Check(args) => check(&args),
-        Command::Run(args) => run_daemon(&args),
+        Command::Run(args) => run_daemon(&args, tasks),
         Command::Status(args) => operator_command(&args.connect, |target| async move {
             let report =
                 operator::status(&target.store, target.config.as_ref(), &target.prefix).await?;
@@ -483,7 +491,7 @@ fn lock(args: LockArgs) -> Exit {
 }
 
 /// `cronlease run`.
-fn run_daemon(args: &RunArgs) -> Exit {
+fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
     let mut config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {
@@ -518,7 +526,16 @@ fn run_daemon(args: &RunArgs) -> Exit {
                 return Exit::Failure;
             }
         };
-        let result = crate::daemon::run(config, shutdown.clone(), reload_rx).await;
+        let Some(store) = crate::daemon::connect(&config.redis, &shutdown).await else {
+            let _ = signals.await;
+            return Exit::Success;
+        };
+        let world = crate::daemon::World {
+            store,
+            clock: crate::clock::RedisClock::new(),
+            tasks,
+        };
+        let result = crate::daemon::run(config, world, shutdown.clone(), reload_rx).await;
         shutdown.cancel();
         let _ = signals.await;
         match result {

@@ -22,5 +22,6 @@ pub mod runner;
 pub mod schedule;
 pub mod spool;
 pub mod store;
+pub mod task;
 pub mod telemetry;
 pub mod watchdog;

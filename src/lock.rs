@@ -18,8 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Command;
 use crate::exit::Exit;
 use crate::outcome::Status;
-use crate::runner::{self, RunSpec, StdioMode, Stop};
+use crate::runner::{Process, StdioMode};
 use crate::store::{Keys, LockReply, Store, StoreError};
+use crate::task::{self, Attempts, RunContext, Stop};
 use crate::watchdog::{self, LeaseHold};
 
 /// What to run under which lock.
@@ -75,12 +76,7 @@ pub async fn run(
         valid_from,
         stop: stop_tx,
     }));
-    let spec = RunSpec {
-        job: Keys::lock_job(&options.name),
-        run_id: run_id.clone(),
-        tick: String::new(),
-        fence,
-        replica: options.holder.clone(),
+    let process = Process {
         command: Command::Argv(options.command.clone()),
         workdir: std::env::current_dir().map_err(LockError::Workdir)?,
         env: vec![
@@ -88,14 +84,24 @@ pub async fn run(
             ("CRONLEASE_FENCE".to_string(), fence.to_string()),
             ("CRONLEASE_RUN_ID".to_string(), run_id.clone()),
         ],
-        timeout: None,
         kill_grace: options.kill_grace,
+        stdio: StdioMode::Inherit,
+    };
+    let context = RunContext {
+        job: Keys::lock_job(&options.name),
+        tick_ms: 0,
+        fence,
+        run_id: run_id.clone(),
+        replica: options.holder.clone(),
+        attempt: 0,
+    };
+    let once = Attempts {
+        timeout: None,
         retries: 0,
         retry_backoff: Duration::ZERO,
         output_tail_bytes: 0,
-        stdio: StdioMode::Inherit,
     };
-    let run = runner::execute(&spec, stop_rx);
+    let run = task::execute(&process, context, once, stop_rx);
     tokio::pin!(run);
     let result = tokio::select! {
         result = &mut run => result,

@@ -1,10 +1,10 @@
-//! Runs a job's command: one process group per attempt, output to the log and
-//! a bounded tail, timeout, retries, and being stopped from outside.
+//! The process task: a job's command, one process group per attempt, its
+//! output to the log and a bounded tail, stopped from outside.
 //!
-//! The runner never talks to Redis. It is told to stop through a
-//! `watch` channel (the watchdog says the lease is lost, the daemon says it is
-//! shutting down) and reports how the run ended; the daemon turns that into
-//! an [`Outcome`](crate::outcome::Outcome).
+//! The runner never talks to Redis. It is one kind of [`Task`]: the engine
+//! ([`crate::task::execute`]) runs its attempts, times them out and retries
+//! them, and tells it to stop through a [`StopSignal`] (lost lease: SIGKILL
+//! at once; timeout or shutdown: SIGTERM, then SIGKILL after `kill_grace`).
 //!
 //! Every attempt runs in its own process group (so a timeout or a lost lease
 //! stops the whole tree, not just the first process), with `PR_SET_PDEATHSIG`
@@ -20,12 +20,12 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::watch;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
 use crate::config::Command;
 use crate::outcome::{Status, Tail};
+use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
 /// Longest line written to the log; the rest is cut (the tail keeps it).
 const MAX_LOG_LINE: usize = 8 * 1024;
@@ -33,25 +33,27 @@ const MAX_LOG_LINE: usize = 8 * 1024;
 /// After the command exits, how long to wait for the rest of its output.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
-/// What to run and how.
+/// A job's command as a task: one process group per attempt.
 #[derive(Debug, Clone)]
-pub struct RunSpec {
-    pub job: String,
-    /// The run id, tick, fence and replica are for log lines.
-    pub run_id: String,
-    pub tick: String,
-    pub fence: u64,
-    pub replica: String,
+pub struct Process {
     pub command: Command,
     pub workdir: PathBuf,
     /// The complete extra environment: the job's `env` and `CRONLEASE_*`.
     pub env: Vec<(String, String)>,
-    pub timeout: Option<Duration>,
+    /// Between SIGTERM and SIGKILL when a timeout or a shutdown stops it.
     pub kill_grace: Duration,
-    pub retries: u32,
-    pub retry_backoff: Duration,
-    pub output_tail_bytes: usize,
     pub stdio: StdioMode,
+}
+
+impl Task for Process {
+    fn attempt<'a>(
+        &'a self,
+        run: &'a RunContext,
+        stop: StopSignal,
+        output: &'a mut Tail,
+    ) -> Attempt<'a> {
+        Box::pin(run_once(self, run, stop, output))
+    }
 }
 
 /// Where a command's standard streams go.
@@ -64,95 +66,7 @@ pub enum StdioMode {
     Inherit,
 }
 
-/// Why a run is being stopped from outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stop {
-    /// The lease is no longer ours: kill the group now (SIGKILL).
-    LostLease,
-    /// The replica is shutting down and the grace is over: SIGTERM, then
-    /// SIGKILL after `kill_grace`.
-    Shutdown,
-}
-
-/// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RunResult {
-    pub status: Status,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub attempts: u32,
-    pub output: String,
-}
-
-/// Runs `spec` to the end, with retries, unless `stop` says otherwise.
-pub async fn execute(spec: &RunSpec, mut stop: watch::Receiver<Option<Stop>>) -> RunResult {
-    let mut tail = Tail::new(spec.output_tail_bytes);
-    let mut attempts = 0;
-    loop {
-        attempts += 1;
-        if attempts > 1 {
-            tail.push_line(
-                format!("[cronlease] attempt {attempts} of {}", spec.retries + 1).as_bytes(),
-            );
-        }
-        let attempt = run_once(spec, &mut tail, &mut stop).await;
-        let retryable = matches!(attempt.status, Status::Failed | Status::Timeout);
-        if !retryable || attempts > spec.retries {
-            return RunResult {
-                status: attempt.status,
-                exit_code: attempt.exit_code,
-                signal: attempt.signal,
-                attempts,
-                output: tail.text(),
-            };
-        }
-        warn!(
-            job = %spec.job, run_id = %spec.run_id, attempt = attempts, status = %attempt.status,
-            backoff = ?spec.retry_backoff, "attempt failed, retrying"
-        );
-        // Back off, unless told to stop.
-        let stopped = tokio::select! {
-            () = sleep(spec.retry_backoff) => None,
-            reason = wait_for_stop(&mut stop) => Some(reason),
-        };
-        if let Some(reason) = stopped {
-            return RunResult {
-                status: stop_status(reason),
-                exit_code: attempt.exit_code,
-                signal: attempt.signal,
-                attempts,
-                output: tail.text(),
-            };
-        }
-    }
-}
-
-fn stop_status(reason: Stop) -> Status {
-    match reason {
-        Stop::LostLease => Status::LostLease,
-        Stop::Shutdown => Status::Interrupted,
-    }
-}
-
-/// Resolves when a stop is requested; never, if the sender is gone.
-async fn wait_for_stop(stop: &mut watch::Receiver<Option<Stop>>) -> Stop {
-    loop {
-        if let Some(reason) = *stop.borrow_and_update() {
-            return reason;
-        }
-        if stop.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
-
-struct Attempt {
-    status: Status,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-}
-
-fn build_command(spec: &RunSpec) -> tokio::process::Command {
+fn build_command(spec: &Process) -> tokio::process::Command {
     let mut command = match &spec.command {
         Command::Argv(argv) => {
             let mut command = tokio::process::Command::new(&argv[0]);
@@ -163,9 +77,6 @@ fn build_command(spec: &RunSpec) -> tokio::process::Command {
             let mut command = tokio::process::Command::new("/bin/sh");
             command.arg("-c").arg(script);
             command
-        }
-        Command::BenchmarkNoop => {
-            unreachable!("benchmark_noop runs end in run_once before a process is built")
         }
     };
     command
@@ -205,24 +116,11 @@ fn signal_group(pgid: Option<Pid>, signal: Signal) {
 }
 
 async fn run_once(
-    spec: &RunSpec,
+    spec: &Process,
+    run: &RunContext,
+    mut stop: StopSignal,
     tail: &mut Tail,
-    stop: &mut watch::Receiver<Option<Stop>>,
-) -> Attempt {
-    if let Some(reason) = *stop.borrow_and_update() {
-        return Attempt {
-            status: stop_status(reason),
-            exit_code: None,
-            signal: None,
-        };
-    }
-    if spec.command == Command::BenchmarkNoop {
-        return Attempt {
-            status: Status::Ok,
-            exit_code: Some(0),
-            signal: None,
-        };
-    }
+) -> AttemptEnd {
     let mut child = match build_command(spec).spawn() {
         Ok(child) => child,
         Err(e) => {
@@ -231,76 +129,58 @@ async fn run_once(
                 spec.command,
                 spec.workdir.display()
             );
-            warn!(job = %spec.job, run_id = %spec.run_id, "{message}");
+            warn!(job = %run.job, run_id = %run.run_id, "{message}");
             tail.push_line(message.as_bytes());
-            return Attempt {
-                status: Status::Failed,
-                exit_code: None,
-                signal: None,
-            };
+            return AttemptEnd::bare(Status::Failed);
         }
     };
     let pgid = child
         .id()
         .and_then(|pid| i32::try_from(pid).ok())
         .map(Pid::from_raw);
+    let tick = run.tick_label();
     info!(
-        job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id, replica = %spec.replica,
+        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id, replica = %run.replica,
         pid = ?child.id(), "started"
     );
     let mut stdout = child.stdout.take().map(|s| lines(s));
     let mut stderr = child.stderr.take().map(|s| lines(s));
 
-    let timeout_at = spec.timeout.map(|t| Instant::now() + t);
-    let mut ending: Option<Status> = None;
+    let mut ending: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
-    let mut stop_open = true;
     let exit: std::io::Result<ExitStatus> = loop {
         tokio::select! {
-            line = next_line(&mut stdout) => log_line(spec, tail, "stdout", line, &mut stdout),
-            line = next_line(&mut stderr) => log_line(spec, tail, "stderr", line, &mut stderr),
+            line = next_line(&mut stdout) => log_line(run, tail, "stdout", line, &mut stdout),
+            line = next_line(&mut stderr) => log_line(run, tail, "stderr", line, &mut stderr),
             exit = child.wait() => break exit,
-            () = sleep_until(timeout_at.unwrap_or_else(Instant::now)), if timeout_at.is_some() && ending.is_none() => {
-                warn!(
-                    job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
-                    replica = %spec.replica, timeout = ?spec.timeout, "timed out, stopping"
-                );
-                ending = Some(Status::Timeout);
-                signal_group(pgid, Signal::SIGTERM);
-                kill_at = Some(Instant::now() + spec.kill_grace);
-            }
             () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                warn!(job = %spec.job, run_id = %spec.run_id, "still running after kill_grace, sending SIGKILL");
+                warn!(job = %run.job, run_id = %run.run_id, "still running after kill_grace, sending SIGKILL");
                 signal_group(pgid, Signal::SIGKILL);
                 kill_at = None;
             }
-            changed = stop.changed(), if stop_open => {
-                if changed.is_err() {
-                    stop_open = false;
-                    continue;
+            reason = stop.next() => match (reason, ending) {
+                (Stop::LostLease, _) => {
+                    warn!(
+                        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id,
+                        replica = %run.replica, "lease lost: killing the run's process group"
+                    );
+                    ending = Some(Stop::LostLease);
+                    signal_group(pgid, Signal::SIGKILL);
+                    kill_at = None;
                 }
-                match *stop.borrow_and_update() {
-                    Some(Stop::LostLease) => {
+                (Stop::Timeout | Stop::Shutdown, None) => {
+                    if reason == Stop::Shutdown {
                         warn!(
-                            job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
-                            replica = %spec.replica, "lease lost: killing the run's process group"
+                            job = %run.job, %tick, fence = run.fence, run_id = %run.run_id,
+                            replica = %run.replica, "shutdown grace over: interrupting the run"
                         );
-                        ending = Some(Status::LostLease);
-                        signal_group(pgid, Signal::SIGKILL);
-                        kill_at = None;
                     }
-                    Some(Stop::Shutdown) if ending.is_none() => {
-                        warn!(
-                            job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id,
-                            replica = %spec.replica, "shutdown grace over: interrupting the run"
-                        );
-                        ending = Some(Status::Interrupted);
-                        signal_group(pgid, Signal::SIGTERM);
-                        kill_at = Some(Instant::now() + spec.kill_grace);
-                    }
-                    _ => {}
+                    ending = Some(reason);
+                    signal_group(pgid, Signal::SIGTERM);
+                    kill_at = Some(Instant::now() + spec.kill_grace);
                 }
-            }
+                (Stop::Timeout | Stop::Shutdown, Some(_)) => {}
+            },
         }
     };
     // Whatever the command left behind in its group goes with it.
@@ -308,8 +188,8 @@ async fn run_once(
     let drain_until = Instant::now() + DRAIN_AFTER_EXIT;
     while stdout.is_some() || stderr.is_some() {
         tokio::select! {
-            line = next_line(&mut stdout) => log_line(spec, tail, "stdout", line, &mut stdout),
-            line = next_line(&mut stderr) => log_line(spec, tail, "stderr", line, &mut stderr),
+            line = next_line(&mut stdout) => log_line(run, tail, "stdout", line, &mut stdout),
+            line = next_line(&mut stderr) => log_line(run, tail, "stderr", line, &mut stderr),
             () = sleep_until(drain_until) => break,
         }
     }
@@ -317,18 +197,21 @@ async fn run_once(
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, None),
     };
-    let status = ending.unwrap_or(match exit_code {
-        Some(0) => Status::Ok,
-        _ => Status::Failed,
-    });
+    let status = ending.map_or(
+        match exit_code {
+            Some(0) => Status::Ok,
+            _ => Status::Failed,
+        },
+        Stop::status,
+    );
     if let Err(e) = &exit {
         tail.push_line(format!("[cronlease] cannot wait for the command: {e}").as_bytes());
     }
     info!(
-        job = %spec.job, tick = %spec.tick, fence = spec.fence, run_id = %spec.run_id, replica = %spec.replica,
+        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id, replica = %run.replica,
         %status, exit_code, signal, "exited"
     );
-    Attempt {
+    AttemptEnd {
         status,
         exit_code,
         signal,
@@ -352,7 +235,7 @@ async fn next_line(lines: &mut Option<Lines>) -> std::io::Result<Option<Vec<u8>>
 }
 
 fn log_line(
-    spec: &RunSpec,
+    run: &RunContext,
     tail: &mut Tail,
     stream: &'static str,
     line: std::io::Result<Option<Vec<u8>>>,
@@ -365,7 +248,7 @@ fn log_line(
             }
             tail.push_line(&line);
             let shown = String::from_utf8_lossy(&line[..line.len().min(MAX_LOG_LINE)]);
-            info!(job = %spec.job, run_id = %spec.run_id, stream, "{shown}");
+            info!(job = %run.job, run_id = %run.run_id, stream, "{shown}");
         }
         Ok(None) | Err(_) => *source = None,
     }
@@ -374,23 +257,36 @@ fn log_line(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::task::{Attempts, Noop, RunResult, execute};
+    use tokio::sync::watch;
 
-    fn spec(command: Command) -> RunSpec {
-        RunSpec {
-            job: "test".into(),
-            run_id: "r".into(),
-            tick: "2026-01-01T00:00:00Z".into(),
-            fence: 1,
-            replica: "test".into(),
+    fn process(command: Command) -> Process {
+        Process {
             command,
             workdir: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hello".into())],
-            timeout: None,
             kill_grace: Duration::from_millis(200),
+            stdio: StdioMode::Capture,
+        }
+    }
+
+    fn context() -> RunContext {
+        RunContext {
+            job: "test".into(),
+            tick_ms: 1_767_225_600_000,
+            fence: 1,
+            run_id: "r".into(),
+            replica: "test".into(),
+            attempt: 0,
+        }
+    }
+
+    fn once() -> Attempts {
+        Attempts {
+            timeout: None,
             retries: 0,
             retry_backoff: Duration::from_millis(10),
             output_tail_bytes: 4096,
-            stdio: StdioMode::Capture,
         }
     }
 
@@ -398,14 +294,18 @@ mod tests {
         Command::Shell(script.into())
     }
 
-    async fn run(spec: &RunSpec) -> RunResult {
+    async fn run_with(task: &dyn Task, attempts: Attempts) -> RunResult {
         let (_tx, rx) = watch::channel(None);
-        execute(spec, rx).await
+        execute(task, context(), attempts, rx).await
+    }
+
+    async fn run(command: Command) -> RunResult {
+        run_with(&process(command), once()).await
     }
 
     #[tokio::test]
     async fn ok_failed_and_output() {
-        let result = run(&spec(shell("echo $GREETING; echo err >&2"))).await;
+        let result = run(shell("echo $GREETING; echo err >&2")).await;
         assert_eq!(result.status, Status::Ok);
         assert_eq!(result.exit_code, Some(0));
         assert!(
@@ -413,17 +313,17 @@ mod tests {
             "{result:?}"
         );
 
-        let result = run(&spec(shell("exit 3"))).await;
+        let result = run(shell("exit 3")).await;
         assert_eq!((result.status, result.exit_code), (Status::Failed, Some(3)));
 
-        let result = run(&spec(Command::Argv(vec!["/nonexistent/program".into()]))).await;
+        let result = run(Command::Argv(vec!["/nonexistent/program".into()])).await;
         assert_eq!(result.status, Status::Failed);
         assert!(result.output.contains("cannot start"), "{result:?}");
     }
 
     #[tokio::test]
-    async fn the_benchmark_noop_succeeds_without_a_process() {
-        let result = run(&spec(Command::BenchmarkNoop)).await;
+    async fn the_noop_task_succeeds_without_a_process() {
+        let result = run_with(&Noop, once()).await;
         assert_eq!(
             (result.status, result.exit_code, result.attempts),
             (Status::Ok, Some(0), 1)
@@ -432,54 +332,88 @@ mod tests {
 
     #[tokio::test]
     async fn timeout_kills_the_whole_group() {
-        let mut spec = spec(shell("sleep 30 & sleep 30; echo never"));
-        spec.timeout = Some(Duration::from_millis(200));
+        let attempts = Attempts {
+            timeout: Some(Duration::from_millis(200)),
+            ..once()
+        };
         let started = std::time::Instant::now();
-        let result = run(&spec).await;
+        let result = run_with(&process(shell("sleep 30 & sleep 30; echo never")), attempts).await;
         assert_eq!(result.status, Status::Timeout);
-        assert_eq!(result.signal, Some(libc_sigterm()));
+        assert_eq!(result.signal, Some(Signal::SIGTERM as i32));
         assert!(started.elapsed() < Duration::from_secs(10));
-    }
-
-    fn libc_sigterm() -> i32 {
-        Signal::SIGTERM as i32
     }
 
     #[tokio::test]
     async fn retries_under_one_call() {
         let dir = tempfile::tempdir().unwrap();
         let counter = dir.path().join("n");
-        let mut spec = spec(shell(&format!(
+        let task = process(shell(&format!(
             "echo x >> {0}; [ $(wc -l < {0}) -ge 3 ]",
             counter.display()
         )));
-        spec.retries = 5;
-        let result = run(&spec).await;
+        let result = run_with(
+            &task,
+            Attempts {
+                retries: 5,
+                ..once()
+            },
+        )
+        .await;
         assert_eq!((result.status, result.attempts), (Status::Ok, 3));
         assert!(result.output.contains("[cronlease] attempt 3 of 6"));
     }
 
     #[tokio::test]
     async fn lost_lease_kills_at_once_and_shutdown_interrupts() {
-        let spec = spec(shell("trap '' TERM; sleep 30"));
-        let (tx, rx) = watch::channel(None);
-        let handle = tokio::spawn({
-            let spec = spec.clone();
-            async move { execute(&spec, rx).await }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        tx.send(Some(Stop::LostLease)).unwrap();
-        let result = handle.await.unwrap();
-        assert_eq!(result.status, Status::LostLease);
-        assert_eq!(result.signal, Some(Signal::SIGKILL as i32));
+        let task = std::sync::Arc::new(process(shell("trap '' TERM; sleep 30")));
+        for (stop, status, signal) in [
+            (Stop::LostLease, Status::LostLease, Signal::SIGKILL),
+            // TERM is trapped, so the kill_grace ends in SIGKILL.
+            (Stop::Shutdown, Status::Interrupted, Signal::SIGKILL),
+        ] {
+            let (tx, rx) = watch::channel(None);
+            let handle = tokio::spawn({
+                let task = task.clone();
+                async move { execute(&*task, context(), once(), rx).await }
+            });
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tx.send(Some(stop)).unwrap();
+            let result = handle.await.unwrap();
+            assert_eq!(result.status, status);
+            assert_eq!(result.signal, Some(signal as i32));
+        }
+    }
 
-        let (tx, rx) = watch::channel(None);
-        let handle = tokio::spawn(async move { execute(&spec, rx).await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        tx.send(Some(Stop::Shutdown)).unwrap();
-        let result = handle.await.unwrap();
-        // TERM is trapped, so the kill_grace ends in SIGKILL.
-        assert_eq!(result.status, Status::Interrupted);
-        assert_eq!(result.signal, Some(Signal::SIGKILL as i32));
+    /// A task that panics, for the engine's side of the boundary.
+    struct Panics;
+
+    impl Task for Panics {
+        fn attempt<'a>(
+            &'a self,
+            _run: &'a RunContext,
+            _stop: StopSignal,
+            _output: &'a mut Tail,
+        ) -> Attempt<'a> {
+            Box::pin(async { panic!("the draw machine is jammed") })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_fails_with_its_message_and_is_retried() {
+        let result = run_with(
+            &Panics,
+            Attempts {
+                retries: 1,
+                ..once()
+            },
+        )
+        .await;
+        assert_eq!((result.status, result.attempts), (Status::Failed, 2));
+        assert!(
+            result
+                .output
+                .contains("the run panicked: the draw machine is jammed"),
+            "{result:?}"
+        );
     }
 }

@@ -19,8 +19,8 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
-use crate::runner::Stop;
 use crate::store::{Renewal, Store};
+use crate::task::Stop;
 use crate::telemetry;
 
 /// One run the watchdog keeps alive.

@@ -32,7 +32,6 @@ pub(super) struct RawJob {
     on_holder_lost: Option<OnHolderLost>,
     dst_gap: Option<Spanned<DstGap>>,
     dst_repeat: Option<Spanned<DstRepeat>>,
-    benchmark_noop: Option<Spanned<bool>>,
 }
 
 pub(super) const MAX_JOB_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -129,20 +128,7 @@ pub(super) fn validate_job(
         }
         (Some(_), None) => None,
     };
-    let noop = raw.benchmark_noop.filter(|noop| *noop.get_ref());
     let command = match (raw.command, raw.shell) {
-        (None, None) if noop.is_some() => Some(Command::BenchmarkNoop),
-        (Some(_), _) | (_, Some(_)) if noop.is_some() => {
-            let span = noop.map(|n| n.span());
-            checker.problem(
-                span,
-                Some(section),
-                Some("benchmark_noop"),
-                "`benchmark_noop` runs nothing and cannot be combined with `command` or `shell`"
-                    .into(),
-            );
-            None
-        }
         (Some(_), Some(shell)) => {
             checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
             None

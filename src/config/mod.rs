@@ -302,10 +302,6 @@ pub enum Command {
     Argv(Vec<String>),
     /// The explicit opt-in for a shell: `/bin/sh -c <script>`.
     Shell(String),
-    /// `benchmark_noop = true`: runs nothing and succeeds at once, in
-    /// process. Exists only so `cronlease`'s benchmark can measure the
-    /// coordination without thousands of processes a second.
-    BenchmarkNoop,
 }
 
 /// What to do when a tick comes while a run of the same job is in flight.

@@ -1,103 +1,44 @@
-//! Claiming a tick: the catch-up after a start or an outage (the misfire
-//! policy), the claim with its retries until Redis gives a definite answer,
-//! and the missed ticks a claim jumped over.
+//! Claiming a tick: the claim with its retries until Redis gives a definite
+//! answer, returned as a value ([`ClaimEnd`]) for the job loop to act on,
+//! and the recording of the missed ticks a claim jumped over.
+//!
+//! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 
 use super::*;
 
-/// How one attempt to claim a tick ended.
+/// How the claim of a tick ended.
 pub(super) enum ClaimEnd {
-    /// Redis answered: the tick is ours (the run is started) or not.
-    Answered(Option<JoinHandle<()>>),
+    /// Ours: the run may start. `previous` is the high-water mark this claim
+    /// moved past (-1: none); `expired` says the claim saw leases of this
+    /// job that lapsed (a sweep records them).
+    Won {
+        start: RunStart,
+        previous: i64,
+        expired: bool,
+    },
+    /// Ours, but fewer Redis replicas than `min_replicas_ack` acknowledged
+    /// the claim: it is recorded, not run.
+    NotDurable {
+        start: RunStart,
+        acked: u32,
+    },
+    /// Ours, but the lease lapsed before Redis answered: not run; a sweep
+    /// records it abandoned.
+    Lapsed,
+    /// Another replica has it.
+    Taken,
+    /// The job is paused: the tick is skipped.
+    Paused {
+        previous: i64,
+    },
+    /// A run is in flight and the job's overlap policy skips the tick.
+    Busy {
+        previous: i64,
+    },
     /// The tick was not claimed in time (Redis was unreachable, or answered
     /// only after the deadline): the misfire policy decides.
     Late,
     Cancelled,
-}
-
-/// Handles ticks that passed while this replica could not claim them (it was
-/// not running, or Redis was away), per the job's misfire policy. Returns
-/// the instant up to which ticks are handled, or None when cancelled.
-pub(super) async fn catch_up(
-    ctx: &Arc<Ctx>,
-    job: &Arc<Job>,
-    cancel: &CancellationToken,
-) -> Option<i64> {
-    let mut backoff = Duration::from_millis(100);
-    let stored = loop {
-        match ctx.store.last_tick(&job.name).await {
-            Ok(stored) => break stored,
-            Err(e) => {
-                ctx.redis_failed(&e);
-                debug!(job = %job.name, error = %e, "waiting for Redis to catch up");
-                if !pause(backoff, cancel).await {
-                    return None;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(2));
-            }
-        }
-    };
-    ctx.redis_answered();
-    sweep(ctx, job).await;
-    let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
-        (Some(a), Some(b)) => a.max(b),
-        (a, b) => match a.or(b) {
-            Some(last) => last,
-            // Never claimed anywhere: nothing was missed.
-            None => return Some(now),
-        },
-    };
-    let grace_ms = i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX);
-    let horizon = last.max(now.saturating_sub(grace_ms).saturating_sub(1));
-    let mut missed: Vec<i64> = Vec::new();
-    let mut on_time: Vec<i64> = Vec::new();
-    let mut cursor = to_datetime(horizon);
-    while let Some(tick) = job.schedule.next_after(cursor) {
-        let tick_ms = tick.timestamp_millis();
-        if tick_ms > now {
-            break;
-        }
-        if now - tick_ms <= LATE_MS {
-            on_time.push(tick_ms);
-        } else {
-            missed.push(tick_ms);
-            if missed.len() > MAX_CATCH_UP {
-                missed.remove(0);
-            }
-        }
-        cursor = tick;
-    }
-    if !missed.is_empty() {
-        info!(
-            job = %job.name, missed = missed.len(), policy = %job.misfire,
-            oldest = %rfc3339(missed[0]), latest = %rfc3339(missed[missed.len() - 1]),
-            "ticks were missed"
-        );
-    }
-    let to_claim: Vec<i64> = match job.misfire {
-        Misfire::Skip => Vec::new(),
-        Misfire::RunOnce => missed.last().copied().into_iter().collect(),
-        Misfire::RunAll => missed,
-    };
-    for tick_ms in to_claim {
-        match claim(ctx, job, tick_ms, Trigger::Misfire, cancel).await {
-            // run_all runs missed ticks one after another.
-            ClaimEnd::Answered(Some(run)) if job.misfire == Misfire::RunAll => {
-                tokio::select! {
-                    _ = run => {}
-                    () = cancel.cancelled() => return None,
-                }
-            }
-            ClaimEnd::Answered(_) | ClaimEnd::Late => {}
-            ClaimEnd::Cancelled => return None,
-        }
-    }
-    for tick_ms in on_time {
-        if let ClaimEnd::Cancelled = claim(ctx, job, tick_ms, Trigger::Schedule, cancel).await {
-            return None;
-        }
-    }
-    Some(now)
 }
 
 /// Claims one tick, retrying while Redis is away, until Redis answers.
@@ -110,8 +51,8 @@ pub(super) async fn catch_up(
 /// deadline is definite (`Expired`: nothing can win any more; `Claimed`:
 /// an earlier attempt won and its lease still holds).
 pub(super) async fn claim(
-    ctx: &Arc<Ctx>,
-    job: &Arc<Job>,
+    ctx: &Ctx,
+    job: &Job,
     tick_ms: i64,
     trigger: Trigger,
     cancel: &CancellationToken,
@@ -125,10 +66,7 @@ pub(super) async fn claim(
             tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
         }
     };
-    let mut backoff = Duration::from_millis(50);
-    // Whether some attempt may have reached Redis without our hearing back.
-    let mut maybe_sent = false;
-    let mut warned = false;
+    let mut failures = Failures::new(deadline_ms);
     loop {
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
@@ -150,178 +88,230 @@ pub(super) async fn claim(
             deadline_ms,
         };
         let sent = Instant::now();
-        let reply = match ctx.store.claim(&request).await {
-            Ok(reply) => reply,
-            Err(e) => {
-                count_claim(job, "error");
-                // Quorum masters that answered but split between racing
-                // replicas are not an outage.
-                if !matches!(
-                    e,
-                    StoreError::NoQuorum {
-                        reachable: true,
-                        ..
-                    }
-                ) {
-                    ctx.redis_failed(&e);
+        let wait = match ctx.store.claim(&request).await {
+            Ok(reply) => {
+                ctx.redis_answered();
+                match answer(ctx, job, tick_ms, trigger, &run_id, sent, reply) {
+                    Answer::End(end) => return end,
+                    Answer::Again(wait) => wait,
                 }
-                maybe_sent |= e.is_ambiguous();
-                if ctx.clock.now_ms() > deadline_ms {
-                    if !maybe_sent {
-                        warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "tick not claimed: Redis unreachable");
-                        return ClaimEnd::Late;
-                    }
-                    if !warned {
-                        warned = true;
-                        warn!(job = %job.name, tick = %rfc3339(tick_ms), %run_id, error = %e, "claim deadline passed with an attempt unanswered; waiting for Redis to say whether it won");
-                    }
-                }
-                debug!(job = %job.name, tick = %rfc3339(tick_ms), ambiguous = e.is_ambiguous(), error = %e, "claim failed; retrying");
-                // Jitter: with `quorum`, replicas that split the masters
-                // between them undo their claims and must not retry in step.
-                let jitter = Duration::from_millis((Uuid::new_v4().as_u128() % 50) as u64);
-                if !pause(backoff + jitter, cancel).await {
-                    return ClaimEnd::Cancelled;
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                continue;
             }
+            Err(e) => match failures.failed(ctx, job, tick_ms, &run_id, &e) {
+                Some(wait) => wait,
+                None => return ClaimEnd::Late,
+            },
         };
-        ctx.redis_answered();
-        let tick = rfc3339(tick_ms);
-        match reply {
-            ClaimReply::Claimed {
-                fence,
-                started_ms,
-                lease_key,
-                expired,
-                regressed,
-                previous,
-                acked,
-            } => {
-                let wanted = ctx.config.redis.min_replicas_ack;
-                if let Some(acked) = acked.filter(|&acked| acked < wanted) {
-                    count_claim(job, "not_durable");
-                    ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-                    warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
-                    let outcome = Outcome {
-                        job: job.name.clone(),
-                        tick_ms,
-                        fence,
-                        run_id,
-                        replica: ctx.identity.replica.clone(),
-                        host: ctx.identity.host.clone(),
-                        started_ms,
-                        finished_ms: started_ms,
-                        status: Status::NotDurable,
-                        exit_code: None,
-                        signal: None,
-                        attempts: 0,
-                        output: format!(
-                            "[cronlease] the claim reached {acked} of {wanted} Redis replicas within ack_timeout; not run\n"
-                        ),
-                        trigger,
-                        lease_key,
-                    };
-                    deliver(ctx, job, outcome).await;
-                    return ClaimEnd::Answered(None);
-                }
-                count_claim(job, "claimed");
-                metrics::histogram!(telemetry::TICK_LATENESS, "job" => job.name.clone())
-                    .record((started_ms - tick_ms).max(0) as f64 / 1000.0);
-                if regressed {
-                    ctx.state_loss(Some(&job.name), "the job's high-water mark or fence in Redis was behind what this replica saw");
-                }
-                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-                info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = trigger.as_str(), lateness_ms = started_ms - tick_ms, "claimed");
-                let run = start_run(
-                    ctx,
-                    job,
-                    RunStart {
-                        tick_ms,
-                        run_id,
-                        fence,
-                        lease_key,
-                        started_ms,
-                        trigger,
-                        valid_from: sent,
-                    },
-                );
-                record_missed(ctx, job, previous, tick_ms).await;
-                if expired > 0 {
-                    sweep(ctx, job).await;
-                }
-                return ClaimEnd::Answered(Some(run));
-            }
-            ClaimReply::Early { ms } => {
-                count_claim(job, "early");
-                debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
-                if !pause(
-                    Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)),
-                    cancel,
-                )
-                .await
-                {
-                    return ClaimEnd::Cancelled;
-                }
-            }
-            ClaimReply::Wait { ms } => {
-                count_claim(job, "wait");
-                debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
-                let wait = Duration::from_millis(u64::try_from(ms).unwrap_or(100).clamp(20, 1000));
-                if !pause(wait, cancel).await {
-                    return ClaimEnd::Cancelled;
-                }
-            }
-            ClaimReply::Expired { late_ms } => {
-                count_claim(job, "expired");
-                warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
-                return ClaimEnd::Late;
-            }
-            ClaimReply::Lapsed => {
-                count_claim(job, "lapsed");
-                warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
-                sweep(ctx, job).await;
-                return ClaimEnd::Answered(None);
-            }
-            ClaimReply::Taken {
-                last_tick,
-                regressed,
-                fence,
-            } => {
-                if regressed {
-                    ctx.state_loss(
-                        Some(&job.name),
-                        "the job's high-water mark in Redis was behind what this replica saw",
-                    );
-                }
-                count_claim(job, "taken");
-                ctx.marks.note(&job.name, Some(last_tick), Some(fence));
-                debug!(job = %job.name, %tick, "taken by another replica");
-                return ClaimEnd::Answered(None);
-            }
-            ClaimReply::Paused {
-                previous, fence, ..
-            } => {
-                count_claim(job, "paused");
-                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-                info!(job = %job.name, %tick, "job is paused; tick skipped");
-                record_missed(ctx, job, previous, tick_ms).await;
-                return ClaimEnd::Answered(None);
-            }
-            ClaimReply::Busy {
-                holder,
-                previous,
-                fence,
+        if !pause(wait, cancel).await {
+            return ClaimEnd::Cancelled;
+        }
+    }
+}
+
+/// The failed attempts of one claim.
+struct Failures {
+    deadline_ms: i64,
+    backoff: Duration,
+    /// Whether some attempt may have reached Redis without our hearing back.
+    maybe_sent: bool,
+    warned: bool,
+}
+
+impl Failures {
+    fn new(deadline_ms: i64) -> Failures {
+        Failures {
+            deadline_ms,
+            backoff: Duration::from_millis(50),
+            maybe_sent: false,
+            warned: false,
+        }
+    }
+
+    /// How long to wait before the next attempt; None: give up (the
+    /// deadline passed and no attempt can have reached Redis).
+    fn failed(
+        &mut self,
+        ctx: &Ctx,
+        job: &Job,
+        tick_ms: i64,
+        run_id: &str,
+        e: &StoreError,
+    ) -> Option<Duration> {
+        count_claim(job, "error");
+        // Quorum masters that answered but split between racing replicas
+        // are not an outage.
+        if !matches!(
+            e,
+            StoreError::NoQuorum {
+                reachable: true,
                 ..
-            } => {
-                count_claim(job, "busy");
-                ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-                info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
-                record_missed(ctx, job, previous, tick_ms).await;
-                return ClaimEnd::Answered(None);
+            }
+        ) {
+            ctx.redis_failed(e);
+        }
+        self.maybe_sent |= e.is_ambiguous();
+        let tick = rfc3339(tick_ms);
+        if ctx.clock.now_ms() > self.deadline_ms {
+            if !self.maybe_sent {
+                warn!(job = %job.name, %tick, %run_id, error = %e, "tick not claimed: Redis unreachable");
+                return None;
+            }
+            if !self.warned {
+                self.warned = true;
+                warn!(job = %job.name, %tick, %run_id, error = %e, "claim deadline passed with an attempt unanswered; waiting for Redis to say whether it won");
             }
         }
+        debug!(job = %job.name, %tick, ambiguous = e.is_ambiguous(), error = %e, "claim failed; retrying");
+        // Jitter: with `quorum`, replicas that split the masters between
+        // them undo their claims and must not retry in step.
+        let jitter = Duration::from_millis((Uuid::new_v4().as_u128() % 50) as u64);
+        let wait = self.backoff + jitter;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
+        Some(wait)
+    }
+}
+
+/// What a claim's answer means for the claim.
+enum Answer {
+    End(ClaimEnd),
+    /// Not yet (early by Redis time, or catch-up waiting for a run): ask
+    /// again after this long.
+    Again(Duration),
+}
+
+/// Reads Redis's answer to a claim: notes the marks it carries, counts and
+/// logs it.
+fn answer(
+    ctx: &Ctx,
+    job: &Job,
+    tick_ms: i64,
+    trigger: Trigger,
+    run_id: &str,
+    sent: Instant,
+    reply: ClaimReply,
+) -> Answer {
+    let tick = rfc3339(tick_ms);
+    match reply {
+        ClaimReply::Claimed {
+            fence,
+            started_ms,
+            lease_key,
+            expired,
+            regressed,
+            previous,
+            acked,
+        } => {
+            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            let start = RunStart {
+                tick_ms,
+                run_id: run_id.to_string(),
+                fence,
+                lease_key,
+                started_ms,
+                trigger,
+                valid_from: sent,
+            };
+            Answer::End(won(
+                ctx,
+                job,
+                start,
+                acked,
+                regressed,
+                previous,
+                expired > 0,
+            ))
+        }
+        ClaimReply::Early { ms } => {
+            count_claim(job, "early");
+            debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
+            Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
+        }
+        ClaimReply::Wait { ms } => {
+            count_claim(job, "wait");
+            debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
+            Answer::Again(Duration::from_millis(
+                u64::try_from(ms).unwrap_or(100).clamp(20, 1000),
+            ))
+        }
+        ClaimReply::Expired { late_ms } => {
+            count_claim(job, "expired");
+            warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
+            Answer::End(ClaimEnd::Late)
+        }
+        ClaimReply::Lapsed => {
+            count_claim(job, "lapsed");
+            warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
+            Answer::End(ClaimEnd::Lapsed)
+        }
+        ClaimReply::Taken {
+            last_tick,
+            regressed,
+            fence,
+        } => {
+            if regressed {
+                ctx.state_loss(
+                    Some(&job.name),
+                    "the job's high-water mark in Redis was behind what this replica saw",
+                );
+            }
+            count_claim(job, "taken");
+            ctx.marks.note(&job.name, Some(last_tick), Some(fence));
+            debug!(job = %job.name, %tick, "taken by another replica");
+            Answer::End(ClaimEnd::Taken)
+        }
+        ClaimReply::Paused {
+            previous, fence, ..
+        } => {
+            count_claim(job, "paused");
+            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            info!(job = %job.name, %tick, "job is paused; tick skipped");
+            Answer::End(ClaimEnd::Paused { previous })
+        }
+        ClaimReply::Busy {
+            holder,
+            previous,
+            fence,
+            ..
+        } => {
+            count_claim(job, "busy");
+            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
+            Answer::End(ClaimEnd::Busy { previous })
+        }
+    }
+}
+
+/// A claim Redis says we won: durable (the run may start) or not.
+fn won(
+    ctx: &Ctx,
+    job: &Job,
+    start: RunStart,
+    acked: Option<u32>,
+    regressed: bool,
+    previous: i64,
+    expired: bool,
+) -> ClaimEnd {
+    let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
+    let wanted = ctx.config.redis.min_replicas_ack;
+    if let Some(acked) = acked.filter(|&acked| acked < wanted) {
+        count_claim(job, "not_durable");
+        warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
+        return ClaimEnd::NotDurable { start, acked };
+    }
+    count_claim(job, "claimed");
+    let lateness_ms = start.started_ms - start.tick_ms;
+    metrics::histogram!(telemetry::TICK_LATENESS, "job" => job.name.clone())
+        .record(lateness_ms.max(0) as f64 / 1000.0);
+    if regressed {
+        ctx.state_loss(
+            Some(&job.name),
+            "the job's high-water mark or fence in Redis was behind what this replica saw",
+        );
+    }
+    info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, "claimed");
+    ClaimEnd::Won {
+        start,
+        previous,
+        expired,
     }
 }
 

@@ -133,7 +133,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
             for name in jobs {
                 let job = ctx.jobs.borrow().get(&name).cloned();
                 if let Some(job) = job {
-                    sweep(&ctx, &job).await;
+                    start_reruns(&ctx, &job, sweep(&ctx, &job).await);
                 }
             }
         }

@@ -1,38 +1,43 @@
 //! The replica: schedules every job, claims its ticks, runs what it wins,
 //! records outcomes, and shuts down cleanly.
 //!
-//! [`run`] is the whole life of a replica. It connects to Redis (waiting as
-//! long as it takes: the daemon never exits because Redis is away), checks
-//! that Redis cannot evict our keys, then starts its tasks, all owned by one
-//! [`TaskTracker`] and stopped through [`CancellationToken`]s:
+//! [`run`] is the whole life of a replica, given its [`World`] (the store,
+//! the clock, the tasks its jobs run: [`connect`] waits for Redis as long as
+//! it takes, so the daemon never exits because Redis is away) and its
+//! shutdown signal. It checks that Redis cannot evict our keys, then starts
+//! its tasks, each owned by a [`TaskTracker`] and stopped through
+//! [`CancellationToken`]s:
 //!
-//! - one **job loop** per job: sleeps until the next tick by Redis time,
-//!   claims it, starts the run if it won; on start and after Redis was away,
+//! - one **job loop** per job (`tick`): sleeps until the next tick by Redis
+//!   time, claims it (`claim`, which returns a value) and acts on the value
+//!   in one place (`tick::follow`); on start and after Redis was away,
 //!   catches up missed ticks per the job's misfire policy;
+//! - **runs** (`runs`): a won tick's task ([`crate::task`]) under the
+//!   watchdog's lease, its outcome delivered, the rerun it hands over started;
 //! - the **watchdog** ([`crate::watchdog`]): renews leases, stops runs whose
 //!   lease is lost;
 //! - the **heartbeat**: announces the replica, measures the Redis clock
 //!   offset, detects state loss (the epoch key) and dead replicas (whose runs
 //!   it sweeps);
-//! - the **spool courier**: delivers outcomes that could not reach Redis;
-//! - the **trigger consumer**: runs manual requests (`cronlease trigger`)
-//!   from the triggers stream, as one consumer of the replicas' group, and
-//!   takes over requests whose consumer died (`XAUTOCLAIM`).
+//! - the **spool courier** (`courier`): delivers outcomes that could not
+//!   reach Redis;
+//! - the **trigger consumer** (`triggers`): runs manual requests (`cronlease
+//!   trigger`) from the triggers stream, as one consumer of the replicas'
+//!   group, and takes over requests whose consumer died (`XAUTOCLAIM`);
+//! - the **claims listener** (`rendezvous`): the claims other replicas
+//!   announce, which let a replica skip a tick whose claim it saw.
 //!
-//! The files: this one holds the replica's life (start, reload, drain) and
-//! the job loop; `claim` the claim of a tick, its catch-up and missed ticks;
-//! `runs` a won tick's run, its outcome, reruns and sweeps; `heartbeat`,
-//! `courier` (the spool), `triggers` and `rendezvous`
-//! (ranking and the announcement listener) each hold one background task;
-//! `state` the small shared state, one owner each.
+//! This file holds the replica's life (start, supervise, reload, drain) and
+//! `Ctx`; `state` holds the small shared state, one owner each.
 //!
 //! Runs are tasks of their own (in `Ctx::runs`), so a job loop never waits
 //! for a run (except for `misfire = "run_all"` catch-up, which runs missed
 //! ticks one after another).
 //!
-//! Shutdown (the `shutdown` token): job loops stop claiming; runs get
-//! `shutdown_grace` to finish, then are interrupted (SIGTERM, `kill_grace`,
-//! SIGKILL); their outcomes are written (or spooled); the replica removes its
+//! Shutdown (the `shutdown` token) is one drain with one deadline: job loops
+//! stop claiming; loops and runs get `shutdown_grace`, then runs are
+//! interrupted (SIGTERM, `kill_grace`, SIGKILL) and their outcomes written
+//! (or spooled); then the background tasks stop; the replica removes its
 //! heartbeat and returns.
 
 use std::collections::{BTreeMap, HashMap};
@@ -41,26 +46,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use futures_util::FutureExt;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until};
+use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::clock::{RedisClock, local_now_ms};
-use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap};
+use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap, RedisConfig};
 use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Status, Trigger};
-use crate::runner::{self, RunSpec, Stop};
+use crate::runner;
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
     ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, REPLICA_FORGET_AFTER,
     Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store, StoreError, SweepRequest,
     TriggerReader, TriggerRequest,
 };
+use crate::task::{self, Attempts, RunContext, Stop, Tasks};
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
 use state::{Announcements, LiveReplicas, MarkBook};
@@ -71,13 +76,15 @@ mod heartbeat;
 mod rendezvous;
 mod runs;
 mod state;
+mod tick;
 mod triggers;
 
-use claim::{ClaimEnd, catch_up, claim, count_claim};
+use claim::{ClaimEnd, claim, count_claim, record_missed};
 use courier::{count_spooled, spool_courier};
 use heartbeat::heartbeat_loop;
 use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
-use runs::{RunStart, deliver, log_finish, start_run, sweep};
+use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
+use tick::job_loop;
 use triggers::trigger_consumer;
 
 /// A tick claimed no later than this after its time is on time; older
@@ -144,6 +151,9 @@ struct Ctx {
     jobs: watch::Sender<Arc<JobTable>>,
     store: Store,
     clock: RedisClock,
+    /// What each job runs (its command, unless the embedding program
+    /// registered a task).
+    tasks: Tasks,
     identity: Identity,
     started_ms: i64,
     spool: Spool,
@@ -210,9 +220,19 @@ impl Ctx {
     }
 }
 
-/// Runs a replica until `shutdown` is cancelled and every run is done.
+/// What a replica is handed instead of building it: its connection to
+/// Redis ([`connect`]), its clock, and what its jobs run.
+pub struct World {
+    pub store: Store,
+    pub clock: RedisClock,
+    pub tasks: Tasks,
+}
+
+/// Runs a replica until `shutdown` is cancelled and every task is drained
+/// (within one deadline). `reload` asks for the job table to be read again.
 pub async fn run(
     config: Config,
+    world: World,
     shutdown: CancellationToken,
     mut reload: mpsc::UnboundedReceiver<()>,
 ) -> Result<(), DaemonError> {
@@ -223,15 +243,11 @@ pub async fn run(
         replica = %identity.replica, host = %identity.host, jobs = config.jobs.len(),
         redis = %config.redis.describe(), "starting"
     );
-    if config.redis.tls.insecure_skip_verify {
-        warn!(
-            "TLS CERTIFICATE VERIFICATION IS OFF (insecure_skip_verify = true): anyone on the network path can pose as Redis, read the job table's traffic and forge claims; set ca_file instead"
-        );
-    }
-
-    let Some(store) = connect(&config, &shutdown).await else {
-        return Ok(());
-    };
+    let World {
+        store,
+        clock,
+        tasks,
+    } = world;
     check_server_settings(&store).await?;
 
     let service = CancellationToken::new();
@@ -243,7 +259,8 @@ pub async fn run(
         jobs: watch::Sender::new(job_table(&config)),
         config: config.clone(),
         store,
-        clock: RedisClock::new(),
+        clock,
+        tasks,
         identity,
         started_ms: local_now_ms(),
         spool,
@@ -288,39 +305,95 @@ pub async fn run(
     notify(&[sd_notify::NotifyState::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");
 
-    // The supervisor: reloads, and tells systemd it is alive. It runs on the
-    // same runtime as every job loop, so a wedged runtime stops the pings.
+    supervise(&ctx, &mut scheduler, &health, &shutdown, &mut reload).await;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    info!("shutting down: no more claims; waiting for runs in flight");
+    drain(&ctx, &scheduler.tracker, &background, &service).await;
+    if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
+        warn!(error = %e, "cannot remove this replica's heartbeat");
+    }
+    info!("stopped");
+    Ok(())
+}
+
+/// The supervisor, until `shutdown`: reloads, and tells systemd it is
+/// alive. It runs on the same runtime as every job loop, so a wedged
+/// runtime stops the pings.
+async fn supervise(
+    ctx: &Arc<Ctx>,
+    scheduler: &mut Scheduler,
+    health: &telemetry::Health,
+    shutdown: &CancellationToken,
+    reload: &mut mpsc::UnboundedReceiver<()>,
+) {
     let watchdog_period = sd_notify::watchdog_enabled().map(|usec| usec / 2);
     let mut beat = tokio::time::interval(SUPERVISOR_PERIOD);
     let mut last_ping = Instant::now();
     loop {
         tokio::select! {
-            () = shutdown.cancelled() => break,
-            Some(()) = reload.recv() => reload_jobs(&ctx, &mut scheduler).await,
+            () = shutdown.cancelled() => return,
+            Some(()) = reload.recv() => reload_jobs(ctx, scheduler).await,
             _ = beat.tick() => {
                 health.beat();
                 if let Some(period) = watchdog_period
                     && last_ping.elapsed() >= period.min(SUPERVISOR_PERIOD * 5)
                 {
                     last_ping = Instant::now();
-                    notify(&[sd_notify::NotifyState::Watchdog], &ctx);
+                    notify(&[sd_notify::NotifyState::Watchdog], ctx);
                 }
             }
         }
     }
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
-    info!("shutting down: no more claims; waiting for runs in flight");
-    scheduler.tracker.close();
-    scheduler.tracker.wait().await;
-    drain_runs(&ctx).await;
+}
+
+/// Shutdown's one drain, with one deadline for every task: job loops and
+/// runs get `shutdown_grace`; then runs are interrupted (SIGTERM,
+/// `kill_grace`, SIGKILL) and their outcomes written; then the background
+/// tasks (watchdog, heartbeat, courier, …) stop. Whatever is still going at
+/// the deadline is logged and left to the runtime's end.
+async fn drain(
+    ctx: &Ctx,
+    loops: &TaskTracker,
+    background: &TaskTracker,
+    service: &CancellationToken,
+) {
+    let daemon = &ctx.config.daemon;
+    let command_timeout = ctx.config.redis.command_timeout;
+    let deadline = Instant::now()
+        + daemon.shutdown_grace
+        + daemon.kill_grace
+        + command_timeout * 4
+        + Duration::from_secs(5);
+    loops.close();
+    ctx.runs.close();
+    let work = || async {
+        loops.wait().await;
+        ctx.runs.wait().await;
+    };
+    if timeout(daemon.shutdown_grace, work()).await.is_err() {
+        warn!(runs = ctx.runs.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
+        ctx.watchdog
+            .send(watchdog::Command::StopAll(Stop::Shutdown));
+        if timeout_at(deadline, work()).await.is_err() {
+            error!(
+                runs = ctx.runs.len(),
+                job_loops = loops.len(),
+                "runs did not end after SIGKILL; exiting anyway"
+            );
+        }
+    }
     service.cancel();
     background.close();
-    background.wait().await;
-    if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
-        warn!(error = %e, "cannot remove this replica's heartbeat");
+    let floor = Instant::now() + command_timeout;
+    if timeout_at(deadline.max(floor), background.wait())
+        .await
+        .is_err()
+    {
+        error!(
+            tasks = background.len(),
+            "background tasks did not stop by the shutdown deadline; exiting anyway"
+        );
     }
-    info!("stopped");
-    Ok(())
 }
 
 /// Writes changed marks to disk every second, and once more at the end.
@@ -474,11 +547,17 @@ async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
     notify(&[sd_notify::NotifyState::Ready], ctx);
 }
 
-/// Connects, retrying with backoff until it works or `shutdown`.
-async fn connect(config: &Config, shutdown: &CancellationToken) -> Option<Store> {
+/// Connects to Redis, retrying with backoff until it works (the daemon
+/// never exits because Redis is away); None when `shutdown` comes first.
+pub async fn connect(config: &RedisConfig, shutdown: &CancellationToken) -> Option<Store> {
+    if config.tls.insecure_skip_verify {
+        warn!(
+            "TLS CERTIFICATE VERIFICATION IS OFF (insecure_skip_verify = true): anyone on the network path can pose as Redis, read the job table's traffic and forge claims; set ca_file instead"
+        );
+    }
     let mut backoff = Duration::from_millis(200);
     loop {
-        match Store::connect(&config.redis).await {
+        match Store::connect(config).await {
             Ok(store) => match store.server_time_ms().await {
                 Ok(_) => return Some(store),
                 Err(e) => warn!(error = %e, "Redis does not answer yet; retrying"),
@@ -556,29 +635,6 @@ async fn measure_clock(ctx: &Ctx) {
     }
 }
 
-/// Waits for runs in flight: `shutdown_grace`, then interrupts them and
-/// waits for their outcomes to be written.
-async fn drain_runs(ctx: &Ctx) {
-    ctx.runs.close();
-    let daemon = &ctx.config.daemon;
-    if tokio::time::timeout(daemon.shutdown_grace, ctx.runs.wait())
-        .await
-        .is_ok()
-    {
-        return;
-    }
-    warn!(runs = ctx.runs.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
-    ctx.watchdog
-        .send(watchdog::Command::StopAll(Stop::Shutdown));
-    let bound = daemon.kill_grace + ctx.config.redis.command_timeout * 4 + Duration::from_secs(5);
-    if tokio::time::timeout(bound, ctx.runs.wait()).await.is_err() {
-        error!(
-            runs = ctx.runs.len(),
-            "runs did not end after SIGKILL; exiting anyway"
-        );
-    }
-}
-
 fn to_datetime(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
@@ -592,57 +648,6 @@ async fn pause(duration: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
         () = cancel.cancelled() => false,
         () = sleep(duration) => true,
-    }
-}
-
-async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
-    // The last tick this loop is done with; None: catch up first.
-    let mut cursor: Option<i64> = None;
-    loop {
-        let after = match cursor {
-            Some(after) => after,
-            None => match catch_up(&ctx, &job, &cancel).await {
-                Some(after) => after,
-                None => return,
-            },
-        };
-        let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
-            info!(job = %job.name, "the schedule has no more ticks");
-            cancel.cancelled().await;
-            return;
-        };
-        let tick_ms = tick.timestamp_millis();
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = sleep_until(ctx.clock.instant_at(tick_ms)) => {}
-        }
-        if ctx.clock.now_ms() - tick_ms > LATE_MS {
-            // This replica was stalled (a pause, a long catch-up): the tick is
-            // missed, and the misfire policy decides.
-            cursor = None;
-            continue;
-        }
-        // Rendezvous: the preferred replica claims at once; the others wait
-        // their turn and claim only if no claim was announced meanwhile, so
-        // Redis sees about one claim per tick however many replicas run.
-        let rank = ctx.rank(&job.name, tick_ms);
-        if rank > 0 {
-            let turn = RANK_STEP * u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
-            if !pause(turn, &cancel).await {
-                return;
-            }
-            if ctx.announced.covers(&job.name, tick_ms) {
-                count_claim(&job, "announced");
-                ctx.marks.note(&job.name, Some(tick_ms), None);
-                cursor = Some(tick_ms);
-                continue;
-            }
-        }
-        match claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await {
-            ClaimEnd::Answered(_) => cursor = Some(tick_ms),
-            ClaimEnd::Late => cursor = None,
-            ClaimEnd::Cancelled => return,
-        }
     }
 }
 

@@ -1,6 +1,7 @@
-//! A won tick's run: started under the watchdog's lease, its outcome
-//! delivered to Redis (or the spool), a rerun handed over by a finish or a
-//! sweep started, and the sweep of runs whose holder died.
+//! A won tick's run: its task started under the watchdog's lease, its
+//! outcome delivered to Redis (or the spool), and the sweep of runs whose
+//! holder died. Delivering and sweeping return the reruns they claimed;
+//! the caller starts them.
 
 use super::*;
 
@@ -18,7 +19,8 @@ pub(super) struct RunStart {
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
-/// outcome is recorded or spooled.
+/// outcome is recorded or spooled (and starts the rerun the finish handed
+/// over, if any).
 pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> {
     let (stop_tx, stop_rx) = watch::channel(None);
     ctx.watchdog.send(watchdog::Command::Hold(LeaseHold {
@@ -31,6 +33,64 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
         valid_from: start.valid_from,
         stop: stop_tx,
     }));
+    let task = ctx
+        .tasks
+        .registered(&job.name)
+        .unwrap_or_else(|| Arc::new(process(ctx, job, &start)));
+    let run = RunContext {
+        job: job.name.clone(),
+        tick_ms: start.tick_ms,
+        fence: start.fence,
+        run_id: start.run_id.clone(),
+        replica: ctx.identity.replica.clone(),
+        attempt: 0,
+    };
+    let attempts = Attempts {
+        timeout: job.timeout,
+        retries: job.retries,
+        retry_backoff: job.retry_backoff,
+        output_tail_bytes: ctx.config.daemon.output_tail_bytes,
+    };
+    let ctx2 = ctx.clone();
+    let job = job.clone();
+    ctx.runs.spawn(async move {
+        let ctx = ctx2;
+        let result = task::execute(&*task, run, attempts, stop_rx).await;
+        // Release before finishing, and wait for the watchdog to drop the
+        // lease: a renewal racing the finish would see the lease gone.
+        let (done_tx, done_rx) = oneshot::channel();
+        ctx.watchdog.send(watchdog::Command::Release {
+            run_id: start.run_id.clone(),
+            done: done_tx,
+        });
+        let _ = done_rx.await;
+        let outcome = Outcome {
+            job: job.name.clone(),
+            tick_ms: start.tick_ms,
+            fence: start.fence,
+            run_id: start.run_id,
+            replica: ctx.identity.replica.clone(),
+            host: ctx.identity.host.clone(),
+            started_ms: start.started_ms,
+            finished_ms: ctx.clock.now_ms(),
+            status: result.status,
+            exit_code: result.exit_code,
+            signal: result.signal,
+            attempts: result.attempts,
+            output: result.output,
+            trigger: start.trigger,
+            lease_key: start.lease_key,
+        };
+        count_finished(&outcome);
+        if let Some(rerun) = deliver(&ctx, &job, outcome).await {
+            start_reruns(&ctx, &job, vec![rerun]);
+        }
+    })
+}
+
+/// The job's command as a process task, with the run's `CRONLEASE_*`
+/// environment.
+fn process(ctx: &Ctx, job: &Job, start: &RunStart) -> runner::Process {
     let mut env: Vec<(String, String)> = job
         .env
         .iter()
@@ -50,84 +110,61 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
             ctx.identity.replica.clone(),
         ),
     ]);
-    let spec = RunSpec {
-        job: job.name.clone(),
-        run_id: start.run_id.clone(),
-        tick: rfc3339(start.tick_ms),
-        fence: start.fence,
-        replica: ctx.identity.replica.clone(),
+    runner::Process {
         command: job.command.clone(),
         workdir: job.workdir.clone(),
         env,
-        timeout: job.timeout,
         kill_grace: ctx.config.daemon.kill_grace,
-        retries: job.retries,
-        retry_backoff: job.retry_backoff,
-        output_tail_bytes: ctx.config.daemon.output_tail_bytes,
         stdio: runner::StdioMode::Capture,
-    };
-    let ctx2 = ctx.clone();
-    let job = job.clone();
-    ctx.runs.spawn(async move {
-        let ctx = ctx2;
-        // A panic in the run must not leave its lease renewed forever: it
-        // becomes a failed outcome, and the lease is released as always.
-        let result = match std::panic::AssertUnwindSafe(runner::execute(&spec, stop_rx)).catch_unwind().await {
-            Ok(result) => result,
-            Err(_) => {
-                error!(job = %spec.job, run_id = %spec.run_id, "the run panicked; recording it as failed");
-                runner::RunResult {
-                    status: Status::Failed,
-                    exit_code: None,
-                    signal: None,
-                    attempts: 1,
-                    output: "[cronlease] internal error: the run panicked (see the replica's log)\n".to_string(),
-                }
-            }
-        };
-        // Release before finishing, and wait for the watchdog to drop the
-        // lease: a renewal racing the finish would see the lease gone.
-        let (done_tx, done_rx) = oneshot::channel();
-        ctx.watchdog.send(watchdog::Command::Release {
-            run_id: start.run_id.clone(),
-            done: done_tx,
-        });
-        let _ = done_rx.await;
-        let outcome = Outcome {
-            job: spec.job.clone(),
-            tick_ms: start.tick_ms,
-            fence: start.fence,
-            run_id: start.run_id,
-            replica: ctx.identity.replica.clone(),
-            host: ctx.identity.host.clone(),
-            started_ms: start.started_ms,
-            finished_ms: ctx.clock.now_ms(),
-            status: result.status,
-            exit_code: result.exit_code,
-            signal: result.signal,
-            attempts: result.attempts,
-            output: result.output,
-            trigger: start.trigger,
-            lease_key: start.lease_key,
-        };
-        info!(
-            job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
-            replica = %outcome.replica, status = %outcome.status, exit_code = outcome.exit_code,
-            attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
-        );
-        metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
-        metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
-            .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
-        if outcome.status == Status::Ok {
-            metrics::gauge!(telemetry::LAST_SUCCESS, "job" => outcome.job.clone()).set(outcome.finished_ms as f64 / 1000.0);
-        }
-        deliver(&ctx, &job, outcome).await;
-    })
+    }
+}
+
+/// The finish log line and the run metrics.
+fn count_finished(outcome: &Outcome) {
+    info!(
+        job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
+        replica = %outcome.replica, status = %outcome.status, exit_code = outcome.exit_code,
+        attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
+    );
+    metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
+    metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
+        .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
+    if outcome.status == Status::Ok {
+        metrics::gauge!(telemetry::LAST_SUCCESS, "job" => outcome.job.clone())
+            .set(outcome.finished_ms as f64 / 1000.0);
+    }
+}
+
+/// The outcome of a tick claimed but not run because the claim is not
+/// durable (fewer Redis replicas acknowledged it than `min_replicas_ack`).
+pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: u32) -> Outcome {
+    let wanted = ctx.config.redis.min_replicas_ack;
+    Outcome {
+        job: job.name.clone(),
+        tick_ms: start.tick_ms,
+        fence: start.fence,
+        run_id: start.run_id,
+        replica: ctx.identity.replica.clone(),
+        host: ctx.identity.host.clone(),
+        started_ms: start.started_ms,
+        finished_ms: start.started_ms,
+        status: Status::NotDurable,
+        exit_code: None,
+        signal: None,
+        attempts: 0,
+        output: format!(
+            "[cronlease] the claim reached {acked} of {wanted} Redis replicas within ack_timeout; not run\n"
+        ),
+        trigger: start.trigger,
+        lease_key: start.lease_key,
+    }
 }
 
 /// Writes an outcome to Redis, or spools it when Redis does not take it.
-/// Starts the job's pending rerun if the finish hands one over.
-pub(super) async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
+/// Returns the job's pending rerun when the finish hands one over (its
+/// claim is made: the caller starts it).
+#[must_use = "a rerun handed over is claimed in Redis and must be started"]
+pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: Outcome) -> Option<RunStart> {
     let rerun_id = Uuid::new_v4().to_string();
     let offer = RerunOffer {
         overlap: job.overlap,
@@ -149,10 +186,9 @@ pub(super) async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
             Ok(reply) => {
                 ctx.redis_answered();
                 log_finish(&outcome, &reply);
-                if let Some(rerun) = reply.rerun {
-                    start_rerun(ctx, job, rerun, rerun_id, sent);
-                }
-                return;
+                return reply
+                    .rerun
+                    .map(|rerun| rerun_start(ctx, job, rerun, rerun_id, sent));
             }
             Err(e) => {
                 ctx.redis_failed(&e);
@@ -172,6 +208,7 @@ pub(super) async fn deliver(ctx: &Arc<Ctx>, job: &Arc<Job>, outcome: Outcome) {
             "cannot spool the outcome either; it is only in this log"
         ),
     }
+    None
 }
 
 pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
@@ -186,37 +223,41 @@ pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
     }
 }
 
-/// Starts a rerun that a sweep or a finish started in Redis for us.
-pub(super) fn start_rerun(
-    ctx: &Arc<Ctx>,
-    job: &Arc<Job>,
-    rerun: Rerun,
-    run_id: String,
-    sent: Instant,
-) {
+/// The run of a rerun that a sweep or a finish claimed in Redis for us.
+fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant) -> RunStart {
     ctx.marks.note(&job.name, None, Some(rerun.fence));
     info!(
         job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, %run_id,
         "claimed a rerun of an abandoned tick"
     );
-    start_run(
-        ctx,
-        job,
-        RunStart {
-            tick_ms: rerun.tick_ms,
-            run_id,
-            fence: rerun.fence,
-            lease_key: rerun.lease_key,
-            started_ms: rerun.started_ms,
-            trigger: Trigger::Rerun,
-            valid_from: sent,
-        },
-    );
+    RunStart {
+        tick_ms: rerun.tick_ms,
+        run_id,
+        fence: rerun.fence,
+        lease_key: rerun.lease_key,
+        started_ms: rerun.started_ms,
+        trigger: Trigger::Rerun,
+        valid_from: sent,
+    }
+}
+
+/// Starts reruns handed over by a finish or a sweep, and wakes the
+/// heartbeat so that the runs it lists are fresh.
+pub(super) fn start_reruns(ctx: &Arc<Ctx>, job: &Arc<Job>, reruns: Vec<RunStart>) {
+    if reruns.is_empty() {
+        return;
+    }
+    for rerun in reruns {
+        start_run(ctx, job, rerun);
+    }
     ctx.heartbeat_now.notify_one();
 }
 
-/// Records abandoned runs of `job` and starts the rerun, if the job wants one.
-pub(super) async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
+/// Records abandoned runs of `job`; returns the reruns claimed for us, if
+/// the job wants them (the caller starts them).
+#[must_use = "reruns handed over are claimed in Redis and must be started"]
+pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
+    let mut reruns = Vec::new();
     loop {
         let new_run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
@@ -236,18 +277,20 @@ pub(super) async fn sweep(ctx: &Arc<Ctx>, job: &Arc<Job>) {
             Err(e) => {
                 ctx.redis_failed(&e);
                 warn!(job = %job.name, error = %e, "cannot sweep abandoned runs");
-                return;
+                return reruns;
             }
         };
         if reply.abandoned > 0 {
             warn!(job = %job.name, abandoned = reply.abandoned, "recorded runs whose replica died as abandoned");
         }
-        let Some(rerun) = reply.rerun else { return };
-        start_rerun(ctx, job, rerun, new_run_id, sent);
-        // With overlap = "allow" further pending reruns can start now; else
-        // the finish of this one starts the next.
+        let Some(rerun) = reply.rerun else {
+            return reruns;
+        };
+        reruns.push(rerun_start(ctx, job, rerun, new_run_id, sent));
+        // With overlap = "allow" further pending reruns can be claimed now;
+        // else the finish of this one hands over the next.
         if job.overlap != Overlap::Allow {
-            return;
+            return reruns;
         }
     }
 }

@@ -1,0 +1,212 @@
+//! The path of a tick, top to bottom: a job loop asks the schedule for the
+//! next tick, waits for it by Redis time, waits its rendezvous turn, claims
+//! it, and [`follow`] — the one place that acts on a claim's value — starts
+//! the run, records missed ticks, sweeps, or delivers an outcome. After a
+//! start or an outage, [`catch_up`] applies the misfire policy to the ticks
+//! that passed.
+
+use super::*;
+
+/// What the job loop does after a claim was followed.
+pub(super) enum Next {
+    /// The run started (its task ends when its outcome is recorded).
+    Running(JoinHandle<()>),
+    /// Nothing more to do for this tick.
+    Done,
+    /// The tick was not claimed in time: the misfire policy decides.
+    Late,
+    Cancelled,
+}
+
+/// Acts on a claim's value: the only place that decides what follows a
+/// claim.
+pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> Next {
+    match end {
+        ClaimEnd::Won {
+            start,
+            previous,
+            expired,
+        } => {
+            let run = start_run(ctx, job, start);
+            record_missed(ctx, job, previous, tick_ms).await;
+            if expired {
+                start_reruns(ctx, job, sweep(ctx, job).await);
+            }
+            Next::Running(run)
+        }
+        ClaimEnd::NotDurable { start, acked } => {
+            let outcome = not_durable_outcome(ctx, job, start, acked);
+            if let Some(rerun) = deliver(ctx, job, outcome).await {
+                start_reruns(ctx, job, vec![rerun]);
+            }
+            Next::Done
+        }
+        ClaimEnd::Lapsed => {
+            start_reruns(ctx, job, sweep(ctx, job).await);
+            Next::Done
+        }
+        ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
+            record_missed(ctx, job, previous, tick_ms).await;
+            Next::Done
+        }
+        ClaimEnd::Taken => Next::Done,
+        ClaimEnd::Late => Next::Late,
+        ClaimEnd::Cancelled => Next::Cancelled,
+    }
+}
+
+/// One job's life: every tick of its schedule, until `cancel`.
+pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
+    // The last tick this loop is done with; None: catch up first.
+    let mut cursor: Option<i64> = None;
+    loop {
+        let after = match cursor {
+            Some(after) => after,
+            None => match catch_up(&ctx, &job, &cancel).await {
+                Some(after) => after,
+                None => return,
+            },
+        };
+        let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
+            info!(job = %job.name, "the schedule has no more ticks");
+            cancel.cancelled().await;
+            return;
+        };
+        let tick_ms = tick.timestamp_millis();
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = sleep_until(ctx.clock.instant_at(tick_ms)) => {}
+        }
+        if ctx.clock.now_ms() - tick_ms > LATE_MS {
+            // This replica was stalled (a pause, a long catch-up): the tick is
+            // missed, and the misfire policy decides.
+            cursor = None;
+            continue;
+        }
+        // Rendezvous: the preferred replica claims at once; the others wait
+        // their turn and claim only if no claim was announced meanwhile, so
+        // Redis sees about one claim per tick however many replicas run.
+        let rank = ctx.rank(&job.name, tick_ms);
+        if rank > 0 {
+            let turn = RANK_STEP * u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
+            if !pause(turn, &cancel).await {
+                return;
+            }
+            if ctx.announced.covers(&job.name, tick_ms) {
+                count_claim(&job, "announced");
+                ctx.marks.note(&job.name, Some(tick_ms), None);
+                cursor = Some(tick_ms);
+                continue;
+            }
+        }
+        let end = claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel).await;
+        match follow(&ctx, &job, tick_ms, end).await {
+            Next::Running(_) | Next::Done => cursor = Some(tick_ms),
+            Next::Late => cursor = None,
+            Next::Cancelled => return,
+        }
+    }
+}
+
+/// Handles ticks that passed while this replica could not claim them (it was
+/// not running, or Redis was away), per the job's misfire policy. Returns
+/// the instant up to which ticks are handled, or None when cancelled.
+pub(super) async fn catch_up(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    cancel: &CancellationToken,
+) -> Option<i64> {
+    let stored = last_tick(ctx, job, cancel).await?;
+    start_reruns(ctx, job, sweep(ctx, job).await);
+    let now = ctx.clock.now_ms();
+    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
+        (Some(a), Some(b)) => a.max(b),
+        (a, b) => match a.or(b) {
+            Some(last) => last,
+            // Never claimed anywhere: nothing was missed.
+            None => return Some(now),
+        },
+    };
+    let (missed, on_time) = passed_ticks(job, last, now);
+    let to_claim: Vec<i64> = match job.misfire {
+        Misfire::Skip => Vec::new(),
+        Misfire::RunOnce => missed.last().copied().into_iter().collect(),
+        Misfire::RunAll => missed,
+    };
+    for tick_ms in to_claim {
+        let end = claim(ctx, job, tick_ms, Trigger::Misfire, cancel).await;
+        match follow(ctx, job, tick_ms, end).await {
+            // run_all runs missed ticks one after another.
+            Next::Running(run) if job.misfire == Misfire::RunAll => {
+                tokio::select! {
+                    _ = run => {}
+                    () = cancel.cancelled() => return None,
+                }
+            }
+            Next::Running(_) | Next::Done | Next::Late => {}
+            Next::Cancelled => return None,
+        }
+    }
+    for tick_ms in on_time {
+        let end = claim(ctx, job, tick_ms, Trigger::Schedule, cancel).await;
+        if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
+            return None;
+        }
+    }
+    Some(now)
+}
+
+/// The job's high-water mark in Redis, waiting for Redis as long as it
+/// takes; None when cancelled.
+async fn last_tick(ctx: &Ctx, job: &Job, cancel: &CancellationToken) -> Option<Option<i64>> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match ctx.store.last_tick(&job.name).await {
+            Ok(stored) => {
+                ctx.redis_answered();
+                return Some(stored);
+            }
+            Err(e) => {
+                ctx.redis_failed(&e);
+                debug!(job = %job.name, error = %e, "waiting for Redis to catch up");
+                if !pause(backoff, cancel).await {
+                    return None;
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+            }
+        }
+    }
+}
+
+/// The ticks after `last` up to `now` within the misfire grace: missed
+/// ones (at most [`MAX_CATCH_UP`], the latest) and ones still on time.
+fn passed_ticks(job: &Job, last: i64, now: i64) -> (Vec<i64>, Vec<i64>) {
+    let grace_ms = i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX);
+    let horizon = last.max(now.saturating_sub(grace_ms).saturating_sub(1));
+    let mut missed: Vec<i64> = Vec::new();
+    let mut on_time: Vec<i64> = Vec::new();
+    let mut cursor = to_datetime(horizon);
+    while let Some(tick) = job.schedule.next_after(cursor) {
+        let tick_ms = tick.timestamp_millis();
+        if tick_ms > now {
+            break;
+        }
+        if now - tick_ms <= LATE_MS {
+            on_time.push(tick_ms);
+        } else {
+            missed.push(tick_ms);
+            if missed.len() > MAX_CATCH_UP {
+                missed.remove(0);
+            }
+        }
+        cursor = tick;
+    }
+    if !missed.is_empty() {
+        info!(
+            job = %job.name, missed = missed.len(), policy = %job.misfire,
+            oldest = %rfc3339(missed[0]), latest = %rfc3339(missed[missed.len() - 1]),
+            "ticks were missed"
+        );
+    }
+    (missed, on_time)
+}

@@ -1,0 +1,334 @@
+//! What a run executes: the boundary between the engine, which holds a
+//! tick's lease, and the work done under it.
+//!
+//! The engine claims a tick, keeps its lease alive and records its outcome;
+//! a [`Task`] does the work, one attempt at a time, given a [`RunContext`]
+//! and a [`StopSignal`] that says when and why to stop (the lease is lost,
+//! the attempt timed out, the replica is shutting down). [`execute`] is the
+//! engine's side of one run: attempts, timeout, retries with backoff, the
+//! output tail, and a panicking task turned into a `failed` attempt.
+//!
+//! Task kinds: a process ([`crate::runner::Process`], the job's command),
+//! and [`Noop`] (succeeds at once; the benchmark measures coordination with
+//! it). [`Tasks`] says which task runs which job.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep, sleep_until};
+use tracing::{error, warn};
+
+use crate::outcome::{Status, Tail};
+
+/// Why a run is being stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The lease is no longer ours: stop now (a process group gets SIGKILL).
+    LostLease,
+    /// The attempt ran past the job's `timeout`: stop within `kill_grace`
+    /// (SIGTERM, then SIGKILL).
+    Timeout,
+    /// The replica is shutting down and `shutdown_grace` is over: stop
+    /// within `kill_grace` (SIGTERM, then SIGKILL).
+    Shutdown,
+}
+
+impl Stop {
+    /// The status of a run stopped for this reason.
+    pub fn status(self) -> Status {
+        match self {
+            Stop::LostLease => Status::LostLease,
+            Stop::Timeout => Status::Timeout,
+            Stop::Shutdown => Status::Interrupted,
+        }
+    }
+}
+
+/// Tells a task when and why to stop. Only the engine sends it.
+#[derive(Debug)]
+pub struct StopSignal(watch::Receiver<Option<Stop>>);
+
+impl StopSignal {
+    /// Resolves with the reason of each new stop request: the first one,
+    /// and any later one (a lost lease after a timeout). Pending forever
+    /// once the engine is gone.
+    pub async fn next(&mut self) -> Stop {
+        loop {
+            if self.0.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            if let Some(reason) = *self.0.borrow_and_update() {
+                return reason;
+            }
+        }
+    }
+}
+
+/// Who and what an attempt runs for.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The job (for a `cronlease lock` command: `lock:<name>`).
+    pub job: String,
+    /// The tick, ms since the epoch (UTC); 0 for a lock's command.
+    pub tick_ms: i64,
+    pub fence: u64,
+    pub run_id: String,
+    /// This replica.
+    pub replica: String,
+    /// 1 for the first attempt, 2 for the first retry, …
+    pub attempt: u32,
+}
+
+impl RunContext {
+    /// The tick for log lines: RFC 3339, or `-` when there is none.
+    pub fn tick_label(&self) -> String {
+        if self.tick_ms <= 0 {
+            return "-".to_string();
+        }
+        chrono::DateTime::from_timestamp_millis(self.tick_ms).map_or_else(String::new, |t| {
+            t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+        })
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttemptEnd {
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl AttemptEnd {
+    /// An attempt that ended with `status` and no process status.
+    pub fn bare(status: Status) -> AttemptEnd {
+        AttemptEnd {
+            status,
+            exit_code: None,
+            signal: None,
+        }
+    }
+}
+
+/// One attempt of a task, borrowing its context and the run's output.
+pub type Attempt<'a> = Pin<Box<dyn Future<Output = AttemptEnd> + Send + 'a>>;
+
+/// The work a run does.
+pub trait Task: Send + Sync {
+    /// Runs one attempt. Lines of output go to `output` (the outcome keeps
+    /// its tail). After `stop` resolves the attempt ends as soon as it can,
+    /// with the stop's status.
+    fn attempt<'a>(
+        &'a self,
+        run: &'a RunContext,
+        stop: StopSignal,
+        output: &'a mut Tail,
+    ) -> Attempt<'a>;
+}
+
+/// Runs nothing and succeeds at once, in process: the benchmark's task,
+/// which leaves only the coordination to measure.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Noop;
+
+impl Task for Noop {
+    fn attempt<'a>(
+        &'a self,
+        _run: &'a RunContext,
+        _stop: StopSignal,
+        _output: &'a mut Tail,
+    ) -> Attempt<'a> {
+        Box::pin(std::future::ready(AttemptEnd {
+            status: Status::Ok,
+            exit_code: Some(0),
+            signal: None,
+        }))
+    }
+}
+
+/// Which task runs which job: the job's command in a process, unless the
+/// program that embeds the daemon registered a task for it.
+#[derive(Clone, Default)]
+pub struct Tasks {
+    every_job: Option<Arc<dyn Task>>,
+    by_job: HashMap<String, Arc<dyn Task>>,
+}
+
+impl fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tasks")
+            .field("every_job", &self.every_job.is_some())
+            .field("by_job", &self.by_job.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Tasks {
+    /// Every job runs its command (the `cronlease` binary).
+    pub fn processes() -> Tasks {
+        Tasks::default()
+    }
+
+    /// Every job runs `task` instead of its command.
+    pub fn every_job(task: Arc<dyn Task>) -> Tasks {
+        Tasks {
+            every_job: Some(task),
+            by_job: HashMap::new(),
+        }
+    }
+
+    /// `job` runs `task` instead of its command.
+    pub fn job(mut self, job: &str, task: Arc<dyn Task>) -> Tasks {
+        self.by_job.insert(job.to_string(), task);
+        self
+    }
+
+    /// The task registered for `job`; None: its command runs.
+    pub fn registered(&self, job: &str) -> Option<Arc<dyn Task>> {
+        self.by_job.get(job).or(self.every_job.as_ref()).cloned()
+    }
+}
+
+/// How a run's attempts are bounded and repeated.
+#[derive(Debug, Clone, Copy)]
+pub struct Attempts {
+    /// Per attempt; None: no limit.
+    pub timeout: Option<Duration>,
+    /// Attempts after the first one that failed or timed out.
+    pub retries: u32,
+    pub retry_backoff: Duration,
+    /// Bytes of output the outcome keeps (the tail).
+    pub output_tail_bytes: usize,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub attempts: u32,
+    pub output: String,
+}
+
+/// Runs `task` to the end: attempts until one succeeds, the retries are
+/// used up, or `stop` (the lease's signal: lost lease, shutdown) ends it.
+pub async fn execute(
+    task: &dyn Task,
+    mut run: RunContext,
+    attempts: Attempts,
+    mut stop: watch::Receiver<Option<Stop>>,
+) -> RunResult {
+    let mut tail = Tail::new(attempts.output_tail_bytes);
+    loop {
+        run.attempt += 1;
+        if run.attempt > 1 {
+            tail.push_line(
+                format!(
+                    "[cronlease] attempt {} of {}",
+                    run.attempt,
+                    attempts.retries + 1
+                )
+                .as_bytes(),
+            );
+        }
+        let end = attempt(task, &run, attempts.timeout, &mut stop, &mut tail).await;
+        let retryable = matches!(end.status, Status::Failed | Status::Timeout);
+        let result = |status| RunResult {
+            status,
+            exit_code: end.exit_code,
+            signal: end.signal,
+            attempts: run.attempt,
+            output: tail.text(),
+        };
+        if !retryable || run.attempt > attempts.retries {
+            return result(end.status);
+        }
+        warn!(
+            job = %run.job, run_id = %run.run_id, attempt = run.attempt, status = %end.status,
+            backoff = ?attempts.retry_backoff, "attempt failed, retrying"
+        );
+        tokio::select! {
+            () = sleep(attempts.retry_backoff) => {}
+            reason = next_stop(&mut stop) => return result(reason.status()),
+        }
+    }
+}
+
+/// One attempt under the lease's stop signal and the timeout: both are
+/// forwarded to the task, which ends the attempt.
+async fn attempt(
+    task: &dyn Task,
+    run: &RunContext,
+    timeout: Option<Duration>,
+    lease: &mut watch::Receiver<Option<Stop>>,
+    tail: &mut Tail,
+) -> AttemptEnd {
+    if let Some(reason) = *lease.borrow_and_update() {
+        return AttemptEnd::bare(reason.status());
+    }
+    let (tell, told) = watch::channel(None);
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut timed_out = false;
+    let mut lease_open = true;
+    // Boxed futures are Unpin: `work` is polled in place and dropped before
+    // the tail is written again.
+    let mut work =
+        std::panic::AssertUnwindSafe(task.attempt(run, StopSignal(told), tail)).catch_unwind();
+    let ended = loop {
+        tokio::select! {
+            end = &mut work => break end,
+            () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() && !timed_out => {
+                timed_out = true;
+                warn!(
+                    job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+                    replica = %run.replica, ?timeout, "timed out, stopping"
+                );
+                tell.send_replace(Some(Stop::Timeout));
+            }
+            changed = lease.changed(), if lease_open => match changed {
+                Ok(()) => {
+                    if let Some(reason) = *lease.borrow_and_update() {
+                        tell.send_replace(Some(reason));
+                    }
+                }
+                Err(_) => lease_open = false,
+            },
+        }
+    };
+    drop(work);
+    ended.unwrap_or_else(|panic| {
+        let message = panic_message(&*panic);
+        error!(job = %run.job, run_id = %run.run_id, panic = %message, "the run panicked; recording the attempt as failed");
+        tail.push_line(format!("[cronlease] the run panicked: {message}").as_bytes());
+        AttemptEnd::bare(Status::Failed)
+    })
+}
+
+/// What a panic said, when it said it with a string.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".to_string())
+}
+
+/// Resolves with the stop requested already or the next one; never, once
+/// the sender is gone.
+async fn next_stop(stop: &mut watch::Receiver<Option<Stop>>) -> Stop {
+    loop {
+        if let Some(reason) = *stop.borrow_and_update() {
+            return reason;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
