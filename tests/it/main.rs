@@ -1,12 +1,15 @@
 //! The integration tests: one binary (see ARCHITECTURE.md), one module per
 //! area, all driving the real `cronlease` binary except `quorum`, which
-//! drives the library's `Store` (the quorum protocol, answer by answer).
+//! drives the library's `Store` (the quorum protocol, answer by answer), and
+//! `engine`, which runs replicas in process through `daemon::run` with
+//! in-process tasks.
 
 mod bounds;
 mod check;
 mod cron_differential;
 mod cron_reference;
 mod daemon;
+mod engine;
 mod harness;
 mod metrics;
 mod operator;
