@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Status, Trigger};
-use cronlease::store::{ClaimReply, ClaimRequest, Store};
+use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Store, WhenBusy};
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -105,15 +105,17 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         job,
         tick_ms,
         run_id: &run_id,
-        lease: Duration::from_secs(30),
-        overlap: Overlap::Skip,
-        replica: "bench",
-        host: "localhost",
-        history: 100,
+        claimant: Claimant {
+            replica: "bench",
+            host: "localhost",
+            lease: Duration::from_secs(30),
+            overlap: Overlap::Skip,
+            history: 100,
+            min_fence: 0,
+        },
         min_tick: -1,
-        min_fence: 0,
         trigger: Trigger::Schedule,
-        wait_if_busy: false,
+        when_busy: WhenBusy::Skip,
         deadline_ms: -1,
     };
     let ClaimReply::Claimed {

@@ -71,20 +71,18 @@ pub(super) async fn claim(
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
-        let marks = ctx.marks.get(&job.name);
         let request = ClaimRequest {
             job: &job.name,
             tick_ms,
             run_id: &run_id,
-            lease: ctx.config.daemon.lease,
-            overlap: job.overlap,
-            replica: &ctx.identity.replica,
-            host: &ctx.identity.host,
-            history: ctx.config.daemon.history,
-            min_tick: marks.last_tick.unwrap_or(-1),
-            min_fence: marks.fence,
+            claimant: ctx.claimant(job),
+            min_tick: ctx.marks.get(&job.name).last_tick.unwrap_or(-1),
             trigger,
-            wait_if_busy: trigger == Trigger::Misfire && job.misfire == Misfire::RunAll,
+            when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
+                WhenBusy::Wait
+            } else {
+                WhenBusy::Skip
+            },
             deadline_ms,
         };
         let sent = Instant::now();

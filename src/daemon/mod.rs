@@ -61,9 +61,9 @@ use crate::outcome::{Outcome, Status, Trigger};
 use crate::runner;
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
-    ClaimReply, ClaimRequest, FinishReply, ManualReply, ManualRequest, REPLICA_FORGET_AFTER,
-    Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store, StoreError, SweepRequest,
-    TriggerReader, TriggerRequest,
+    ClaimReply, ClaimRequest, Claimant, FinishReply, ManualReply, ManualRequest,
+    REPLICA_FORGET_AFTER, Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store,
+    StoreError, SweepRequest, TriggerReader, TriggerRequest, WhenBusy,
 };
 use crate::task::{self, Attempts, RunContext, Stop, Tasks};
 use crate::telemetry;
@@ -190,6 +190,18 @@ impl Ctx {
             .filter(|id| **id != self.identity.replica)
             .filter(|id| rendezvous_score(id, job, tick_ms) > own)
             .count()
+    }
+
+    /// This replica as the claimant of `job`'s ticks, runs and reruns.
+    fn claimant<'a>(&'a self, job: &Job) -> Claimant<'a> {
+        Claimant {
+            replica: &self.identity.replica,
+            host: &self.identity.host,
+            lease: self.config.daemon.lease,
+            overlap: job.overlap,
+            history: self.config.daemon.history,
+            min_fence: self.marks.get(&job.name).fence,
+        }
     }
 
     fn redis_answered(&self) {

@@ -167,15 +167,10 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
 pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: Outcome) -> Option<RunStart> {
     let rerun_id = Uuid::new_v4().to_string();
     let offer = RerunOffer {
-        overlap: job.overlap,
-        lease: ctx.config.daemon.lease,
+        claimant: ctx.claimant(job),
         new_run_id: &rerun_id,
-        min_fence: ctx.marks.get(&job.name).fence,
-        replica: &ctx.identity.replica,
-        host: &ctx.identity.host,
     };
-    let offer = (job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled())
-        .then_some(&offer);
+    let offer = reruns_wanted(ctx, job).then_some(&offer);
     for attempt in 0..3 {
         let sent = Instant::now();
         match ctx
@@ -253,6 +248,12 @@ pub(super) fn start_reruns(ctx: &Arc<Ctx>, job: &Arc<Job>, reruns: Vec<RunStart>
     ctx.heartbeat_now.notify_one();
 }
 
+/// Whether a finish or a sweep may claim a rerun of `job` for us: the job
+/// wants abandoned runs rerun, and no shutdown has begun.
+fn reruns_wanted(ctx: &Ctx, job: &Job) -> bool {
+    job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled()
+}
+
 /// Records abandoned runs of `job`; returns the reruns claimed for us, if
 /// the job wants them (the caller starts them).
 #[must_use = "reruns handed over are claimed in Redis and must be started"]
@@ -263,14 +264,8 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            replica: &ctx.identity.replica,
-            host: &ctx.identity.host,
-            history: ctx.config.daemon.history,
-            rerun: job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled(),
-            overlap: job.overlap,
-            lease: ctx.config.daemon.lease,
-            new_run_id: &new_run_id,
-            min_fence: ctx.marks.get(&job.name).fence,
+            claimant: ctx.claimant(job),
+            rerun: reruns_wanted(ctx, job).then_some(new_run_id.as_str()),
         };
         let reply = match ctx.store.sweep(&request).await {
             Ok(reply) => reply,

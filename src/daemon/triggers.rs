@@ -93,12 +93,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            lease: ctx.config.daemon.lease,
-            overlap: job.overlap,
-            replica: &ctx.identity.replica,
-            host: &ctx.identity.host,
-            history: ctx.config.daemon.history,
-            min_fence: ctx.marks.get(&job.name).fence,
+            claimant: ctx.claimant(&job),
         })
         .await;
     match reply {

@@ -20,23 +20,26 @@ pub struct ClaimRequest<'a> {
     pub job: &'a str,
     pub tick_ms: i64,
     pub run_id: &'a str,
-    pub lease: Duration,
-    pub overlap: Overlap,
-    pub replica: &'a str,
-    pub host: &'a str,
-    pub history: u32,
+    pub claimant: Claimant<'a>,
     /// The highest `last_tick` this replica has seen for the job (-1: none).
     pub min_tick: i64,
-    /// The highest fence this replica has seen for the job.
-    pub min_fence: u64,
     pub trigger: Trigger,
-    /// For catch-up of missed ticks: answer `Wait` while a run is in flight
-    /// instead of recording `skipped_overlap`.
-    pub wait_if_busy: bool,
+    pub when_busy: WhenBusy,
     /// Redis time after which the claim must take no effect: an attempt
     /// that reaches Redis later (it sat in a paused server or a slow
     /// network after its caller stopped waiting) answers `Expired`.
     pub deadline_ms: i64,
+}
+
+/// What a claim does when a run of the job is in flight and the overlap
+/// policy does not allow another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenBusy {
+    /// Record the tick `skipped_overlap` (answer `Busy`).
+    Skip,
+    /// Answer `Wait`: catch-up of missed ticks with `misfire = "run_all"`
+    /// runs them one after another.
+    Wait,
 }
 
 /// The claim script's answer.
@@ -93,48 +96,40 @@ pub enum ClaimReply {
 }
 
 fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
-    let items = as_array(reply, "claim")?;
-    let bad = |items: &[Value]| protocol("claim", &Value::Array(items.to_vec()));
-    let kind = items
-        .first()
-        .and_then(as_string)
-        .ok_or_else(|| bad(&items))?;
-    let int = |i: usize| items.get(i).and_then(as_int).ok_or_else(|| bad(&items));
-    let flag = |i: usize| items.get(i).and_then(as_int).unwrap_or(0) == 1;
-    Ok(match kind.as_str() {
+    let r = Reply::new(reply, "claim")?;
+    Ok(match r.string(0)?.as_str() {
         "claimed" => ClaimReply::Claimed {
-            fence: int(1)? as u64,
-            started_ms: int(2)?,
-            lease_key: items
-                .get(3)
-                .and_then(as_string)
-                .ok_or_else(|| bad(&items))?,
-            expired: int(4).unwrap_or(0) as u32,
-            regressed: flag(5),
-            previous: int(6).unwrap_or(-1),
+            fence: r.fence(1)?,
+            started_ms: r.int(2)?,
+            lease_key: r.string(3)?,
+            expired: u32::try_from(r.int_or(4, 0)).unwrap_or(0),
+            regressed: r.flag(5),
+            previous: r.int_or(6, -1),
             acked: None,
         },
-        "early" => ClaimReply::Early { ms: int(1)? },
+        "early" => ClaimReply::Early { ms: r.int(1)? },
         "taken" => ClaimReply::Taken {
-            last_tick: int(1)?,
-            regressed: flag(2),
-            fence: int(3).unwrap_or(0).max(0) as u64,
+            last_tick: r.int(1)?,
+            regressed: r.flag(2),
+            fence: r.fence_or_zero(3)?,
         },
         "paused" => ClaimReply::Paused {
-            regressed: flag(1),
-            previous: int(2).unwrap_or(-1),
-            fence: int(3).unwrap_or(0).max(0) as u64,
+            regressed: r.flag(1),
+            previous: r.int_or(2, -1),
+            fence: r.fence_or_zero(3)?,
         },
         "busy" => ClaimReply::Busy {
-            holder: items.get(1).and_then(as_string).unwrap_or_default(),
-            regressed: flag(2),
-            previous: int(3).unwrap_or(-1),
-            fence: int(4).unwrap_or(0).max(0) as u64,
+            holder: r.string_or_empty(1),
+            regressed: r.flag(2),
+            previous: r.int_or(3, -1),
+            fence: r.fence_or_zero(4)?,
         },
-        "wait" => ClaimReply::Wait { ms: int(1)?.max(1) },
-        "expired" => ClaimReply::Expired { late_ms: int(1)? },
+        "wait" => ClaimReply::Wait {
+            ms: r.int(1)?.max(1),
+        },
+        "expired" => ClaimReply::Expired { late_ms: r.int(1)? },
         "lapsed" => ClaimReply::Lapsed,
-        _ => return Err(bad(&items)),
+        _ => return Err(r.bad()),
     })
 }
 
@@ -297,13 +292,13 @@ impl Store {
             .into_iter()
             .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
             .collect();
-        let drift = request.lease / 100 + Duration::from_millis(2);
+        let drift = request.claimant.lease / 100 + Duration::from_millis(2);
         let answers: Vec<&ClaimReply> = replies
             .iter()
             .filter_map(|reply| reply.as_ref().ok())
             .collect();
         let agreed = majority_answer(&answers, majority);
-        let mut valid = request.lease > sent.elapsed() + drift;
+        let mut valid = request.claimant.lease > sent.elapsed() + drift;
         if valid && let Some(claimed @ ClaimReply::Claimed { fence, .. }) = &agreed {
             let fence = *fence;
             let state = self.keys.state(request.job);
@@ -327,7 +322,7 @@ impl Store {
                 .into_iter()
                 .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
                 .collect();
-            valid = request.lease > sent.elapsed() + drift;
+            valid = request.claimant.lease > sent.elapsed() + drift;
             match self.gather("claim (raising the fence)", raised) {
                 Ok(_) if valid => return Ok(claimed.clone()),
                 Ok(_) => {}
@@ -423,16 +418,19 @@ impl Store {
                 .arg(keys.runs(request.job))
                 .arg(request.tick_ms)
                 .arg(request.run_id)
-                .arg(duration_ms(request.lease))
-                .arg(request.overlap.as_str())
-                .arg(request.replica)
-                .arg(request.host)
+                .arg(duration_ms(request.claimant.lease))
+                .arg(request.claimant.overlap.as_str())
+                .arg(request.claimant.replica)
+                .arg(request.claimant.host)
                 .arg(EARLY_TOLERANCE_MS)
-                .arg(request.history)
+                .arg(request.claimant.history)
                 .arg(request.min_tick)
-                .arg(request.min_fence)
+                .arg(request.claimant.min_fence)
                 .arg(request.trigger.as_str())
-                .arg(if request.wait_if_busy { "1" } else { "0" })
+                .arg(match request.when_busy {
+                    WhenBusy::Skip => "0",
+                    WhenBusy::Wait => "1",
+                })
                 .arg(keys.claims_channel())
                 .arg(request.job)
                 .arg(request.deadline_ms);

@@ -44,18 +44,17 @@ impl Store {
             .arg(duration_ms(LOCK_IDLE_TTL))
             .invoke_async(&mut conn)
             .await?;
-        let items = as_array(reply, "lock")?;
-        let bad = || protocol("lock", &Value::Array(items.clone()));
-        match items.first().and_then(as_string).as_deref() {
-            Some("acquired") => Ok(LockReply::Acquired {
-                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
-                lease_key: items.get(2).and_then(as_string).ok_or_else(bad)?,
+        let r = Reply::new(reply, "lock")?;
+        match r.string(0)?.as_str() {
+            "acquired" => Ok(LockReply::Acquired {
+                fence: r.fence(1)?,
+                lease_key: r.string(2)?,
             }),
-            Some("held") => Ok(LockReply::Held {
-                holder: items.get(1).and_then(as_string).unwrap_or_default(),
-                ttl_ms: items.get(2).and_then(as_int).unwrap_or(0),
+            "held" => Ok(LockReply::Held {
+                holder: r.string_or_empty(1),
+                ttl_ms: r.int_or(2, 0),
             }),
-            _ => Err(bad()),
+            _ => Err(r.bad()),
         }
     }
 

@@ -22,10 +22,13 @@ mod claim;
 mod heartbeat;
 mod keys;
 mod lock;
+mod reply;
 mod run;
 mod triggers;
 
-pub use claim::{ClaimReply, ClaimRequest, EARLY_TOLERANCE_MS};
+use reply::Reply;
+
+pub use claim::{ClaimReply, ClaimRequest, EARLY_TOLERANCE_MS, WhenBusy};
 pub use heartbeat::{Epoch, HeartbeatReply, REPLICA_FORGET_AFTER, ServerTime};
 pub use run::{
     DEDUP_MIN_ENTRIES, DEDUP_WINDOW, FinishReply, Recorded, Renewal, Rerun, RerunOffer, SweepReply,
@@ -146,11 +149,20 @@ fn as_int(value: &Value) -> Option<i64> {
     }
 }
 
-fn as_array(value: Value, what: &'static str) -> Result<Vec<Value>, StoreError> {
-    match value {
-        Value::Array(items) => Ok(items),
-        other => Err(protocol(what, &other)),
-    }
+/// Who claims, and on what terms: what every request that can hand out a
+/// lease carries (a claim, a manual run, a finish or a sweep that starts a
+/// rerun).
+#[derive(Debug, Clone, Copy)]
+pub struct Claimant<'a> {
+    pub replica: &'a str,
+    pub host: &'a str,
+    pub lease: Duration,
+    pub overlap: Overlap,
+    /// Outcomes kept per job.
+    pub history: u32,
+    /// The highest fence this replica has seen for the job: a fence handed
+    /// out now is above it.
+    pub min_fence: u64,
 }
 
 /// What the eviction and persistence settings of the server are.

@@ -57,27 +57,18 @@ pub struct FinishReply {
 /// Lets the finish script start a pending rerun of the job for the caller.
 #[derive(Debug, Clone)]
 pub struct RerunOffer<'a> {
-    pub overlap: Overlap,
-    pub lease: Duration,
+    pub claimant: Claimant<'a>,
     pub new_run_id: &'a str,
-    pub min_fence: u64,
-    pub replica: &'a str,
-    pub host: &'a str,
 }
 
 /// A sweep request for one job.
 #[derive(Debug, Clone)]
 pub struct SweepRequest<'a> {
     pub job: &'a str,
-    pub replica: &'a str,
-    pub host: &'a str,
-    pub history: u32,
-    pub rerun: bool,
-    pub overlap: Overlap,
-    pub lease: Duration,
-    /// Used only if a rerun is started.
-    pub new_run_id: &'a str,
-    pub min_fence: u64,
+    pub claimant: Claimant<'a>,
+    /// The run id of a rerun, if the job wants abandoned runs rerun; None:
+    /// they are only recorded.
+    pub rerun: Option<&'a str>,
 }
 
 /// A rerun claimed by a sweep, for the caller to run.
@@ -97,35 +88,32 @@ pub struct SweepReply {
 }
 
 /// A rerun started by a script: four items from `from` on, if present.
-fn parse_rerun(
-    items: &[Value],
-    from: usize,
-    what: &'static str,
-) -> Result<Option<Rerun>, StoreError> {
-    if items.len() < from + 4 {
+/// The rerun a finish or a sweep claimed for us: four items from `from`,
+/// or none.
+fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, StoreError> {
+    if r.len() < from + 4 {
         return Ok(None);
     }
-    let int = |i: usize| as_int(&items[from + i]).ok_or_else(|| protocol(what, &items[from + i]));
     Ok(Some(Rerun {
-        tick_ms: int(0)?,
-        fence: u64::try_from(int(1)?).unwrap_or(0),
-        lease_key: as_string(&items[from + 2]).ok_or_else(|| protocol(what, &items[from + 2]))?,
-        started_ms: int(3)?,
+        tick_ms: r.int(from)?,
+        fence: r.fence(from + 1)?,
+        lease_key: r.string(from + 2)?,
+        started_ms: r.int(from + 3)?,
     }))
 }
 
 fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
-    let items = as_array(reply, "finish")?;
-    let recorded = match items.first().and_then(as_string).as_deref() {
-        Some("current") => Recorded::Current,
-        Some("stale") => Recorded::Stale,
-        Some("duplicate") => Recorded::Duplicate,
-        _ => return Err(protocol("finish", &Value::Array(items))),
+    let r = Reply::new(reply, "finish")?;
+    let recorded = match r.string(0)?.as_str() {
+        "current" => Recorded::Current,
+        "stale" => Recorded::Stale,
+        "duplicate" => Recorded::Duplicate,
+        _ => return Err(r.bad()),
     };
     Ok(FinishReply {
         recorded,
-        id: items.get(1).and_then(as_string).unwrap_or_default(),
-        rerun: parse_rerun(&items, 2, "finish")?,
+        id: r.string_or_empty(1),
+        rerun: parse_rerun(&r, 2)?,
     })
 }
 
@@ -205,12 +193,12 @@ impl Store {
         match rerun {
             Some(offer) => invocation
                 .arg("1")
-                .arg(offer.overlap.as_str())
-                .arg(duration_ms(offer.lease))
+                .arg(offer.claimant.overlap.as_str())
+                .arg(duration_ms(offer.claimant.lease))
                 .arg(offer.new_run_id)
-                .arg(offer.min_fence)
-                .arg(offer.replica)
-                .arg(offer.host),
+                .arg(offer.claimant.min_fence)
+                .arg(offer.claimant.replica)
+                .arg(offer.claimant.host),
             None => invocation
                 .arg("0")
                 .arg("skip")
@@ -251,26 +239,22 @@ impl Store {
             .key(keys.lease(request.job))
             .key(keys.runs(request.job))
             .key(keys.reruns(request.job))
-            .arg(request.replica)
-            .arg(request.host)
-            .arg(request.history)
-            .arg(if request.rerun { "1" } else { "0" })
-            .arg(request.overlap.as_str())
-            .arg(duration_ms(request.lease))
-            .arg(request.new_run_id)
-            .arg(request.min_fence);
+            .arg(request.claimant.replica)
+            .arg(request.claimant.host)
+            .arg(request.claimant.history)
+            .arg(if request.rerun.is_some() { "1" } else { "0" })
+            .arg(request.claimant.overlap.as_str())
+            .arg(duration_ms(request.claimant.lease))
+            .arg(request.rerun.unwrap_or(""))
+            .arg(request.claimant.min_fence);
         let invocation = &invocation;
         let answers = self
             .on_all(|mut conn| async move {
                 let reply: Value = invocation.invoke_async(&mut conn).await?;
-                let items = as_array(reply, "sweep")?;
-                let abandoned = items
-                    .first()
-                    .and_then(as_int)
-                    .ok_or_else(|| protocol("sweep", &Value::Nil))?;
+                let r = Reply::new(reply, "sweep")?;
                 Ok(SweepReply {
-                    abandoned: u32::try_from(abandoned).unwrap_or(0),
-                    rerun: parse_rerun(&items, 1, "sweep")?,
+                    abandoned: u32::try_from(r.int(0)?).unwrap_or(0),
+                    rerun: parse_rerun(&r, 1)?,
                 })
             })
             .await;

@@ -36,12 +36,7 @@ impl TriggerRequest {
 #[derive(Debug, Clone)]
 pub struct ManualRequest<'a> {
     pub request: &'a TriggerRequest,
-    pub lease: Duration,
-    pub overlap: Overlap,
-    pub replica: &'a str,
-    pub host: &'a str,
-    pub history: u32,
-    pub min_fence: u64,
+    pub claimant: Claimant<'a>,
 }
 
 /// What the manual-run script did.
@@ -266,29 +261,28 @@ impl Store {
             .key(keys.done_at(job))
             .arg(request.requested_ms())
             .arg(&request.run_id)
-            .arg(duration_ms(manual.lease))
-            .arg(manual.overlap.as_str())
-            .arg(manual.replica)
-            .arg(manual.host)
-            .arg(manual.history)
-            .arg(manual.min_fence)
+            .arg(duration_ms(manual.claimant.lease))
+            .arg(manual.claimant.overlap.as_str())
+            .arg(manual.claimant.replica)
+            .arg(manual.claimant.host)
+            .arg(manual.claimant.history)
+            .arg(manual.claimant.min_fence)
             .arg(duration_ms(DEDUP_WINDOW))
-            .arg(dedup_entries(manual.history))
+            .arg(dedup_entries(manual.claimant.history))
             .invoke_async(&mut conn)
             .await?;
-        let items = as_array(reply, "manual")?;
-        let bad = || protocol("manual", &Value::Array(items.clone()));
-        match items.first().and_then(as_string).as_deref() {
-            Some("claimed") => Ok(ManualReply::Claimed {
-                fence: items.get(1).and_then(as_int).ok_or_else(bad)? as u64,
-                started_ms: items.get(2).and_then(as_int).ok_or_else(bad)?,
-                lease_key: items.get(3).and_then(as_string).ok_or_else(bad)?,
+        let r = Reply::new(reply, "manual")?;
+        match r.string(0)?.as_str() {
+            "claimed" => Ok(ManualReply::Claimed {
+                fence: r.fence(1)?,
+                started_ms: r.int(2)?,
+                lease_key: r.string(3)?,
             }),
-            Some("busy") => Ok(ManualReply::Busy {
-                holder: items.get(1).and_then(as_string).unwrap_or_default(),
+            "busy" => Ok(ManualReply::Busy {
+                holder: r.string_or_empty(1),
             }),
-            Some("duplicate") => Ok(ManualReply::Duplicate),
-            _ => Err(bad()),
+            "duplicate" => Ok(ManualReply::Duplicate),
+            _ => Err(r.bad()),
         }
     }
 

@@ -12,7 +12,8 @@ use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, dedup_entries,
+    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, WhenBusy,
+    dedup_entries,
 };
 
 use crate::support::{Cluster, RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
@@ -52,15 +53,17 @@ async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outco
         job: JOB,
         tick_ms,
         run_id,
-        lease: LEASE,
-        overlap: Overlap::Skip,
-        replica: "test",
-        host: "localhost",
-        history,
+        claimant: Claimant {
+            replica: "test",
+            host: "localhost",
+            lease: LEASE,
+            overlap: Overlap::Skip,
+            history,
+            min_fence: 0,
+        },
         min_tick: -1,
-        min_fence: 0,
         trigger: Trigger::Schedule,
-        wait_if_busy: false,
+        when_busy: WhenBusy::Skip,
         deadline_ms: -1,
     };
     let reply = store.claim(&request).await.expect("claim");

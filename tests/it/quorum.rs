@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
-use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
+use cronlease::store::{
+    ClaimReply, ClaimRequest, Claimant, Recorded, Renewal, Store, StoreError, WhenBusy,
+};
 
 use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
 
@@ -71,15 +73,17 @@ fn request(run_id: &str, tick_ms: i64) -> ClaimRequest<'_> {
         job: JOB,
         tick_ms,
         run_id,
-        lease: LEASE,
-        overlap: Overlap::Allow,
-        replica: "test",
-        host: "localhost",
-        history: 100,
+        claimant: Claimant {
+            replica: "test",
+            host: "localhost",
+            lease: LEASE,
+            overlap: Overlap::Allow,
+            history: 100,
+            min_fence: 0,
+        },
         min_tick: -1,
-        min_fence: 0,
         trigger: Trigger::Schedule,
-        wait_if_busy: false,
+        when_busy: WhenBusy::Skip,
         deadline_ms: -1,
     }
 }
