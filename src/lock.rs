@@ -20,7 +20,7 @@ use crate::exit::Exit;
 use crate::outcome::Status;
 use crate::runner::{Process, StdioMode};
 use crate::store::{Keys, LockReply, Store, StoreError};
-use crate::task::{self, Attempts, RunContext, Stop};
+use crate::task::{self, Attempts, RunContext, RunResult, Stop};
 use crate::watchdog::{self, LeaseHold};
 
 /// What to run under which lock.
@@ -55,69 +55,24 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<Exit, LockError> {
     let run_id = uuid::Uuid::new_v4().to_string();
-    let Some((fence, lease_key, valid_from)) =
-        acquire(&store, &options, &run_id, &shutdown).await?
-    else {
+    // Read before the lock is taken: an error then leaves nothing held.
+    let workdir = std::env::current_dir().map_err(LockError::Workdir)?;
+    let Some(held) = acquire(&store, &options, &run_id, &shutdown).await? else {
         return Ok(Exit::TempFail);
     };
-    tracing::info!(lock = %options.name, fence, %run_id, "lock acquired");
-
-    let service = CancellationToken::new();
-    let (watchdog, watchdog_task) = watchdog::new(store.clone(), options.lease, service.clone());
-    let watchdog_task = tokio::spawn(watchdog_task);
-    let (stop_tx, stop_rx) = watch::channel(None);
-    watchdog.send(watchdog::Command::Hold(LeaseHold {
-        job: Keys::lock_job(&options.name),
-        run_id: run_id.clone(),
-        tick_ms: 0,
-        fence,
-        lease_key,
-        replica: options.holder.clone(),
-        valid_from,
-        stop: stop_tx,
-    }));
+    tracing::info!(lock = %options.name, fence = held.fence, %run_id, "lock acquired");
     let process = Process {
         command: Command::Argv(options.command.clone()),
-        workdir: std::env::current_dir().map_err(LockError::Workdir)?,
+        workdir,
         env: vec![
             ("CRONLEASE_LOCK".to_string(), options.name.clone()),
-            ("CRONLEASE_FENCE".to_string(), fence.to_string()),
+            ("CRONLEASE_FENCE".to_string(), held.fence.to_string()),
             ("CRONLEASE_RUN_ID".to_string(), run_id.clone()),
         ],
         kill_grace: options.kill_grace,
         stdio: StdioMode::Inherit,
     };
-    let context = RunContext {
-        job: Keys::lock_job(&options.name),
-        tick_ms: 0,
-        fence,
-        run_id: run_id.clone(),
-        replica: options.holder.clone(),
-        attempt: 0,
-    };
-    let once = Attempts {
-        timeout: None,
-        retries: 0,
-        retry_backoff: Duration::ZERO,
-        output_tail_bytes: 0,
-    };
-    let run = task::execute(&process, context, once, stop_rx);
-    tokio::pin!(run);
-    let result = tokio::select! {
-        result = &mut run => result,
-        () = shutdown.cancelled() => {
-            watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
-            run.await
-        }
-    };
-    let (done_tx, done_rx) = oneshot::channel();
-    watchdog.send(watchdog::Command::Release {
-        run_id: run_id.clone(),
-        done: done_tx,
-    });
-    let _ = done_rx.await;
-    service.cancel();
-    let _ = watchdog_task.await;
+    let result = run_held(&store, &options, &run_id, held, &process, &shutdown).await;
     match store.lock_release(&options.name, &run_id).await {
         Ok(true) => tracing::info!(lock = %options.name, "lock released"),
         Ok(false) => tracing::warn!(lock = %options.name, "the lock was no longer ours to release"),
@@ -142,13 +97,79 @@ pub async fn run(
     })
 }
 
+/// A lock this command acquired.
+struct Held {
+    fence: u64,
+    lease_key: String,
+    /// When the acquiring request was sent: the lease holds from then.
+    valid_from: Instant,
+}
+
+/// Runs `process` under the lock's lease, renewed by a watchdog of its own
+/// until the command ends; the lease is no longer renewed when this returns.
+async fn run_held(
+    store: &Store,
+    options: &LockOptions,
+    run_id: &str,
+    held: Held,
+    process: &Process,
+    shutdown: &CancellationToken,
+) -> RunResult {
+    let service = CancellationToken::new();
+    let (watchdog, watchdog_task) = watchdog::new(store.clone(), options.lease, service.clone());
+    let watchdog_task = tokio::spawn(watchdog_task);
+    let (stop_tx, stop_rx) = watch::channel(None);
+    watchdog.send(watchdog::Command::Hold(LeaseHold {
+        job: Keys::lock_job(&options.name),
+        run_id: run_id.to_string(),
+        tick_ms: 0,
+        fence: held.fence,
+        lease_key: held.lease_key,
+        replica: options.holder.clone(),
+        valid_from: held.valid_from,
+        stop: stop_tx,
+    }));
+    let context = RunContext {
+        job: Keys::lock_job(&options.name),
+        tick_ms: 0,
+        fence: held.fence,
+        run_id: run_id.to_string(),
+        replica: options.holder.clone(),
+        attempt: 0,
+    };
+    let once = Attempts {
+        timeout: None,
+        retries: 0,
+        retry_backoff: Duration::ZERO,
+        output_tail_bytes: 0,
+    };
+    let run = task::execute(process, context, once, stop_rx);
+    tokio::pin!(run);
+    let result = tokio::select! {
+        result = &mut run => result,
+        () = shutdown.cancelled() => {
+            watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
+            run.await
+        }
+    };
+    let (done_tx, done_rx) = oneshot::channel();
+    watchdog.send(watchdog::Command::Release {
+        run_id: run_id.to_string(),
+        done: done_tx,
+    });
+    let _ = done_rx.await;
+    service.cancel();
+    let _ = watchdog_task.await;
+    result
+}
+
 /// Takes the lock, waiting if asked; `None` if it was not acquired.
 async fn acquire(
     store: &Store,
     options: &LockOptions,
     run_id: &str,
     shutdown: &CancellationToken,
-) -> Result<Option<(u64, String, Instant)>, LockError> {
+) -> Result<Option<Held>, LockError> {
     let deadline = options.wait.map(|wait| Instant::now() + wait);
     let mut waiter = None;
     loop {
@@ -163,7 +184,13 @@ async fn acquire(
             )
             .await?;
         let (holder, ttl_ms) = match reply {
-            LockReply::Acquired { fence, lease_key } => return Ok(Some((fence, lease_key, sent))),
+            LockReply::Acquired { fence, lease_key } => {
+                return Ok(Some(Held {
+                    fence,
+                    lease_key,
+                    valid_from: sent,
+                }));
+            }
             LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
         };
         let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {

@@ -108,17 +108,10 @@ fn build_command(spec: &Process) -> tokio::process::Command {
     command
 }
 
-fn signal_group(pgid: Option<Pid>, signal: Signal) {
-    if let Some(pgid) = pgid {
-        // ESRCH: the group is already gone, which is what we wanted.
-        let _ = killpg(pgid, signal);
-    }
-}
-
 async fn run_once(
     spec: &Process,
     run: &RunContext,
-    mut stop: StopSignal,
+    stop: StopSignal,
     tail: &mut Tail,
 ) -> AttemptEnd {
     let mut child = match build_command(spec).spawn() {
@@ -134,65 +127,24 @@ async fn run_once(
             return AttemptEnd::bare(Status::Failed);
         }
     };
-    let pgid = child
-        .id()
-        .and_then(|pid| i32::try_from(pid).ok())
-        .map(Pid::from_raw);
-    let tick = run.tick_label();
-    info!(
-        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id, replica = %run.replica,
-        pid = ?child.id(), "started"
+    let group = Group(
+        child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .map(Pid::from_raw),
     );
-    let mut stdout = child.stdout.take().map(|s| lines(s));
-    let mut stderr = child.stderr.take().map(|s| lines(s));
-
-    let mut ending: Option<Stop> = None;
-    let mut kill_at: Option<Instant> = None;
-    let exit: std::io::Result<ExitStatus> = loop {
-        tokio::select! {
-            line = next_line(&mut stdout) => log_line(run, tail, "stdout", line, &mut stdout),
-            line = next_line(&mut stderr) => log_line(run, tail, "stderr", line, &mut stderr),
-            exit = child.wait() => break exit,
-            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
-                warn!(job = %run.job, run_id = %run.run_id, "still running after kill_grace, sending SIGKILL");
-                signal_group(pgid, Signal::SIGKILL);
-                kill_at = None;
-            }
-            reason = stop.next() => match (reason, ending) {
-                (Stop::LostLease, _) => {
-                    warn!(
-                        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id,
-                        replica = %run.replica, "lease lost: killing the run's process group"
-                    );
-                    ending = Some(Stop::LostLease);
-                    signal_group(pgid, Signal::SIGKILL);
-                    kill_at = None;
-                }
-                (Stop::Timeout | Stop::Shutdown, None) => {
-                    if reason == Stop::Shutdown {
-                        warn!(
-                            job = %run.job, %tick, fence = run.fence, run_id = %run.run_id,
-                            replica = %run.replica, "shutdown grace over: interrupting the run"
-                        );
-                    }
-                    ending = Some(reason);
-                    signal_group(pgid, Signal::SIGTERM);
-                    kill_at = Some(Instant::now() + spec.kill_grace);
-                }
-                (Stop::Timeout | Stop::Shutdown, Some(_)) => {}
-            },
-        }
+    info!(
+        job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+        replica = %run.replica, pid = ?child.id(), "started"
+    );
+    let mut output = Output {
+        stdout: child.stdout.take().map(|s| lines(s)),
+        stderr: child.stderr.take().map(|s| lines(s)),
     };
+    let (exit, ending) = supervise(spec, run, &mut child, group, stop, &mut output, tail).await;
     // Whatever the command left behind in its group goes with it.
-    signal_group(pgid, Signal::SIGKILL);
-    let drain_until = Instant::now() + DRAIN_AFTER_EXIT;
-    while stdout.is_some() || stderr.is_some() {
-        tokio::select! {
-            line = next_line(&mut stdout) => log_line(run, tail, "stdout", line, &mut stdout),
-            line = next_line(&mut stderr) => log_line(run, tail, "stderr", line, &mut stderr),
-            () = sleep_until(drain_until) => break,
-        }
-    }
+    group.signal(Signal::SIGKILL);
+    output.drain(run, tail).await;
     let (exit_code, signal) = match &exit {
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, None),
@@ -208,8 +160,8 @@ async fn run_once(
         tail.push_line(format!("[cronlease] cannot wait for the command: {e}").as_bytes());
     }
     info!(
-        job = %run.job, %tick, fence = run.fence, run_id = %run.run_id, replica = %run.replica,
-        %status, exit_code, signal, "exited"
+        job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+        replica = %run.replica, %status, exit_code, signal, "exited"
     );
     AttemptEnd {
         status,
@@ -218,11 +170,96 @@ async fn run_once(
     }
 }
 
+/// An attempt's process group.
+#[derive(Debug, Clone, Copy)]
+struct Group(Option<Pid>);
+
+impl Group {
+    fn signal(self, signal: Signal) {
+        if let Some(pgid) = self.0 {
+            // ESRCH: the group is already gone, which is what we wanted.
+            let _ = killpg(pgid, signal);
+        }
+    }
+}
+
+/// Waits for the command to exit, logging its output, and stops its group
+/// as the stop signal says. Returns the exit and the stop that ended it.
+async fn supervise(
+    spec: &Process,
+    run: &RunContext,
+    child: &mut tokio::process::Child,
+    group: Group,
+    mut stop: StopSignal,
+    output: &mut Output,
+    tail: &mut Tail,
+) -> (std::io::Result<ExitStatus>, Option<Stop>) {
+    let mut ending: Option<Stop> = None;
+    let mut kill_at: Option<Instant> = None;
+    let exit = loop {
+        tokio::select! {
+            line = next_line(&mut output.stdout) => log_line(run, tail, "stdout", line, &mut output.stdout),
+            line = next_line(&mut output.stderr) => log_line(run, tail, "stderr", line, &mut output.stderr),
+            exit = child.wait() => break exit,
+            () = sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                warn!(job = %run.job, run_id = %run.run_id, "still running after kill_grace, sending SIGKILL");
+                group.signal(Signal::SIGKILL);
+                kill_at = None;
+            }
+            reason = stop.next() => match (reason, ending) {
+                (Stop::LostLease, _) => {
+                    warn!(
+                        job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+                        replica = %run.replica, "lease lost: killing the run's process group"
+                    );
+                    ending = Some(Stop::LostLease);
+                    group.signal(Signal::SIGKILL);
+                    kill_at = None;
+                }
+                (Stop::Timeout | Stop::Shutdown, None) => {
+                    if reason == Stop::Shutdown {
+                        warn!(
+                            job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+                            replica = %run.replica, "shutdown grace over: interrupting the run"
+                        );
+                    }
+                    ending = Some(reason);
+                    group.signal(Signal::SIGTERM);
+                    kill_at = Some(Instant::now() + spec.kill_grace);
+                }
+                (Stop::Timeout | Stop::Shutdown, Some(_)) => {}
+            },
+        }
+    };
+    (exit, ending)
+}
+
 type Lines = tokio::io::Split<BufReader<Box<dyn AsyncRead + Unpin + Send>>>;
 
 fn lines(stream: impl AsyncRead + Unpin + Send + 'static) -> Lines {
     let boxed: Box<dyn AsyncRead + Unpin + Send> = Box::new(stream);
     BufReader::new(boxed).split(b'\n')
+}
+
+/// An attempt's output streams, each None once closed.
+struct Output {
+    stdout: Option<Lines>,
+    stderr: Option<Lines>,
+}
+
+impl Output {
+    /// After the command exited: what is left of its output, for at most
+    /// [`DRAIN_AFTER_EXIT`] (a grandchild may hold the pipes open).
+    async fn drain(&mut self, run: &RunContext, tail: &mut Tail) {
+        let drain_until = Instant::now() + DRAIN_AFTER_EXIT;
+        while self.stdout.is_some() || self.stderr.is_some() {
+            tokio::select! {
+                line = next_line(&mut self.stdout) => log_line(run, tail, "stdout", line, &mut self.stdout),
+                line = next_line(&mut self.stderr) => log_line(run, tail, "stderr", line, &mut self.stderr),
+                () = sleep_until(drain_until) => break,
+            }
+        }
+    }
 }
 
 /// The next line of a stream that is still open; pending forever otherwise,

@@ -180,7 +180,41 @@ struct Ctx {
     announced: Announcements,
 }
 
+/// What a replica's `Ctx` is made of besides its config.
+struct Parts {
+    store: Store,
+    clock: RedisClock,
+    tasks: Tasks,
+    identity: Identity,
+    spool: Spool,
+    watchdog: watchdog::Handle,
+}
+
 impl Ctx {
+    fn new(config: Arc<Config>, parts: Parts, claiming: CancellationToken) -> Ctx {
+        let live = LiveReplicas::new(&parts.identity.replica);
+        Ctx {
+            jobs: watch::Sender::new(job_table(&config)),
+            marks: MarkBook::load(config.daemon.state_dir.join("marks.json")),
+            config,
+            store: parts.store,
+            clock: parts.clock,
+            tasks: parts.tasks,
+            identity: parts.identity,
+            started_ms: local_now_ms(),
+            spool: parts.spool,
+            watchdog: parts.watchdog,
+            runs: TaskTracker::new(),
+            claiming,
+            redis_up: watch::Sender::new(true),
+            spooled: Notify::new(),
+            heartbeat_now: Notify::new(),
+            state_loss_events: AtomicU64::new(0),
+            live,
+            announced: Announcements::default(),
+        }
+    }
+
     /// This replica's place in the rendezvous order of `job`'s `tick` among
     /// the live replicas: 0 claims at once, the others wait their turn.
     fn rank(&self, job: &str, tick_ms: i64) -> usize {
@@ -266,27 +300,15 @@ pub async fn run(
     let claiming = shutdown.child_token();
     let (watchdog, watchdog_task) =
         watchdog::new(store.clone(), config.daemon.lease, service.clone());
-    let identity_replica = identity.replica.clone();
-    let ctx = Arc::new(Ctx {
-        jobs: watch::Sender::new(job_table(&config)),
-        config: config.clone(),
+    let parts = Parts {
         store,
         clock,
         tasks,
         identity,
-        started_ms: local_now_ms(),
         spool,
         watchdog,
-        runs: TaskTracker::new(),
-        claiming: claiming.clone(),
-        marks: MarkBook::load(config.daemon.state_dir.join("marks.json")),
-        redis_up: watch::Sender::new(true),
-        spooled: Notify::new(),
-        heartbeat_now: Notify::new(),
-        state_loss_events: AtomicU64::new(0),
-        live: LiveReplicas::new(&identity_replica),
-        announced: Announcements::default(),
-    });
+    };
+    let ctx = Arc::new(Ctx::new(config.clone(), parts, claiming.clone()));
     measure_clock(&ctx).await;
 
     let background = TaskTracker::new();

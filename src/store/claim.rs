@@ -149,6 +149,13 @@ impl ClaimReply {
     }
 }
 
+/// Whether a quorum claim's lease had time left when the masters agreed.
+#[derive(Debug, Clone, Copy)]
+enum LeaseLeft {
+    Enough,
+    TooLittle,
+}
+
 /// The answer a majority of masters gave, merged (the highest fence, tick
 /// and wait, the earliest start), if there is one.
 fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimReply> {
@@ -161,96 +168,107 @@ fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimRepl
         .filter(|a| a.kind() == kind)
         .map(|a| (*a).clone());
     let first = same.next()?;
-    Some(same.fold(first, |merged, next| match (merged, next) {
-        (
-            ClaimReply::Claimed {
-                fence,
-                started_ms,
+    Some(same.fold(first, ClaimReply::merge))
+}
+
+impl ClaimReply {
+    /// Two masters' answers of the same kind as one: the highest fence,
+    /// tick and wait, the earliest start, any regression. Answers of
+    /// different kinds keep the first.
+    fn merge(self, next: ClaimReply) -> ClaimReply {
+        match (self, next) {
+            (
+                ClaimReply::Claimed {
+                    fence,
+                    started_ms,
+                    lease_key,
+                    expired,
+                    regressed,
+                    previous,
+                    acked,
+                },
+                ClaimReply::Claimed {
+                    fence: f,
+                    started_ms: s,
+                    expired: e,
+                    regressed: r,
+                    previous: p,
+                    ..
+                },
+            ) => ClaimReply::Claimed {
+                fence: fence.max(f),
+                started_ms: started_ms.min(s),
                 lease_key,
-                expired,
-                regressed,
-                previous,
+                expired: expired.max(e),
+                regressed: regressed || r,
+                previous: previous.max(p),
                 acked,
             },
-            ClaimReply::Claimed {
-                fence: f,
-                started_ms: s,
-                expired: e,
-                regressed: r,
-                previous: p,
-                ..
+            (
+                ClaimReply::Taken {
+                    last_tick,
+                    regressed,
+                    fence,
+                },
+                ClaimReply::Taken {
+                    last_tick: t,
+                    regressed: r,
+                    fence: f,
+                },
+            ) => ClaimReply::Taken {
+                last_tick: last_tick.max(t),
+                regressed: regressed || r,
+                fence: fence.max(f),
             },
-        ) => ClaimReply::Claimed {
-            fence: fence.max(f),
-            started_ms: started_ms.min(s),
-            lease_key,
-            expired: expired.max(e),
-            regressed: regressed || r,
-            previous: previous.max(p),
-            acked,
-        },
-        (
-            ClaimReply::Taken {
-                last_tick,
-                regressed,
-                fence,
+            (
+                ClaimReply::Paused {
+                    regressed,
+                    previous,
+                    fence,
+                },
+                ClaimReply::Paused {
+                    regressed: r,
+                    previous: p,
+                    fence: f,
+                },
+            ) => ClaimReply::Paused {
+                regressed: regressed || r,
+                previous: previous.max(p),
+                fence: fence.max(f),
             },
-            ClaimReply::Taken {
-                last_tick: t,
-                regressed: r,
-                fence: f,
-            },
-        ) => ClaimReply::Taken {
-            last_tick: last_tick.max(t),
-            regressed: regressed || r,
-            fence: fence.max(f),
-        },
-        (
-            ClaimReply::Paused {
-                regressed,
-                previous,
-                fence,
-            },
-            ClaimReply::Paused {
-                regressed: r,
-                previous: p,
-                fence: f,
-            },
-        ) => ClaimReply::Paused {
-            regressed: regressed || r,
-            previous: previous.max(p),
-            fence: fence.max(f),
-        },
-        (
-            ClaimReply::Busy {
+            (
+                ClaimReply::Busy {
+                    holder,
+                    regressed,
+                    previous,
+                    fence,
+                },
+                ClaimReply::Busy {
+                    regressed: r,
+                    previous: p,
+                    fence: f,
+                    ..
+                },
+            ) => ClaimReply::Busy {
                 holder,
-                regressed,
-                previous,
-                fence,
+                regressed: regressed || r,
+                previous: previous.max(p),
+                fence: fence.max(f),
             },
-            ClaimReply::Busy {
-                regressed: r,
-                previous: p,
-                fence: f,
-                ..
-            },
-        ) => ClaimReply::Busy {
-            holder,
-            regressed: regressed || r,
-            previous: previous.max(p),
-            fence: fence.max(f),
-        },
-        (ClaimReply::Early { ms }, ClaimReply::Early { ms: m }) => {
-            ClaimReply::Early { ms: ms.max(m) }
-        }
-        (ClaimReply::Wait { ms }, ClaimReply::Wait { ms: m }) => ClaimReply::Wait { ms: ms.max(m) },
-        (ClaimReply::Expired { late_ms }, ClaimReply::Expired { late_ms: l }) => {
-            ClaimReply::Expired {
-                late_ms: late_ms.max(l),
+            (ClaimReply::Early { ms }, ClaimReply::Early { ms: m }) => {
+                ClaimReply::Early { ms: ms.max(m) }
             }
+            (ClaimReply::Wait { ms }, ClaimReply::Wait { ms: m }) => {
+                ClaimReply::Wait { ms: ms.max(m) }
+            }
+            (ClaimReply::Expired { late_ms }, ClaimReply::Expired { late_ms: l }) => {
+                ClaimReply::Expired {
+                    late_ms: late_ms.max(l),
+                }
+            }
+            (merged, _) => merged,
         }
-        (merged, _) => merged,
-    }))
+    }
 }
 
 impl Store {
@@ -300,32 +318,11 @@ impl Store {
         let agreed = majority_answer(&answers, majority);
         let mut valid = request.claimant.lease > sent.elapsed() + drift;
         if valid && let Some(claimed @ ClaimReply::Claimed { fence, .. }) = &agreed {
-            let fence = *fence;
-            let state = self.keys.state(request.job);
-            let state = &state;
-            let raised = self
-                .on_all_until(
-                    |mut conn| async move {
-                        let raised: i64 = self
-                            .scripts
-                            .raise_fence
-                            .key(state)
-                            .arg(fence)
-                            .invoke_async(&mut conn)
-                            .await?;
-                        Ok(raised)
-                    },
-                    |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
-                    STRAGGLER_GRACE,
-                )
-                .await
-                .into_iter()
-                .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
-                .collect();
+            let raised = self.raise_fence(request.job, *fence).await;
             valid = request.claimant.lease > sent.elapsed() + drift;
-            match self.gather("claim (raising the fence)", raised) {
-                Ok(_) if valid => return Ok(claimed.clone()),
-                Ok(_) => {}
+            match raised {
+                Ok(()) if valid => return Ok(claimed.clone()),
+                Ok(()) => {}
                 Err(e) => {
                     self.release_claims(request, &replies).await;
                     return Err(e);
@@ -336,32 +333,74 @@ impl Store {
         if let Some(reply) = agreed.filter(|reply| !matches!(reply, ClaimReply::Claimed { .. })) {
             return Ok(reply);
         }
+        let lease = if valid {
+            LeaseLeft::Enough
+        } else {
+            LeaseLeft::TooLittle
+        };
+        Err(self.no_quorum(&replies, &answers, lease))
+    }
+
+    /// Raises the job's fence to `fence` on a majority of the masters, so
+    /// that no master hands out a lower one later.
+    async fn raise_fence(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+        let majority = self.majority();
+        let state = self.keys.state(job);
+        let state = &state;
+        let raised = self
+            .on_all_until(
+                |mut conn| async move {
+                    let raised: i64 = self
+                        .scripts
+                        .raise_fence
+                        .key(state)
+                        .arg(fence)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(raised)
+                },
+                |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
+                STRAGGLER_GRACE,
+            )
+            .await
+            .into_iter()
+            .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
+            .collect();
+        self.gather("claim (raising the fence)", raised).map(|_| ())
+    }
+
+    /// Why a quorum claim did not hold: each master's answer.
+    fn no_quorum(
+        &self,
+        replies: &[Result<ClaimReply, StoreError>],
+        answers: &[&ClaimReply],
+        lease: LeaseLeft,
+    ) -> StoreError {
         let won = answers.iter().filter(|a| a.kind() == "claimed").count();
         let described: Vec<String> = self
             .nodes
             .iter()
-            .zip(&replies)
+            .zip(replies)
             .map(|(node, reply)| match reply {
                 Ok(reply) => format!("{}: {}", node.name, reply.kind()),
                 Err(e) => format!("{}: {e}", node.name),
             })
             .collect();
-        Err(StoreError::NoQuorum {
+        StoreError::NoQuorum {
             what: "claim",
             reachable: replies.iter().filter(|reply| reply.is_ok()).count() >= self.majority(),
             detail: format!(
                 "{} of {} Redis masters claimed the tick{}, {} needed ({})",
                 won,
                 self.nodes.len(),
-                if valid {
-                    ""
-                } else {
-                    " but too late for the lease"
+                match lease {
+                    LeaseLeft::Enough => "",
+                    LeaseLeft::TooLittle => " but too late for the lease",
                 },
                 self.majority(),
                 described.join("; ")
             ),
-        })
+        }
     }
 
     /// Undoes this run id's claim on each master where it landed (or may
