@@ -65,7 +65,7 @@ use crate::store::{
     REPLICA_FORGET_AFTER, Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store,
     StoreError, SweepRequest, TriggerReader, TriggerRequest, WhenBusy,
 };
-use crate::task::{self, Attempts, RunContext, Stop, Tasks};
+use crate::task::{self, Attempts, RunContext, RunResult, Stop, Tasks};
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
 use state::{Announcements, LiveReplicas, MarkBook};

@@ -64,23 +64,8 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
             done: done_tx,
         });
         let _ = done_rx.await;
-        let outcome = Outcome {
-            job: job.name.clone(),
-            tick_ms: start.tick_ms,
-            fence: start.fence,
-            run_id: start.run_id,
-            replica: ctx.identity.replica.clone(),
-            host: ctx.identity.host.clone(),
-            started_ms: start.started_ms,
-            finished_ms: ctx.clock.now_ms(),
-            status: result.status,
-            exit_code: result.exit_code,
-            signal: result.signal,
-            attempts: result.attempts,
-            output: result.output,
-            trigger: start.trigger,
-            lease_key: start.lease_key,
-        };
+        let finished_ms = ctx.clock.now_ms();
+        let outcome = outcome(&ctx, &job, start, finished_ms, result);
         count_finished(&outcome);
         if let Some(rerun) = deliver(&ctx, &job, outcome).await {
             start_reruns(&ctx, &job, vec![rerun]);
@@ -135,10 +120,8 @@ fn count_finished(outcome: &Outcome) {
     }
 }
 
-/// The outcome of a tick claimed but not run because the claim is not
-/// durable (fewer Redis replicas acknowledged it than `min_replicas_ack`).
-pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: u32) -> Outcome {
-    let wanted = ctx.config.redis.min_replicas_ack;
+/// The record that ends the run `start` of `job`.
+fn outcome(ctx: &Ctx, job: &Job, start: RunStart, finished_ms: i64, result: RunResult) -> Outcome {
     Outcome {
         job: job.name.clone(),
         tick_ms: start.tick_ms,
@@ -147,7 +130,23 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
         replica: ctx.identity.replica.clone(),
         host: ctx.identity.host.clone(),
         started_ms: start.started_ms,
-        finished_ms: start.started_ms,
+        finished_ms,
+        status: result.status,
+        exit_code: result.exit_code,
+        signal: result.signal,
+        attempts: result.attempts,
+        output: result.output,
+        trigger: start.trigger,
+        lease_key: start.lease_key,
+    }
+}
+
+/// The outcome of a tick claimed but not run because the claim is not
+/// durable (fewer Redis replicas acknowledged it than `min_replicas_ack`).
+pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: u32) -> Outcome {
+    let wanted = ctx.config.redis.min_replicas_ack;
+    let finished_ms = start.started_ms;
+    let result = RunResult {
         status: Status::NotDurable,
         exit_code: None,
         signal: None,
@@ -155,9 +154,8 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
         output: format!(
             "[cronlease] the claim reached {acked} of {wanted} Redis replicas within ack_timeout; not run\n"
         ),
-        trigger: start.trigger,
-        lease_key: start.lease_key,
-    }
+    };
+    outcome(ctx, job, start, finished_ms, result)
 }
 
 /// Writes an outcome to Redis, or spools it when Redis does not take it.
