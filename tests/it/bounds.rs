@@ -16,19 +16,14 @@ use cronlease::store::{
     dedup_entries,
 };
 
-use crate::support::{Cluster, RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
+use crate::support::{
+    Cluster, RedisServer, now_ms, ok_outcome, read_outcomes, runtime, wait_until,
+};
 
 /// The prefix `support::write_config_section` gives replicas.
 const PREFIX: &str = "cl";
 const JOB: &str = "draw";
 const LEASE: Duration = Duration::from_secs(10);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
 
 async fn store(server: &RedisServer) -> Store {
     let text = format!(

@@ -15,18 +15,11 @@ use cronlease::store::{
     ClaimReply, ClaimRequest, Claimant, Recorded, Renewal, Store, StoreError, WhenBusy,
 };
 
-use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, wait_until};
+use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, runtime, wait_until};
 
 const PREFIX: &str = "q";
 const JOB: &str = "draw";
 const LEASE: Duration = Duration::from_secs(10);
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a current-thread runtime builds")
-}
 
 /// The config of a replica whose `[redis]` section is `redis` (with its
 /// timeouts).

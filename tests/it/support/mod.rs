@@ -165,6 +165,14 @@ pub fn ok_outcome(
     }
 }
 
+/// A current-thread tokio runtime, for tests that drive the library.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime builds")
+}
+
 /// The top of a valid config; tests append jobs to it.
 pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
 
