@@ -190,3 +190,157 @@ pub fn install_interrupt_handler() -> Result<()> {
     }
     Ok(())
 }
+
+/// A private `redis-server` that can crash and come back: its data is in
+/// an AOF fsync'd at every write (`appendfsync always`: every write it
+/// acknowledged survives a SIGKILL), it can be killed, its data deleted, and
+/// started again on the same port; `DEBUG` is enabled for local clients.
+/// Its log is `redis.log` in its directory, its console `console.log`.
+/// Dropping it kills it. Used by the chaos suite.
+#[allow(dead_code)]
+pub struct DurableRedis {
+    pub port: u16,
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+#[allow(dead_code)]
+impl DurableRedis {
+    /// Starts in `dir` (created) on a free loopback port (a few tries: a
+    /// port found free can be taken before Redis binds it).
+    pub fn start(dir: &Path) -> Result<DurableRedis> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut last_error = None;
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .context("cannot find a free loopback port")?
+                .port();
+            let mut redis = DurableRedis {
+                port,
+                dir: dir.to_path_buf(),
+                child: None,
+            };
+            match redis.launch() {
+                Ok(()) => return Ok(redis),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(last_error.expect("five attempts were made"))
+    }
+
+    /// Starts the server (again) on its port, and waits until it answers
+    /// PING.
+    pub fn launch(&mut self) -> Result<()> {
+        let console = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("console.log"))
+            .context("cannot open redis console.log")?;
+        let mut command = Command::new("redis-server");
+        command
+            .arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--save", "", "--daemonize", "no"])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(["--enable-debug-command", "local"])
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(console.try_clone()?)
+            .stderr(console);
+        detach_and_tie_to_parent(&mut command);
+        let mut child = command.spawn().context("cannot start redis-server")?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "redis-server exited with {status} at start; its log:\n{}",
+                    tail(&self.dir.join("redis.log"), 20)
+                );
+            }
+            if self.ping() {
+                self.child = Some(child);
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "redis-server did not answer PING within 10 s; its log:\n{}",
+                    tail(&self.dir.join("redis.log"), 20)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut connection) = self.connect(Duration::from_millis(200)) else {
+            return false;
+        };
+        matches!(
+            redis::cmd("PING")
+                .query::<String>(&mut connection)
+                .as_deref(),
+            Ok("PONG")
+        )
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    /// A connection that gives up connecting after `timeout`, and reading
+    /// or writing after `timeout` or 5 s, whichever is longer.
+    pub fn connect(&self, timeout: Duration) -> Result<redis::Connection> {
+        let url = format!("redis://127.0.0.1:{}/0", self.port);
+        let connection = redis::Client::open(url.as_str())
+            .and_then(|client| client.get_connection_with_timeout(timeout))
+            .with_context(|| format!("cannot connect to {url}"))?;
+        let io_timeout = Some(Duration::from_secs(5).max(timeout));
+        connection.set_read_timeout(io_timeout)?;
+        connection.set_write_timeout(io_timeout)?;
+        Ok(connection)
+    }
+
+    /// The server's pid while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL, as a crash would.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Deletes the persisted data (call it while the server is down): the
+    /// next start is a Redis that lost everything.
+    pub fn wipe(&self) -> Result<()> {
+        let aof = self.dir.join("appendonlydir");
+        if aof.exists() {
+            std::fs::remove_dir_all(&aof)
+                .with_context(|| format!("cannot delete {}", aof.display()))?;
+        }
+        for name in ["dump.rdb", "appendonly.aof"] {
+            let path = self.dir.join(name);
+            if path.exists() {
+                std::fs::remove_file(&path)
+                    .with_context(|| format!("cannot delete {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DurableRedis {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,51 @@
+//! S: a run with two current outcomes (e.g. `abandoned` and its own finish
+//! both current), or a tick with two current outcomes, except one rerun
+//! after an `abandoned`.
+
+use super::facts::Facts;
+use super::{Report, Violation};
+use crate::records::Record;
+
+pub fn check_s(facts: &Facts, report: &mut Report) {
+    for (run_id, records) in &facts.by_run {
+        let current: Vec<&&Record> = records.iter().filter(|r| !r.stale()).collect();
+        if current.len() > 1 {
+            let first = current[0];
+            report.s.push(Violation {
+                job: first.job.clone(),
+                tick: Some(first.tick()),
+                message: format!("run {run_id} has {} current outcomes", current.len()),
+                evidence: facts.evidence(&first.job, Some(first.tick()), &[run_id]),
+                excused: current.iter().any(|r| facts.in_state_loss(r.tick())),
+            });
+        }
+    }
+    for ((job, tick), records) in &facts.by_tick {
+        let current: Vec<&&Record> = records.iter().filter(|r| !r.stale()).collect();
+        if let Some(problem) = tick_problem(&current) {
+            let ids: Vec<&str> = current.iter().map(|r| r.run_id()).collect();
+            report.s.push(Violation {
+                job: job.clone(),
+                tick: Some(*tick),
+                message: problem,
+                evidence: facts.evidence(job, Some(*tick), &ids),
+                excused: facts.in_state_loss(*tick),
+            });
+        }
+    }
+}
+
+/// What is wrong with a tick's current outcomes, if anything.
+fn tick_problem(current: &[&&Record]) -> Option<String> {
+    let (reruns, claims): (Vec<&&Record>, Vec<&&Record>) = current.iter().partition(|r| r.rerun());
+    let abandoned = claims.iter().any(|r| r.status() == "abandoned");
+    if claims.len() > 1 {
+        Some(format!("{} current outcomes of claims", claims.len()))
+    } else if reruns.len() > 1 {
+        Some(format!("{} current outcomes of reruns", reruns.len()))
+    } else if !reruns.is_empty() && !abandoned {
+        Some("a current rerun outcome without an abandoned claim".to_string())
+    } else {
+        None
+    }
+}

@@ -1,0 +1,151 @@
+//! O: the most runs of one non-`allow` job at once, from start/end lines
+//! (reruns excepted). A run without an `end` line ended when its own
+//! outcome says, or when its replica was killed, whichever is first. Each
+//! episode of overlapping runs is a finding, excused in a state-loss window
+//! (a Redis that forgot a lease lets a second run start).
+
+use std::collections::BTreeSet;
+
+use super::facts::Facts;
+use super::{Report, Violation};
+use crate::faults::FaultKind;
+use crate::harness::config::{ALLOW_JOB, JOBS};
+use crate::records::Effect;
+use crate::wall::{clock, rfc3339};
+
+/// A run's start and end (wall ms) and its start line.
+type Interval<'a> = (i64, i64, &'a Effect);
+
+pub fn check_o(facts: &Facts, report: &mut Report) {
+    for (job, _, _) in JOBS {
+        if job == ALLOW_JOB {
+            continue;
+        }
+        let intervals = intervals(facts, job, report);
+        // Ends sort before starts at the same instant.
+        let mut events: Vec<(i64, i32, usize)> = Vec::new();
+        for (n, (from, to, _)) in intervals.iter().enumerate() {
+            events.push((*from, 1, n));
+            events.push((*to, -1, n));
+        }
+        events.sort_by_key(|&(at, delta, _)| (at, delta));
+        let mut open: BTreeSet<usize> = BTreeSet::new();
+        let mut max = 0;
+        // Runs that overlapped since the last instant nothing ran.
+        let mut episode: BTreeSet<usize> = BTreeSet::new();
+        let mut episode_max = 0;
+        for (_, delta, n) in events {
+            if delta > 0 {
+                open.insert(n);
+                if open.len() > 1 {
+                    episode.extend(open.iter().copied());
+                    episode_max = episode_max.max(open.len());
+                }
+                max = max.max(open.len());
+            } else {
+                open.remove(&n);
+                if open.is_empty() && !episode.is_empty() {
+                    report
+                        .o
+                        .push(overlap(facts, job, &intervals, &episode, episode_max));
+                    episode.clear();
+                    episode_max = 0;
+                }
+            }
+        }
+        report.o_max.insert(job.to_string(), max);
+        report.o_outside = report.o_outside.max(max.min(1));
+    }
+}
+
+/// The runs of `job` (reruns excepted) as intervals; a run whose end is
+/// unknown is left out, with a warning.
+fn intervals<'a>(facts: &Facts<'a>, job: &str, report: &mut Report) -> Vec<Interval<'a>> {
+    let mut intervals = Vec::new();
+    for start in facts.start_of.values().filter(|e| e.job == job) {
+        if facts.is_rerun_run(&start.run_id) {
+            continue;
+        }
+        let Some(end) = run_end(facts, start) else {
+            report.warnings.push(format!(
+                "run {} of {job} ({}) has no end line, no own outcome and no kill: \
+                 left out of O",
+                start.run_id,
+                rfc3339(start.tick)
+            ));
+            continue;
+        };
+        intervals.push((start.wall, end.max(start.wall), *start));
+    }
+    intervals
+}
+
+/// One episode of overlapping runs of a non-`allow` job.
+fn overlap(
+    facts: &Facts,
+    job: &str,
+    intervals: &[Interval],
+    runs: &BTreeSet<usize>,
+    most: usize,
+) -> Violation {
+    let mut evidence: Vec<String> = runs
+        .iter()
+        .map(|&i| {
+            let (from, to, e) = intervals[i];
+            format!(
+                "run {} tick {} on {}: ran {} – {}",
+                e.run_id,
+                clock(e.tick),
+                e.replica,
+                clock(from),
+                clock(to)
+            )
+        })
+        .collect();
+    let ids: Vec<&str> = runs
+        .iter()
+        .map(|&i| intervals[i].2.run_id.as_str())
+        .collect();
+    evidence.extend(facts.evidence(job, None, &ids));
+    let first = runs.iter().map(|&i| intervals[i].2.tick).min();
+    // Redis forgot the lease: a run may start beside one it cannot see.
+    let excused = runs.iter().any(|&i| {
+        let (from, _, e) = intervals[i];
+        facts.in_state_loss(e.tick) || facts.in_state_loss(from)
+    });
+    Violation {
+        job: job.to_string(),
+        tick: first,
+        message: format!("{most} runs at once ({} runs overlap)", runs.len()),
+        evidence,
+        excused,
+    }
+}
+
+/// When a run without an `end` line ended: its own outcome's finish, or the
+/// kill -9 of its replica, whichever came first.
+fn run_end(facts: &Facts, start: &Effect) -> Option<i64> {
+    if let Some(end) = facts.end_of.get(&start.run_id) {
+        return Some(end.wall);
+    }
+    let own = facts
+        .records_of_run(&start.run_id)
+        .iter()
+        .filter(|r| r.status() != "abandoned")
+        .map(|r| r.number("finished_ms"))
+        .min();
+    let killed = facts
+        .input
+        .faults
+        .iter()
+        .filter(|f| {
+            f.kind == FaultKind::Kill9 && f.target.as_deref() == Some(start.replica.as_str())
+        })
+        .map(|f| f.start_ms)
+        .filter(|&at| at >= start.wall)
+        .min();
+    match (own, killed) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}

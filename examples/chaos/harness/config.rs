@@ -1,0 +1,90 @@
+//! The cluster's job table: the probe jobs, the daemon settings every
+//! replica gets, and the config file that declares them. The checker reads
+//! the constants too: they are what a run promised.
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::Replica;
+
+/// Key prefix of the suite's cluster in its private Redis.
+pub const KEY_PREFIX: &str = "chaos";
+
+/// The probe jobs: name, extra TOML lines, shell body between the lines.
+pub const JOBS: [(&str, &str, &str); 4] = [
+    ("quick", "", "true"),
+    ("slow", "", "sleep 1.5"),
+    ("allowed", "overlap = \"allow\"\n", "sleep 1.5"),
+    ("rerun", "on_holder_lost = \"rerun\"\n", "sleep 0.5"),
+];
+
+/// The job whose runs may overlap by design.
+pub const ALLOW_JOB: &str = "allowed";
+
+/// The daemon's lease (`[daemon] lease`), ms.
+pub const LEASE_MS: i64 = 2_000;
+
+impl Replica {
+    /// Writes the replica's `jobs.toml`: every probe job appends a `start`
+    /// and an `end` line to `effects` around its body.
+    pub fn write_config(&self, effects: &Path) -> Result<()> {
+        let state_dir = self.dir.join("state");
+        std::fs::create_dir_all(&state_dir)?;
+        let mut text = format!(
+            "# Written by the cronlease chaos suite (examples/chaos/).\n\
+             [redis]\n\
+             url = \"redis://127.0.0.1:{port}/0\"\n\
+             key_prefix = \"{KEY_PREFIX}\"\n\
+             command_timeout = \"300ms\"\n\
+             \n\
+             [daemon]\n\
+             replica_id = \"{name}\"\n\
+             lease = \"2s\"\n\
+             heartbeat = \"1s\"\n\
+             shutdown_grace = \"3s\"\n\
+             kill_grace = \"1s\"\n\
+             state_dir = {state_dir}\n\
+             metrics_listen = \"\"\n\
+             # Keep every outcome of a long run for the checker.\n\
+             history = 1000000\n",
+            port = self.proxy_port,
+            name = self.name,
+            state_dir = toml_string(&state_dir.to_string_lossy()),
+        );
+        let file = shell_quote(&effects.to_string_lossy());
+        for (job, extra, body) in JOBS {
+            let line = |what: &str| {
+                format!(
+                    "echo \"{what} {job} $CRONLEASE_TICK_MS $CRONLEASE_FENCE $CRONLEASE_REPLICA \
+                     $CRONLEASE_RUN_ID $(LD_PRELOAD= date +%s%3N)\" >> {file}"
+                )
+            };
+            let script = format!("{}; {body}; {}", line("start"), line("end"));
+            text.push_str(&format!(
+                "\n[jobs.{job}]\nschedule = \"* * * * * *\"\nmisfire_grace = \"10s\"\n{extra}shell = {}\n",
+                toml_string(&script)
+            ));
+            if job == "quick" && self.quick_timeout {
+                text.push_str("timeout = \"30s\"\n");
+            }
+        }
+        // Written whole, then renamed: a reload never reads half a file.
+        let partial = self.config.with_extension("toml.new");
+        std::fs::write(&partial, text)
+            .with_context(|| format!("cannot write {}", partial.display()))?;
+        std::fs::rename(&partial, &self.config)
+            .with_context(|| format!("cannot write {}", self.config.display()))?;
+        Ok(())
+    }
+}
+
+/// `text` as a TOML basic string, quotes included.
+fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// `text` as one shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
