@@ -1,6 +1,7 @@
 //! `[daemon]`: leases, graces, the replica's identity and state directory,
 //! history, heartbeats, logging and metrics, validated into [`DaemonConfig`].
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::checker::{Checker, is_name};
+use super::environment;
 use super::{DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, LogFormat, RedisConfig};
 
 #[derive(Debug, Deserialize)]
@@ -46,47 +48,17 @@ pub(super) const MAX_LEASE: Duration = Duration::from_secs(3600);
 pub(super) const MIN_LEASE: Duration = Duration::from_secs(1);
 pub(super) const MAX_GRACE: Duration = Duration::from_secs(3600);
 
+/// The section every problem here belongs to.
+const S: &str = "daemon";
+
+/// `[daemon]`: each setting on its own (the lease also against `[redis]`
+/// `command_timeout`), defaults where unset.
 pub(super) fn validate_daemon(
     checker: &mut Checker<'_>,
     raw: RawDaemon,
     redis: &Option<RedisConfig>,
 ) -> Option<DaemonConfig> {
-    const S: &str = "daemon";
-    let lease = checker.duration(
-        S,
-        "lease",
-        raw.lease.as_ref(),
-        Duration::from_secs(30),
-        MAX_LEASE,
-    );
-    if let Some(span) = raw.lease.as_ref().map(Spanned::span) {
-        if lease < MIN_LEASE {
-            checker.problem(
-                Some(span.clone()),
-                Some(S),
-                Some("lease"),
-                format!(
-                    "lease {} is too short: the watchdog renews every lease/3 and needs room for a Redis round trip and a retry; expected at least 1s",
-                    humantime::format_duration(lease)
-                ),
-            );
-        } else if let Some(redis) = redis
-            && lease / 3 <= redis.command_timeout
-        {
-            checker.problem(
-                Some(span),
-                Some(S),
-                Some("lease"),
-                format!(
-                    "lease {} is too short for its renewal period: renewals every {} would not outlast one [redis] command_timeout of {}; expected a lease above {}",
-                    humantime::format_duration(lease),
-                    humantime::format_duration(lease / 3),
-                    humantime::format_duration(redis.command_timeout),
-                    humantime::format_duration(redis.command_timeout * 3),
-                ),
-            );
-        }
-    }
+    let lease = daemon_lease(checker, raw.lease.as_ref(), redis);
     let shutdown_grace = checker.duration(
         S,
         "shutdown_grace",
@@ -108,57 +80,9 @@ pub(super) fn validate_daemon(
         Duration::from_secs(5),
         Duration::from_secs(300),
     );
-    let replica_id = raw.replica_id.map(|id| {
-        if !is_name(id.get_ref(), 128) {
-            checker.problem(
-                Some(id.span()),
-                Some(S),
-                Some("replica_id"),
-                format!(
-                    "invalid replica id {:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -",
-                    id.get_ref()
-                ),
-            );
-        }
-        id.into_inner()
-    });
-    let state_dir = match raw.state_dir {
-        // systemd's StateDirectory= (the first, if several).
-        None => std::env::var_os("STATE_DIRECTORY")
-            .and_then(|dirs| std::env::split_paths(&dirs).next())
-            .filter(|dir| !dir.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
-        Some(dir) if dir.get_ref().trim().is_empty() => {
-            checker.problem(
-                Some(dir.span()),
-                Some(S),
-                Some("state_dir"),
-                "empty path: expected a directory such as \"/var/lib/cronlease\"".into(),
-            );
-            PathBuf::new()
-        }
-        Some(dir) => PathBuf::from(dir.into_inner()),
-    };
-    let metrics_listen = match raw.metrics_listen {
-        None => Some(
-            DEFAULT_METRICS_LISTEN
-                .parse()
-                .expect("the default metrics address is a valid socket address"),
-        ),
-        Some(text) if text.get_ref().is_empty() => None,
-        Some(text) => match text.get_ref().parse() {
-            Ok(addr) => Some(addr),
-            Err(_) => {
-                checker.problem(
-                    Some(text.span()),
-                    Some(S),
-                    Some("metrics_listen"),
-                    format!("invalid address {:?}: expected IP:port such as \"127.0.0.1:9464\", or \"\" to turn metrics off", text.get_ref()),
-                );
-                None
-            }
-        },
-    };
+    let replica_id = replica_id(checker, raw.replica_id);
+    let state_dir = state_dir(checker, raw.state_dir);
+    let metrics_listen = metrics_listen(checker, raw.metrics_listen);
     let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
     let output_tail_bytes = checker.integer(
         S,
@@ -180,4 +104,106 @@ pub(super) fn validate_daemon(
         log_format: raw.log_format.unwrap_or(LogFormat::Text),
         metrics_listen,
     })
+}
+
+/// `lease`: at least [`MIN_LEASE`], and long enough that its renewal period
+/// (lease / 3) outlasts `[redis] command_timeout`.
+fn daemon_lease(
+    checker: &mut Checker<'_>,
+    given: Option<&Spanned<String>>,
+    redis: &Option<RedisConfig>,
+) -> Duration {
+    let lease = checker.duration(S, "lease", given, Duration::from_secs(30), MAX_LEASE);
+    let Some(span) = given.map(Spanned::span) else {
+        return lease;
+    };
+    if lease < MIN_LEASE {
+        checker.problem(
+            Some(span),
+            Some(S),
+            Some("lease"),
+            format!(
+                "lease {} is too short: the watchdog renews every lease/3 and needs room for a Redis round trip and a retry; expected at least 1s",
+                humantime::format_duration(lease)
+            ),
+        );
+    } else if let Some(redis) = redis
+        && lease / 3 <= redis.command_timeout
+    {
+        checker.problem(
+            Some(span),
+            Some(S),
+            Some("lease"),
+            format!(
+                "lease {} is too short for its renewal period: renewals every {} would not outlast one [redis] command_timeout of {}; expected a lease above {}",
+                humantime::format_duration(lease),
+                humantime::format_duration(lease / 3),
+                humantime::format_duration(redis.command_timeout),
+                humantime::format_duration(redis.command_timeout * 3),
+            ),
+        );
+    }
+    lease
+}
+
+/// `replica_id`: a name like a job's; `None` lets the daemon make one.
+fn replica_id(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> Option<String> {
+    given.map(|id| {
+        if !is_name(id.get_ref(), 128) {
+            checker.problem(
+                Some(id.span()),
+                Some(S),
+                Some("replica_id"),
+                format!(
+                    "invalid replica id {:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -",
+                    id.get_ref()
+                ),
+            );
+        }
+        id.into_inner()
+    })
+}
+
+/// `state_dir`: not empty; when unset, systemd's `StateDirectory=`, else
+/// [`DEFAULT_STATE_DIR`].
+fn state_dir(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> PathBuf {
+    match given {
+        None => environment::systemd_state_directory()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_STATE_DIR)),
+        Some(dir) if dir.get_ref().trim().is_empty() => {
+            checker.problem(
+                Some(dir.span()),
+                Some(S),
+                Some("state_dir"),
+                "empty path: expected a directory such as \"/var/lib/cronlease\"".into(),
+            );
+            PathBuf::new()
+        }
+        Some(dir) => PathBuf::from(dir.into_inner()),
+    }
+}
+
+/// `metrics_listen`: an IP:port, `""` for no metrics, and
+/// [`DEFAULT_METRICS_LISTEN`] when unset.
+fn metrics_listen(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> Option<SocketAddr> {
+    match given {
+        None => Some(
+            DEFAULT_METRICS_LISTEN
+                .parse()
+                .expect("the default metrics address is a valid socket address"),
+        ),
+        Some(text) if text.get_ref().is_empty() => None,
+        Some(text) => match text.get_ref().parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                checker.problem(
+                    Some(text.span()),
+                    Some(S),
+                    Some("metrics_listen"),
+                    format!("invalid address {:?}: expected IP:port such as \"127.0.0.1:9464\", or \"\" to turn metrics off", text.get_ref()),
+                );
+                None
+            }
+        },
+    }
 }

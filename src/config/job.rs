@@ -2,7 +2,7 @@
 //! environment, timeouts and policies, validated into [`Job`].
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -85,6 +85,9 @@ pub(super) fn check_dst_policy(
     valid.then_some(schedule)
 }
 
+/// `[jobs.<name>]`: its schedule, command, working directory and
+/// environment each by a step below, then its timing limits; the policies
+/// (`overlap`, `misfire`, `on_holder_lost`) serde has checked already.
 pub(super) fn validate_job(
     checker: &mut Checker<'_>,
     section: &str,
@@ -92,117 +95,10 @@ pub(super) fn validate_job(
     raw: RawJob,
     base_dir: &Path,
 ) -> Option<Job> {
-    let timezone = match &raw.timezone {
-        None => Some(Zone::utc()),
-        Some(tz) => match Zone::parse(tz.get_ref()) {
-            Ok(tz) => Some(tz),
-            Err(e) => {
-                checker.problem(
-                    Some(tz.span()),
-                    Some(section),
-                    Some("timezone"),
-                    e.to_string(),
-                );
-                None
-            }
-        },
-    };
-    let schedule = match (&raw.schedule, timezone) {
-        (None, _) => {
-            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
-            None
-        }
-        (Some(expr), Some(tz)) => {
-            match checker.schedule(expr.get_ref(), tz, name, dst_policy(&raw)) {
-                Ok(schedule) => check_dst_policy(checker, section, &raw, schedule),
-                Err(e) => {
-                    checker.problem(
-                        Some(expr.span()),
-                        Some(section),
-                        Some("schedule"),
-                        e.to_string(),
-                    );
-                    None
-                }
-            }
-        }
-        (Some(_), None) => None,
-    };
-    let command = match (raw.command, raw.shell) {
-        (Some(_), Some(shell)) => {
-            checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
-            None
-        }
-        (None, None) => {
-            checker.problem(None, Some(section), Some("command"), "neither `command` nor `shell` is set: expected `command = [\"program\", \"arg\"]` or `shell = \"script\"`".into());
-            None
-        }
-        (Some(argv), None) => {
-            let span = argv.span();
-            let argv = argv.into_inner();
-            if argv.first().is_none_or(|program| program.trim().is_empty()) {
-                checker.problem(Some(span), Some(section), Some("command"), "empty command: expected a program and its arguments, e.g. [\"/usr/bin/backup\", \"--all\"]".into());
-                None
-            } else if argv.iter().any(|arg| arg.contains('\0')) {
-                checker.problem(
-                    Some(span),
-                    Some(section),
-                    Some("command"),
-                    "an argument contains a NUL byte, which no program can receive".into(),
-                );
-                None
-            } else {
-                Some(Command::Argv(argv))
-            }
-        }
-        (None, Some(script)) => {
-            if script.get_ref().trim().is_empty() || script.get_ref().contains('\0') {
-                checker.problem(Some(script.span()), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
-                None
-            } else {
-                Some(Command::Shell(script.into_inner()))
-            }
-        }
-    };
-    let workdir = match raw.workdir {
-        None => base_dir.to_path_buf(),
-        Some(dir) if dir.get_ref().trim().is_empty() => {
-            checker.problem(
-                Some(dir.span()),
-                Some(section),
-                Some("workdir"),
-                "empty path: expected a directory, absolute or relative to the config file".into(),
-            );
-            base_dir.to_path_buf()
-        }
-        Some(dir) => base_dir.join(dir.get_ref()),
-    };
-    let mut env = BTreeMap::new();
-    for (key, value) in raw.env {
-        let k = key.get_ref();
-        let valid_key = !k.is_empty() && !k.contains(['=', '\0']);
-        if !valid_key {
-            checker.problem(
-                Some(key.span()),
-                Some(section),
-                Some("env"),
-                format!(
-                    "invalid variable name {k:?}: expected a non-empty name without '=' or NUL"
-                ),
-            );
-        } else if k.starts_with(RESERVED_ENV_PREFIX) {
-            checker.problem(Some(key.span()), Some(section), Some("env"), format!("{k} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"));
-        } else if value.get_ref().contains('\0') {
-            checker.problem(
-                Some(value.span()),
-                Some(section),
-                Some("env"),
-                format!("the value of {k} contains a NUL byte"),
-            );
-        } else {
-            env.insert(key.into_inner(), value.into_inner());
-        }
-    }
+    let schedule = job_schedule(checker, section, name, &raw);
+    let command = job_command(checker, section, raw.command, raw.shell);
+    let workdir = job_workdir(checker, section, raw.workdir, base_dir);
+    let env = job_env(checker, section, raw.env);
     let timeout = raw.timeout.as_ref().map(|t| {
         checker.duration(
             section,
@@ -241,4 +137,156 @@ pub(super) fn validate_job(
         retry_backoff,
         on_holder_lost: raw.on_holder_lost.unwrap_or(OnHolderLost::Record),
     })
+}
+
+/// `timezone` (UTC when unset) and `schedule` read in it, with the job's
+/// DST policy; the schedule is not checked when the zone is invalid.
+fn job_schedule(
+    checker: &mut Checker<'_>,
+    section: &str,
+    name: &str,
+    raw: &RawJob,
+) -> Option<Schedule> {
+    let timezone = match &raw.timezone {
+        None => Some(Zone::utc()),
+        Some(tz) => match Zone::parse(tz.get_ref()) {
+            Ok(tz) => Some(tz),
+            Err(e) => {
+                checker.problem(
+                    Some(tz.span()),
+                    Some(section),
+                    Some("timezone"),
+                    e.to_string(),
+                );
+                None
+            }
+        },
+    };
+    match (&raw.schedule, timezone) {
+        (None, _) => {
+            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
+            None
+        }
+        (Some(expr), Some(tz)) => {
+            match checker.schedule(expr.get_ref(), tz, name, dst_policy(raw)) {
+                Ok(schedule) => check_dst_policy(checker, section, raw, schedule),
+                Err(e) => {
+                    checker.problem(
+                        Some(expr.span()),
+                        Some(section),
+                        Some("schedule"),
+                        e.to_string(),
+                    );
+                    None
+                }
+            }
+        }
+        (Some(_), None) => None,
+    }
+}
+
+/// Exactly one of `command` (an argv: a program, no NUL bytes) and `shell`
+/// (a script, not blank, no NUL bytes).
+fn job_command(
+    checker: &mut Checker<'_>,
+    section: &str,
+    command: Option<Spanned<Vec<String>>>,
+    shell: Option<Spanned<String>>,
+) -> Option<Command> {
+    match (command, shell) {
+        (Some(_), Some(shell)) => {
+            checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
+            None
+        }
+        (None, None) => {
+            checker.problem(None, Some(section), Some("command"), "neither `command` nor `shell` is set: expected `command = [\"program\", \"arg\"]` or `shell = \"script\"`".into());
+            None
+        }
+        (Some(argv), None) => {
+            let span = argv.span();
+            let argv = argv.into_inner();
+            if argv.first().is_none_or(|program| program.trim().is_empty()) {
+                checker.problem(Some(span), Some(section), Some("command"), "empty command: expected a program and its arguments, e.g. [\"/usr/bin/backup\", \"--all\"]".into());
+                None
+            } else if argv.iter().any(|arg| arg.contains('\0')) {
+                checker.problem(
+                    Some(span),
+                    Some(section),
+                    Some("command"),
+                    "an argument contains a NUL byte, which no program can receive".into(),
+                );
+                None
+            } else {
+                Some(Command::Argv(argv))
+            }
+        }
+        (None, Some(script)) => {
+            if script.get_ref().trim().is_empty() || script.get_ref().contains('\0') {
+                checker.problem(Some(script.span()), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
+                None
+            } else {
+                Some(Command::Shell(script.into_inner()))
+            }
+        }
+    }
+}
+
+/// `workdir` resolved against `base_dir` (the config file's directory),
+/// which is also the default.
+fn job_workdir(
+    checker: &mut Checker<'_>,
+    section: &str,
+    workdir: Option<Spanned<String>>,
+    base_dir: &Path,
+) -> PathBuf {
+    match workdir {
+        None => base_dir.to_path_buf(),
+        Some(dir) if dir.get_ref().trim().is_empty() => {
+            checker.problem(
+                Some(dir.span()),
+                Some(section),
+                Some("workdir"),
+                "empty path: expected a directory, absolute or relative to the config file".into(),
+            );
+            base_dir.to_path_buf()
+        }
+        Some(dir) => base_dir.join(dir.get_ref()),
+    }
+}
+
+/// `env`: names a process can receive and that are not cronlease's own
+/// ([`RESERVED_ENV_PREFIX`]), values without NUL bytes. Invalid entries
+/// are left out.
+fn job_env(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: BTreeMap<Spanned<String>, Spanned<String>>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for (key, value) in raw {
+        let k = key.get_ref();
+        let valid_key = !k.is_empty() && !k.contains(['=', '\0']);
+        if !valid_key {
+            checker.problem(
+                Some(key.span()),
+                Some(section),
+                Some("env"),
+                format!(
+                    "invalid variable name {k:?}: expected a non-empty name without '=' or NUL"
+                ),
+            );
+        } else if k.starts_with(RESERVED_ENV_PREFIX) {
+            checker.problem(Some(key.span()), Some(section), Some("env"), format!("{k} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"));
+        } else if value.get_ref().contains('\0') {
+            checker.problem(
+                Some(value.span()),
+                Some(section),
+                Some("env"),
+                format!("the value of {k} contains a NUL byte"),
+            );
+        } else {
+            env.insert(key.into_inner(), value.into_inner());
+        }
+    }
+    env
 }

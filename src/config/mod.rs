@@ -15,34 +15,32 @@
 //! checked; then the semantic checks run on whatever deserialized. A config
 //! with any problem is rejected whole: there is no half-applied table.
 //!
-//! The files: this one holds the validated types and the document's walk;
-//! `checker` the problem collector and the value checks every section uses;
-//! `redis_section`, `daemon_section` and `job` the raw type and validator of
-//! `[redis]`, `[daemon]` and `[jobs.<name>]`; `duplicates` the explanation
-//! of TOML's duplicate-key errors.
+//! The files: this one holds the validated types; `document` the walk of
+//! the document (syntax, sections, the jobs table) behind [`Config::load`]
+//! and [`Config::parse`]; `checker` the problem collector and the value
+//! checks every section uses; `redis_section`, `daemon_section` and `job`
+//! the raw type and validator of `[redis]`, `[daemon]` and `[jobs.<name>]`;
+//! `environment` every read of the environment and of files other than the
+//! text being checked; `duplicates` the explanation of TOML's duplicate-key
+//! errors.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::io::Read;
-use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
-use toml::de::{DeTable, DeValue};
 
 mod checker;
 mod daemon_section;
+mod document;
 mod duplicates;
+mod environment;
 mod job;
 mod redis_section;
 
-use checker::{Checker, is_name};
 pub use checker::{parse_duration, redact_url};
-use daemon_section::{RawDaemon, validate_daemon};
-use job::{RawJob, validate_job};
-use redis_section::{RawRedis, validate_redis};
 
 use crate::schedule::Schedule;
 
@@ -411,46 +409,6 @@ impl fmt::Display for ConfigError {
 }
 
 impl Config {
-    /// Reads and validates the file at `path`.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = read_config_file(path).map_err(|message| ConfigError {
-            file: path.to_path_buf(),
-            problems: vec![Problem {
-                line_col: None,
-                section: None,
-                field: None,
-                message,
-            }],
-        })?;
-        Config::parse(&text, path)
-    }
-
-    /// Validates `text` as if read from `path` (relative `workdir`s resolve
-    /// against its directory). Validity does not depend on today's date: a
-    /// job whose last year has passed is valid (see [`Config::warnings`]).
-    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let mut checker = Checker {
-            text,
-            problems: Vec::new(),
-            schedules: HashMap::new(),
-        };
-        let config = parse_document(&mut checker, path);
-        let mut problems = checker.problems;
-        match config {
-            Some(config) if problems.is_empty() => Ok(config),
-            _ => {
-                // In file order; problems without a place (missing keys) last.
-                problems.sort_by_key(|p| (p.line_col.is_none(), p.line_col));
-                Err(ConfigError {
-                    file: path.to_path_buf(),
-                    problems,
-                })
-            }
-        }
-    }
-}
-
-impl Config {
     /// What is valid but probably not meant, one line each, for `check`,
     /// the log at start and reload, and `status`: today, jobs whose
     /// schedule has no fire time after `now` (a year field that has passed).
@@ -479,148 +437,10 @@ pub fn job_warning(job: &Job, now: DateTime<Utc>) -> Option<String> {
     ))
 }
 
-fn read_config_file(path: &Path) -> Result<String, String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open config file: {e}"))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read config file: {e}"))?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(format!(
-            "config file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB): is this the right file?"
-        ));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "config file is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })
-}
-
-fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
-    let (root, errors) = DeTable::parse_recoverable(checker.text);
-    if !errors.is_empty() {
-        let mut duplicate_spans = Vec::new();
-        for error in errors {
-            let message = error.message().trim_end_matches('\n');
-            match error.span() {
-                Some(span) if message == "duplicate key" => duplicate_spans.push(span),
-                span => checker.problem(span, None, None, format!("invalid TOML: {message}")),
-            }
-        }
-        for duplicate in duplicates::explain(checker.text, &duplicate_spans) {
-            let at = duplicate.offset;
-            checker.problem(Some(at..at), None, None, duplicate.message);
-        }
-        return None;
-    }
-    let mut redis_raw = None;
-    let mut daemon_raw = None;
-    let mut jobs_raw: Vec<(String, Range<usize>, Option<RawJob>)> = Vec::new();
-    let mut saw_jobs = false;
-    for (key, value) in root.get_ref() {
-        match key.get_ref().as_ref() {
-            "redis" => redis_raw = Some(checker.deserialize_table::<RawRedis>("redis", value)),
-            "daemon" => daemon_raw = Some(checker.deserialize_table::<RawDaemon>("daemon", value)),
-            "jobs" => {
-                saw_jobs = true;
-                let DeValue::Table(jobs) = value.get_ref() else {
-                    checker.problem(
-                        Some(value.span()),
-                        Some("jobs"),
-                        None,
-                        "expected a table of jobs: [jobs.<name>]".into(),
-                    );
-                    continue;
-                };
-                for (name, job) in jobs {
-                    let section = format!("jobs.{}", name.get_ref());
-                    let raw = checker.deserialize_table::<RawJob>(&section, job);
-                    jobs_raw.push((name.get_ref().to_string(), name.span(), raw));
-                }
-            }
-            other => checker.problem(
-                Some(key.span()),
-                None,
-                None,
-                format!("unknown section `{other}`: expected `redis`, `daemon` or `jobs`"),
-            ),
-        }
-    }
-
-    let redis = match redis_raw {
-        None => {
-            checker.problem(
-                None,
-                Some("redis"),
-                Some("url"),
-                "missing [redis] section: expected at least `url = \"redis://host:6379/0\"`".into(),
-            );
-            None
-        }
-        Some(raw) => raw.and_then(|raw| validate_redis(checker, raw)),
-    };
-    let daemon = match daemon_raw {
-        None => validate_daemon(checker, RawDaemon::default_raw(), &redis),
-        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis)),
-    };
-    if !saw_jobs {
-        checker.problem(
-            None,
-            Some("jobs"),
-            None,
-            "no jobs: expected at least one [jobs.<name>] table".into(),
-        );
-    }
-    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let base_dir = if base_dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        base_dir
-    };
-    let base_dir = std::path::absolute(&base_dir).unwrap_or(base_dir);
-    let mut jobs = BTreeMap::new();
-    for (name, name_span, raw) in jobs_raw {
-        let section = format!("jobs.{name}");
-        if !is_name(&name, 128) {
-            checker.problem(
-                Some(name_span.clone()),
-                Some(&section),
-                None,
-                format!(
-                    "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
-                ),
-            );
-        }
-        if let Some(job) =
-            raw.and_then(|raw| validate_job(checker, &section, &name, raw, &base_dir))
-        {
-            let quorum = matches!(
-                redis.as_ref().map(|r| &r.topology),
-                Some(Topology::Quorum(_))
-            );
-            if quorum && job.on_holder_lost == OnHolderLost::Rerun {
-                checker.problem(
-                    Some(name_span),
-                    Some(&section),
-                    Some("on_holder_lost"),
-                    "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
-                );
-            }
-            jobs.insert(name, job);
-        }
-    }
-    Some(Config {
-        source: path.to_path_buf(),
-        redis: redis?,
-        daemon: daemon?,
-        jobs,
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::checker::line_col;
     use super::*;
 

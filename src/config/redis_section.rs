@@ -1,6 +1,6 @@
 //! `[redis]`: how to reach Redis (one server, Sentinel, Cluster or a
-//! quorum of masters), TLS files, ACL credentials (read here, once) and the
-//! `WAIT` gate, validated into [`RedisConfig`].
+//! quorum of masters), TLS files, ACL credentials (read once, through
+//! `environment`) and the `WAIT` gate, validated into [`RedisConfig`].
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::checker::{Checker, redact_url};
+use super::environment;
 use super::{DEFAULT_ACK_TIMEOUT, DEFAULT_KEY_PREFIX, RedisConfig, Secret, Tls, Topology};
 
 #[derive(Debug, Deserialize)]
@@ -38,39 +39,53 @@ pub(super) struct RawRedis {
 pub(super) const TCP_SCHEMES: &[&str] = &["redis", "rediss"];
 pub(super) const ALL_SCHEMES: &[&str] = &["redis", "rediss", "redis+unix", "unix"];
 
+/// The section every problem here belongs to.
+const S: &str = "redis";
+
+/// `[redis]`: each step below checks one concern and records its own
+/// problems; the section is valid only if every step is.
 pub(super) fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option<RedisConfig> {
-    const S: &str = "redis";
     let topology = redis_topology(checker, &raw);
-    let check_url = |checker: &mut Checker<'_>,
-                     span: Range<usize>,
-                     field: &str,
-                     url: &str,
-                     schemes: &[&str]| {
-        let ok =
-            redis::parse_redis_url(url).is_some_and(|parsed| schemes.contains(&parsed.scheme()));
-        if !ok {
-            let expected = if schemes.len() == ALL_SCHEMES.len() {
-                "redis://[user:password@]host[:port][/db], rediss://… for TLS, or unix:///path/to/socket"
-            } else {
-                "redis://[user:password@]host[:port], or rediss://… for TLS"
-            };
-            checker.problem(
-                Some(span),
-                Some(S),
-                Some(field),
-                format!(
-                    "invalid Redis URL {:?}: expected {expected}",
-                    redact_url(url)
-                ),
-            );
-        }
-        ok
+    let endpoints = check_endpoints(checker, &raw);
+    let username = raw.username.as_ref().map(|u| u.get_ref().clone());
+    let password = redis_password(checker, &raw);
+    let tls = redis_tls(checker, &raw, &endpoints);
+    let timeouts = redis_timeouts(checker, &raw);
+    let min_replicas_ack = min_replicas_ack(checker, &raw, &timeouts);
+    let topology = topology.filter(|_| endpoints.valid);
+    let key_prefix = key_prefix(checker, raw.key_prefix);
+    Some(RedisConfig {
+        topology: topology?,
+        key_prefix,
+        connect_timeout: timeouts.connect,
+        command_timeout: timeouts.command,
+        username,
+        password: password.ok()?,
+        tls: tls?,
+        min_replicas_ack,
+        ack_timeout: timeouts.ack,
+    })
+}
+
+/// What [`check_endpoints`] found about the URLs of `[redis]`.
+pub(super) struct Endpoints {
+    /// Every URL parses with a scheme its field allows, and every list is
+    /// long enough (and, for `quorum`, names each server once).
+    valid: bool,
+    /// Some URL is `rediss://`, which TLS settings need.
+    any_tls: bool,
+}
+
+/// The URLs of `url`, `sentinels`, `cluster` and `quorum`: each one's
+/// scheme, each list's length, and `quorum`'s servers each listed once.
+pub(super) fn check_endpoints(checker: &mut Checker<'_>, raw: &RawRedis) -> Endpoints {
+    let mut endpoints = Endpoints {
+        valid: true,
+        any_tls: false,
     };
-    let mut urls_ok = true;
-    let mut tls_urls = Vec::new();
     if let Some(url) = &raw.url {
-        urls_ok &= check_url(checker, url.span(), "url", url.get_ref(), ALL_SCHEMES);
-        tls_urls.push(url.get_ref().starts_with("rediss://"));
+        endpoints.valid &= check_url(checker, url.span(), "url", url.get_ref(), ALL_SCHEMES);
+        endpoints.any_tls |= url.get_ref().starts_with("rediss://");
     }
     for (field, list, schemes, min) in [
         ("sentinels", &raw.sentinels, TCP_SCHEMES, 1),
@@ -79,7 +94,7 @@ pub(super) fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option
     ] {
         let Some(list) = list else { continue };
         if list.get_ref().len() < min {
-            urls_ok = false;
+            endpoints.valid = false;
             let example = match field {
                 "sentinels" => "[\"redis://10.0.0.1:26379\"]",
                 "cluster" => "[\"redis://10.0.0.1:7000\"]",
@@ -98,7 +113,7 @@ pub(super) fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option
             );
         }
         if field == "quorum" && has_duplicates(list.get_ref()) {
-            urls_ok = false;
+            endpoints.valid = false;
             checker.problem(
                 Some(list.span()),
                 Some(S),
@@ -108,108 +123,150 @@ pub(super) fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option
             );
         }
         for url in list.get_ref() {
-            urls_ok &= check_url(checker, list.span(), field, url, schemes);
-            tls_urls.push(url.starts_with("rediss://"));
+            endpoints.valid &= check_url(checker, list.span(), field, url, schemes);
+            endpoints.any_tls |= url.starts_with("rediss://");
         }
     }
-    let username = raw.username.as_ref().map(|u| u.get_ref().clone());
-    let password = redis_password(checker, &raw);
-    let tls = redis_tls(checker, &raw, &tls_urls);
-    let connect_timeout = checker.duration(
+    endpoints
+}
+
+/// Whether `url` is a Redis URL with one of `schemes`; records a problem
+/// (with the password redacted) when it is not.
+fn check_url(
+    checker: &mut Checker<'_>,
+    span: Range<usize>,
+    field: &str,
+    url: &str,
+    schemes: &[&str],
+) -> bool {
+    let ok = redis::parse_redis_url(url).is_some_and(|parsed| schemes.contains(&parsed.scheme()));
+    if !ok {
+        let expected = if schemes.len() == ALL_SCHEMES.len() {
+            "redis://[user:password@]host[:port][/db], rediss://… for TLS, or unix:///path/to/socket"
+        } else {
+            "redis://[user:password@]host[:port], or rediss://… for TLS"
+        };
+        checker.problem(
+            Some(span),
+            Some(S),
+            Some(field),
+            format!(
+                "invalid Redis URL {:?}: expected {expected}",
+                redact_url(url)
+            ),
+        );
+    }
+    ok
+}
+
+/// The three timeouts of `[redis]`, defaults where unset.
+pub(super) struct Timeouts {
+    connect: Duration,
+    command: Duration,
+    ack: Duration,
+}
+
+/// `connect_timeout`, `command_timeout` and `ack_timeout`, each on its own.
+pub(super) fn redis_timeouts(checker: &mut Checker<'_>, raw: &RawRedis) -> Timeouts {
+    let connect = checker.duration(
         S,
         "connect_timeout",
         raw.connect_timeout.as_ref(),
         Duration::from_secs(5),
         Duration::from_secs(300),
     );
-    let command_timeout = checker.duration(
+    let command = checker.duration(
         S,
         "command_timeout",
         raw.command_timeout.as_ref(),
         Duration::from_secs(2),
         Duration::from_secs(300),
     );
-    let ack_timeout = checker.duration(
+    let ack = checker.duration(
         S,
         "ack_timeout",
         raw.ack_timeout.as_ref(),
         DEFAULT_ACK_TIMEOUT,
         Duration::from_secs(60),
     );
-    let min_replicas_ack = match &raw.min_replicas_ack {
-        None => 0,
-        Some(given) => match u32::try_from(*given.get_ref()) {
-            Ok(k) if k <= 64 => {
-                if k > 0 && raw.quorum.is_some() {
-                    checker.problem(
-                        Some(given.span()),
-                        Some(S),
-                        Some("min_replicas_ack"),
-                        "min_replicas_ack does not apply to `quorum` (its masters have no replicas to wait for): expected 0 or no key; the quorum itself is the durability".into(),
-                    );
-                }
-                if k > 0 && ack_timeout >= command_timeout {
-                    checker.problem(
-                        Some(raw.ack_timeout.as_ref().map_or(given.span(), Spanned::span)),
-                        Some(S),
-                        Some("ack_timeout"),
-                        format!(
-                            "ack_timeout {} must be shorter than command_timeout {}: the claim and its WAIT share one reply deadline",
-                            humantime::format_duration(ack_timeout),
-                            humantime::format_duration(command_timeout)
-                        ),
-                    );
-                }
-                k
-            }
-            _ => {
+    Timeouts {
+        connect,
+        command,
+        ack,
+    }
+}
+
+/// The `WAIT` gate (durability): `min_replicas_ack` in 0..=64, not with
+/// `quorum`, and with an `ack_timeout` shorter than `command_timeout`.
+pub(super) fn min_replicas_ack(
+    checker: &mut Checker<'_>,
+    raw: &RawRedis,
+    timeouts: &Timeouts,
+) -> u32 {
+    let Some(given) = &raw.min_replicas_ack else {
+        return 0;
+    };
+    match u32::try_from(*given.get_ref()) {
+        Ok(k) if k <= 64 => {
+            if k > 0 && raw.quorum.is_some() {
                 checker.problem(
                     Some(given.span()),
                     Some(S),
                     Some("min_replicas_ack"),
-                    format!("invalid min_replicas_ack {}: expected a number of Redis replicas from 0 (off) to 64", given.get_ref()),
+                    "min_replicas_ack does not apply to `quorum` (its masters have no replicas to wait for): expected 0 or no key; the quorum itself is the durability".into(),
                 );
-                0
             }
-        },
-    };
-    let topology = topology.filter(|_| urls_ok);
-    let key_prefix = match raw.key_prefix {
-        None => DEFAULT_KEY_PREFIX.to_string(),
-        Some(prefix) => {
-            let ok = !prefix.get_ref().is_empty()
-                && prefix.get_ref().len() <= 64
-                && prefix
-                    .get_ref()
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'));
-            if !ok {
+            if k > 0 && timeouts.ack >= timeouts.command {
                 checker.problem(
-                    Some(prefix.span()),
+                    Some(raw.ack_timeout.as_ref().map_or(given.span(), Spanned::span)),
                     Some(S),
-                    Some("key_prefix"),
-                    format!("invalid key prefix {:?}: expected 1 to 64 characters from A-Z a-z 0-9 _ . - : (no braces: they would break the {{job}} hash tags)", prefix.get_ref()),
+                    Some("ack_timeout"),
+                    format!(
+                        "ack_timeout {} must be shorter than command_timeout {}: the claim and its WAIT share one reply deadline",
+                        humantime::format_duration(timeouts.ack),
+                        humantime::format_duration(timeouts.command)
+                    ),
                 );
             }
-            prefix.into_inner()
+            k
         }
+        _ => {
+            checker.problem(
+                Some(given.span()),
+                Some(S),
+                Some("min_replicas_ack"),
+                format!("invalid min_replicas_ack {}: expected a number of Redis replicas from 0 (off) to 64", given.get_ref()),
+            );
+            0
+        }
+    }
+}
+
+/// `key_prefix`: 1 to 64 characters that cannot break a key's hash tag;
+/// [`DEFAULT_KEY_PREFIX`] when unset.
+pub(super) fn key_prefix(checker: &mut Checker<'_>, prefix: Option<Spanned<String>>) -> String {
+    let Some(prefix) = prefix else {
+        return DEFAULT_KEY_PREFIX.to_string();
     };
-    Some(RedisConfig {
-        topology: topology?,
-        key_prefix,
-        connect_timeout,
-        command_timeout,
-        username,
-        password: password.ok()?,
-        tls: tls?,
-        min_replicas_ack,
-        ack_timeout,
-    })
+    let ok = !prefix.get_ref().is_empty()
+        && prefix.get_ref().len() <= 64
+        && prefix
+            .get_ref()
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'));
+    if !ok {
+        checker.problem(
+            Some(prefix.span()),
+            Some(S),
+            Some("key_prefix"),
+            format!("invalid key prefix {:?}: expected 1 to 64 characters from A-Z a-z 0-9 _ . - : (no braces: they would break the {{job}} hash tags)", prefix.get_ref()),
+        );
+    }
+    prefix.into_inner()
 }
 
 /// Which of `url`, `sentinels`, `cluster` and `quorum` is set: exactly one.
 pub(super) fn redis_topology(checker: &mut Checker<'_>, raw: &RawRedis) -> Option<Topology> {
-    const S: &str = "redis";
     let given: Vec<(&str, Range<usize>)> = [
         ("url", raw.url.as_ref().map(Spanned::span)),
         ("sentinels", raw.sentinels.as_ref().map(Spanned::span)),
@@ -293,7 +350,6 @@ pub(super) fn redis_password(
     checker: &mut Checker<'_>,
     raw: &RawRedis,
 ) -> Result<Option<Secret>, ()> {
-    const S: &str = "redis";
     match (&raw.password_env, &raw.password_file) {
         (None, None) => Ok(None),
         (Some(_), Some(file)) => {
@@ -305,9 +361,9 @@ pub(super) fn redis_password(
             );
             Err(())
         }
-        (Some(var), None) => match std::env::var(var.get_ref()) {
-            Ok(value) if !value.is_empty() => Ok(Some(Secret::new(value))),
-            _ => {
+        (Some(var), None) => match environment::non_empty_var(var.get_ref()) {
+            Some(value) => Ok(Some(Secret::new(value))),
+            None => {
                 checker.problem(
                     Some(var.span()),
                     Some(S),
@@ -321,11 +377,9 @@ pub(super) fn redis_password(
             }
         },
         (None, Some(file)) => {
-            match std::fs::read_to_string(file.get_ref()) {
-                Ok(text) if !text.trim_end_matches(['\r', '\n']).is_empty() => Ok(Some(
-                    Secret::new(text.trim_end_matches(['\r', '\n']).to_string()),
-                )),
-                Ok(_) => {
+            match environment::read_password_file(file.get_ref()) {
+                Ok(Some(password)) => Ok(Some(Secret::new(password))),
+                Ok(None) => {
                     checker.problem(
                         Some(file.span()),
                         Some(S),
@@ -356,13 +410,12 @@ pub(super) fn redis_password(
 pub(super) fn redis_tls(
     checker: &mut Checker<'_>,
     raw: &RawRedis,
-    tls_urls: &[bool],
+    endpoints: &Endpoints,
 ) -> Option<Tls> {
-    const S: &str = "redis";
     let mut ok = true;
     let mut file = |checker: &mut Checker<'_>, field: &str, value: &Option<Spanned<String>>| {
         let value = value.as_ref()?;
-        if let Err(e) = std::fs::read(value.get_ref()) {
+        if let Err(e) = environment::check_readable(value.get_ref()) {
             ok = false;
             checker.problem(
                 Some(value.span()),
@@ -397,7 +450,7 @@ pub(super) fn redis_tls(
     }
     let insecure = raw.insecure_skip_verify.unwrap_or(false);
     let any_tls_setting = ca_file.is_some() || cert_file.is_some() || insecure;
-    if any_tls_setting && !tls_urls.iter().any(|&tls| tls) {
+    if any_tls_setting && !endpoints.any_tls {
         let span = [&ca_file, &cert_file, &key_file]
             .into_iter()
             .find_map(|f| f.as_ref().map(|(span, _)| span.clone()));

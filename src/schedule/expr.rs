@@ -15,6 +15,7 @@ use std::fmt::Write as _;
 
 use super::Timing;
 use super::calendar::{days_in_month, weekday};
+use super::sets::{Bits, DaysOfMonth, DaysOfWeek, FIRST_YEAR, LAST_YEAR, LastDay, Years, bit};
 
 /// The macros a schedule may be instead of fields, with their meaning. The
 /// expansions carry cronie's flags through the ordinary rules: `@hourly` is
@@ -33,12 +34,6 @@ const MACROS: &[(&str, &str)] = &[
 /// What a valid expression looks like, appended to shape errors.
 pub(super) const EXPECTED_FORM: &str = "expected 5 fields (minute hour day-of-month month day-of-week), \
      6 with leading seconds, 7 with a trailing year, or one of @yearly @monthly @weekly @daily @hourly";
-
-/// The first and last year a year field may name. The upper bound is where
-/// the calendar arithmetic of the time-zone library ends; the lower one is
-/// the Unix epoch, before which no tick can be claimed.
-pub(super) const FIRST_YEAR: u32 = 1970;
-pub(super) const LAST_YEAR: u32 = 9999;
 
 /// The highest day of the month a hashed `H` picks, so that it exists in
 /// every month (as in Jenkins).
@@ -124,75 +119,6 @@ pub(super) enum DayRule {
     Either,
 }
 
-/// A set of small numbers as bits (bit n: value n allowed).
-type Bits = u64;
-
-/// The day-of-month field.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct DaysOfMonth {
-    /// Plain days, bit n for day n.
-    days: Bits,
-    /// `L`: the last day of the month.
-    last: Option<LastDay>,
-    /// `nW`: the weekday (Monday to Friday) nearest to day n, in its month.
-    nearest_weekday: Bits,
-}
-
-/// Which last day `L` means in the day-of-month field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LastDay {
-    /// `L`: the month's last day.
-    Day,
-    /// `LW`: the month's last Monday-to-Friday.
-    Weekday,
-}
-
-/// The day-of-week field.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct DaysOfWeek {
-    /// Plain weekdays, bit 0 Sunday to bit 6 Saturday.
-    weekdays: Bits,
-    /// `d#n`: bit `(n - 1) * 7 + d` for the n-th weekday d of the month.
-    nth: Bits,
-    /// `dL`: bit d for the last weekday d of the month.
-    last: Bits,
-}
-
-/// The year field: `None` for `*`, else the allowed years as ranges with a
-/// step (a bit per year would take a kilobyte per schedule).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(super) struct Years(Option<Vec<(u32, u32, u32)>>);
-
-impl Years {
-    /// The first allowed year at or after `year`.
-    pub(super) fn first_from(&self, year: u32) -> Option<u32> {
-        let Some(ranges) = &self.0 else {
-            return (year <= LAST_YEAR).then_some(year);
-        };
-        ranges
-            .iter()
-            .filter_map(|&(first, last, step)| {
-                if year <= first {
-                    Some(first)
-                } else {
-                    let next = first + (year - first).div_ceil(step) * step;
-                    (next <= last).then_some(next)
-                }
-            })
-            .min()
-    }
-
-    /// The last allowed year, if the field limits it.
-    pub(super) fn last(&self) -> Option<u32> {
-        self.0.as_ref().and_then(|ranges| {
-            ranges
-                .iter()
-                .map(|&(first, last, step)| first + (last - first) / step * step)
-                .max()
-        })
-    }
-}
-
 /// A parsed expression: the set of each field, and the two rules cronie
 /// derives from which fields start with `*`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,66 +150,6 @@ impl Expr {
             DayRule::Either => by_day || by_weekday,
         }
     }
-}
-
-impl DaysOfMonth {
-    fn matches(&self, day: u32, weekday: u32, month_length: u32) -> bool {
-        if self.days & bit(day) != 0 {
-            return true;
-        }
-        let is_weekday = (1..=5).contains(&weekday);
-        let last_weekday = || match weekday_of(day, weekday, month_length) {
-            6 => month_length - 1,
-            0 => month_length - 2,
-            _ => month_length,
-        };
-        match self.last {
-            Some(LastDay::Day) if day == month_length => return true,
-            Some(LastDay::Weekday) if day == last_weekday() => return true,
-            _ => {}
-        }
-        if self.nearest_weekday == 0 || !is_weekday {
-            return false;
-        }
-        // `nW` is day n if that is a weekday, else the Friday before a
-        // Saturday or the Monday after a Sunday, never leaving the month
-        // (1W on a Saturday is Monday the 3rd; 31W on a Sunday is Friday the
-        // 29th). So only days n-2..n+2 can be the answer for day `day`.
-        (day.saturating_sub(2).max(1)..=(day + 2).min(month_length)).any(|n| {
-            self.nearest_weekday & bit(n) != 0
-                && nearest_weekday(n, weekday_of(day, weekday, n), month_length) == day
-        })
-    }
-}
-
-/// The weekday of day `other` of the month, given day `day`'s weekday.
-fn weekday_of(day: u32, weekday: u32, other: u32) -> u32 {
-    (weekday + 35 + other - day) % 7
-}
-
-/// Quartz's `nW` for one month: day n if it is Monday to Friday, else the
-/// nearest such day within the month.
-fn nearest_weekday(n: u32, weekday_of_n: u32, month_length: u32) -> u32 {
-    match weekday_of_n {
-        6 if n == 1 => 3,
-        6 => n - 1,
-        0 if n == month_length => n - 2,
-        0 => n + 1,
-        _ => n,
-    }
-}
-
-impl DaysOfWeek {
-    fn matches(&self, day: u32, weekday: u32, month_length: u32) -> bool {
-        let nth = (day - 1) / 7; // 0 for days 1-7, the first such weekday
-        self.weekdays & bit(weekday) != 0
-            || self.nth & bit(nth * 7 + weekday) != 0
-            || (self.last & bit(weekday) != 0 && day + 7 > month_length)
-    }
-}
-
-fn bit(n: u32) -> Bits {
-    1 << n
 }
 
 /// Parses `expression` for the job `job`: `H` is hashed from the job's name
@@ -486,47 +352,21 @@ impl From<Item> for ParsedItem {
     }
 }
 
+/// Parses one item of a list: `*` (or `?` in a day field), `H` and its
+/// forms, Quartz's day extensions, or a value, range or `N/step`, each with
+/// an optional `/step`.
 fn parse_item(field: Field, item: &str, seed: u64) -> Result<ParsedItem, String> {
-    let name = field.name();
-    let (low, high) = field.range();
-    let shape = || {
-        let names = match field {
-            Field::Month => ", names jan-dec",
-            Field::DayOfWeek => ", names sun-sat",
-            _ => "",
-        };
-        let extras = match field {
-            Field::DayOfMonth => ", L, LW, nW, ?",
-            Field::DayOfWeek => ", dL, d#n, ?",
-            _ => "",
-        };
-        format!(
-            "{name} item {item:?} is not valid: expected * or a number {low}-{high}{names}, a range a-b, \
-             a step */n or a-b/n, a list a,b, or H{extras}"
-        )
-    };
     if item.contains('~') {
+        let name = field.name();
         return Err(format!(
             "{name} item {item:?}: `~` picks a random value when the table is loaded, which \
              would differ from replica to replica; use H (hashed from the job's name, the same \
              on every replica), e.g. H or H(0-29)"
         ));
     }
-    let (base, step) = match item.split_once('/') {
-        Some((base, step_text)) => {
-            let step = parse_number(step_text).ok_or_else(|| {
-                format!("{name} item {item:?}: the step after `/` must be a number")
-            })?;
-            if step == 0 {
-                return Err(format!(
-                    "{name} item {item:?}: a step of 0 never advances: expected 1 or more"
-                ));
-            }
-            (base, Some(step))
-        }
-        None => (item, None),
-    };
+    let (base, step) = split_step(field, item)?;
     if base == "*" || (base == "?" && matches!(field, Field::DayOfMonth | Field::DayOfWeek)) {
+        let (low, high) = field.range();
         return Ok(Item::Range {
             first: low,
             last: high,
@@ -538,73 +378,129 @@ fn parse_item(field: Field, item: &str, seed: u64) -> Result<ParsedItem, String>
         return parse_hashed(field, item, base, step, seed);
     }
     // Quartz extensions, before the plain forms.
-    if step.is_none() {
-        if field == Field::DayOfMonth {
-            let upper = base.to_ascii_uppercase();
-            if upper == "L" {
-                return Ok(Item::LastDay(LastDay::Day).into());
-            }
-            if upper == "LW" {
-                return Ok(Item::LastDay(LastDay::Weekday).into());
-            }
-            if let Some(day) = upper.strip_suffix('W') {
-                let day = value(field, day, item)?;
-                return Ok(Item::NearestWeekday(day).into());
-            }
-        }
-        if field == Field::DayOfWeek {
-            if let Some((weekday, nth)) = base.split_once('#') {
-                let weekday = value(field, weekday, item)?;
-                let nth = parse_number(nth)
-                    .filter(|n| (1..=5).contains(n))
-                    .ok_or_else(|| format!("{name} item {item:?}: the number after `#` must be 1-5 (the n-th such weekday of the month)"))?;
-                return Ok(Item::NthWeekday { weekday, nth }.into());
-            }
-            if let Some(weekday) = base.strip_suffix(['L', 'l'])
-                && !weekday.is_empty()
-            {
-                let weekday = value(field, weekday, item)?;
-                return Ok(Item::LastWeekday(weekday).into());
-            }
-        }
+    if step.is_none()
+        && let Some(extension) = parse_quartz(field, item, base)?
+    {
+        return Ok(extension.into());
     }
-    let (first, last) = match base.split_once('-') {
-        Some((first, last)) => {
-            let first = value(field, first, item)?;
-            let mut last = value(field, last, item)?;
-            if field == Field::DayOfWeek && last == 0 && first > 0 {
-                // cronie: `5-0` is Friday to Sunday.
-                last = 7;
-            }
-            if first > last {
-                return Err(format!(
-                    "{name} range {base:?} runs backwards: cron ranges do not wrap around; \
-                     write it as two ranges, e.g. {first}-{high},{low}-{last}"
-                ));
-            }
-            (first, last)
-        }
-        // `N/step` (Quartz, croner; not cronie) runs from N to the end.
-        None => {
-            if base.is_empty() {
-                return Err(shape());
-            }
-            let first = value(field, base, item).map_err(|e| {
-                if base.chars().all(|c| c.is_ascii_alphanumeric()) {
-                    e
-                } else {
-                    shape()
-                }
-            })?;
-            (first, if step.is_some() { high } else { first })
-        }
-    };
+    let (first, last) = parse_range(field, item, base, step)?;
     Ok(Item::Range {
         first,
         last,
         step: step.unwrap_or(1),
     }
     .into())
+}
+
+/// The item without its `/step`, and the step (a number, not 0).
+fn split_step(field: Field, item: &str) -> Result<(&str, Option<u32>), String> {
+    let name = field.name();
+    let Some((base, step_text)) = item.split_once('/') else {
+        return Ok((item, None));
+    };
+    let step = parse_number(step_text)
+        .ok_or_else(|| format!("{name} item {item:?}: the step after `/` must be a number"))?;
+    if step == 0 {
+        return Err(format!(
+            "{name} item {item:?}: a step of 0 never advances: expected 1 or more"
+        ));
+    }
+    Ok((base, Some(step)))
+}
+
+/// Quartz's forms of the day fields, if `base` is one: `L`, `LW` and `nW`
+/// in the day of the month, `d#n` and `dL` in the day of the week.
+fn parse_quartz(field: Field, item: &str, base: &str) -> Result<Option<Item>, String> {
+    let name = field.name();
+    if field == Field::DayOfMonth {
+        let upper = base.to_ascii_uppercase();
+        if upper == "L" {
+            return Ok(Some(Item::LastDay(LastDay::Day)));
+        }
+        if upper == "LW" {
+            return Ok(Some(Item::LastDay(LastDay::Weekday)));
+        }
+        if let Some(day) = upper.strip_suffix('W') {
+            let day = value(field, day, item)?;
+            return Ok(Some(Item::NearestWeekday(day)));
+        }
+    }
+    if field == Field::DayOfWeek {
+        if let Some((weekday, nth)) = base.split_once('#') {
+            let weekday = value(field, weekday, item)?;
+            let nth = parse_number(nth)
+                .filter(|n| (1..=5).contains(n))
+                .ok_or_else(|| format!("{name} item {item:?}: the number after `#` must be 1-5 (the n-th such weekday of the month)"))?;
+            return Ok(Some(Item::NthWeekday { weekday, nth }));
+        }
+        if let Some(weekday) = base.strip_suffix(['L', 'l'])
+            && !weekday.is_empty()
+        {
+            let weekday = value(field, weekday, item)?;
+            return Ok(Some(Item::LastWeekday(weekday)));
+        }
+    }
+    Ok(None)
+}
+
+/// The first and last value of a plain item: `a-b` (never backwards, but
+/// cronie's `5-0` for Friday to Sunday), a single value, or `N/step`, which
+/// runs from N to the field's end.
+fn parse_range(
+    field: Field,
+    item: &str,
+    base: &str,
+    step: Option<u32>,
+) -> Result<(u32, u32), String> {
+    let name = field.name();
+    let (low, high) = field.range();
+    if let Some((first, last)) = base.split_once('-') {
+        let first = value(field, first, item)?;
+        let mut last = value(field, last, item)?;
+        if field == Field::DayOfWeek && last == 0 && first > 0 {
+            // cronie: `5-0` is Friday to Sunday.
+            last = 7;
+        }
+        if first > last {
+            return Err(format!(
+                "{name} range {base:?} runs backwards: cron ranges do not wrap around; \
+                 write it as two ranges, e.g. {first}-{high},{low}-{last}"
+            ));
+        }
+        return Ok((first, last));
+    }
+    // `N/step` (Quartz, croner; not cronie) runs from N to the end.
+    if base.is_empty() {
+        return Err(shape_error(field, item));
+    }
+    let first = value(field, base, item).map_err(|e| {
+        if base.chars().all(|c| c.is_ascii_alphanumeric()) {
+            e
+        } else {
+            shape_error(field, item)
+        }
+    })?;
+    Ok((first, if step.is_some() { high } else { first }))
+}
+
+/// The message for an item that has none of the shapes a field allows.
+fn shape_error(field: Field, item: &str) -> String {
+    let name = field.name();
+    let (low, high) = field.range();
+    let names = match field {
+        Field::Month => ", names jan-dec",
+        Field::DayOfWeek => ", names sun-sat",
+        _ => "",
+    };
+    let extras = match field {
+        Field::DayOfMonth => ", L, LW, nW, ?",
+        Field::DayOfWeek => ", dL, d#n, ?",
+        _ => "",
+    };
+    format!(
+        "{name} item {item:?} is not valid: expected * or a number {low}-{high}{names}, a range a-b, \
+         a step */n or a-b/n, a list a,b, or H{extras}"
+    )
 }
 
 /// `H`, `H/n`, `H(a-b)`, `H(a-b)/n`: a value (or a start) picked by a hash

@@ -21,6 +21,7 @@
 mod calendar;
 mod expr;
 mod search;
+mod sets;
 
 use std::fmt;
 use std::sync::Arc;

@@ -19,7 +19,8 @@
 use jiff::Timestamp;
 
 use super::calendar::{civil_from_days, days_from_civil, days_in_month};
-use super::expr::{Expr, FIRST_YEAR, LAST_YEAR};
+use super::expr::Expr;
+use super::sets::{FIRST_YEAR, LAST_YEAR};
 use super::{DstGap, DstPolicy, DstRepeat, Timing, Zone};
 
 const DAY: i64 = 86_400;
@@ -79,88 +80,159 @@ pub(super) fn next_after(expr: &Expr, zone: &Zone, dst: DstPolicy, after: i64) -
 }
 
 /// The first local time (seconds since the epoch, as if the zone were UTC)
-/// at or after `from` that every field matches.
+/// at or after `from` that every field matches: field by field from the
+/// year down, each field that has no match left moving the next larger one
+/// on and starting the smaller ones over.
 pub(super) fn next_local(expr: &Expr, from: i64) -> Option<i64> {
     let first = days_from_civil(FIRST_YEAR, 1, 1) * DAY;
-    let from = from.max(first);
-    let (mut year, mut month, mut day) = civil_from_days(from.div_euclid(DAY));
-    let second_of_day = from.rem_euclid(DAY);
-    let (mut hour, mut minute, mut second) = (
-        (second_of_day / 3600) as u32,
-        (second_of_day / 60 % 60) as u32,
-        (second_of_day % 60) as u32,
-    );
+    let mut at = Cursor::at(from.max(first));
     loop {
-        if year > LAST_YEAR {
+        if at.year > LAST_YEAR {
             return None;
         }
-        let found_year = expr.years.first_from(year)?;
-        if found_year != year {
-            (year, month, day, hour, minute, second) = (found_year, 1, 1, 0, 0, 0);
+        let found_year = expr.years.first_from(at.year)?;
+        if found_year != at.year {
+            at = Cursor::start_of_year(found_year);
         }
-        let Some(found_month) = first_bit_from(expr.months, month, 12) else {
-            (year, month, day, hour, minute, second) = (year + 1, 1, 1, 0, 0, 0);
+        let Some(found_month) = first_bit_from(expr.months, at.month, 12) else {
+            at = Cursor::start_of_year(at.year + 1);
             continue;
         };
-        if found_month != month {
-            (month, day, hour, minute, second) = (found_month, 1, 0, 0, 0);
-        }
-        let month_length = days_in_month(year, month);
-        let Some(found_day) = (day..=month_length).find(|&d| expr.day_matches(year, month, d))
-        else {
-            (day, hour, minute, second) = (1, 0, 0, 0);
-            (year, month) = if month == 12 {
-                (year + 1, 1)
-            } else {
-                (year, month + 1)
+        if found_month != at.month {
+            at = Cursor {
+                month: found_month,
+                day: 1,
+                ..at.start_of_day()
             };
-            continue;
-        };
-        if found_day != day {
-            (day, hour, minute, second) = (found_day, 0, 0, 0);
         }
-        let Some(found_hour) = first_bit_from(expr.hours, hour, 23) else {
-            (hour, minute, second) = (0, 0, 0);
-            (year, month, day) = next_day(year, month, day);
+        let month_length = days_in_month(at.year, at.month);
+        let Some(found_day) =
+            (at.day..=month_length).find(|&d| expr.day_matches(at.year, at.month, d))
+        else {
+            at.next_month();
             continue;
         };
-        if found_hour != hour {
-            (hour, minute, second) = (found_hour, 0, 0);
+        if found_day != at.day {
+            at = Cursor {
+                day: found_day,
+                ..at.start_of_day()
+            };
         }
-        let Some(found_minute) = first_bit_from(expr.minutes, minute, 59) else {
-            (minute, second) = (0, 0);
-            if hour == 23 {
-                hour = 0;
-                (year, month, day) = next_day(year, month, day);
-            } else {
-                hour += 1;
-            }
+        let Some(found_hour) = first_bit_from(expr.hours, at.hour, 23) else {
+            at.next_day();
             continue;
         };
-        if found_minute != minute {
-            (minute, second) = (found_minute, 0);
+        if found_hour != at.hour {
+            (at.hour, at.minute, at.second) = (found_hour, 0, 0);
         }
-        let Some(found_second) = first_bit_from(expr.seconds, second, 59) else {
-            second = 0;
-            if minute == 59 {
-                minute = 0;
-                if hour == 23 {
-                    hour = 0;
-                    (year, month, day) = next_day(year, month, day);
-                } else {
-                    hour += 1;
-                }
-            } else {
-                minute += 1;
-            }
+        let Some(found_minute) = first_bit_from(expr.minutes, at.minute, 59) else {
+            at.next_hour();
             continue;
         };
-        return Some(
-            days_from_civil(year, month, day) * DAY
-                + i64::from(hour) * 3600
-                + i64::from(minute) * 60
-                + i64::from(found_second),
-        );
+        if found_minute != at.minute {
+            (at.minute, at.second) = (found_minute, 0);
+        }
+        let Some(found_second) = first_bit_from(expr.seconds, at.second, 59) else {
+            at.next_minute();
+            continue;
+        };
+        at.second = found_second;
+        return Some(at.local_seconds());
+    }
+}
+
+/// Where [`next_local`] stands: a local date and time, field by field.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    year: u32,
+    month: u32,
+    day: u32,
+    hour: u32,
+    minute: u32,
+    second: u32,
+}
+
+impl Cursor {
+    /// The date and time of local time `local` (seconds since the epoch,
+    /// as if the zone were UTC).
+    fn at(local: i64) -> Cursor {
+        let (year, month, day) = civil_from_days(local.div_euclid(DAY));
+        let second_of_day = local.rem_euclid(DAY);
+        Cursor {
+            year,
+            month,
+            day,
+            hour: (second_of_day / 3600) as u32,
+            minute: (second_of_day / 60 % 60) as u32,
+            second: (second_of_day % 60) as u32,
+        }
+    }
+
+    /// Midnight of January 1 of `year`.
+    fn start_of_year(year: u32) -> Cursor {
+        Cursor {
+            year,
+            month: 1,
+            day: 1,
+            hour: 0,
+            minute: 0,
+            second: 0,
+        }
+    }
+
+    /// Midnight of the same day.
+    fn start_of_day(self) -> Cursor {
+        Cursor {
+            hour: 0,
+            minute: 0,
+            second: 0,
+            ..self
+        }
+    }
+
+    /// Midnight of the first day of the next month.
+    fn next_month(&mut self) {
+        *self = Cursor {
+            day: 1,
+            ..self.start_of_day()
+        };
+        (self.year, self.month) = if self.month == 12 {
+            (self.year + 1, 1)
+        } else {
+            (self.year, self.month + 1)
+        };
+    }
+
+    /// Midnight of the next day.
+    fn next_day(&mut self) {
+        *self = self.start_of_day();
+        (self.year, self.month, self.day) = next_day(self.year, self.month, self.day);
+    }
+
+    /// The start of the next hour.
+    fn next_hour(&mut self) {
+        if self.hour == 23 {
+            self.next_day();
+        } else {
+            (self.hour, self.minute, self.second) = (self.hour + 1, 0, 0);
+        }
+    }
+
+    /// The start of the next minute.
+    fn next_minute(&mut self) {
+        if self.minute == 59 {
+            self.next_hour();
+        } else {
+            (self.minute, self.second) = (self.minute + 1, 0);
+        }
+    }
+
+    /// Back to seconds since the epoch (local, as if the zone were UTC).
+    fn local_seconds(self) -> i64 {
+        days_from_civil(self.year, self.month, self.day) * DAY
+            + i64::from(self.hour) * 3600
+            + i64::from(self.minute) * 60
+            + i64::from(self.second)
     }
 }
 

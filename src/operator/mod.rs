@@ -3,20 +3,23 @@
 //!
 //! Each function takes a connected [`Store`] (and the job table when the
 //! operator has one) and returns a serializable report; the `--json` output
-//! is that report, and the text output is rendered from it here too, so both
-//! always say the same. Nothing here runs a job: `trigger` only queues a
-//! request for the replicas.
+//! is that report, and the text output is rendered from it (`render`), so
+//! both always say the same. Nothing here runs a job: `trigger` only queues
+//! a request for the replicas.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, Job};
 use crate::membership::{Heartbeat, RunInFlight};
 use crate::store::{Store, StoreError};
+
+mod render;
+
+pub use render::{Colour, render_history, render_status, use_colour};
 
 /// Failures of an operator command.
 #[derive(Debug, thiserror::Error)]
@@ -131,6 +134,23 @@ pub async fn status(
     prefix: &str,
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
+    let replicas = read_replicas(store, now_ms).await?;
+    let names = job_names(config, &replicas);
+    let mut jobs = Vec::with_capacity(names.len());
+    for name in names {
+        let job = config.and_then(|c| c.jobs.get(&name));
+        jobs.push(job_status(store, name, job, now_ms, &replicas).await?);
+    }
+    Ok(StatusReport {
+        prefix: prefix.to_string(),
+        now_ms,
+        replicas,
+        jobs,
+    })
+}
+
+/// Every replica whose heartbeat record parses, by id.
+async fn read_replicas(store: &Store, now_ms: i64) -> Result<Vec<ReplicaStatus>, OperatorError> {
     let mut replicas: Vec<ReplicaStatus> = store
         .hash(&store.keys().replicas())
         .await?
@@ -138,8 +158,13 @@ pub async fn status(
         .filter_map(|(id, raw)| parse_replica(id, raw, now_ms))
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(replicas)
+}
 
-    let names: Vec<String> = match config {
+/// The jobs `status` reports: the config's, else every job some replica's
+/// heartbeat names, sorted.
+fn job_names(config: Option<&Config>, replicas: &[ReplicaStatus]) -> Vec<String> {
+    match config {
         Some(config) => config.jobs.keys().cloned().collect(),
         None => {
             let mut names: Vec<String> = replicas
@@ -150,62 +175,75 @@ pub async fn status(
             names.dedup();
             names
         }
-    };
-    let mut jobs = Vec::with_capacity(names.len());
-    for name in names {
-        let job = config.and_then(|c| c.jobs.get(&name));
-        let state: BTreeMap<String, String> = store
-            .hash(&store.keys().state(&name))
-            .await?
-            .into_iter()
-            .collect();
-        let running = store.hash(&store.keys().running(&name)).await?;
-        let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
-        let last_outcome = state.get("outcome_status").map(|status| LastOutcome {
-            status: status.clone(),
-            tick_ms: int("outcome_tick").unwrap_or(0),
-            replica: state.get("outcome_replica").cloned().unwrap_or_default(),
-            fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
-            duration_ms: int("outcome_duration_ms").unwrap_or(0),
-            finished_ms: int("outcome_finished_ms").unwrap_or(0),
-        });
-        let mut running: Vec<RunningStatus> = running
-            .iter()
-            .map(|(run_id, raw)| {
-                let entry: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
-                RunningStatus {
-                    run_id: run_id.clone(),
-                    replica: entry["replica"].as_str().unwrap_or_default().to_string(),
-                    tick_ms: entry["tick"].as_i64().unwrap_or(0),
-                    fence: entry["fence"].as_u64().unwrap_or(0),
-                    started_ms: entry["started"].as_i64().unwrap_or(0),
-                }
-            })
-            .collect();
-        running.sort_by_key(|r| r.started_ms);
-        let config_drift = drift(&name, job.map(|j| j.definition_hash()), &replicas);
-        let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-        jobs.push(JobStatus {
-            schedule: job.map(|j| j.schedule.expression().to_string()),
-            timezone: job.map(|j| j.schedule.timezone().name().to_string()),
-            next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
-            warning: job.and_then(|j| crate::config::job_warning(j, now)),
-            paused: state.get("paused").is_some_and(|p| p == "1"),
-            paused_by: state.get("paused_by").cloned(),
-            paused_at_ms: int("paused_at_ms"),
-            running,
-            last_outcome,
-            missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
-            config_drift,
-            name,
-        });
     }
-    Ok(StatusReport {
-        prefix: prefix.to_string(),
-        now_ms,
-        replicas,
-        jobs,
+}
+
+/// One job's line of the report: its state and runs in flight from Redis,
+/// its schedule and next tick from `job` (the config's, if any), and the
+/// replicas whose definition differs.
+async fn job_status(
+    store: &Store,
+    name: String,
+    job: Option<&Job>,
+    now_ms: i64,
+    replicas: &[ReplicaStatus],
+) -> Result<JobStatus, OperatorError> {
+    let state: BTreeMap<String, String> = store
+        .hash(&store.keys().state(&name))
+        .await?
+        .into_iter()
+        .collect();
+    let running = runs_in_flight(&store.hash(&store.keys().running(&name)).await?);
+    let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
+    let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
+    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    Ok(JobStatus {
+        schedule: job.map(|j| j.schedule.expression().to_string()),
+        timezone: job.map(|j| j.schedule.timezone().name().to_string()),
+        next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
+        warning: job.and_then(|j| crate::config::job_warning(j, now)),
+        paused: state.get("paused").is_some_and(|p| p == "1"),
+        paused_by: state.get("paused_by").cloned(),
+        paused_at_ms: int("paused_at_ms"),
+        running,
+        last_outcome: last_outcome(&state),
+        missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
+        config_drift,
+        name,
     })
+}
+
+/// The job's last outcome as its state hash records it, if it has one.
+fn last_outcome(state: &BTreeMap<String, String>) -> Option<LastOutcome> {
+    let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
+    state.get("outcome_status").map(|status| LastOutcome {
+        status: status.clone(),
+        tick_ms: int("outcome_tick").unwrap_or(0),
+        replica: state.get("outcome_replica").cloned().unwrap_or_default(),
+        fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
+        duration_ms: int("outcome_duration_ms").unwrap_or(0),
+        finished_ms: int("outcome_finished_ms").unwrap_or(0),
+    })
+}
+
+/// The job's `running` hash (run id → JSON entry), oldest run first; an
+/// entry that does not parse shows as zeros.
+fn runs_in_flight(running: &[(String, String)]) -> Vec<RunningStatus> {
+    let mut runs: Vec<RunningStatus> = running
+        .iter()
+        .map(|(run_id, raw)| {
+            let entry: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
+            RunningStatus {
+                run_id: run_id.clone(),
+                replica: entry["replica"].as_str().unwrap_or_default().to_string(),
+                tick_ms: entry["tick"].as_i64().unwrap_or(0),
+                fence: entry["fence"].as_u64().unwrap_or(0),
+                started_ms: entry["started"].as_i64().unwrap_or(0),
+            }
+        })
+        .collect();
+    runs.sort_by_key(|r| r.started_ms);
+    runs
 }
 
 /// The live replicas whose hash of `job` differs from `expected` (the
@@ -389,289 +427,9 @@ fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
-// ---------------------------------------------------------------------------
-// Text rendering.
-
-/// Whether text output is coloured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Colour {
-    On,
-    Off,
-}
-
-/// Colour only on a terminal, and never with `NO_COLOR` set.
-pub fn use_colour() -> Colour {
-    if std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && std::io::IsTerminal::is_terminal(&std::io::stdout())
-    {
-        Colour::On
-    } else {
-        Colour::Off
-    }
-}
-
-fn paint(text: &str, colour: Colour) -> String {
-    if colour == Colour::Off {
-        return text.to_string();
-    }
-    let code = match text {
-        "ok" | "alive" => "32",
-        "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "skipped_overlap" | "paused" | "not_durable" => "33",
-        _ => return text.to_string(),
-    };
-    format!("\u{1b}[{code}m{text}\u{1b}[0m")
-}
-
-/// Aligns `rows` (the first is the header) in columns two spaces apart.
-/// Widths count characters of the unpainted text; painting is applied after.
-fn table(rows: &[Vec<String>], colour: Colour) -> String {
-    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| {
-            rows.iter()
-                .filter_map(|r| r.get(c))
-                .map(|v| v.chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    for (i, row) in rows.iter().enumerate() {
-        let mut line = String::new();
-        for (c, cell) in row.iter().enumerate() {
-            let shown = if i == 0 {
-                cell.clone()
-            } else {
-                paint(cell, colour)
-            };
-            line.push_str(&shown);
-            if c + 1 < row.len() {
-                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    out
-}
-
-/// "12s ago", "3m ago", … relative to `now_ms`.
-fn ago(now_ms: i64, then_ms: i64) -> String {
-    let secs = (now_ms - then_ms).max(0) / 1000;
-    match secs {
-        0..=119 => format!("{secs}s ago"),
-        120..=7199 => format!("{}m ago", secs / 60),
-        7200..=172_799 => format!("{}h ago", secs / 3600),
-        _ => format!("{}d ago", secs / 86_400),
-    }
-}
-
-fn short(ms: i64) -> String {
-    DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
-        .unwrap_or_default()
-}
-
-fn duration(ms: i64) -> String {
-    if ms < 10_000 {
-        format!("{ms}ms")
-    } else {
-        humantime::format_duration(Duration::from_secs((ms / 1000).max(0) as u64)).to_string()
-    }
-}
-
-/// The text of `cronlease status`.
-pub fn render_status(report: &StatusReport, colour: Colour) -> String {
-    let mut out = String::new();
-    let _ = writeln!(out, "replicas ({}):", report.replicas.len());
-    let mut rows = vec![
-        [
-            "replica",
-            "host",
-            "pid",
-            "version",
-            "last seen",
-            "state",
-            "runs",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for r in &report.replicas {
-        rows.push(vec![
-            r.id.clone(),
-            r.host.clone(),
-            r.pid.to_string(),
-            r.version.clone(),
-            ago(report.now_ms, r.last_seen_ms),
-            if r.alive { "alive" } else { "dead" }.to_string(),
-            r.runs.len().to_string(),
-        ]);
-    }
-    out.push_str(&table(&rows, colour));
-    let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
-    let mut rows = vec![
-        [
-            "job",
-            "schedule",
-            "zone",
-            "next tick (UTC)",
-            "state",
-            "in flight",
-            "last outcome",
-            "drift",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for j in &report.jobs {
-        let state = if j.paused {
-            let by = j.paused_by.as_deref().unwrap_or("?");
-            let at = j
-                .paused_at_ms
-                .map(|ms| ago(report.now_ms, ms))
-                .unwrap_or_default();
-            format!("paused by {by} {at}")
-        } else {
-            "active".to_string()
-        };
-        let in_flight = match j.running.as_slice() {
-            [] => "-".to_string(),
-            [run] => format!(
-                "{} since {} fence {} run {}",
-                run.replica,
-                ago(report.now_ms, run.started_ms),
-                run.fence,
-                run.run_id
-            ),
-            runs => format!("{} runs", runs.len()),
-        };
-        let last = match &j.last_outcome {
-            None => "-".to_string(),
-            Some(o) => format!(
-                "{} {} on {} ({})",
-                o.status,
-                short(o.tick_ms),
-                o.replica,
-                duration(o.duration_ms)
-            ),
-        };
-        rows.push(vec![
-            j.name.clone(),
-            j.schedule.clone().unwrap_or_else(|| "?".to_string()),
-            j.timezone.clone().unwrap_or_else(|| "?".to_string()),
-            match (&j.next_tick, &j.warning) {
-                (Some(tick), _) => tick.clone(),
-                (None, Some(_)) => "never (see warnings)".to_string(),
-                (None, None) => "?".to_string(),
-            },
-            if j.paused {
-                paint("paused", colour) + &state["paused".len()..]
-            } else {
-                state
-            },
-            in_flight,
-            last,
-            j.missed_ticks.to_string(),
-            if j.config_drift.is_empty() {
-                "-".to_string()
-            } else {
-                format!("DIFFERS on {}", j.config_drift.join(", "))
-            },
-        ]);
-    }
-    out.push_str(&table(&rows, colour));
-    let warnings: Vec<String> = report
-        .jobs
-        .iter()
-        .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
-        .collect();
-    if !warnings.is_empty() {
-        let _ = writeln!(out, "\nwarnings ({}):", warnings.len());
-        for warning in warnings {
-            let _ = writeln!(out, "  {warning}");
-        }
-    }
-    out
-}
-
-/// The text of `cronlease history`.
-pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
-    let mut out = String::new();
-    let mut rows = vec![
-        [
-            "tick (UTC)",
-            "status",
-            "replica",
-            "fence",
-            "duration",
-            "exit",
-            "trigger",
-            "run id",
-        ]
-        .map(String::from)
-        .to_vec(),
-    ];
-    for o in &report.outcomes {
-        let status = if o.stale {
-            format!("{} (stale)", o.status)
-        } else {
-            o.status.clone()
-        };
-        let exit = match (o.exit_code, o.signal) {
-            (Some(code), _) => code.to_string(),
-            (None, Some(signal)) => format!("signal {signal}"),
-            (None, None) => "-".to_string(),
-        };
-        rows.push(vec![
-            short(o.tick_ms),
-            status,
-            o.replica.clone(),
-            o.fence.to_string(),
-            duration(o.duration_ms),
-            exit,
-            o.trigger.clone(),
-            o.id.clone(),
-        ]);
-    }
-    if report.outcomes.iter().all(|o| o.output.is_none()) {
-        out.push_str(&table(&rows, colour));
-        return out;
-    }
-    let rendered = table(&rows, colour);
-    let mut lines = rendered.lines();
-    if let Some(header) = lines.next() {
-        let _ = writeln!(out, "{header}");
-    }
-    for (line, outcome) in lines.zip(&report.outcomes) {
-        let _ = writeln!(out, "{line}");
-        for output_line in outcome.output.as_deref().unwrap_or_default().lines() {
-            let _ = writeln!(out, "    | {output_line}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tables_align_on_characters() {
-        let rows = vec![
-            vec!["a".to_string(), "bb".to_string(), "c".to_string()],
-            vec![
-                "\u{e9}\u{e9}\u{e9}".to_string(),
-                "x".to_string(),
-                "y".to_string(),
-            ],
-        ];
-        assert_eq!(
-            table(&rows, Colour::Off),
-            "a    bb  c\n\u{e9}\u{e9}\u{e9}  x   y\n"
-        );
-    }
 
     #[test]
     fn drift_names_the_odd_one_out() {
@@ -690,12 +448,5 @@ mod tests {
         assert_eq!(drift("j", None, &replicas), ["c"]);
         assert_eq!(drift("j", Some("2".into()), &replicas), ["a", "b"]);
         assert!(drift("other", None, &replicas).is_empty());
-    }
-
-    #[test]
-    fn ages() {
-        assert_eq!(ago(10_000, 4_000), "6s ago");
-        assert_eq!(ago(600_000, 0), "10m ago");
-        assert_eq!(ago(10_800_000, 0), "3h ago");
     }
 }

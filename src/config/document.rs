@@ -1,0 +1,218 @@
+//! The walk of one config document: its TOML syntax, its top-level
+//! sections, and the jobs table, each section handed to its validator and
+//! every problem collected on the way ([`Config::load`], [`Config::parse`]).
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Range;
+use std::path::Path;
+
+use toml::Spanned;
+use toml::de::{DeTable, DeValue, Error as TomlError};
+
+use super::checker::{Checker, is_name};
+use super::daemon_section::{RawDaemon, validate_daemon};
+use super::environment;
+use super::job::{RawJob, validate_job};
+use super::redis_section::{RawRedis, validate_redis};
+use super::{Config, ConfigError, Job, OnHolderLost, Problem, RedisConfig, Topology, duplicates};
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = environment::read_config_file(path).map_err(|message| ConfigError {
+            file: path.to_path_buf(),
+            problems: vec![Problem {
+                line_col: None,
+                section: None,
+                field: None,
+                message,
+            }],
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Validates `text` as if read from `path` (relative `workdir`s resolve
+    /// against its directory). Validity does not depend on today's date: a
+    /// job whose last year has passed is valid (see [`Config::warnings`]).
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut checker = Checker {
+            text,
+            problems: Vec::new(),
+            schedules: HashMap::new(),
+        };
+        let config = parse_document(&mut checker, path);
+        let mut problems = checker.problems;
+        match config {
+            Some(config) if problems.is_empty() => Ok(config),
+            _ => {
+                // In file order; problems without a place (missing keys) last.
+                problems.sort_by_key(|p| (p.line_col.is_none(), p.line_col));
+                Err(ConfigError {
+                    file: path.to_path_buf(),
+                    problems,
+                })
+            }
+        }
+    }
+}
+
+/// The whole document: syntax first (nothing else is checked in a file
+/// that does not parse), then each section, then the jobs.
+fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
+    let (root, errors) = DeTable::parse_recoverable(checker.text);
+    if !errors.is_empty() {
+        syntax_problems(checker, errors);
+        return None;
+    }
+    let sections = read_sections(checker, &root);
+    let redis = match sections.redis {
+        None => {
+            checker.problem(
+                None,
+                Some("redis"),
+                Some("url"),
+                "missing [redis] section: expected at least `url = \"redis://host:6379/0\"`".into(),
+            );
+            None
+        }
+        Some(raw) => raw.and_then(|raw| validate_redis(checker, raw)),
+    };
+    let daemon = match sections.daemon {
+        None => validate_daemon(checker, RawDaemon::default_raw(), &redis),
+        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis)),
+    };
+    if !sections.saw_jobs {
+        checker.problem(
+            None,
+            Some("jobs"),
+            None,
+            "no jobs: expected at least one [jobs.<name>] table".into(),
+        );
+    }
+    let base_dir = environment::config_dir(path);
+    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir);
+    Some(Config {
+        source: path.to_path_buf(),
+        redis: redis?,
+        daemon: daemon?,
+        jobs,
+    })
+}
+
+/// One problem per TOML syntax error; duplicate keys and tables explained
+/// by [`duplicates::explain`] (each with where it was first defined).
+fn syntax_problems(checker: &mut Checker<'_>, errors: Vec<TomlError>) {
+    let mut duplicate_spans = Vec::new();
+    for error in errors {
+        let message = error.message().trim_end_matches('\n');
+        match error.span() {
+            Some(span) if message == "duplicate key" => duplicate_spans.push(span),
+            span => checker.problem(span, None, None, format!("invalid TOML: {message}")),
+        }
+    }
+    for duplicate in duplicates::explain(checker.text, &duplicate_spans) {
+        let at = duplicate.offset;
+        checker.problem(Some(at..at), None, None, duplicate.message);
+    }
+}
+
+/// A job as the jobs table names it: its name, the name's place in the
+/// file, and its raw table if that deserialized.
+type RawJobEntry = (String, Range<usize>, Option<RawJob>);
+
+/// The document's top-level sections, deserialized one by one. A section
+/// is `None` when the file lacks it, `Some(None)` when it did not
+/// deserialize (its problems are recorded).
+struct Sections {
+    redis: Option<Option<RawRedis>>,
+    daemon: Option<Option<RawDaemon>>,
+    /// Whether the file has a `jobs` key at all (even an invalid one).
+    saw_jobs: bool,
+    jobs: Vec<RawJobEntry>,
+}
+
+/// Deserializes `[redis]`, `[daemon]` and each `[jobs.<name>]` on its own;
+/// any other top-level key is a problem.
+fn read_sections(checker: &mut Checker<'_>, root: &Spanned<DeTable<'_>>) -> Sections {
+    let mut sections = Sections {
+        redis: None,
+        daemon: None,
+        saw_jobs: false,
+        jobs: Vec::new(),
+    };
+    for (key, value) in root.get_ref() {
+        match key.get_ref().as_ref() {
+            "redis" => {
+                sections.redis = Some(checker.deserialize_table::<RawRedis>("redis", value));
+            }
+            "daemon" => {
+                sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", value));
+            }
+            "jobs" => {
+                sections.saw_jobs = true;
+                let DeValue::Table(jobs) = value.get_ref() else {
+                    checker.problem(
+                        Some(value.span()),
+                        Some("jobs"),
+                        None,
+                        "expected a table of jobs: [jobs.<name>]".into(),
+                    );
+                    continue;
+                };
+                for (name, job) in jobs {
+                    let section = format!("jobs.{}", name.get_ref());
+                    let raw = checker.deserialize_table::<RawJob>(&section, job);
+                    sections
+                        .jobs
+                        .push((name.get_ref().to_string(), name.span(), raw));
+                }
+            }
+            other => checker.problem(
+                Some(key.span()),
+                None,
+                None,
+                format!("unknown section `{other}`: expected `redis`, `daemon` or `jobs`"),
+            ),
+        }
+    }
+    sections
+}
+
+/// Each job's name and definition, and what the deployment rules out for
+/// it (`on_holder_lost = "rerun"` with a quorum). Invalid jobs are left
+/// out (their problems are recorded).
+fn validate_jobs(
+    checker: &mut Checker<'_>,
+    jobs_raw: Vec<RawJobEntry>,
+    redis: Option<&RedisConfig>,
+    base_dir: &Path,
+) -> BTreeMap<String, Job> {
+    let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
+    let mut jobs = BTreeMap::new();
+    for (name, name_span, raw) in jobs_raw {
+        let section = format!("jobs.{name}");
+        if !is_name(&name, 128) {
+            checker.problem(
+                Some(name_span.clone()),
+                Some(&section),
+                None,
+                format!(
+                    "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
+                ),
+            );
+        }
+        if let Some(job) = raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir))
+        {
+            if quorum && job.on_holder_lost == OnHolderLost::Rerun {
+                checker.problem(
+                    Some(name_span),
+                    Some(&section),
+                    Some("on_holder_lost"),
+                    "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
+                );
+            }
+            jobs.insert(name, job);
+        }
+    }
+    jobs
+}

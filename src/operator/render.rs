@@ -1,0 +1,319 @@
+//! The text output of the operator commands: aligned tables, colour only on
+//! a terminal, rendered from the same reports `--json` prints.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use chrono::DateTime;
+
+use super::{HistoryReport, JobStatus, StatusReport};
+
+/// Whether text output is coloured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
+}
+
+/// Colour only on a terminal, and never with `NO_COLOR` set.
+pub fn use_colour() -> Colour {
+    if std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && std::io::IsTerminal::is_terminal(&std::io::stdout())
+    {
+        Colour::On
+    } else {
+        Colour::Off
+    }
+}
+
+fn paint(text: &str, colour: Colour) -> String {
+    if colour == Colour::Off {
+        return text.to_string();
+    }
+    let code = match text {
+        "ok" | "alive" => "32",
+        "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
+        "interrupted" | "skipped_overlap" | "paused" | "not_durable" => "33",
+        _ => return text.to_string(),
+    };
+    format!("\u{1b}[{code}m{text}\u{1b}[0m")
+}
+
+/// Aligns `rows` (the first is the header) in columns two spaces apart.
+/// Widths count characters of the unpainted text; painting is applied after.
+fn table(rows: &[Vec<String>], colour: Colour) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|v| v.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            let shown = if i == 0 {
+                cell.clone()
+            } else {
+                paint(cell, colour)
+            };
+            line.push_str(&shown);
+            if c + 1 < row.len() {
+                line.push_str(&" ".repeat(widths[c] - cell.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// "12s ago", "3m ago", … relative to `now_ms`.
+fn ago(now_ms: i64, then_ms: i64) -> String {
+    let secs = (now_ms - then_ms).max(0) / 1000;
+    match secs {
+        0..=119 => format!("{secs}s ago"),
+        120..=7199 => format!("{}m ago", secs / 60),
+        7200..=172_799 => format!("{}h ago", secs / 3600),
+        _ => format!("{}d ago", secs / 86_400),
+    }
+}
+
+fn short(ms: i64) -> String {
+    DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+fn duration(ms: i64) -> String {
+    if ms < 10_000 {
+        format!("{ms}ms")
+    } else {
+        humantime::format_duration(Duration::from_secs((ms / 1000).max(0) as u64)).to_string()
+    }
+}
+
+/// The text of `cronlease status`: the replicas, the jobs, and the jobs'
+/// warnings if any.
+pub fn render_status(report: &StatusReport, colour: Colour) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "replicas ({}):", report.replicas.len());
+    out.push_str(&table(&replica_rows(report), colour));
+    let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
+    out.push_str(&table(&job_rows(report, colour), colour));
+    let warnings: Vec<String> = report
+        .jobs
+        .iter()
+        .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
+        .collect();
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "\nwarnings ({}):", warnings.len());
+        for warning in warnings {
+            let _ = writeln!(out, "  {warning}");
+        }
+    }
+    out
+}
+
+/// The replicas table of `status`, header first.
+fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "replica",
+            "host",
+            "pid",
+            "version",
+            "last seen",
+            "state",
+            "runs",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in &report.replicas {
+        rows.push(vec![
+            r.id.clone(),
+            r.host.clone(),
+            r.pid.to_string(),
+            r.version.clone(),
+            ago(report.now_ms, r.last_seen_ms),
+            if r.alive { "alive" } else { "dead" }.to_string(),
+            r.runs.len().to_string(),
+        ]);
+    }
+    rows
+}
+
+/// The jobs table of `status`, header first.
+fn job_rows(report: &StatusReport, colour: Colour) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "job",
+            "schedule",
+            "zone",
+            "next tick (UTC)",
+            "state",
+            "in flight",
+            "last outcome",
+            "drift",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for j in &report.jobs {
+        let state = pause_state(j, report.now_ms);
+        rows.push(vec![
+            j.name.clone(),
+            j.schedule.clone().unwrap_or_else(|| "?".to_string()),
+            j.timezone.clone().unwrap_or_else(|| "?".to_string()),
+            match (&j.next_tick, &j.warning) {
+                (Some(tick), _) => tick.clone(),
+                (None, Some(_)) => "never (see warnings)".to_string(),
+                (None, None) => "?".to_string(),
+            },
+            if j.paused {
+                paint("paused", colour) + &state["paused".len()..]
+            } else {
+                state
+            },
+            in_flight(j, report.now_ms),
+            last_outcome(j),
+            j.missed_ticks.to_string(),
+            if j.config_drift.is_empty() {
+                "-".to_string()
+            } else {
+                format!("DIFFERS on {}", j.config_drift.join(", "))
+            },
+        ]);
+    }
+    rows
+}
+
+/// "active", or "paused by WHO AGO".
+fn pause_state(j: &JobStatus, now_ms: i64) -> String {
+    if j.paused {
+        let by = j.paused_by.as_deref().unwrap_or("?");
+        let at = j.paused_at_ms.map(|ms| ago(now_ms, ms)).unwrap_or_default();
+        format!("paused by {by} {at}")
+    } else {
+        "active".to_string()
+    }
+}
+
+/// The job's runs in flight: "-", the one run, or how many.
+fn in_flight(j: &JobStatus, now_ms: i64) -> String {
+    match j.running.as_slice() {
+        [] => "-".to_string(),
+        [run] => format!(
+            "{} since {} fence {} run {}",
+            run.replica,
+            ago(now_ms, run.started_ms),
+            run.fence,
+            run.run_id
+        ),
+        runs => format!("{} runs", runs.len()),
+    }
+}
+
+/// The job's last outcome: status, tick, replica and duration, or "-".
+fn last_outcome(j: &JobStatus) -> String {
+    match &j.last_outcome {
+        None => "-".to_string(),
+        Some(o) => format!(
+            "{} {} on {} ({})",
+            o.status,
+            short(o.tick_ms),
+            o.replica,
+            duration(o.duration_ms)
+        ),
+    }
+}
+
+/// The text of `cronlease history`.
+pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
+    let mut out = String::new();
+    let mut rows = vec![
+        [
+            "tick (UTC)",
+            "status",
+            "replica",
+            "fence",
+            "duration",
+            "exit",
+            "trigger",
+            "run id",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for o in &report.outcomes {
+        let status = if o.stale {
+            format!("{} (stale)", o.status)
+        } else {
+            o.status.clone()
+        };
+        let exit = match (o.exit_code, o.signal) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "-".to_string(),
+        };
+        rows.push(vec![
+            short(o.tick_ms),
+            status,
+            o.replica.clone(),
+            o.fence.to_string(),
+            duration(o.duration_ms),
+            exit,
+            o.trigger.clone(),
+            o.id.clone(),
+        ]);
+    }
+    if report.outcomes.iter().all(|o| o.output.is_none()) {
+        out.push_str(&table(&rows, colour));
+        return out;
+    }
+    let rendered = table(&rows, colour);
+    let mut lines = rendered.lines();
+    if let Some(header) = lines.next() {
+        let _ = writeln!(out, "{header}");
+    }
+    for (line, outcome) in lines.zip(&report.outcomes) {
+        let _ = writeln!(out, "{line}");
+        for output_line in outcome.output.as_deref().unwrap_or_default().lines() {
+            let _ = writeln!(out, "    | {output_line}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_on_characters() {
+        let rows = vec![
+            vec!["a".to_string(), "bb".to_string(), "c".to_string()],
+            vec![
+                "\u{e9}\u{e9}\u{e9}".to_string(),
+                "x".to_string(),
+                "y".to_string(),
+            ],
+        ];
+        assert_eq!(
+            table(&rows, Colour::Off),
+            "a    bb  c\n\u{e9}\u{e9}\u{e9}  x   y\n"
+        );
+    }
+
+    #[test]
+    fn ages() {
+        assert_eq!(ago(10_000, 4_000), "6s ago");
+        assert_eq!(ago(600_000, 0), "10m ago");
+        assert_eq!(ago(10_800_000, 0), "3h ago");
+    }
+}
