@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, RedisConfig};
 use crate::exit::Exit;
 use crate::operator::{self, OperatorError};
+use crate::outcome::Status;
 use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
@@ -287,7 +288,9 @@ impl From<OperatorError> for Failure {
         match e {
             OperatorError::UnknownJob(_) => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
-            OperatorError::Paused(_) => Failure::Runtime(e.to_string()),
+            OperatorError::Paused(_) | OperatorError::Unreadable { .. } => {
+                Failure::Runtime(e.to_string())
+            }
         }
     }
 }
@@ -411,7 +414,7 @@ fn trigger(args: &TriggerArgs) -> Exit {
                     "{} {} on {} (fence {})",
                     args.job, outcome.status, outcome.replica, outcome.fence
                 );
-                if outcome.status == "ok" {
+                if outcome.status == Status::Ok {
                     Ok(String::new())
                 } else {
                     Err(Failure::Exit(Exit::Failure))

@@ -48,6 +48,25 @@ impl Status {
     }
 }
 
+impl Status {
+    /// Every status, in the order of the enum.
+    pub const ALL: [Status; 8] = [
+        Status::Ok,
+        Status::Failed,
+        Status::Timeout,
+        Status::LostLease,
+        Status::Interrupted,
+        Status::Abandoned,
+        Status::SkippedOverlap,
+        Status::NotDurable,
+    ];
+
+    /// The status named `text` as Redis stores it (`ok`, `lost_lease`, …).
+    pub fn parse(text: &str) -> Option<Status> {
+        Status::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -70,6 +89,18 @@ pub enum Trigger {
 }
 
 impl Trigger {
+    /// The trigger named `text` as Redis stores it (`schedule`, …).
+    pub fn parse(text: &str) -> Option<Trigger> {
+        [
+            Trigger::Schedule,
+            Trigger::Misfire,
+            Trigger::Rerun,
+            Trigger::Manual,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == text)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",

@@ -76,7 +76,7 @@ pub(super) fn check_dst_policy(
                 Some(section),
                 Some(field),
                 format!(
-                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`):                      local times the clock skips do not run, repeated ones run again; remove `{field}`,                      or give the minute and hour as numbers, lists or ranges",
+                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`): local times the clock skips do not run, repeated ones run again; remove `{field}`, or give the minute and hour as numbers, lists or ranges",
                     schedule.expression()
                 ),
             );

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::config::{Config, Job};
 use crate::membership::{Heartbeat, RunInFlight};
+use crate::outcome::{Status, Trigger};
 use crate::store::{Store, StoreError};
 
 mod render;
@@ -27,6 +28,13 @@ pub enum OperatorError {
     /// The job is neither in the config nor known to Redis.
     #[error("unknown job {0:?}: not in the job table and nothing recorded for it in Redis")]
     UnknownJob(String),
+    /// An outcome cronlease cannot read (not one it wrote).
+    #[error("the outcome {id} of job {job:?} in Redis is unreadable: {reason}")]
+    Unreadable {
+        job: String,
+        id: String,
+        reason: String,
+    },
     #[error("job {0:?} is paused (cronlease resume {0} first)")]
     Paused(String),
     #[error(transparent)]
@@ -62,7 +70,7 @@ pub struct RunningStatus {
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LastOutcome {
-    pub status: String,
+    pub status: Status,
     pub tick_ms: i64,
     pub replica: String,
     pub fence: u64,
@@ -213,11 +221,17 @@ async fn job_status(
     })
 }
 
-/// The job's last outcome as its state hash records it, if it has one.
+/// The job's last outcome as its state hash records it, if it has one; a
+/// status that is not one of ours is named in a warning and left out.
 fn last_outcome(state: &BTreeMap<String, String>) -> Option<LastOutcome> {
     let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
-    state.get("outcome_status").map(|status| LastOutcome {
-        status: status.clone(),
+    let text = state.get("outcome_status")?;
+    let Some(status) = Status::parse(text) else {
+        tracing::warn!(status = %text, "unreadable last outcome in the job's state hash (unknown status); left out");
+        return None;
+    };
+    Some(LastOutcome {
+        status,
         tick_ms: int("outcome_tick").unwrap_or(0),
         replica: state.get("outcome_replica").cloned().unwrap_or_default(),
         fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
@@ -280,14 +294,14 @@ pub struct HistoryEntry {
     pub id: String,
     pub tick_ms: i64,
     pub tick: String,
-    pub status: String,
+    pub status: Status,
     pub replica: String,
     pub fence: u64,
     pub duration_ms: i64,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub attempts: u32,
-    pub trigger: String,
+    pub trigger: Trigger,
     pub stale: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -297,6 +311,17 @@ pub struct HistoryEntry {
 pub struct HistoryReport {
     pub job: String,
     pub outcomes: Vec<HistoryEntry>,
+    /// Stream entries that are not outcomes cronlease wrote (another
+    /// writer, a bug, a partial restore): named and left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A stream entry `history` could not read, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Unreadable {
+    pub id: String,
+    pub reason: String,
 }
 
 /// Whether `history` shows each run's recorded output tail.
@@ -306,15 +331,34 @@ pub enum OutputTail {
     Omit,
 }
 
-fn history_entry(id: String, fields: Vec<(String, String)>, output: OutputTail) -> HistoryEntry {
+/// One outcome stream entry; an error names what is wrong with it (a
+/// status or trigger that is not one of ours).
+fn history_entry(
+    id: String,
+    fields: Vec<(String, String)>,
+    output: OutputTail,
+) -> Result<HistoryEntry, Unreadable> {
     let fields: BTreeMap<String, String> = fields.into_iter().collect();
     let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
     let int = |name: &str| fields.get(name).and_then(|v| v.parse::<i64>().ok());
+    let unreadable = |reason: String| Unreadable {
+        id: id.clone(),
+        reason,
+    };
+    let status = Status::parse(&text("status"))
+        .ok_or_else(|| unreadable(format!("unknown status {:?}", text("status"))))?;
+    // Outcomes written before manual runs existed carry no trigger.
+    let trigger = match fields.get("trigger") {
+        None => Trigger::Schedule,
+        Some(name) => {
+            Trigger::parse(name).ok_or_else(|| unreadable(format!("unknown trigger {name:?}")))?
+        }
+    };
     let tick_ms = int("tick").unwrap_or(0);
-    HistoryEntry {
+    Ok(HistoryEntry {
         tick: rfc3339(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
         tick_ms,
-        status: text("status"),
+        status,
         replica: text("replica"),
         fence: int("fence").unwrap_or(0).max(0) as u64,
         duration_ms: int("duration_ms").unwrap_or(0),
@@ -323,11 +367,11 @@ fn history_entry(id: String, fields: Vec<(String, String)>, output: OutputTail) 
         attempts: int("attempts")
             .and_then(|v| u32::try_from(v).ok())
             .unwrap_or(0),
-        trigger: text("trigger"),
+        trigger,
         stale: fields.get("stale").is_some_and(|s| s == "1"),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
-    }
+    })
 }
 
 /// Fails unless `job` is in the config or known to Redis.
@@ -353,13 +397,21 @@ pub async fn history(
     output: OutputTail,
 ) -> Result<HistoryReport, OperatorError> {
     let entries = store.history(job, count).await?;
-    Ok(HistoryReport {
+    let mut report = HistoryReport {
         job: job.to_string(),
-        outcomes: entries
-            .into_iter()
-            .map(|(id, fields)| history_entry(id, fields, output))
-            .collect(),
-    })
+        outcomes: Vec::with_capacity(entries.len()),
+        unreadable: Vec::new(),
+    };
+    for (id, fields) in entries {
+        match history_entry(id, fields, output) {
+            Ok(entry) => report.outcomes.push(entry),
+            Err(bad) => {
+                tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+                report.unreadable.push(bad);
+            }
+        }
+    }
+    Ok(report)
 }
 
 /// Pauses `job`; returns the Redis time of the change.
@@ -401,7 +453,14 @@ pub async fn wait_for_outcome(
         if let Some(id) = store.done_marker(job, run_id).await?
             && let Some(fields) = store.outcome_entry(job, &id).await?
         {
-            return Ok(Some(history_entry(id, fields, OutputTail::Include)));
+            return match history_entry(id, fields, OutputTail::Include) {
+                Ok(entry) => Ok(Some(entry)),
+                Err(bad) => Err(OperatorError::Unreadable {
+                    job: job.to_string(),
+                    id: bad.id,
+                    reason: bad.reason,
+                }),
+            };
         }
         if tokio::time::Instant::now() + poll > deadline {
             return Ok(None);

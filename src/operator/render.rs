@@ -159,6 +159,7 @@ fn job_rows(report: &StatusReport, colour: Colour) -> Vec<Vec<String>> {
             "state",
             "in flight",
             "last outcome",
+            "missed",
             "drift",
         ]
         .map(String::from)
@@ -254,7 +255,7 @@ pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
         let status = if o.stale {
             format!("{} (stale)", o.status)
         } else {
-            o.status.clone()
+            o.status.to_string()
         };
         let exit = match (o.exit_code, o.signal) {
             (Some(code), _) => code.to_string(),
@@ -268,9 +269,16 @@ pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
             o.fence.to_string(),
             duration(o.duration_ms),
             exit,
-            o.trigger.clone(),
+            o.trigger.as_str().to_string(),
             o.id.clone(),
         ]);
+    }
+    for bad in &report.unreadable {
+        let _ = writeln!(
+            out,
+            "(left out: stream entry {} is unreadable: {})",
+            bad.id, bad.reason
+        );
     }
     if report.outcomes.iter().all(|o| o.output.is_none()) {
         out.push_str(&table(&rows, colour));

@@ -383,6 +383,79 @@ fn status_names_and_skips_an_unreadable_heartbeat_record() {
 }
 
 #[test]
+fn history_and_status_name_and_skip_outcomes_that_are_not_ours() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(
+        dir.path(),
+        &redis.url(),
+        "",
+        "[jobs.daily]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
+    );
+    let mut conn = redis.client();
+    for (status, trigger) in [("ok", "schedule"), ("bogus", "schedule"), ("ok", "whim")] {
+        let _: String = redis::cmd("XADD")
+            .arg("cl:{daily}:runs")
+            .arg("*")
+            .arg(&[
+                "status",
+                status,
+                "trigger",
+                trigger,
+                "tick",
+                "1795000000000",
+                "fence",
+                "1",
+            ])
+            .query(&mut conn)
+            .expect("XADD");
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{daily}:state")
+        .arg(&["outcome_status", "bogus", "outcome_tick", "1795000000000"])
+        .query(&mut conn)
+        .expect("HSET");
+
+    let run = op(with_config(&["history", "daily", "--json"], &config)).expect_code(0);
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(
+        report["outcomes"].as_array().map(Vec::len),
+        Some(1),
+        "{report}"
+    );
+    assert_eq!(report["outcomes"][0]["status"], "ok", "{report}");
+    let reasons: Vec<&str> = report["unreadable"]
+        .as_array()
+        .map(|bad| bad.iter().filter_map(|b| b["reason"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        reasons,
+        ["unknown trigger \"whim\"", "unknown status \"bogus\""],
+        "{report}"
+    );
+    let human = op(with_config(&["history", "daily"], &config)).expect_code(0);
+    assert!(
+        human
+            .stdout()
+            .contains("unreadable: unknown status \"bogus\""),
+        "{}",
+        human.describe()
+    );
+
+    let run = op(with_config(&["status", "--json"], &config)).expect_code(0);
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert!(
+        find(&report["jobs"], "name", "daily")["last_outcome"].is_null(),
+        "{report}"
+    );
+    assert!(
+        run.stderr().contains("unreadable last outcome"),
+        "{}",
+        run.describe()
+    );
+}
+
+#[test]
 fn status_names_a_job_whose_schedule_has_ended() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
