@@ -30,8 +30,8 @@ use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
 use clap::Parser;
 use common::{
-    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent,
-    install_interrupt_handler, on_path, tail,
+    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent, indent,
+    install_interrupt_handler, on_path, tail, toml_string,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -323,11 +323,6 @@ timeout = "10s"
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
     Ok(path)
-}
-
-/// `text` as a TOML basic string, quotes included.
-fn toml_string(text: &str) -> String {
-    toml::Value::String(text.to_owned()).to_string()
 }
 
 /// Runs `cronlease check` on a config so a bad one is reported before any
@@ -711,11 +706,4 @@ fn verify(
         ));
     }
     (current.len(), violations)
-}
-
-fn indent(text: &str) -> String {
-    text.lines()
-        .map(|line| format!("      {line}"))
-        .collect::<Vec<_>>()
-        .join("\n")
 }

@@ -344,3 +344,16 @@ impl Drop for DurableRedis {
         self.kill9();
     }
 }
+
+/// `text` as a TOML basic string, quotes included.
+pub fn toml_string(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// `text` with every line indented by six spaces, under a message.
+pub fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("      {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

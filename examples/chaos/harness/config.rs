@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::Replica;
+use crate::common::toml_string;
 
 /// Key prefix of the suite's cluster in its private Redis.
 pub const KEY_PREFIX: &str = "chaos";
@@ -77,11 +78,6 @@ impl Replica {
             .with_context(|| format!("cannot write {}", self.config.display()))?;
         Ok(())
     }
-}
-
-/// `text` as a TOML basic string, quotes included.
-fn toml_string(text: &str) -> String {
-    toml::Value::String(text.to_owned()).to_string()
 }
 
 /// `text` as one shell word.

@@ -1,0 +1,89 @@
+//! The replicas' configs: the job table every replica shares, each
+//! replica's own file, and `check` on the first one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+
+use super::{Cluster, JobKind, KEY_PREFIX};
+use crate::common::toml_string;
+use crate::ticks::Schedule;
+
+pub fn job_name(n: usize) -> String {
+    format!("j{n:05}")
+}
+
+/// The `[jobs.*]` tables of `jobs` jobs on `schedule`, each running `kind`.
+pub fn jobs_toml(jobs: usize, schedule: Schedule, kind: JobKind) -> String {
+    let mut toml = String::with_capacity(jobs * 64);
+    for n in 0..jobs {
+        toml.push_str(&format!(
+            "[jobs.{}]\nschedule = \"{}\"\n{}\n\n",
+            job_name(n),
+            schedule.cron(),
+            kind.job_lines()
+        ));
+    }
+    toml
+}
+
+impl Cluster<'_> {
+    /// Writes `<dir>/<name>.toml`: the shared Redis and jobs, the replica's
+    /// own `replica_id` and `state_dir`.
+    pub(super) fn write_config(&self, name: &str) -> Result<PathBuf> {
+        let state_dir = self.dir.join(format!("state-{name}"));
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("cannot create {}", state_dir.display()))?;
+        let text = format!(
+            r#"# Written by the cronlease benchmark (examples/bench/), scenario {scenario}.
+[redis]
+url = {url}
+key_prefix = "{KEY_PREFIX}"
+command_timeout = "2s"
+
+[daemon]
+replica_id = "{name}"
+state_dir = {state_dir}
+metrics_listen = "127.0.0.1:0"
+lease = "30s"
+heartbeat = "5s"
+shutdown_grace = "5s"
+kill_grace = "1s"
+{daemon_lines}
+{jobs}"#,
+            scenario = self.name,
+            url = toml_string(&self.redis.url()),
+            state_dir = toml_string(&state_dir.to_string_lossy()),
+            daemon_lines = self.daemon_lines,
+            jobs = self.jobs_toml,
+        );
+        let path = self.dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(path)
+    }
+}
+
+/// Runs `check` of the job kind's program on the first config, so a bad
+/// one is reported before any replica starts.
+pub fn check_config(config: &Path, kind: JobKind) -> Result<()> {
+    let program = kind.replica_program()?;
+    let output = Command::new(&program)
+        .arg("check")
+        .arg("--config")
+        .arg(config)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {} check", program.display()))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let first_lines: Vec<&str> = stderr.lines().take(10).collect();
+        bail!(
+            "cronlease check rejected {} ({}):\n{}",
+            config.display(),
+            output.status,
+            first_lines.join("\n")
+        );
+    }
+    Ok(())
+}

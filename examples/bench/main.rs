@@ -1,0 +1,345 @@
+//! The benchmark of issue 8: how late, how costly and how far from Redis's
+//! ceiling cronlease's claims are.
+//!
+//! ```sh
+//! scripts/bench all                      # every scenario but soak, about 5 minutes
+//! scripts/bench latency --seconds 10     # one scenario, shorter windows
+//! scripts/bench throughput --job-kind true --jobs 20   # real processes, few jobs
+//! scripts/bench soak                     # Redis keys and memory over 5 minutes
+//! ```
+//!
+//! Each scenario starts a private `redis-server` (free loopback port, no
+//! persistence), R `cronlease run` replicas (`bench-1` … `bench-R`, each with
+//! its own config, state directory and log) on K jobs, lets them warm up
+//! (every replica ready, plus 3 s), measures a window of S seconds aligned
+//! on whole seconds of Redis time, stops the replicas with SIGTERM and reads
+//! what they recorded. Then, against the same Redis, `redis-benchmark` runs
+//! `EVALSHA` of `return 1`: the ceiling the claims are compared with.
+//!
+//! Scenarios (S defaults to 30 s, 60 s for `idle`, 300 s for `soak`;
+//! `--seconds` sets it for all of them):
+//!
+//! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-start
+//!   lateness ≤ 10 ms.
+//! - `throughput`: 10,000 jobs every second, 3 replicas; targets: every due
+//!   tick started, no duplicate, p99 lateness ≤ 100 ms, claims/s ≥ 50 % of the
+//!   ceiling, peak RSS ≤ 30 MB per replica.
+//! - `idle`: 1,000 hourly jobs (`0 * * * *`, or `30 * * * *` etc. when the
+//!   run could reach the full hour: no tick is ever due), 3 replicas; target
+//!   ≤ 1 Redis command per second per replica, and no run.
+//! - `scaling`: 1,000 jobs every second with 1, then 3, then 5 replicas (the
+//!   new ones join the running cluster); target ≤ 1.2 claim attempts per tick
+//!   at 5. Then one replica is killed with SIGKILL and the lateness of the
+//!   ticks in the 5 s after the kill is reported (the takeover).
+//! - `soak` (issue 16: Redis memory is bounded by the job table and the
+//!   history kept, not by the run rate): 100 jobs every second, 3 replicas,
+//!   `history = 100` (the outcome streams, and the dedup window sized from
+//!   `history`, fill within the first 100 s), S seconds with a sample every
+//!   10 s: Redis's key count (`DBSIZE`), its keys by kind (a `SCAN` of the
+//!   keyspace, each key named by what follows its job's hash tag: `state`,
+//!   `runs`, `done`, …), `used_memory`, the outcomes recorded so far (the
+//!   streams' `entries-added`) and each replica's RSS. Targets: from the
+//!   mean of the middle third of the samples to the mean of the last third,
+//!   keys grow ≤ 1.05x and `used_memory` ≤ 1.10x;
+//!   and ≥ 90 % of the ticks due between the first and the last sample were
+//!   recorded (a soak in which nothing runs is flat for nothing). It also
+//!   prints the plateau (means over the last third of the samples) and the
+//!   key count the data model allows (`soak_key_bound` in
+//!   `scenarios/soak/keys.rs`). Not part of
+//!   `all`: it takes 5 minutes of its own, and no window or ceiling is
+//!   measured.
+//!
+//! What is measured, per window of ticks `[t0, t1)` (Redis time):
+//!
+//! - ticks due by the schedule; runs started (`ok` outcomes in the streams
+//!   `bench:{<job>}:runs`); duplicates (ticks with more than one `ok`);
+//!   missed (due ticks without any outcome of a run);
+//! - lateness = outcome `started_ms` − `tick`: p50, p99, max;
+//! - Redis commands: the delta of the sum of `calls` in `INFO commandstats`
+//!   between `t0 − 500 ms` and `t1 − 500 ms` (the bench's own commands taken
+//!   out), per run and per replica per second;
+//! - claim attempts: the delta of each replica's `cronlease_claims_total`
+//!   (`/metrics`) over the results that reached Redis (`claimed`, `taken`,
+//!   `busy`, `paused`), per due tick and per second (the snapshot reads
+//!   INFO first, then every replica's /metrics in parallel: with 10,000 jobs
+//!   a scrape takes a second or more, which shifts the claims' window; the
+//!   table shows how long the snapshots took);
+//! - CPU of each replica and of redis-server (utime + stime from
+//!   `/proc/PID/stat`), in the window and in total, and each replica's peak
+//!   RSS (`VmHWM`), read just before SIGTERM.
+//!
+//! The jobs run the in-process no-op task (replicas are
+//! `examples/bench_replica.rs`, `cronlease` with `Noop` registered for every
+//! job: no process, the coordination alone is measured); `--job-kind true`
+//! runs the `cronlease` binary with `command = ["true"]` instead. Which
+//! program a replica runs and what each job's table says are decided in one
+//! place, `cluster/job_kind.rs`.
+//!
+//! Logging: replicas run with `RUST_LOG=warn,cronlease::daemon[{addr}]=info`,
+//! which lets through only the one info line that names the metrics port
+//! (`metrics listening on http://127.0.0.1:PORT/metrics`): with
+//! `cronlease::daemon=info` every claim and every finish is a log line too,
+//! which at 10,000 runs a second is a benchmark of the logger. A replica is
+//! ready when it says `READY=1` on its `NOTIFY_SOCKET` (sent at the same
+//! point as the `ready` log line), or when its log has the `ready` line.
+//! `--rust-log` overrides the filter.
+//!
+//! Output: a table per scenario with the targets and PASS/FAIL, the machine,
+//! and `<out>/bench-<scenario>.json` (`--out`, default `bench/` in the cargo
+//! target directory). Exit status: 0 when every target passed, 1 when one
+//! failed, 2 on an error. Every process is killed on every way out (normal
+//! end, error, panic through Drop, Ctrl-C, and the bench itself being killed
+//! through `PR_SET_PDEATHSIG`). The work directory (configs, logs) is removed
+//! unless `--keep` or an error happened.
+//!
+//! Files: `main.rs` the command line and the order of things;
+//! `scenarios/` one module per scenario (`mod.rs` the single-window ones'
+//! shared run and report; `soak/` with its key kinds and samples);
+//! `cluster/` redis-server and the replicas (`replica.rs` a process and its
+//! readiness, `config.rs` the configs, `job_kind.rs` the program and job
+//! lines per job kind, `window.rs` the measured windows and their
+//! snapshots, `outcomes.rs` the outcome streams, `conn.rs` the bench's own
+//! counted Redis connection); `figures.rs`, `ticks.rs` and `takeover.rs`
+//! what the outcomes and snapshots add up to; `targets.rs`, `table.rs`,
+//! `replica_stats.rs` and `ceiling.rs` what is printed; `scrape.rs`
+//! `/metrics`, `INFO` and `/proc`; `machine.rs` and `clock.rs` the rest.
+//! `examples/common` (shared with the demo) starts redis-server and
+//! handles signals.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod ceiling;
+mod clock;
+mod cluster;
+mod figures;
+mod machine;
+mod replica_stats;
+mod scenarios;
+mod scrape;
+mod table;
+mod takeover;
+mod targets;
+mod ticks;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+use common::{cronlease_binary, install_interrupt_handler, on_path};
+use serde_json::Value;
+
+use cluster::JobKind;
+use scenarios::Report;
+
+/// The default log filter of the replicas: warnings, and the one info line
+/// that carries an `addr` field (the metrics port).
+const DEFAULT_RUST_LOG: &str = "warn,cronlease::daemon[{addr}]=info";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    /// 100 jobs every second, 3 replicas: tick-to-start lateness.
+    Latency,
+    /// 10,000 jobs every second, 3 replicas: all started, cost, ceiling.
+    Throughput,
+    /// 1,000 hourly jobs, 3 replicas, no tick in the window: idle cost.
+    Idle,
+    /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
+    Scaling,
+    /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
+    /// over time (not part of `all`).
+    Soak,
+    /// Every scenario but `soak`, one after the other.
+    All,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Latency => "latency",
+            Scenario::Throughput => "throughput",
+            Scenario::Idle => "idle",
+            Scenario::Scaling => "scaling",
+            Scenario::Soak => "soak",
+            Scenario::All => "all",
+        }
+    }
+
+    /// The scenarios this one stands for: `all` is every one but the soak
+    /// (five minutes of its own, and about memory, not claims).
+    fn expand(self) -> Vec<Scenario> {
+        match self {
+            Scenario::All => vec![
+                Scenario::Latency,
+                Scenario::Throughput,
+                Scenario::Idle,
+                Scenario::Scaling,
+            ],
+            one => vec![one],
+        }
+    }
+
+    fn run(self, env: &Env) -> Result<Report> {
+        match self {
+            Scenario::Latency => scenarios::latency::run(env),
+            Scenario::Throughput => scenarios::throughput::run(env),
+            Scenario::Idle => scenarios::idle::run(env),
+            Scenario::Scaling => scenarios::scaling::run(env),
+            Scenario::Soak => scenarios::soak::run(env),
+            Scenario::All => unreachable!("expanded before it runs"),
+        }
+    }
+}
+
+/// Benchmark cronlease replicas against a private Redis.
+#[derive(Debug, Parser)]
+#[command(name = "bench")]
+struct Args {
+    /// Which scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Length of each measured window (default 30 s; 60 s for `idle`; for
+    /// `soak` the whole run, default 300 s).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(5..=600))]
+    seconds: Option<u64>,
+    /// What each job runs.
+    #[arg(long, value_enum, default_value_t = JobKind::Noop)]
+    job_kind: JobKind,
+    /// Override the number of jobs of every scenario (for a quick check).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    jobs: Option<u64>,
+    /// Where bench-<scenario>.json goes (default: bench/ in the target dir).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// `RUST_LOG` of the replicas. It must let the `metrics listening on`
+    /// line of `cronlease::daemon` through.
+    #[arg(long, default_value = DEFAULT_RUST_LOG)]
+    rust_log: String,
+    /// Keep the work directory (configs, logs) afterwards.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("bench: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Everything a scenario needs from the command line and the machine.
+struct Env {
+    work: PathBuf,
+    out: PathBuf,
+    args_seconds: Option<u64>,
+    jobs: Option<usize>,
+    kind: JobKind,
+    rust_log: String,
+    machine: Value,
+    clk_tck: f64,
+}
+
+impl Env {
+    fn seconds(&self, default: u64) -> u64 {
+        self.args_seconds.unwrap_or(default)
+    }
+
+    fn jobs(&self, default: usize) -> usize {
+        self.jobs.unwrap_or(default)
+    }
+}
+
+fn run(args: &Args) -> Result<bool> {
+    let env = prepare(args)?;
+    let started = Instant::now();
+    let mut verdicts = Vec::new();
+    for scenario in args.scenario.expand() {
+        let report = scenario.run(&env).map_err(|e| {
+            e.context(format!(
+                "scenario {} failed; configs and logs are kept in {}",
+                scenario.name(),
+                env.work.display()
+            ))
+        })?;
+        write_report(&env, scenario, &report)?;
+        verdicts.push((scenario.name(), report.pass));
+    }
+    println!(
+        "\nsummary ({} s): {}",
+        started.elapsed().as_secs(),
+        verdicts
+            .iter()
+            .map(|(name, pass)| format!("{name} {}", targets::verdict(*pass)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if args.keep {
+        println!("work directory kept: {}", env.work.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&env.work);
+    }
+    Ok(verdicts.iter().all(|(_, pass)| *pass))
+}
+
+/// Checks the tools, creates the output and work directories, and prints
+/// what the run is made of.
+fn prepare(args: &Args) -> Result<Env> {
+    let binary = cronlease_binary()?;
+    for tool in ["redis-server", "redis-benchmark"] {
+        if !on_path(tool) {
+            bail!("{tool} is not on PATH: run scripts/install-deps (scripts/bench does)");
+        }
+    }
+    install_interrupt_handler()?;
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => binary
+            .parent()
+            .and_then(Path::parent)
+            .context("unexpected location of the cronlease binary")?
+            .join("bench"),
+    };
+    std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+    let work = tempfile::Builder::new()
+        .prefix("cronlease-bench-")
+        .tempdir()
+        .context("cannot create the bench's temporary directory")?
+        .keep();
+
+    let machine = machine::machine(&binary);
+    println!("machine: {}", machine::machine_line(&machine));
+    println!("cronlease: {}", binary.display());
+    println!("work directory: {}", work.display());
+    println!(
+        "job kind: {}, replicas' RUST_LOG: {}",
+        args.job_kind.name(),
+        args.rust_log
+    );
+    Ok(Env {
+        work,
+        out,
+        args_seconds: args.seconds,
+        jobs: args.jobs.map(|k| k as usize),
+        kind: args.job_kind,
+        rust_log: args.rust_log.clone(),
+        machine,
+        clk_tck: scrape::clk_tck(),
+    })
+}
+
+/// `<out>/bench-<scenario>.json`.
+fn write_report(env: &Env, scenario: Scenario, report: &Report) -> Result<()> {
+    let path = env.out.join(format!("bench-{}.json", scenario.name()));
+    let text = serde_json::to_string_pretty(&report.json).context("cannot encode JSON")?;
+    std::fs::write(&path, text + "\n")
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    println!("  results: {}", path.display());
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! (c) idle: 1,000 hourly jobs (`0 * * * *`, or `30 * * * *` etc. when the
+//! run could reach the full hour: no tick is ever due), 3 replicas; target
+//! ≤ 1 Redis command per second per replica, and no run.
+
+use anyhow::Result;
+
+use super::{Report, SingleShape, finish_single, single_window};
+use crate::Env;
+use crate::clock::local_ms;
+use crate::targets::Target;
+use crate::ticks::Schedule;
+
+pub fn run(env: &Env) -> Result<Report> {
+    let k = env.jobs(1_000);
+    let r = 3;
+    let seconds = env.seconds(60);
+    let schedule = tickless_hourly(seconds);
+    let title = format!(
+        "(c) idle: {k} jobs `{}`, {r} replicas, {seconds} s window, job kind {}",
+        schedule.cron(),
+        env.kind.name()
+    );
+    let shape = SingleShape {
+        k,
+        r,
+        seconds,
+        schedule,
+    };
+    let run = single_window(env, "idle", shape)?;
+    let f = &run.figures;
+    let targets = vec![
+        Target::new(
+            "commands/s per idle replica",
+            format!("{:.2}", f.commands_per_replica_s),
+            "≤ 1",
+            f.commands_per_replica_s <= 1.0,
+        ),
+        Target::new(
+            "runs in the window",
+            format!(
+                "{} (ticks due {})",
+                f.ticks.runs_started + f.ticks.other_total(),
+                f.ticks.due
+            ),
+            "0, no tick due",
+            f.ticks.due == 0 && f.ticks.runs_started == 0 && f.ticks.other_total() == 0,
+        ),
+    ];
+    Ok(finish_single(env, "idle", &title, &run, targets))
+}
+
+/// `0 * * * *`, unless the scenario (start, warm-up, window, stop, with a
+/// margin) could reach the full hour: then another minute of the hour.
+fn tickless_hourly(seconds: u64) -> Schedule {
+    let now = local_ms();
+    let span = (seconds as i64 + 120) * 1_000;
+    let minute = [0, 30, 15, 45]
+        .into_iter()
+        .find(|&minute| {
+            Schedule::Hourly { minute }
+                .ticks(now, now + span)
+                .is_empty()
+        })
+        .expect("a run of at most 12 minutes misses one of four quarter hours");
+    Schedule::Hourly { minute }
+}

@@ -1,0 +1,173 @@
+//! The scenarios, one module each, and what the single-window ones
+//! (latency, throughput, idle) share: one cluster, one window, one table.
+
+pub mod idle;
+pub mod latency;
+pub mod scaling;
+pub mod soak;
+pub mod throughput;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use crate::Env;
+use crate::ceiling::{Ceiling, print_ceiling};
+use crate::cluster::Cluster;
+use crate::figures::{Figures, figures_rows};
+use crate::machine::loadavg;
+use crate::replica_stats::{ReplicaStats, print_replicas};
+use crate::table::print_table;
+use crate::targets::{Target, print_targets, target_rows};
+use crate::ticks::Schedule;
+
+/// After the end of the last window, before the replicas are stopped: the
+/// outcomes of the last ticks of a loaded window land in this time.
+pub const GRACE_MS: i64 = 1_500;
+
+/// What a scenario hands back: its JSON and whether every target passed.
+pub struct Report {
+    pub json: Value,
+    pub pass: bool,
+}
+
+/// A single-window scenario, measured.
+pub struct SingleRun {
+    /// `/proc/loadavg` before the scenario: other load skews everything.
+    loadavg_before: String,
+    pub figures: Figures,
+    pub replicas: Vec<ReplicaStats>,
+    pub ceiling: Ceiling,
+    k: usize,
+    seconds: u64,
+    schedule: Schedule,
+}
+
+/// The shape of a single-window scenario: `r` replicas on `k` jobs, one
+/// window of `seconds`.
+pub struct SingleShape {
+    pub k: usize,
+    pub r: usize,
+    pub seconds: u64,
+    pub schedule: Schedule,
+}
+
+/// Starts the cluster, measures one window, stops it and measures the
+/// ceiling.
+pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<SingleRun> {
+    let SingleShape {
+        k,
+        r,
+        seconds,
+        schedule,
+    } = shape;
+    println!(
+        "\n({name}) starting redis-server and {r} replicas with {k} jobs… (load average {})",
+        loadavg()
+    );
+    let loadavg_before = loadavg();
+    let mut cluster = Cluster::start(env, name, k, schedule)?;
+    cluster.add_replicas(r)?;
+    cluster.warm_up()?;
+    let window = cluster.window(name, seconds)?;
+    let end = cluster.stop(window.t1 + GRACE_MS)?;
+    let outcomes = cluster.read_outcomes(window.t0 - 1_000)?;
+    let ceiling = cluster.ceiling()?;
+    drop(cluster);
+    Ok(SingleRun {
+        loadavg_before,
+        figures: Figures::new(&window, &outcomes, schedule),
+        replicas: end.replicas,
+        ceiling,
+        k,
+        seconds,
+        schedule,
+    })
+}
+
+/// Prints the tables of a single-window scenario and builds its report.
+pub fn finish_single(
+    env: &Env,
+    name: &str,
+    title: &str,
+    run: &SingleRun,
+    targets: Vec<Target>,
+) -> Report {
+    println!("\n{title}");
+    let f = &run.figures;
+    let mut rows: Vec<Vec<String>> = figures_rows(std::slice::from_ref(f), &run.ceiling)
+        .into_iter()
+        .map(|(name, mut values)| {
+            let mut row = vec![name];
+            row.append(&mut values);
+            row
+        })
+        .collect();
+    // The targets next to their figures.
+    rows.extend(target_rows(&targets));
+    for row in &mut rows {
+        row.resize(4, String::new());
+    }
+    print_table(
+        &[
+            "metric".to_string(),
+            "value".to_string(),
+            "target".to_string(),
+            "verdict".to_string(),
+        ],
+        &rows,
+    );
+    slow_snapshot_note(std::slice::from_ref(f));
+    print_replicas(&run.replicas);
+    print_ceiling(&run.ceiling, Some(f.claims_per_s));
+    if f.ticks.due > 0 && f.ticks.runs_started == 0 {
+        println!(
+            "\n  NOTE: no tick ran ok; see the replicas' logs (--keep keeps them; the table above \
+             counts their WARN/ERROR/panic lines)"
+        );
+    }
+    let pass = targets.iter().all(|t| t.pass);
+    print_targets(&targets);
+    let json = json!({
+        "scenario": name,
+        "title": title,
+        "machine": env.machine,
+        "job_kind": env.kind.name(),
+        "jobs": run.k,
+        "schedule": run.schedule.cron(),
+        "seconds": run.seconds,
+        "loadavg_before": run.loadavg_before,
+        "window": f.json(),
+        "replicas": run.replicas.iter().map(ReplicaStats::json).collect::<Vec<_>>(),
+        "ceiling": run.ceiling.json(Some(f.claims_per_s)),
+        "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
+        "pass": pass,
+    });
+    Report { json, pass }
+}
+
+pub fn duplicates_target(f: &Figures) -> Target {
+    Target::new(
+        "duplicates",
+        f.ticks.duplicates.to_string(),
+        "0",
+        f.ticks.duplicates == 0,
+    )
+}
+
+/// A snapshot reads INFO and CPU at once, then scrapes /metrics: when that
+/// takes longer than the half second before the next tick, the claim counts
+/// cover a shifted window.
+pub fn slow_snapshot_note(figures: &[Figures]) {
+    let slowest = figures
+        .iter()
+        .flat_map(|f| f.snapshot_ms)
+        .max()
+        .unwrap_or(0);
+    if slowest > 500 {
+        println!(
+            "\n  NOTE: a /metrics scrape took up to {slowest} ms (> 500 ms): the claim counts \
+             cover a window shifted by up to that much, and rendering /metrics loaded the \
+             replicas meanwhile"
+        );
+    }
+}
