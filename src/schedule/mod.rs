@@ -14,7 +14,8 @@
 //! expression is refused only if it matches no date at all; one whose last
 //! year has passed is valid and [`Schedule::next_after`] simply has nothing.
 //!
-//! `calendar` is the integer date arithmetic both use. `tests.rs` holds the
+//! `sets` holds the day-of-month, day-of-week and year value sets and how a
+//! date matches them; `calendar` is the integer date arithmetic both use. `tests.rs` holds the
 //! DST and day-rule vectors, one `check(expression, zone, from, expected)`
 //! helper for all of them.
 
