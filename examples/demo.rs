@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use clap::Parser;
 use common::{
     INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent, indent,
-    install_interrupt_handler, on_path, tail, toml_string,
+    install_interrupt_handler, on_path, print_table, tail, toml_string,
 };
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -173,7 +173,7 @@ fn run(args: &Args) -> Result<bool> {
         .arg("lottery:fence")
         .query(&mut connection)
         .context("cannot read lottery:fence")?;
-    print_table(&outcomes, &draws);
+    print_outcomes(&outcomes, &draws);
 
     let (ticks, found) = verify(&outcomes, &draws, highest_fence);
     violations.extend(found);
@@ -501,9 +501,9 @@ fn format_tick(tick: Option<i64>) -> String {
 }
 
 /// One row per outcome, oldest first, with the winners of the draw it made.
-fn print_table(outcomes: &[Outcome], draws: &BTreeMap<i64, Draw>) {
+fn print_outcomes(outcomes: &[Outcome], draws: &BTreeMap<i64, Draw>) {
     println!("\noutcomes in {} ({}):", runs_key(), outcomes.len());
-    let rows: Vec<[String; 5]> = outcomes
+    let rows: Vec<Vec<String>> = outcomes
         .iter()
         .map(|outcome| {
             let tick = outcome.number("tick");
@@ -516,7 +516,7 @@ fn print_table(outcomes: &[Outcome], draws: &BTreeMap<i64, Draw>) {
             if outcome.stale() {
                 status.push_str(" (stale)");
             }
-            [
+            vec![
                 format_tick(tick),
                 outcome.get("replica").to_string(),
                 outcome.get("fence").to_string(),
@@ -532,32 +532,7 @@ fn print_table(outcomes: &[Outcome], draws: &BTreeMap<i64, Draw>) {
         "status".to_string(),
         "winners".to_string(),
     ];
-    let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.len());
-        }
-    }
-    let line = |row: &[String; 5]| {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("  {}", cells.join(" | ").trim_end());
-    };
-    line(&header);
-    println!(
-        "  {}",
-        widths
-            .iter()
-            .map(|w| "-".repeat(*w))
-            .collect::<Vec<_>>()
-            .join("-+-")
-    );
-    for row in &rows {
-        line(row);
-    }
+    print_table(&header, &rows);
 }
 
 /// How the ticks were shared out: with a working claim every replica wins

@@ -100,8 +100,9 @@
 //! lines per job kind, `window.rs` the measured windows and their
 //! snapshots, `outcomes.rs` the outcome streams, `conn.rs` the bench's own
 //! counted Redis connection); `figures.rs`, `ticks.rs` and `takeover.rs`
-//! what the outcomes and snapshots add up to; `targets.rs`, `table.rs`,
-//! `replica_stats.rs` and `ceiling.rs` what is printed; `scrape.rs`
+//! what the outcomes and snapshots add up to; `targets.rs`,
+//! `replica_stats.rs` and `ceiling.rs` what is printed (tables through
+//! `common::print_table`); `scrape.rs`
 //! `/metrics`, `INFO` and `/proc`; `machine.rs` and `clock.rs` the rest.
 //! `examples/common` (shared with the demo) starts redis-server and
 //! handles signals.
@@ -117,7 +118,6 @@ mod machine;
 mod replica_stats;
 mod scenarios;
 mod scrape;
-mod table;
 mod takeover;
 mod targets;
 mod ticks;

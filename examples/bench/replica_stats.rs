@@ -5,7 +5,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::table::print_table;
+use crate::common::print_table;
 
 /// What one replica looked like at the end.
 pub struct ReplicaStats {

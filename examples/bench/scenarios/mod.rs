@@ -13,10 +13,10 @@ use serde_json::{Value, json};
 use crate::Env;
 use crate::ceiling::{Ceiling, print_ceiling};
 use crate::cluster::Cluster;
+use crate::common::print_table;
 use crate::figures::{Figures, figures_rows};
 use crate::machine::loadavg;
 use crate::replica_stats::{ReplicaStats, print_replicas};
-use crate::table::print_table;
 use crate::targets::{Target, print_targets, target_rows};
 use crate::ticks::Schedule;
 
