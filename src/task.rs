@@ -77,7 +77,9 @@ pub struct RunContext {
     pub job: String,
     /// The tick, ms since the epoch (UTC); 0 for a lock's command.
     pub tick_ms: i64,
+    /// The fence of the claim: higher than every earlier claim's of the job.
     pub fence: u64,
+    /// This run's id (one per claim; retries of an attempt share it).
     pub run_id: String,
     /// This replica.
     pub replica: String,
@@ -101,7 +103,9 @@ impl RunContext {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttemptEnd {
     pub status: Status,
+    /// A process's exit code, when it exited.
     pub exit_code: Option<i32>,
+    /// The signal that ended a process, when one did.
     pub signal: Option<i32>,
 }
 
@@ -210,10 +214,14 @@ pub struct Attempts {
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunResult {
+    /// The last attempt's status.
     pub status: Status,
+    /// The last attempt's exit code and signal (see [`AttemptEnd`]).
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// How many attempts ran.
     pub attempts: u32,
+    /// The tail of the output of every attempt, attempt markers included.
     pub output: String,
 }
 

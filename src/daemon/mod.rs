@@ -269,8 +269,11 @@ impl Ctx {
 /// What a replica is handed instead of building it: its connection to
 /// Redis ([`connect`]), its clock, and what its jobs run.
 pub struct World {
+    /// Connected to the `[redis]` of the config (see [`connect`]).
     pub store: Store,
+    /// The offset to Redis's clock; the heartbeat keeps it measured.
     pub clock: RedisClock,
+    /// What each job runs.
     pub tasks: Tasks,
 }
 
