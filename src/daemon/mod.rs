@@ -27,8 +27,9 @@
 //! - the **claims listener** (`rendezvous`): the claims other replicas
 //!   announce, which let a replica skip a tick whose claim it saw.
 //!
-//! This file holds the replica's life (start, supervise, reload, drain) and
-//! `Ctx`; `state` holds the small shared state, one owner each.
+//! This file holds the replica's life (start, supervise, drain) and `Ctx`;
+//! `scheduler` the job loops and reloads; `state` the small shared state,
+//! one owner each.
 //!
 //! Runs are tasks of their own (in `Ctx::runs`), so a job loop never waits
 //! for a run (except for `misfire = "run_all"` catch-up, which runs missed
@@ -75,6 +76,7 @@ mod courier;
 mod heartbeat;
 mod rendezvous;
 mod runs;
+mod scheduler;
 mod state;
 mod tick;
 mod triggers;
@@ -84,6 +86,7 @@ use courier::{count_spooled, spool_courier};
 use heartbeat::heartbeat_loop;
 use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
+use scheduler::{Scheduler, reload_jobs};
 use tick::job_loop;
 use triggers::trigger_consumer;
 
@@ -504,84 +507,6 @@ fn notify(states: &[sd_notify::NotifyState<'_>], ctx: &Ctx) {
     let mut all = states.to_vec();
     all.push(sd_notify::NotifyState::Status(&status));
     let _ = sd_notify::notify(&all);
-}
-
-/// The job loops, one per job, and what each was started with.
-struct Scheduler {
-    loops: HashMap<String, (Arc<Job>, CancellationToken)>,
-    tracker: TaskTracker,
-    claiming: CancellationToken,
-}
-
-impl Scheduler {
-    /// Starts, stops and restarts job loops so they match `table`. Runs in
-    /// flight are not touched: they own their job definition.
-    fn apply(
-        &mut self,
-        ctx: &Arc<Ctx>,
-        table: &JobTable,
-    ) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
-        self.loops
-            .retain(|name, (job, token)| match table.get(name) {
-                None => {
-                    token.cancel();
-                    removed.push(name.clone());
-                    false
-                }
-                Some(new) if new.definition_hash() != job.definition_hash() => {
-                    token.cancel();
-                    changed.push(name.clone());
-                    false
-                }
-                Some(_) => true,
-            });
-        for (name, job) in table {
-            if self.loops.contains_key(name) {
-                continue;
-            }
-            if !changed.contains(name) {
-                added.push(name.clone());
-            }
-            let token = self.claiming.child_token();
-            self.tracker
-                .spawn(job_loop(ctx.clone(), job.clone(), token.clone()));
-            self.loops.insert(name.clone(), (job.clone(), token));
-        }
-        (added, removed, changed)
-    }
-}
-
-/// SIGHUP: re-reads the config file; a valid one replaces the job table, an
-/// invalid one is logged and the old table kept.
-async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
-    let _ = sd_notify::notify(&[
-        sd_notify::NotifyState::Reloading,
-        sd_notify::NotifyState::monotonic_usec_now()
-            .unwrap_or(sd_notify::NotifyState::Status("reloading")),
-    ]);
-    let path = ctx.config.source.clone();
-    info!(config = %path.display(), "SIGHUP: reloading the job table");
-    match tokio::task::spawn_blocking(move || Config::load(&path)).await {
-        Ok(Ok(new)) => {
-            for warning in new.warnings(to_datetime(ctx.clock.now_ms())) {
-                warn!("{warning}");
-            }
-            if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
-                warn!(
-                    "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
-                );
-            }
-            let table = job_table(&new);
-            let (added, removed, changed) = scheduler.apply(ctx, &table);
-            ctx.jobs.send_replace(table);
-            ctx.heartbeat_now.notify_one();
-            info!(?added, ?removed, ?changed, "job table reloaded");
-        }
-        Ok(Err(e)) => error!("reload rejected, keeping the old job table: {e}"),
-        Err(e) => error!(error = %e, "reload failed; keeping the old job table"),
-    }
-    notify(&[sd_notify::NotifyState::Ready], ctx);
 }
 
 /// Connects to Redis, retrying with backoff until it works (the daemon

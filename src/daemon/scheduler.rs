@@ -1,0 +1,83 @@
+//! The job loops, one per job: started at start, and started, stopped or
+//! restarted by a SIGHUP reload that changes the job table (runs in flight
+//! keep the definition they started with).
+
+use super::*;
+
+/// The job loops, one per job, and what each was started with.
+pub(super) struct Scheduler {
+    pub(super) loops: HashMap<String, (Arc<Job>, CancellationToken)>,
+    pub(super) tracker: TaskTracker,
+    pub(super) claiming: CancellationToken,
+}
+
+impl Scheduler {
+    /// Starts, stops and restarts job loops so they match `table`. Runs in
+    /// flight are not touched: they own their job definition.
+    pub(super) fn apply(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        table: &JobTable,
+    ) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        self.loops
+            .retain(|name, (job, token)| match table.get(name) {
+                None => {
+                    token.cancel();
+                    removed.push(name.clone());
+                    false
+                }
+                Some(new) if new.definition_hash() != job.definition_hash() => {
+                    token.cancel();
+                    changed.push(name.clone());
+                    false
+                }
+                Some(_) => true,
+            });
+        for (name, job) in table {
+            if self.loops.contains_key(name) {
+                continue;
+            }
+            if !changed.contains(name) {
+                added.push(name.clone());
+            }
+            let token = self.claiming.child_token();
+            self.tracker
+                .spawn(job_loop(ctx.clone(), job.clone(), token.clone()));
+            self.loops.insert(name.clone(), (job.clone(), token));
+        }
+        (added, removed, changed)
+    }
+}
+
+/// SIGHUP: re-reads the config file; a valid one replaces the job table, an
+/// invalid one is logged and the old table kept.
+pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
+    let _ = sd_notify::notify(&[
+        sd_notify::NotifyState::Reloading,
+        sd_notify::NotifyState::monotonic_usec_now()
+            .unwrap_or(sd_notify::NotifyState::Status("reloading")),
+    ]);
+    let path = ctx.config.source.clone();
+    info!(config = %path.display(), "SIGHUP: reloading the job table");
+    match tokio::task::spawn_blocking(move || Config::load(&path)).await {
+        Ok(Ok(new)) => {
+            for warning in new.warnings(to_datetime(ctx.clock.now_ms())) {
+                warn!("{warning}");
+            }
+            if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
+                warn!(
+                    "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
+                );
+            }
+            let table = job_table(&new);
+            let (added, removed, changed) = scheduler.apply(ctx, &table);
+            ctx.jobs.send_replace(table);
+            ctx.heartbeat_now.notify_one();
+            info!(?added, ?removed, ?changed, "job table reloaded");
+        }
+        Ok(Err(e)) => error!("reload rejected, keeping the old job table: {e}"),
+        Err(e) => error!(error = %e, "reload failed; keeping the old job table"),
+    }
+    notify(&[sd_notify::NotifyState::Ready], ctx);
+}
