@@ -19,9 +19,7 @@ fn three_replicas_run_every_tick_exactly_once() {
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    wait_until(Duration::from_secs(40), "12 ticks run", || {
-        (starts(&file).len() >= 12).then_some(())
-    });
+    wait_for_starts(&file, 12, Duration::from_secs(40), "12 ticks run");
     cluster.stop_all();
 
     let logs = cluster.logs();
@@ -83,9 +81,7 @@ fn clock_skew_keeps_exactly_once_and_never_starts_early() {
     cluster.start_with("behind", "", &jobs, faketime("-0.7s"));
     cluster.start("exact", &jobs);
     cluster.wait_ready();
-    wait_until(Duration::from_secs(40), "10 ticks run", || {
-        (starts(&file).len() >= 10).then_some(())
-    });
+    wait_for_starts(&file, 10, Duration::from_secs(40), "10 ticks run");
     cluster.stop_all();
 
     let logs = cluster.logs();
@@ -723,16 +719,17 @@ fn a_redis_restart_without_persistence_is_detected_and_fences_never_go_back() {
     let jobs = probe_job("steady", "* * * * * *", &file, "true", "");
     cluster.start("a", &jobs);
     cluster.wait_ready();
-    wait_until(Duration::from_secs(20), "three runs", || {
-        (starts(&file).len() >= 3).then_some(())
-    });
+    wait_for_starts(&file, 3, Duration::from_secs(20), "three runs");
     cluster.redis.stop();
     cluster.redis.restart();
     cluster.replicas[0].wait_for_log("REDIS STATE LOSS DETECTED", Duration::from_secs(20));
     let before = starts(&file).len();
-    wait_until(Duration::from_secs(20), "runs after the restart", || {
-        (starts(&file).len() >= before + 2).then_some(())
-    });
+    wait_for_starts(
+        &file,
+        before + 2,
+        Duration::from_secs(20),
+        "runs after the restart",
+    );
     cluster.stop_all();
     assert_each_tick_once_with_rising_fences(&file);
 }
@@ -828,9 +825,7 @@ fn a_replica_restarted_with_an_emptied_redis_still_remembers_its_marks() {
     let jobs = probe_job("steady", "* * * * * *", &file, "true", "");
     cluster.start("a", &jobs);
     cluster.wait_ready();
-    wait_until(Duration::from_secs(20), "three runs", || {
-        (starts(&file).len() >= 3).then_some(())
-    });
+    wait_for_starts(&file, 3, Duration::from_secs(20), "three runs");
     cluster.stop_all();
     let marks = std::fs::read_to_string(cluster.path("a").join("state").join("marks.json"))
         .expect("marks were saved");
@@ -842,9 +837,12 @@ fn a_replica_restarted_with_an_emptied_redis_still_remembers_its_marks() {
     cluster.start("a", &jobs);
     let before = starts(&file).len();
     cluster.replicas[0].wait_for_log("REDIS STATE LOSS DETECTED", Duration::from_secs(20));
-    wait_until(Duration::from_secs(20), "runs after the restart", || {
-        (starts(&file).len() >= before + 2).then_some(())
-    });
+    wait_for_starts(
+        &file,
+        before + 2,
+        Duration::from_secs(20),
+        "runs after the restart",
+    );
     cluster.stop_all();
     assert_each_tick_once_with_rising_fences(&file);
 }
@@ -863,9 +861,12 @@ fn after_redis_loses_its_data_no_replica_reissues_a_fence() {
     cluster.wait_ready();
     for wipe in 1..=3 {
         let before = starts(&file).len();
-        wait_until(Duration::from_secs(20), "runs before the wipe", || {
-            (starts(&file).len() >= before + 3).then_some(())
-        });
+        wait_for_starts(
+            &file,
+            before + 3,
+            Duration::from_secs(20),
+            "runs before the wipe",
+        );
         cluster.redis.stop();
         cluster.redis.restart();
         let log = cluster.logs();
@@ -875,9 +876,12 @@ fn after_redis_loses_its_data_no_replica_reissues_a_fence() {
         );
     }
     let before = starts(&file).len();
-    wait_until(Duration::from_secs(20), "runs after the last wipe", || {
-        (starts(&file).len() >= before + 3).then_some(())
-    });
+    wait_for_starts(
+        &file,
+        before + 3,
+        Duration::from_secs(20),
+        "runs after the last wipe",
+    );
     cluster.stop_all();
     assert_each_tick_once_with_rising_fences(&file);
 }
@@ -895,9 +899,7 @@ fn a_claim_that_reaches_redis_after_its_deadline_takes_no_effect() {
     let jobs = probe_job("held", "* * * * * *", &file, "true", "");
     cluster.start("a", &jobs);
     cluster.wait_ready();
-    wait_until(Duration::from_secs(20), "two runs", || {
-        (starts(&file).len() >= 2).then_some(())
-    });
+    wait_for_starts(&file, 2, Duration::from_secs(20), "two runs");
     redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(2_500)
@@ -906,9 +908,12 @@ fn a_claim_that_reaches_redis_after_its_deadline_takes_no_effect() {
         .expect("CLIENT PAUSE");
     std::thread::sleep(Duration::from_millis(2_500));
     let before = starts(&file).len();
-    wait_until(Duration::from_secs(20), "runs after the pause", || {
-        (starts(&file).len() >= before + 4).then_some(())
-    });
+    wait_for_starts(
+        &file,
+        before + 4,
+        Duration::from_secs(20),
+        "runs after the pause",
+    );
     cluster.stop_all();
 
     let log = cluster.logs();
@@ -928,4 +933,12 @@ fn a_claim_that_reaches_redis_after_its_deadline_takes_no_effect() {
     );
     assert_each_tick_once_with_rising_fences(&file);
     current_by_tick(&outcomes, &log);
+}
+
+/// Waits until `file` holds at least `count` starts.
+#[track_caller]
+fn wait_for_starts(file: &Path, count: usize, timeout: Duration, what: &str) {
+    wait_until(timeout, what, || {
+        (starts(file).len() >= count).then_some(())
+    });
 }
