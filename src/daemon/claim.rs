@@ -208,15 +208,13 @@ fn answer(
                 trigger,
                 valid_from: sent,
             };
-            Answer::End(won(
-                ctx,
-                job,
-                start,
+            let facts = WonFacts {
                 acked,
                 regressed,
                 previous,
-                expired > 0,
-            ))
+                expired: expired > 0,
+            };
+            Answer::End(won(ctx, job, start, facts))
         }
         ClaimReply::Early { ms } => {
             count_claim(job, "early");
@@ -278,16 +276,26 @@ fn answer(
     }
 }
 
-/// A claim Redis says we won: durable (the run may start) or not.
-fn won(
-    ctx: &Ctx,
-    job: &Job,
-    start: RunStart,
+/// What the claim script says of a claim we won, besides its lease.
+struct WonFacts {
+    /// Redis replicas that acknowledged the claim (with `min_replicas_ack`).
     acked: Option<u32>,
+    /// The job's high-water mark or fence in Redis was behind ours.
     regressed: bool,
+    /// The high-water mark the claim moved past (-1: none).
     previous: i64,
+    /// The claim saw leases of the job that lapsed.
     expired: bool,
-) -> ClaimEnd {
+}
+
+/// A claim Redis says we won: durable (the run may start) or not.
+fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
+    let WonFacts {
+        acked,
+        regressed,
+        previous,
+        expired,
+    } = facts;
     let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
     let wanted = ctx.config.redis.min_replicas_ack;
     if let Some(acked) = acked.filter(|&acked| acked < wanted) {
