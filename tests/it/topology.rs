@@ -14,9 +14,9 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, RedisClusterSetup, RedisServer, Replica, Run, SentinelSetup, TlsFiles, Topology,
-    cronlease_with_env, now_ms, probe_job, read_outcomes, start_times, starts, toml_string,
-    wait_until, write_config_section,
+    ClientCert, Cluster, RedisClusterSetup, RedisServer, Replica, Run, SentinelSetup, TlsFiles,
+    Topology, cronlease_with_env, now_ms, probe_job, read_outcomes, start_times, starts,
+    toml_string, wait_until, write_config_section,
 };
 
 /// Every second, on the second.
@@ -105,7 +105,7 @@ fn answered_pong(output: &Output) -> bool {
 #[test]
 fn support_tls_server_answers_on_both_ports_and_checks_certificates() {
     let tls = TlsFiles::generate();
-    let mut strict = RedisServer::start_tls(&tls, true);
+    let mut strict = RedisServer::start_tls(&tls, ClientCert::Required);
     assert_eq!(
         strict.tls_url(),
         format!("rediss://127.0.0.1:{}/0", strict.tls_port())
@@ -139,7 +139,7 @@ fn support_tls_server_answers_on_both_ports_and_checks_certificates() {
         strict.log_tail(20)
     );
 
-    let open = RedisServer::start_tls(&tls, false);
+    let open = RedisServer::start_tls(&tls, ClientCert::NotAsked);
     let anonymous = tls_ping(open.tls_port(), &tls.ca(), None);
     assert!(
         answered_pong(&anonymous),
@@ -356,7 +356,7 @@ fn quorum_with_two_masters_killed_claims_nothing_and_says_so() {
 #[test]
 fn tls_with_a_private_ca_and_client_certificates() {
     let tls = TlsFiles::generate();
-    let server = RedisServer::start_tls(&tls, true);
+    let server = RedisServer::start_tls(&tls, ClientCert::Required);
     let url = server.tls_url();
     let mut cluster = Cluster::with_section(server, &tls.redis_section(&url, &tls.ca()));
     let file = cluster.path("side-effects");

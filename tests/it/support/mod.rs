@@ -28,7 +28,7 @@ pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 pub use outcome::{Outcome, read_outcomes};
 pub use redis_server::RedisServer;
 pub use replica::Replica;
-pub use topology::{RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
+pub use topology::{ClientCert, RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
 
 /// What one run of the binary did.
 pub struct Run {

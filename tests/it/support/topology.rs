@@ -281,13 +281,22 @@ fn path_string(path: &Path) -> String {
     toml_string(&path.to_string_lossy())
 }
 
+/// Whether a TLS server asks its clients for a certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientCert {
+    /// TLS clients must present a certificate the CA signed
+    /// (`--tls-auth-clients yes`).
+    Required,
+    /// Any TLS client is accepted (`--tls-auth-clients no`).
+    NotAsked,
+}
+
 impl RedisServer {
     /// A server that listens on its plain port (so [`RedisServer::client`],
     /// `stop` and `restart` work as usual) and on a TLS port with the
-    /// server certificate of `tls`, trusting its CA; with
-    /// `require_client_cert`, TLS clients must present a certificate that
-    /// CA signed (`--tls-auth-clients yes`).
-    pub fn start_tls(tls: &TlsFiles, require_client_cert: bool) -> RedisServer {
+    /// server certificate of `tls`, trusting its CA, asking clients for a
+    /// certificate as `client_cert` says.
+    pub fn start_tls(tls: &TlsFiles, client_cert: ClientCert) -> RedisServer {
         let cert = tls.server_cert();
         let key = tls.server_key();
         let ca = tls.ca();
@@ -302,7 +311,10 @@ impl RedisServer {
                 "--tls-ca-cert-file",
                 &ca.to_string_lossy(),
                 "--tls-auth-clients",
-                if require_client_cert { "yes" } else { "no" },
+                match client_cert {
+                    ClientCert::Required => "yes",
+                    ClientCert::NotAsked => "no",
+                },
             ],
         )
     }
