@@ -559,7 +559,7 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
 /// SIGHUP (ignored without `reload`); the task ends with `shutdown`.
 fn watch_signals(
     shutdown: CancellationToken,
-    reload: Option<tokio::sync::mpsc::UnboundedSender<()>>,
+    reload: Option<tokio::sync::mpsc::UnboundedSender<crate::daemon::Reload>>,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate())?;
@@ -579,7 +579,7 @@ fn watch_signals(
                 }
                 _ = hup.recv() => match &reload {
                     Some(reload) => {
-                        let _ = reload.send(());
+                        let _ = reload.send(crate::daemon::Reload::File);
                     }
                     None => tracing::debug!("SIGHUP ignored"),
                 },

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+pub mod embed;
 pub mod exit;
 pub mod link;
 pub mod lock;

@@ -15,7 +15,6 @@ use tokio::sync::{oneshot, watch};
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Command;
 use crate::exit::Exit;
 use crate::outcome::Status;
 use crate::runner::{Process, StdioMode};
@@ -62,14 +61,13 @@ pub async fn run(
     };
     tracing::info!(lock = %options.name, fence = held.fence, %run_id, "lock acquired");
     let process = Process {
-        command: Command::Argv(options.command.clone()),
+        argv: options.command.clone(),
         workdir,
         env: vec![
             ("CRONLEASE_LOCK".to_string(), options.name.clone()),
             ("CRONLEASE_FENCE".to_string(), held.fence.to_string()),
             ("CRONLEASE_RUN_ID".to_string(), run_id.clone()),
         ],
-        kill_grace: options.kill_grace,
         stdio: StdioMode::Inherit,
     };
     let result = run_held(&store, &options, &run_id, held, &process, &shutdown).await;
@@ -136,6 +134,7 @@ async fn run_held(
         run_id: run_id.to_string(),
         replica: options.holder.clone(),
         attempt: 0,
+        grace: options.kill_grace,
     };
     let once = Attempts {
         timeout: None,

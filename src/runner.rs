@@ -36,13 +36,29 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 /// A job's command as a task: one process group per attempt.
 #[derive(Debug, Clone)]
 pub struct Process {
-    pub command: Command,
+    /// The program and its arguments (`argv[0]` is looked up in `PATH`);
+    /// see [`Process::argv`].
+    pub argv: Vec<String>,
     pub workdir: PathBuf,
     /// The complete extra environment: the job's `env` and `CRONLEASE_*`.
     pub env: Vec<(String, String)>,
-    /// Between SIGTERM and SIGKILL when a timeout or a shutdown stops it.
-    pub kill_grace: Duration,
     pub stdio: StdioMode,
+}
+
+impl Process {
+    /// The argv of a job's command: itself, or `/bin/sh -c SCRIPT`; None
+    /// for a handler, which is no process.
+    pub fn argv(command: &Command) -> Option<Vec<String>> {
+        match command {
+            Command::Argv(argv) => Some(argv.clone()),
+            Command::Shell(script) => Some(vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                script.clone(),
+            ]),
+            Command::Handler => None,
+        }
+    }
 }
 
 impl Task for Process {
@@ -67,18 +83,13 @@ pub enum StdioMode {
 }
 
 fn build_command(spec: &Process) -> tokio::process::Command {
-    let mut command = match &spec.command {
-        Command::Argv(argv) => {
-            let mut command = tokio::process::Command::new(&argv[0]);
-            command.args(&argv[1..]);
-            command
-        }
-        Command::Shell(script) => {
-            let mut command = tokio::process::Command::new("/bin/sh");
-            command.arg("-c").arg(script);
-            command
-        }
+    let (program, args) = match spec.argv.split_first() {
+        Some((program, args)) => (program.as_str(), args),
+        // Refused by the config and by `cronlease lock`; spawning fails.
+        None => ("", &[][..]),
     };
+    let mut command = tokio::process::Command::new(program);
+    command.args(args);
     command
         .current_dir(&spec.workdir)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -119,7 +130,7 @@ async fn run_once(
         Err(e) => {
             let message = format!(
                 "[cronlease] cannot start {:?} in {}: {e}",
-                spec.command,
+                spec.argv,
                 spec.workdir.display()
             );
             warn!(job = %run.job, run_id = %run.run_id, "{message}");
@@ -141,7 +152,7 @@ async fn run_once(
         stdout: child.stdout.take().map(|s| lines(s)),
         stderr: child.stderr.take().map(|s| lines(s)),
     };
-    let (exit, ending) = supervise(spec, run, &mut child, group, stop, &mut output, tail).await;
+    let (exit, ending) = supervise(run, &mut child, group, stop, &mut output, tail).await;
     // Whatever the command left behind in its group goes with it.
     group.signal(Signal::SIGKILL);
     output.drain(run, tail).await;
@@ -186,7 +197,6 @@ impl Group {
 /// Waits for the command to exit, logging its output, and stops its group
 /// as the stop signal says. Returns the exit and the stop that ended it.
 async fn supervise(
-    spec: &Process,
     run: &RunContext,
     child: &mut tokio::process::Child,
     group: Group,
@@ -225,7 +235,7 @@ async fn supervise(
                     }
                     ending = Some(reason);
                     group.signal(Signal::SIGTERM);
-                    kill_at = Some(Instant::now() + spec.kill_grace);
+                    kill_at = Some(Instant::now() + run.grace);
                 }
                 (Stop::Timeout | Stop::Shutdown, Some(_)) => {}
             },
@@ -299,10 +309,9 @@ mod tests {
 
     fn process(command: Command) -> Process {
         Process {
-            command,
+            argv: Process::argv(&command).expect("the tests run argv and shell commands"),
             workdir: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hello".into())],
-            kill_grace: Duration::from_millis(200),
             stdio: StdioMode::Capture,
         }
     }
@@ -315,6 +324,7 @@ mod tests {
             run_id: "r".into(),
             replica: "test".into(),
             attempt: 0,
+            grace: Duration::from_millis(200),
         }
     }
 

@@ -51,10 +51,15 @@ impl Stop {
 }
 
 /// Tells a task when and why to stop. Only the engine sends it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct StopSignal(watch::Receiver<Option<Stop>>);
 
 impl StopSignal {
+    /// The stop requested so far, if any.
+    pub fn requested(&self) -> Option<Stop> {
+        *self.0.borrow()
+    }
+
     /// Resolves with the reason of each new stop request: the first one,
     /// and any later one (a lost lease after a timeout). Pending forever
     /// once the engine is gone.
@@ -85,6 +90,10 @@ pub struct RunContext {
     pub replica: String,
     /// 1 for the first attempt, 2 for the first retry, …
     pub attempt: u32,
+    /// How long the task may go on once told to stop by a timeout or a
+    /// shutdown (`kill_grace`): a process then gets SIGKILL, a handler is
+    /// dropped.
+    pub grace: Duration,
 }
 
 impl RunContext {
@@ -153,6 +162,30 @@ impl Task for Noop {
             exit_code: Some(0),
             signal: None,
         }))
+    }
+}
+
+/// A handler job whose handler this process did not register (a job the
+/// library added in another program, seen here through a shared job
+/// table): every attempt fails and says so.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Unregistered;
+
+impl Task for Unregistered {
+    fn attempt<'a>(
+        &'a self,
+        run: &'a RunContext,
+        _stop: StopSignal,
+        output: &'a mut Tail,
+    ) -> Attempt<'a> {
+        output.push_line(
+            format!(
+                "[cronlease] no handler is registered for job {:?} in this process",
+                run.job
+            )
+            .as_bytes(),
+        );
+        Box::pin(std::future::ready(AttemptEnd::bare(Status::Failed)))
     }
 }
 

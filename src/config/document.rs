@@ -35,12 +35,22 @@ impl Config {
     /// against its directory). Validity does not depend on today's date: a
     /// job whose last year has passed is valid (see [`Config::warnings`]).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with(text, path, JobCount::AtLeastOne)
+    }
+
+    /// [`Config::parse`], saying whether a document without jobs is valid
+    /// (an embedded scheduler may start empty and add jobs later).
+    pub(crate) fn parse_with(
+        text: &str,
+        path: &Path,
+        jobs: JobCount,
+    ) -> Result<Config, ConfigError> {
         let mut checker = Checker {
             text,
             problems: Vec::new(),
             schedules: HashMap::new(),
         };
-        let config = parse_document(&mut checker, path);
+        let config = parse_document(&mut checker, path, jobs);
         let mut problems = checker.problems;
         match config {
             Some(config) if problems.is_empty() => Ok(config),
@@ -58,7 +68,7 @@ impl Config {
 
 /// The whole document: syntax first (nothing else is checked in a file
 /// that does not parse), then each section, then the jobs.
-fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
+fn parse_document(checker: &mut Checker<'_>, path: &Path, count: JobCount) -> Option<Config> {
     let (root, errors) = DeTable::parse_recoverable(checker.text);
     if !errors.is_empty() {
         syntax_problems(checker, errors);
@@ -81,7 +91,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
         None => validate_daemon(checker, RawDaemon::default_raw(), &redis),
         Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis)),
     };
-    if !sections.saw_jobs {
+    if !sections.saw_jobs && count == JobCount::AtLeastOne {
         checker.problem(
             None,
             Some("jobs"),
@@ -97,6 +107,15 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path) -> Option<Config> {
         daemon: daemon?,
         jobs,
     })
+}
+
+/// How many jobs a document must have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobCount {
+    /// A job table on disk: a file without jobs is a mistake.
+    AtLeastOne,
+    /// An embedded scheduler's table: jobs may come later.
+    Any,
 }
 
 /// One problem per TOML syntax error; duplicate keys and tables explained

@@ -41,6 +41,7 @@ mod job;
 mod redis_section;
 
 pub use checker::{parse_duration, redact_url};
+pub(crate) use document::JobCount;
 
 use crate::schedule::Schedule;
 
@@ -300,6 +301,9 @@ pub enum Command {
     Argv(Vec<String>),
     /// The explicit opt-in for a shell: `/bin/sh -c <script>`.
     Shell(String),
+    /// An async function registered in the program that embeds cronlease
+    /// ([`crate::embed`]); a job table on disk cannot say this.
+    Handler,
 }
 
 /// What to do when a tick comes while a run of the same job is in flight.

@@ -86,6 +86,7 @@ use courier::{count_spooled, spool_courier};
 use heartbeat::heartbeat_loop;
 use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
+pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
 use tick::job_loop;
 use triggers::trigger_consumer;
@@ -155,8 +156,9 @@ struct Ctx {
     store: Store,
     clock: RedisClock,
     /// What each job runs (its command, unless the embedding program
-    /// registered a task).
-    tasks: Tasks,
+    /// registered a task); replaced with the job table by an embedded
+    /// scheduler's reload. Never held across an `.await`.
+    tasks: std::sync::RwLock<Tasks>,
     identity: Identity,
     started_ms: i64,
     spool: Spool,
@@ -202,7 +204,7 @@ impl Ctx {
             config,
             store: parts.store,
             clock: parts.clock,
-            tasks: parts.tasks,
+            tasks: std::sync::RwLock::new(parts.tasks),
             identity: parts.identity,
             started_ms: local_now_ms(),
             spool: parts.spool,
@@ -286,7 +288,7 @@ pub async fn run(
     config: Config,
     world: World,
     shutdown: CancellationToken,
-    mut reload: mpsc::UnboundedReceiver<()>,
+    mut reload: mpsc::UnboundedReceiver<Reload>,
 ) -> Result<(), DaemonError> {
     let config = Arc::new(config);
     let identity = Identity::new(config.daemon.replica_id.as_deref());
@@ -364,7 +366,7 @@ async fn supervise(
     scheduler: &mut Scheduler,
     health: &telemetry::Health,
     shutdown: &CancellationToken,
-    reload: &mut mpsc::UnboundedReceiver<()>,
+    reload: &mut mpsc::UnboundedReceiver<Reload>,
 ) {
     let watchdog_period = sd_notify::watchdog_enabled().map(|usec| usec / 2);
     let mut beat = tokio::time::interval(SUPERVISOR_PERIOD);
@@ -372,7 +374,7 @@ async fn supervise(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            Some(()) = reload.recv() => reload_jobs(ctx, scheduler).await,
+            Some(request) = reload.recv() => reload_jobs(ctx, scheduler, request).await,
             _ = beat.tick() => {
                 health.beat();
                 if let Some(period) = watchdog_period

@@ -33,10 +33,16 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
         valid_from: start.valid_from,
         stop: stop_tx,
     }));
-    let task = ctx
+    let registered = ctx
         .tasks
-        .registered(&job.name)
-        .unwrap_or_else(|| Arc::new(process(ctx, job, &start)));
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .registered(&job.name);
+    let task: Arc<dyn task::Task> = match (registered, runner::Process::argv(&job.command)) {
+        (Some(task), _) => task,
+        (None, Some(argv)) => Arc::new(process(ctx, job, &start, argv)),
+        (None, None) => Arc::new(task::Unregistered),
+    };
     let run = RunContext {
         job: job.name.clone(),
         tick_ms: start.tick_ms,
@@ -44,6 +50,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
         run_id: start.run_id.clone(),
         replica: ctx.identity.replica.clone(),
         attempt: 0,
+        grace: ctx.config.daemon.kill_grace,
     };
     let attempts = Attempts {
         timeout: job.timeout,
@@ -73,9 +80,9 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
     })
 }
 
-/// The job's command as a process task, with the run's `CRONLEASE_*`
-/// environment.
-fn process(ctx: &Ctx, job: &Job, start: &RunStart) -> runner::Process {
+/// The job's command (`argv`) as a process task, with the run's
+/// `CRONLEASE_*` environment.
+fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
     let mut env: Vec<(String, String)> = job
         .env
         .iter()
@@ -96,10 +103,9 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart) -> runner::Process {
         ),
     ]);
     runner::Process {
-        command: job.command.clone(),
+        argv,
         workdir: job.workdir.clone(),
         env,
-        kill_grace: ctx.config.daemon.kill_grace,
         stdio: runner::StdioMode::Capture,
     }
 }

@@ -50,14 +50,50 @@ impl Scheduler {
     }
 }
 
-/// SIGHUP: re-reads the config file; a valid one replaces the job table, an
-/// invalid one is logged and the old table kept.
-pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
+/// What a reload replaces.
+#[derive(Debug)]
+pub enum Reload {
+    /// SIGHUP: read the config file again; a valid one replaces the job
+    /// table, an invalid one is logged and the old table kept.
+    File,
+    /// An embedded scheduler's new job table and the tasks its jobs run
+    /// (validated by its sender).
+    Table { jobs: Vec<Job>, tasks: Tasks },
+}
+
+/// Applies a reload: the job loops follow the new table; runs in flight
+/// keep the definition they started with.
+pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload) {
     let _ = sd_notify::notify(&[
         sd_notify::NotifyState::Reloading,
         sd_notify::NotifyState::monotonic_usec_now()
             .unwrap_or(sd_notify::NotifyState::Status("reloading")),
     ]);
+    let table = match reload {
+        Reload::File => read_table(ctx).await,
+        Reload::Table { jobs, tasks } => {
+            *ctx.tasks
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
+            Some(Arc::new(
+                jobs.into_iter()
+                    .map(|job| (job.name.clone(), Arc::new(job)))
+                    .collect(),
+            ))
+        }
+    };
+    if let Some(table) = table {
+        let (added, removed, changed) = scheduler.apply(ctx, &table);
+        ctx.jobs.send_replace(table);
+        ctx.heartbeat_now.notify_one();
+        info!(?added, ?removed, ?changed, "job table reloaded");
+    }
+    notify(&[sd_notify::NotifyState::Ready], ctx);
+}
+
+/// The config file's job table, read again; None (logged) when it is not
+/// valid.
+async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
     let path = ctx.config.source.clone();
     info!(config = %path.display(), "SIGHUP: reloading the job table");
     match tokio::task::spawn_blocking(move || Config::load(&path)).await {
@@ -70,14 +106,15 @@ pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler) {
                     "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
                 );
             }
-            let table = job_table(&new);
-            let (added, removed, changed) = scheduler.apply(ctx, &table);
-            ctx.jobs.send_replace(table);
-            ctx.heartbeat_now.notify_one();
-            info!(?added, ?removed, ?changed, "job table reloaded");
+            Some(job_table(&new))
         }
-        Ok(Err(e)) => error!("reload rejected, keeping the old job table: {e}"),
-        Err(e) => error!(error = %e, "reload failed; keeping the old job table"),
+        Ok(Err(e)) => {
+            error!("reload rejected, keeping the old job table: {e}");
+            None
+        }
+        Err(e) => {
+            error!(error = %e, "reload failed; keeping the old job table");
+            None
+        }
     }
-    notify(&[sd_notify::NotifyState::Ready], ctx);
 }

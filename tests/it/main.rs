@@ -9,6 +9,7 @@ mod check;
 mod cron_differential;
 mod cron_reference;
 mod daemon;
+mod embedded;
 mod engine;
 mod harness;
 mod metrics;

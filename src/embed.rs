@@ -1,0 +1,643 @@
+//! cronlease inside a Rust service: the same exactly-once ticks as the
+//! daemon, around an async function.
+//!
+//! A service deployed as several instances connects each to the same Redis
+//! ([`Cluster::connect`]), declares its jobs ([`JobBuilder`]) and starts a
+//! [`Scheduler`]. At every tick the instances race for the claim exactly as
+//! `cronlease run` replicas do (they are replicas: `cronlease status`,
+//! `history`, `trigger`, `pause` and `resume` work on embedded jobs
+//! unchanged), the winner calls the job's handler with a [`Run`] under a
+//! watchdog-renewed lease, and the outcome goes to the job's stream.
+//!
+//! The handler gets the tick's fence: a write it makes should carry it, and
+//! the store it writes to should refuse a fence lower than one it has seen
+//! (a replica that lost its lease without knowing it then cannot overwrite
+//! the newer run's work). It also gets a stop signal ([`Run::stopped`]):
+//! when the lease is lost, the job's timeout passes or the scheduler shuts
+//! down, the handler should stop; one that goes on is dropped after the
+//! scheduler's `kill_grace`, and the outcome says so.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cronlease::embed::{Cluster, JobBuilder, RedisSettings, Run};
+//!
+//! # async fn draw_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn service() -> Result<(), cronlease::embed::EmbedError> {
+//! let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
+//! let scheduler = cluster
+//!     .scheduler()
+//!     .job(
+//!         JobBuilder::new("lottery-draw", "0 12 * * *")
+//!             .timezone("Asia/Shanghai")
+//!             .timeout(Duration::from_secs(300))
+//!             .run(|run: Run| async move { draw_winners(run.fence()).await }),
+//!     )
+//!     .start()?;
+//! // … serve requests …
+//! scheduler.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RedisClock;
+use crate::config::{Command, Config, ConfigError, JobCount, Misfire, OnHolderLost, Overlap};
+use crate::daemon::{self, DaemonError, Reload, World};
+use crate::outcome::{Status, Tail};
+use crate::store::{Store, StoreError};
+use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks};
+
+/// The name the embedded configuration's problems are reported under.
+const SOURCE: &str = "<embedded scheduler>";
+
+/// Why embedding failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    /// A setting or a job is not valid: every problem, as `cronlease
+    /// check` words it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Redis did not answer.
+    #[error("cannot reach Redis: {0}")]
+    Redis(#[from] StoreError),
+    /// The replica refused to run (Redis can evict keys, or the state
+    /// directory is unusable).
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    /// The scheduler's task ended without being asked to (a bug).
+    #[error("the scheduler stopped by itself: {0}")]
+    Stopped(String),
+    /// `add` of a job whose name is taken, or `remove` of one that is not
+    /// there.
+    #[error("{0}")]
+    Jobs(String),
+}
+
+/// How to reach Redis: the `[redis]` section of a job table, as code.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::embed::RedisSettings;
+///
+/// let settings = RedisSettings::url("redis://127.0.0.1:6379/0")
+///     .key_prefix("shop")
+///     .command_timeout(Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    table: toml::Table,
+}
+
+impl RedisSettings {
+    /// One Redis server (or one endpoint in front of several), as
+    /// `[redis] url`. Checked when the cluster connects.
+    pub fn url(url: &str) -> RedisSettings {
+        let mut table = toml::Table::new();
+        table.insert("url".into(), url.into());
+        RedisSettings { table }
+    }
+
+    /// The first part of every key (`[redis] key_prefix`, default `cronlease`).
+    pub fn key_prefix(self, prefix: &str) -> RedisSettings {
+        self.set("key_prefix", prefix.into())
+    }
+
+    /// How long one command may take (`[redis] command_timeout`).
+    pub fn command_timeout(self, timeout: Duration) -> RedisSettings {
+        self.set("command_timeout", duration(timeout))
+    }
+
+    /// How long to wait for a connection (`[redis] connect_timeout`).
+    pub fn connect_timeout(self, timeout: Duration) -> RedisSettings {
+        self.set("connect_timeout", duration(timeout))
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> RedisSettings {
+        self.table.insert(key.into(), value);
+        self
+    }
+}
+
+/// A duration as the job table writes it.
+fn duration(d: Duration) -> toml::Value {
+    format!("{}ms", d.as_millis()).into()
+}
+
+/// A connection to the Redis the instances share.
+#[derive(Clone)]
+pub struct Cluster {
+    redis: toml::Table,
+    store: Store,
+}
+
+impl Cluster {
+    /// Checks the settings and connects; an error if Redis does not answer
+    /// within the connect timeout (unlike the daemon, which waits forever).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), cronlease::embed::EmbedError> {
+    /// use cronlease::embed::{Cluster, RedisSettings};
+    /// let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
+        let config = document(&settings.table, &toml::Table::new(), &[])?;
+        let store = Store::connect(&config.redis).await?;
+        store.server_time_ms().await?;
+        Ok(Cluster {
+            redis: settings.table,
+            store,
+        })
+    }
+
+    /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
+    pub fn scheduler(&self) -> SchedulerBuilder {
+        let mut daemon = toml::Table::new();
+        // An embedding service serves its own metrics, if any.
+        daemon.insert("metrics_listen".into(), "".into());
+        SchedulerBuilder {
+            cluster: self.clone(),
+            daemon,
+            jobs: Vec::new(),
+        }
+    }
+}
+
+/// The validated configuration of `jobs` under the `[redis]` and `[daemon]`
+/// tables given, their commands marked as handlers.
+fn document(
+    redis: &toml::Table,
+    daemon: &toml::Table,
+    jobs: &[EmbeddedJob],
+) -> Result<Config, ConfigError> {
+    let mut root = toml::Table::new();
+    root.insert("redis".into(), redis.clone().into());
+    root.insert("daemon".into(), daemon.clone().into());
+    let mut table = toml::Table::new();
+    for job in jobs {
+        let mut entry = job.table.clone();
+        // The validator wants a command; the handler replaces it below.
+        entry.insert("command".into(), toml::Value::Array(vec!["handler".into()]));
+        table.insert(job.name.clone(), entry.into());
+    }
+    root.insert("jobs".into(), table.into());
+    let text = toml::to_string(&root).unwrap_or_default();
+    let mut config =
+        Config::parse_with(&text, Path::new(SOURCE), JobCount::Any).map_err(|mut error| {
+            // Lines of a document the caller never saw mean nothing: the
+            // job and field name the place.
+            for problem in &mut error.problems {
+                problem.line_col = None;
+            }
+            error
+        })?;
+    for job in config.jobs.values_mut() {
+        job.command = Command::Handler;
+    }
+    Ok(config)
+}
+
+/// A job of an embedded scheduler, before its handler: name, schedule and
+/// the settings a `[jobs.<name>]` table has. Everything is checked by
+/// [`SchedulerBuilder::start`] or [`Scheduler::add`], with the config's
+/// messages.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::config::{Misfire, Overlap};
+/// use cronlease::embed::{JobBuilder, Run};
+///
+/// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
+///     .timezone("Asia/Shanghai")
+///     .overlap(Overlap::Skip)
+///     .misfire(Misfire::RunOnce)
+///     .timeout(Duration::from_secs(300))
+///     .run(|run: Run| async move { Ok::<(), std::io::Error>(()) });
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobBuilder {
+    name: String,
+    table: toml::Table,
+}
+
+impl JobBuilder {
+    /// A job named `name` (letters, digits, `-`, `_`, `.`) on the cron
+    /// expression `schedule` (5, 6 or 7 fields, `@daily`, `H`, …), UTC
+    /// unless [`JobBuilder::timezone`] says otherwise.
+    pub fn new(name: &str, schedule: &str) -> JobBuilder {
+        let mut table = toml::Table::new();
+        table.insert("schedule".into(), schedule.into());
+        JobBuilder {
+            name: name.to_string(),
+            table,
+        }
+    }
+
+    /// The IANA time zone the schedule is read in (`timezone`).
+    pub fn timezone(self, zone: &str) -> JobBuilder {
+        self.set("timezone", zone.into())
+    }
+
+    /// When a tick comes while a run is in flight (`overlap`).
+    pub fn overlap(self, overlap: Overlap) -> JobBuilder {
+        self.set("overlap", overlap.as_str().into())
+    }
+
+    /// Ticks missed while no instance could claim them (`misfire`).
+    pub fn misfire(self, misfire: Misfire) -> JobBuilder {
+        self.set("misfire", misfire.as_str().into())
+    }
+
+    /// How old a missed tick may be and still run (`misfire_grace`).
+    pub fn misfire_grace(self, grace: Duration) -> JobBuilder {
+        self.set("misfire_grace", duration(grace))
+    }
+
+    /// How long an attempt may run before it is stopped (`timeout`).
+    pub fn timeout(self, timeout: Duration) -> JobBuilder {
+        self.set("timeout", duration(timeout))
+    }
+
+    /// Extra attempts after a failure, under the same claim (`retries`).
+    pub fn retries(self, retries: u32) -> JobBuilder {
+        self.set("retries", i64::from(retries).into())
+    }
+
+    /// The wait between attempts (`retry_backoff`).
+    pub fn retry_backoff(self, backoff: Duration) -> JobBuilder {
+        self.set("retry_backoff", duration(backoff))
+    }
+
+    /// A run whose instance died: recorded, or run again (`on_holder_lost`).
+    pub fn on_holder_lost(self, policy: OnHolderLost) -> JobBuilder {
+        self.set("on_holder_lost", policy.as_str().into())
+    }
+
+    /// The job with its handler: an async function of the [`Run`] that
+    /// returns `Ok(())` (the run is `ok`) or an error (`failed`, the error
+    /// and its sources in the outcome's output). A panic is `failed` too.
+    pub fn run<F, Fut, E>(self, handler: F) -> EmbeddedJob
+    where
+        F: Fn(Run) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+    {
+        EmbeddedJob {
+            name: self.name,
+            table: self.table,
+            handler: Arc::new(Handler { handler }),
+        }
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> JobBuilder {
+        self.table.insert(key.into(), value);
+        self
+    }
+}
+
+/// A job with its handler, ready for a scheduler.
+#[derive(Clone)]
+pub struct EmbeddedJob {
+    name: String,
+    table: toml::Table,
+    handler: Arc<dyn Task>,
+}
+
+impl EmbeddedJob {
+    /// The job's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// The jobs of a scheduler not started yet, and its replica settings.
+pub struct SchedulerBuilder {
+    cluster: Cluster,
+    daemon: toml::Table,
+    jobs: Vec<EmbeddedJob>,
+}
+
+impl SchedulerBuilder {
+    /// Adds a job.
+    pub fn job(mut self, job: EmbeddedJob) -> SchedulerBuilder {
+        self.jobs.push(job);
+        self
+    }
+
+    /// This instance's name in `status` and in outcomes (`replica_id`;
+    /// default `<host>-<pid>-<4 hex>`).
+    pub fn replica_id(self, id: &str) -> SchedulerBuilder {
+        self.set("replica_id", id.into())
+    }
+
+    /// Where outcomes Redis could not take wait, and the remembered marks
+    /// (`state_dir`); one per instance.
+    pub fn state_dir(self, dir: &Path) -> SchedulerBuilder {
+        self.set("state_dir", dir.to_string_lossy().into_owned().into())
+    }
+
+    /// The lease of a run (`lease`, renewed every third of it).
+    pub fn lease(self, lease: Duration) -> SchedulerBuilder {
+        self.set("lease", duration(lease))
+    }
+
+    /// How often this instance announces itself (`heartbeat`).
+    pub fn heartbeat(self, period: Duration) -> SchedulerBuilder {
+        self.set("heartbeat", duration(period))
+    }
+
+    /// How long [`Scheduler::shutdown`] lets runs finish before stopping
+    /// them (`shutdown_grace`).
+    pub fn shutdown_grace(self, grace: Duration) -> SchedulerBuilder {
+        self.set("shutdown_grace", duration(grace))
+    }
+
+    /// How long a handler told to stop may go on before it is dropped
+    /// (`kill_grace`).
+    pub fn kill_grace(self, grace: Duration) -> SchedulerBuilder {
+        self.set("kill_grace", duration(grace))
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> SchedulerBuilder {
+        self.daemon.insert(key.into(), value);
+        self
+    }
+
+    /// Checks every job and setting (all problems at once) and starts the
+    /// replica on the current tokio runtime.
+    pub fn start(self) -> Result<Scheduler, EmbedError> {
+        let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
+        let shutdown = CancellationToken::new();
+        let (reload, reload_rx) = mpsc::unbounded_channel();
+        let world = World {
+            store: self.cluster.store.clone(),
+            clock: RedisClock::new(),
+            tasks: tasks(&self.jobs),
+        };
+        let replica = tokio::spawn(daemon::run(config, world, shutdown.clone(), reload_rx));
+        Ok(Scheduler {
+            redis: self.cluster.redis,
+            daemon: self.daemon,
+            jobs: self.jobs,
+            shutdown,
+            reload,
+            replica: Some(replica),
+        })
+    }
+}
+
+fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
+    jobs.iter().fold(Tasks::processes(), |tasks, job| {
+        tasks.job(&job.name, job.handler.clone())
+    })
+}
+
+/// A running embedded scheduler: one replica of the cluster. Dropping it
+/// begins the shutdown without waiting for it; [`Scheduler::shutdown`]
+/// waits.
+pub struct Scheduler {
+    redis: toml::Table,
+    daemon: toml::Table,
+    jobs: Vec<EmbeddedJob>,
+    shutdown: CancellationToken,
+    reload: mpsc::UnboundedSender<Reload>,
+    replica: Option<JoinHandle<Result<(), DaemonError>>>,
+}
+
+impl Scheduler {
+    /// Adds a job while running; an error (and no change) if it is not
+    /// valid or its name is taken.
+    pub fn add(&mut self, job: EmbeddedJob) -> Result<(), EmbedError> {
+        if self.jobs.iter().any(|j| j.name == job.name) {
+            return Err(EmbedError::Jobs(format!(
+                "a job named {:?} is already scheduled",
+                job.name
+            )));
+        }
+        let mut jobs = self.jobs.clone();
+        jobs.push(job);
+        self.replace(jobs)
+    }
+
+    /// Removes a job while running; a run in flight finishes.
+    pub fn remove(&mut self, name: &str) -> Result<(), EmbedError> {
+        if !self.jobs.iter().any(|j| j.name == name) {
+            return Err(EmbedError::Jobs(format!(
+                "no job named {name:?} is scheduled"
+            )));
+        }
+        let jobs = self
+            .jobs
+            .iter()
+            .filter(|j| j.name != name)
+            .cloned()
+            .collect();
+        self.replace(jobs)
+    }
+
+    /// The names of the scheduled jobs.
+    pub fn jobs(&self) -> Vec<String> {
+        self.jobs.iter().map(|j| j.name.clone()).collect()
+    }
+
+    fn replace(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
+        let config = document(&self.redis, &self.daemon, &jobs)?;
+        let request = Reload::Table {
+            jobs: config.jobs.into_values().collect(),
+            tasks: tasks(&jobs),
+        };
+        self.reload
+            .send(request)
+            .map_err(|_| EmbedError::Stopped("the replica is gone".into()))?;
+        self.jobs = jobs;
+        Ok(())
+    }
+
+    /// Stops claiming, lets runs finish within the shutdown grace (then
+    /// stops them), records their outcomes and leaves the cluster.
+    pub async fn shutdown(mut self) -> Result<(), EmbedError> {
+        self.shutdown.cancel();
+        let Some(replica) = self.replica.take() else {
+            return Ok(());
+        };
+        match replica.await {
+            Ok(result) => Ok(result?),
+            Err(e) => Err(EmbedError::Stopped(e.to_string())),
+        }
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// What a handler is given: which tick it runs, its fence, and the signal
+/// to stop.
+///
+/// ```
+/// use cronlease::embed::Run;
+///
+/// async fn draw(mut run: Run) -> Result<(), String> {
+///     tokio::select! {
+///         () = std::future::pending::<()>() => Ok(()),   // the work
+///         reason = run.stopped() => Err(format!("stopped: {reason:?}")),
+///     }
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Run {
+    context: RunContext,
+    stop: StopSignal,
+}
+
+impl Run {
+    /// The job.
+    pub fn job(&self) -> &str {
+        &self.context.job
+    }
+
+    /// The tick this run is for (UTC).
+    pub fn tick(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(self.context.tick_ms).unwrap_or_default()
+    }
+
+    /// The tick, ms since the Unix epoch.
+    pub fn tick_ms(&self) -> i64 {
+        self.context.tick_ms
+    }
+
+    /// The fence: higher than every earlier run's of this job. Writes
+    /// should carry it, and stores refuse a lower one than they have seen.
+    pub fn fence(&self) -> u64 {
+        self.context.fence
+    }
+
+    /// The run's id, as `history` shows it.
+    pub fn run_id(&self) -> &str {
+        &self.context.run_id
+    }
+
+    /// 1 for the first attempt, 2 for the first retry, …
+    pub fn attempt(&self) -> u32 {
+        self.context.attempt
+    }
+
+    /// The instance running it.
+    pub fn replica(&self) -> &str {
+        &self.context.replica
+    }
+
+    /// Resolves when the run must stop, with the reason: the lease is lost,
+    /// the timeout passed, or the scheduler is shutting down. A handler
+    /// that goes on is dropped after the scheduler's `kill_grace`.
+    pub async fn stopped(&mut self) -> Stop {
+        self.stop.next().await
+    }
+}
+
+/// An async function as a task.
+struct Handler<F> {
+    handler: F,
+}
+
+impl<F, Fut, E> Task for Handler<F>
+where
+    F: Fn(Run) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+{
+    fn attempt<'a>(
+        &'a self,
+        run: &'a RunContext,
+        stop: StopSignal,
+        output: &'a mut Tail,
+    ) -> Attempt<'a> {
+        let handed = Run {
+            context: run.clone(),
+            stop: stop.clone(),
+        };
+        let work = (self.handler)(handed);
+        Box::pin(supervise(work, stop, run.grace, output))
+    }
+}
+
+/// Runs a handler's future until it ends; once told to stop, gives it
+/// `grace` to end and then drops it.
+async fn supervise<Fut, E>(
+    work: Fut,
+    mut stop: StopSignal,
+    grace: Duration,
+    output: &mut Tail,
+) -> AttemptEnd
+where
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    tokio::pin!(work);
+    let reason = tokio::select! {
+        result = &mut work => match stop.requested() {
+            // It ended by itself.
+            None => return ended(result, output),
+            // It ended because it was told to (it watches the signal too).
+            Some(reason) => return stopped(reason, result, output),
+        },
+        reason = stop.next() => reason,
+    };
+    match tokio::time::timeout(grace, &mut work).await {
+        Ok(result) => return stopped(reason, result, output),
+        Err(_) => output.push_line(
+            format!(
+                "[cronlease] the handler did not stop within {} of being told to ({reason:?}); dropped",
+                humantime::format_duration(grace)
+            )
+            .as_bytes(),
+        ),
+    }
+    AttemptEnd::bare(reason.status())
+}
+
+/// A handler that ended after being told to stop: the stop's status, and
+/// what it returned in the output.
+fn stopped<E>(reason: Stop, result: Result<(), E>, output: &mut Tail) -> AttemptEnd
+where
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let _ = ended(result, output);
+    output.push_line(
+        format!("[cronlease] the handler ended after being told to stop ({reason:?})").as_bytes(),
+    );
+    AttemptEnd::bare(reason.status())
+}
+
+/// A handler's result as an attempt's end; an error and its sources go to
+/// the output.
+fn ended<E>(result: Result<(), E>, output: &mut Tail) -> AttemptEnd
+where
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    match result {
+        Ok(()) => AttemptEnd::bare(Status::Ok),
+        Err(e) => {
+            let e: Box<dyn StdError + Send + Sync> = e.into();
+            output.push_line(format!("error: {e}").as_bytes());
+            let mut source = e.source();
+            while let Some(cause) = source {
+                output.push_line(format!("caused by: {cause}").as_bytes());
+                source = cause.source();
+            }
+            AttemptEnd::bare(Status::Failed)
+        }
+    }
+}
