@@ -54,6 +54,7 @@ use crate::clock::RedisClock;
 use crate::config::{Command, Config, ConfigError, JobCount, Misfire, OnHolderLost, Overlap};
 use crate::daemon::{self, DaemonError, Reload, World};
 use crate::outcome::{Status, Tail};
+use crate::schedule::{DstGap, DstRepeat};
 use crate::store::{Store, StoreError};
 use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks};
 
@@ -276,6 +277,17 @@ impl JobBuilder {
     /// The wait between attempts (`retry_backoff`).
     pub fn retry_backoff(self, backoff: Duration) -> JobBuilder {
         self.set("retry_backoff", duration(backoff))
+    }
+
+    /// A fixed-time job's local time that a DST change skips (`dst_gap`).
+    pub fn dst_gap(self, policy: DstGap) -> JobBuilder {
+        self.set("dst_gap", policy.as_str().into())
+    }
+
+    /// A fixed-time job's local time that a DST change repeats
+    /// (`dst_repeat`).
+    pub fn dst_repeat(self, policy: DstRepeat) -> JobBuilder {
+        self.set("dst_repeat", policy.as_str().into())
     }
 
     /// A run whose instance died: recorded, or run again (`on_holder_lost`).
