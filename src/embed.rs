@@ -161,6 +161,21 @@ impl Cluster {
         })
     }
 
+    /// The cluster-wide lock `name` (see [`crate::lock`]): set its lease
+    /// and holder, then acquire it.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+    /// if let Some(guard) = cluster.lock("report").try_acquire().await? {
+    ///     // … only one instance is here …
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: &str) -> crate::lock::LockBuilder {
+        crate::lock::LockBuilder::new(self.store.clone(), name)
+    }
+
     /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
     pub fn scheduler(&self) -> SchedulerBuilder {
         let mut daemon = toml::Table::new();

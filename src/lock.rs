@@ -1,17 +1,20 @@
-//! `cronlease lock NAME -- CMD`: the `flock(1)` of a cluster.
+//! Cluster-wide locks: the library's [`LockBuilder`] / [`LockGuard`], and
+//! `cronlease lock NAME -- CMD` (the `flock(1)` of a cluster) built on them.
 //!
-//! Takes a cluster-wide lock in Redis (the keys of the pseudo-job
-//! `lock:NAME`, with a fence like any claim), runs the command under the
-//! same watchdog as a job (the lease renewed every lease/3, the command
-//! killed at once if the lease is lost), and releases the lock, waking the
-//! waiters through pub/sub. A waiter sleeps until a release is published or
-//! the holder's lease would lapse (a holder that died publishes nothing),
-//! never polling.
+//! A lock is the keys of the pseudo-job `lock:NAME`, with a fence like any
+//! claim. Its holder's lease is renewed by a watchdog every lease/3 while
+//! the guard lives; [`LockGuard::lost`] resolves when the lease can no
+//! longer be proven (a renewal says it is gone, or none got through before
+//! the local deadline). Release compares the holder's token, so only the
+//! holder can release, and wakes the waiters through pub/sub. A waiter
+//! sleeps until a release is published or the holder's lease would lapse
+//! (a holder that died publishes nothing), never polling.
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +25,266 @@ use crate::store::{Keys, LockReply, Store, StoreError};
 use crate::task::{self, Attempts, RunContext, RunResult, Stop};
 use crate::watchdog::{self, LeaseHold};
 
-/// What to run under which lock.
+/// Why a lock could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot read the current directory: {0}")]
+    Workdir(std::io::Error),
+}
+
+/// A lock to take: its name, lease and holder. From
+/// [`crate::embed::Cluster::lock`].
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+/// use std::time::Duration;
+/// let guard = cluster.lock("nightly-migration").lease(Duration::from_secs(30)).acquire().await?;
+/// tokio::select! {
+///     () = migrate(guard.fence()) => {}
+///     () = guard.lost() => eprintln!("lock lost: stop writing"),
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// # async fn migrate(_fence: u64) {}
+/// ```
+#[derive(Clone)]
+pub struct LockBuilder {
+    store: Store,
+    name: String,
+    lease: Duration,
+    holder: String,
+    host: String,
+}
+
+impl LockBuilder {
+    /// The lock `name` in `store`, with a 30 s lease, held as
+    /// `<host>-<pid>`.
+    pub(crate) fn new(store: Store, name: &str) -> LockBuilder {
+        let identity = crate::daemon::Identity::new(None);
+        LockBuilder {
+            store,
+            name: name.to_string(),
+            lease: Duration::from_secs(30),
+            holder: format!("{}-{}", identity.host, identity.pid),
+            host: identity.host,
+        }
+    }
+
+    /// How long the lock holds without a renewal (renewed every third).
+    pub fn lease(mut self, lease: Duration) -> LockBuilder {
+        self.lease = lease;
+        self
+    }
+
+    /// Who holds it, as waiters and `status` see it.
+    pub fn holder(mut self, holder: &str) -> LockBuilder {
+        self.holder = holder.to_string();
+        self
+    }
+
+    /// Takes the lock if it is free; `None` if someone holds it.
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
+        Ok(self.acquire_until(Wait::No).await?.guard())
+    }
+
+    /// Takes the lock, waiting as long as it takes.
+    pub async fn acquire(&self) -> Result<LockGuard, LockError> {
+        match self.acquire_until(Wait::Forever).await? {
+            Acquisition::Acquired(guard) => Ok(guard),
+            Acquisition::HeldBy(_) => unreachable!("waiting forever ends only with the lock"),
+        }
+    }
+
+    /// Takes the lock, waiting at most `wait`; `None` if it stayed held.
+    pub async fn acquire_within(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
+        Ok(self
+            .acquire_until(Wait::Until(Instant::now() + wait))
+            .await?
+            .guard())
+    }
+
+    async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
+        let run_id = uuid::Uuid::new_v4().to_string();
+        let mut waiter = None;
+        loop {
+            let sent = Instant::now();
+            let reply = self
+                .store
+                .lock_acquire(&self.name, &run_id, self.lease, &self.holder, &self.host)
+                .await?;
+            let (holder, ttl_ms) = match reply {
+                LockReply::Acquired { fence, lease_key } => {
+                    return Ok(Acquisition::Acquired(
+                        self.hold(run_id, fence, lease_key, sent),
+                    ));
+                }
+                LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
+            };
+            let deadline = match wait {
+                Wait::No => return Ok(Acquisition::HeldBy(holder)),
+                Wait::Until(deadline) if Instant::now() >= deadline => {
+                    return Ok(Acquisition::HeldBy(holder));
+                }
+                Wait::Until(deadline) => Some(deadline),
+                Wait::Forever => None,
+            };
+            if waiter.is_none() {
+                // Subscribe, then ask again: a release between the two is
+                // not missed.
+                waiter = Some(self.store.lock_waiter(&self.name).await?);
+                continue;
+            }
+            let pubsub = waiter
+                .as_mut()
+                .expect("the waiter was subscribed just above");
+            let lapse =
+                Instant::now() + Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0).max(1));
+            tracing::debug!(lock = %self.name, %holder, ttl_ms, "waiting for the lock");
+            let mut messages = pubsub.on_message();
+            tokio::select! {
+                _ = messages.next() => {}
+                () = sleep_until(lapse) => {}
+                () = sleep_until(deadline.unwrap_or(lapse)) => {}
+            }
+            // A message may arrive just before the lock is free to take; a
+            // breath avoids a busy loop on a flood of releases.
+            sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The guard of a lock just acquired, its lease under a watchdog.
+    fn hold(&self, run_id: String, fence: u64, lease_key: String, sent: Instant) -> LockGuard {
+        let service = CancellationToken::new();
+        let (watchdog, watchdog_task) =
+            watchdog::new(self.store.clone(), self.lease, service.clone());
+        let (stop_tx, stop_rx) = watch::channel(None);
+        watchdog.send(watchdog::Command::Hold(LeaseHold {
+            job: Keys::lock_job(&self.name),
+            run_id: run_id.clone(),
+            tick_ms: 0,
+            fence,
+            lease_key,
+            replica: self.holder.clone(),
+            valid_from: sent,
+            stop: stop_tx,
+        }));
+        tracing::info!(lock = %self.name, fence, %run_id, "lock acquired");
+        LockGuard {
+            store: self.store.clone(),
+            name: self.name.clone(),
+            holder: self.holder.clone(),
+            run_id,
+            fence,
+            watchdog,
+            service,
+            watchdog_task: Some(tokio::spawn(watchdog_task)),
+            stop: stop_rx,
+        }
+    }
+}
+
+/// How an acquisition ended.
+enum Acquisition {
+    Acquired(LockGuard),
+    /// Not acquired: held by this holder.
+    HeldBy(String),
+}
+
+impl Acquisition {
+    fn guard(self) -> Option<LockGuard> {
+        match self {
+            Acquisition::Acquired(guard) => Some(guard),
+            Acquisition::HeldBy(_) => None,
+        }
+    }
+}
+
+/// How long an acquisition waits.
+#[derive(Debug, Clone, Copy)]
+enum Wait {
+    No,
+    Until(Instant),
+    Forever,
+}
+
+/// A held lock. Its lease is renewed until [`LockGuard::release`]; dropping
+/// the guard stops the renewals, and the lock lapses with its lease.
+pub struct LockGuard {
+    store: Store,
+    name: String,
+    holder: String,
+    run_id: String,
+    fence: u64,
+    watchdog: watchdog::Handle,
+    service: CancellationToken,
+    watchdog_task: Option<JoinHandle<()>>,
+    stop: watch::Receiver<Option<Stop>>,
+}
+
+impl LockGuard {
+    /// The fencing token of this acquisition: higher than every earlier
+    /// one of the lock. Writes made under the lock should carry it, and
+    /// their store refuse a lower one than it has seen.
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Resolves when the lease can no longer be proven: someone else may
+    /// hold the lock now. Pending while it is held.
+    pub async fn lost(&self) {
+        let mut stop = self.stop.clone();
+        loop {
+            if *stop.borrow_and_update() == Some(Stop::LostLease) {
+                return;
+            }
+            if stop.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    /// Releases the lock if it is still ours (`true`), waking the waiters;
+    /// `false` if its lease had already been lost.
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.stop_renewing().await;
+        let released = self.store.lock_release(&self.name, &self.run_id).await?;
+        if released {
+            tracing::info!(lock = %self.name, "lock released");
+        } else {
+            tracing::warn!(lock = %self.name, "the lock was no longer ours to release");
+        }
+        Ok(released)
+    }
+
+    /// Ends the renewals and waits until the watchdog has let go.
+    async fn stop_renewing(&mut self) {
+        let (done_tx, done_rx) = oneshot::channel();
+        self.watchdog.send(watchdog::Command::Release {
+            run_id: self.run_id.clone(),
+            done: done_tx,
+        });
+        let _ = done_rx.await;
+        self.service.cancel();
+        if let Some(task) = self.watchdog_task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.service.cancel();
+    }
+}
+
+/// What `cronlease lock` runs under which lock.
 #[derive(Debug, Clone)]
 pub struct LockOptions {
     pub name: String,
@@ -37,46 +299,52 @@ pub struct LockOptions {
     pub host: String,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LockError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot read the current directory: {0}")]
-    Workdir(std::io::Error),
-}
-
-/// Takes the lock, runs the command, releases the lock; returns the exit
-/// status for the process. `shutdown` (SIGTERM/SIGINT) stops a waiter, or
-/// interrupts the command (SIGTERM, `kill_grace`, SIGKILL).
+/// `cronlease lock`: takes the lock, runs the command, releases the lock;
+/// returns the exit status for the process. `shutdown` (SIGTERM/SIGINT)
+/// stops a waiter, or interrupts the command (SIGTERM, `kill_grace`,
+/// SIGKILL).
 pub async fn run(
     store: Store,
     options: LockOptions,
     shutdown: CancellationToken,
 ) -> Result<Exit, LockError> {
-    let run_id = uuid::Uuid::new_v4().to_string();
     // Read before the lock is taken: an error then leaves nothing held.
     let workdir = std::env::current_dir().map_err(LockError::Workdir)?;
-    let Some(held) = acquire(&store, &options, &run_id, &shutdown).await? else {
-        return Ok(Exit::TempFail);
+    let mut builder = LockBuilder::new(store, &options.name)
+        .lease(options.lease)
+        .holder(&options.holder);
+    builder.host = options.host.clone();
+    let wait = match options.wait {
+        None => Wait::No,
+        Some(wait) => Wait::Until(Instant::now() + wait),
     };
-    tracing::info!(lock = %options.name, fence = held.fence, %run_id, "lock acquired");
+    let acquired = tokio::select! {
+        acquired = builder.acquire_until(wait) => acquired?,
+        () = shutdown.cancelled() => return Ok(Exit::TempFail),
+    };
+    let guard = match acquired {
+        Acquisition::Acquired(guard) => guard,
+        Acquisition::HeldBy(holder) => {
+            eprintln!(
+                "cronlease lock: lock {:?} is held by {holder}",
+                options.name
+            );
+            return Ok(Exit::TempFail);
+        }
+    };
     let process = Process {
         argv: options.command.clone(),
         workdir,
         env: vec![
             ("CRONLEASE_LOCK".to_string(), options.name.clone()),
-            ("CRONLEASE_FENCE".to_string(), held.fence.to_string()),
-            ("CRONLEASE_RUN_ID".to_string(), run_id.clone()),
+            ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
+            ("CRONLEASE_RUN_ID".to_string(), guard.run_id.clone()),
         ],
         stdio: StdioMode::Inherit,
     };
-    let result = run_held(&store, &options, &run_id, held, &process, &shutdown).await;
-    match store.lock_release(&options.name, &run_id).await {
-        Ok(true) => tracing::info!(lock = %options.name, "lock released"),
-        Ok(false) => tracing::warn!(lock = %options.name, "the lock was no longer ours to release"),
-        Err(e) => {
-            tracing::warn!(lock = %options.name, error = %e, "cannot release the lock; it lapses with its lease")
-        }
+    let result = run_held(&guard, &options, &process, &shutdown).await;
+    if let Err(e) = guard.release().await {
+        tracing::warn!(lock = %options.name, error = %e, "cannot release the lock; it lapses with its lease");
     }
     Ok(match result.status {
         Status::Ok => Exit::Success,
@@ -95,44 +363,20 @@ pub async fn run(
     })
 }
 
-/// A lock this command acquired.
-struct Held {
-    fence: u64,
-    lease_key: String,
-    /// When the acquiring request was sent: the lease holds from then.
-    valid_from: Instant,
-}
-
-/// Runs `process` under the lock's lease, renewed by a watchdog of its own
-/// until the command ends; the lease is no longer renewed when this returns.
+/// Runs `process` under the guard's lease: killed at once if it is lost,
+/// interrupted on `shutdown`.
 async fn run_held(
-    store: &Store,
+    guard: &LockGuard,
     options: &LockOptions,
-    run_id: &str,
-    held: Held,
     process: &Process,
     shutdown: &CancellationToken,
 ) -> RunResult {
-    let service = CancellationToken::new();
-    let (watchdog, watchdog_task) = watchdog::new(store.clone(), options.lease, service.clone());
-    let watchdog_task = tokio::spawn(watchdog_task);
-    let (stop_tx, stop_rx) = watch::channel(None);
-    watchdog.send(watchdog::Command::Hold(LeaseHold {
-        job: Keys::lock_job(&options.name),
-        run_id: run_id.to_string(),
-        tick_ms: 0,
-        fence: held.fence,
-        lease_key: held.lease_key,
-        replica: options.holder.clone(),
-        valid_from: held.valid_from,
-        stop: stop_tx,
-    }));
     let context = RunContext {
         job: Keys::lock_job(&options.name),
         tick_ms: 0,
-        fence: held.fence,
-        run_id: run_id.to_string(),
-        replica: options.holder.clone(),
+        fence: guard.fence,
+        run_id: guard.run_id.clone(),
+        replica: guard.holder.clone(),
         attempt: 0,
         grace: options.kill_grace,
     };
@@ -142,83 +386,13 @@ async fn run_held(
         retry_backoff: Duration::ZERO,
         output_tail_bytes: 0,
     };
-    let run = task::execute(process, context, once, stop_rx);
+    let run = task::execute(process, context, once, guard.stop.clone());
     tokio::pin!(run);
-    let result = tokio::select! {
+    tokio::select! {
         result = &mut run => result,
         () = shutdown.cancelled() => {
-            watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
+            guard.watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
             run.await
         }
-    };
-    let (done_tx, done_rx) = oneshot::channel();
-    watchdog.send(watchdog::Command::Release {
-        run_id: run_id.to_string(),
-        done: done_tx,
-    });
-    let _ = done_rx.await;
-    service.cancel();
-    let _ = watchdog_task.await;
-    result
-}
-
-/// Takes the lock, waiting if asked; `None` if it was not acquired.
-async fn acquire(
-    store: &Store,
-    options: &LockOptions,
-    run_id: &str,
-    shutdown: &CancellationToken,
-) -> Result<Option<Held>, LockError> {
-    let deadline = options.wait.map(|wait| Instant::now() + wait);
-    let mut waiter = None;
-    loop {
-        let sent = Instant::now();
-        let reply = store
-            .lock_acquire(
-                &options.name,
-                run_id,
-                options.lease,
-                &options.holder,
-                &options.host,
-            )
-            .await?;
-        let (holder, ttl_ms) = match reply {
-            LockReply::Acquired { fence, lease_key } => {
-                return Ok(Some(Held {
-                    fence,
-                    lease_key,
-                    valid_from: sent,
-                }));
-            }
-            LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
-        };
-        let Some(deadline) = deadline.filter(|d| Instant::now() < *d) else {
-            eprintln!(
-                "cronlease lock: lock {:?} is held by {holder}",
-                options.name
-            );
-            return Ok(None);
-        };
-        if waiter.is_none() {
-            // Subscribe, then ask again: a release between the two is not missed.
-            waiter = Some(store.lock_waiter(&options.name).await?);
-            continue;
-        }
-        let pubsub = waiter
-            .as_mut()
-            .expect("the waiter was subscribed just above");
-        let lapse =
-            Instant::now() + Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0).max(1));
-        tracing::debug!(lock = %options.name, %holder, ttl_ms, "waiting for the lock");
-        let mut messages = pubsub.on_message();
-        tokio::select! {
-            _ = messages.next() => {}
-            () = sleep_until(lapse) => {}
-            () = sleep_until(deadline) => {}
-            () = shutdown.cancelled() => return Ok(None),
-        }
-        // A message may arrive just before the lock is free to take; a
-        // breath avoids a busy loop on a flood of releases.
-        sleep(Duration::from_millis(1)).await;
     }
 }

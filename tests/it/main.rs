@@ -12,6 +12,7 @@ mod daemon;
 mod embedded;
 mod engine;
 mod harness;
+mod locks;
 mod metrics;
 mod operator;
 mod quorum;

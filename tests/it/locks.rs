@@ -1,0 +1,151 @@
+//! The library's cluster locks (`Cluster::lock`) against a private Redis,
+//! each contender on its own connection: one holder at a time with rising
+//! fences, a waiter woken by the release (and silent while it waits), and
+//! `lost()` when the lease can no longer be proven.
+
+use std::time::Duration;
+
+use cronlease::embed::{Cluster, RedisSettings};
+
+use crate::support::RedisServer;
+
+const PREFIX: &str = "cl";
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime builds")
+}
+
+async fn cluster(redis: &RedisServer) -> Cluster {
+    Cluster::connect(
+        RedisSettings::url(&redis.url())
+            .key_prefix(PREFIX)
+            .command_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("the test's Redis answers")
+}
+
+/// Commands Redis has executed so far (`INFO stats`).
+fn commands(redis: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(&mut redis.client())
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO stats has total_commands_processed")
+}
+
+#[test]
+fn one_holder_at_a_time_with_rising_fences() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let (a, b) = (cluster(&redis).await, cluster(&redis).await);
+        let first = a
+            .lock("migration")
+            .holder("a")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        assert!(
+            b.lock("migration")
+                .try_acquire()
+                .await
+                .expect("Redis answers")
+                .is_none(),
+            "two holders at once"
+        );
+        let first_fence = first.fence();
+        assert!(
+            first.release().await.expect("Redis answers"),
+            "the holder releases"
+        );
+        let second = b
+            .lock("migration")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("free again after the release");
+        assert!(
+            second.fence() > first_fence,
+            "{} after {first_fence}",
+            second.fence()
+        );
+        second.release().await.expect("Redis answers");
+    });
+}
+
+#[test]
+fn a_waiter_sleeps_until_the_release_wakes_it() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let (a, b) = (cluster(&redis).await, cluster(&redis).await);
+        let held = a
+            .lock("report")
+            .lease(Duration::from_secs(30))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        let waiter = tokio::spawn(async move {
+            let guard = b.lock("report").acquire().await.expect("Redis answers");
+            let fence = guard.fence();
+            guard.release().await.expect("Redis answers");
+            fence
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = commands(&redis);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        // The holder's renewals (every 10 s) and the two INFO calls; the
+        // waiter sends nothing while it waits.
+        let spent = commands(&redis) - before;
+        assert!(spent <= 4, "{spent} commands in 3 s of waiting");
+        let held_fence = held.fence();
+        held.release().await.expect("Redis answers");
+        // Long before the holder's 30 s lease could have lapsed.
+        let fence = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the release woke the waiter")
+            .expect("the waiter does not panic");
+        assert!(fence > held_fence);
+    });
+}
+
+#[test]
+fn lost_fires_when_the_lease_is_gone() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let guard = a
+            .lock("nightly")
+            .lease(Duration::from_secs(3))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        // Held: lost() stays pending while the renewals get through.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(2500), guard.lost())
+                .await
+                .is_err(),
+            "lost() fired while the lock was held"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{PREFIX}:{{lock:nightly}}:lease"))
+            .query(&mut redis.client())
+            .expect("DEL");
+        tokio::time::timeout(Duration::from_secs(10), guard.lost())
+            .await
+            .expect("lost() fired after the lease key was deleted");
+        assert!(
+            !guard.release().await.expect("Redis answers"),
+            "released a lock it had lost"
+        );
+    });
+}
