@@ -460,12 +460,6 @@ fn pause(args: &JobArgs, action: PauseAction) -> Exit {
 /// `cronlease lock`.
 fn lock(args: LockArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
-        if target.store.is_quorum() {
-            return Err(StoreError::QuorumUnsupported {
-                what: "`cronlease lock`",
-            }
-            .into());
-        }
         let shutdown = CancellationToken::new();
         let signals = watch_signals(shutdown.clone(), None)
             .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;

@@ -108,6 +108,15 @@ impl RedisSettings {
         RedisSettings { table }
     }
 
+    /// Independent masters (at least 3), as `[redis] quorum`: a tick's
+    /// claim and a lock hold only with a majority of them.
+    pub fn quorum(urls: &[&str]) -> RedisSettings {
+        let mut table = toml::Table::new();
+        let urls = urls.iter().map(|u| toml::Value::from(*u)).collect();
+        table.insert("quorum".into(), toml::Value::Array(urls));
+        RedisSettings { table }
+    }
+
     /// The first part of every key (`[redis] key_prefix`, default `cronlease`).
     pub fn key_prefix(self, prefix: &str) -> RedisSettings {
         self.set("key_prefix", prefix.into())

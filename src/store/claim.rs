@@ -343,7 +343,7 @@ impl Store {
 
     /// Raises the job's fence to `fence` on a majority of the masters, so
     /// that no master hands out a lower one later.
-    async fn raise_fence(&self, job: &str, fence: u64) -> Result<(), StoreError> {
+    pub(super) async fn raise_fence(&self, job: &str, fence: u64) -> Result<(), StoreError> {
         let majority = self.majority();
         let state = self.keys.state(job);
         let state = &state;

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use std::time::Instant;
+
 use redis::Value;
 
 use super::*;
@@ -20,7 +22,11 @@ pub enum LockReply {
 }
 
 impl Store {
-    /// Tries to take lock `name`.
+    /// Tries to take lock `name`. With `quorum`, the lock holds only if a
+    /// majority of the masters granted it while its lease still had time
+    /// left (RedLock's rule, the claim's rule): the fence is then raised
+    /// to the highest on every master, and otherwise the grants are undone
+    /// where they landed.
     pub async fn lock_acquire(
         &self,
         name: &str,
@@ -29,8 +35,113 @@ impl Store {
         holder: &str,
         host: &str,
     ) -> Result<LockReply, StoreError> {
+        let sent = Instant::now();
+        let majority = self.majority();
+        let replies: Vec<Result<LockReply, StoreError>> = self
+            .on_all_until(
+                |conn| async move {
+                    self.lock_acquire_on(conn, name, run_id, lease, holder, host)
+                        .await
+                },
+                |replies| {
+                    replies
+                        .iter()
+                        .filter(|r| matches!(r, Some(Ok(LockReply::Acquired { .. }))))
+                        .count()
+                        >= majority
+                },
+                STRAGGLER_GRACE,
+            )
+            .await
+            .into_iter()
+            .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
+            .collect();
+        if !self.is_quorum() {
+            return replies
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Err(unanswered()));
+        }
+        self.lock_quorum(name, run_id, lease, sent, replies).await
+    }
+
+    /// The majority's verdict on a quorum lock's grants.
+    async fn lock_quorum(
+        &self,
+        name: &str,
+        run_id: &str,
+        lease: Duration,
+        sent: Instant,
+        replies: Vec<Result<LockReply, StoreError>>,
+    ) -> Result<LockReply, StoreError> {
+        let granted: Vec<(u64, &str)> = replies
+            .iter()
+            .filter_map(|r| match r {
+                Ok(LockReply::Acquired { fence, lease_key }) => Some((*fence, lease_key.as_str())),
+                _ => None,
+            })
+            .collect();
+        let drift = lease / 100 + Duration::from_millis(2);
+        if granted.len() >= self.majority() && lease > sent.elapsed() + drift {
+            let fence = granted.iter().map(|(f, _)| *f).max().unwrap_or(0);
+            let lease_key = granted[0].1.to_string();
+            let raised = self.raise_fence(&Keys::lock_job(name), fence).await;
+            if raised.is_ok() && lease > sent.elapsed() + drift {
+                return Ok(LockReply::Acquired { fence, lease_key });
+            }
+        }
+        // Undo the grants where they landed, so the lock is free again.
+        let _ = self.lock_release(name, run_id).await;
+        let held: Vec<(&str, i64)> = replies
+            .iter()
+            .filter_map(|r| match r {
+                Ok(LockReply::Held { holder, ttl_ms }) => Some((holder.as_str(), *ttl_ms)),
+                _ => None,
+            })
+            .collect();
+        if held.len() >= self.majority() {
+            let ttl_ms = held.iter().map(|(_, ttl)| *ttl).max().unwrap_or(0);
+            return Ok(LockReply::Held {
+                holder: held[0].0.to_string(),
+                ttl_ms,
+            });
+        }
+        let answered = replies.iter().filter(|r| r.is_ok()).count();
+        Err(StoreError::NoQuorum {
+            what: "lock",
+            reachable: answered >= self.majority(),
+            detail: format!(
+                "lock {name:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
+                granted.len(),
+                self.nodes.len(),
+                answered,
+                self.majority(),
+                self.nodes
+                    .iter()
+                    .zip(&replies)
+                    .map(|(node, reply)| match reply {
+                        Ok(LockReply::Acquired { .. }) => format!("{}: granted", node.name),
+                        Ok(LockReply::Held { holder, .. }) =>
+                            format!("{}: held by {holder}", node.name),
+                        Err(e) => format!("{}: {e}", node.name),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        })
+    }
+
+    /// The lock script on one node.
+    async fn lock_acquire_on(
+        &self,
+        mut conn: Conn,
+        name: &str,
+        run_id: &str,
+        lease: Duration,
+        holder: &str,
+        host: &str,
+    ) -> Result<LockReply, StoreError> {
         let job = Keys::lock_job(name);
-        let mut conn = self.single("`cronlease lock`").await?;
         let reply: Value = self
             .scripts
             .lock_acquire
@@ -58,31 +169,45 @@ impl Store {
         }
     }
 
-    /// Releases lock `name` if `run_id` holds it, waking waiters.
+    /// Releases lock `name` if `run_id` holds it (with `quorum`: on every
+    /// master, counting with a majority), waking waiters.
     pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
         let job = Keys::lock_job(name);
-        let mut conn = self.single("`cronlease lock`").await?;
-        let released: i64 = self
-            .scripts
-            .lock_release
-            .key(self.keys.running(&job))
-            .key(self.keys.lease(&job))
-            .arg(run_id)
-            .arg(self.keys.lock_channel(name))
-            .invoke_async(&mut conn)
-            .await?;
-        Ok(released == 1)
+        let (running, lease) = (self.keys.running(&job), self.keys.lease(&job));
+        let channel = self.keys.lock_channel(name);
+        let (running, lease, channel) = (&running, &lease, &channel);
+        let answers = self
+            .on_all(|mut conn| async move {
+                let released: i64 = self
+                    .scripts
+                    .lock_release
+                    .key(running)
+                    .key(lease)
+                    .arg(run_id)
+                    .arg(channel)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(released == 1)
+            })
+            .await;
+        let answers = self.gather("lock release", answers)?;
+        Ok(answers.iter().filter(|released| **released).count() >= self.majority())
     }
 
-    /// A pub/sub connection subscribed to lock `name`'s release channel.
+    /// A pub/sub connection subscribed to lock `name`'s release channel
+    /// (with `quorum`: on the first master that answers; a release is
+    /// published on every master).
     pub async fn lock_waiter(&self, name: &str) -> Result<redis::aio::PubSub, StoreError> {
-        let [node] = &*self.nodes else {
-            return Err(StoreError::QuorumUnsupported {
-                what: "`cronlease lock`",
-            });
-        };
-        let mut pubsub = node.link.pubsub().await?;
-        pubsub.subscribe(self.keys.lock_channel(name)).await?;
-        Ok(pubsub)
+        let mut last = None;
+        for node in self.nodes.iter() {
+            match node.link.pubsub().await {
+                Ok(mut pubsub) => {
+                    pubsub.subscribe(self.keys.lock_channel(name)).await?;
+                    return Ok(pubsub);
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.map_or_else(unanswered, StoreError::from))
     }
 }

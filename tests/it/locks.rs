@@ -149,3 +149,73 @@ fn lost_fires_when_the_lease_is_gone() {
         );
     });
 }
+
+#[test]
+fn a_quorum_lock_holds_with_a_majority_and_is_refused_clearly_without_one() {
+    let mut servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let rt = runtime();
+    let quorum = || async {
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        Cluster::connect(
+            RedisSettings::quorum(&urls)
+                .key_prefix(PREFIX)
+                .command_timeout(Duration::from_millis(300))
+                .connect_timeout(Duration::from_millis(300)),
+        )
+        .await
+        .expect("the test's masters answer")
+    };
+    let (a, b) = rt.block_on(async { (quorum().await, quorum().await) });
+    let first = rt.block_on(async {
+        let first = a
+            .lock("ledger")
+            .try_acquire()
+            .await
+            .expect("the masters answer")
+            .expect("free");
+        assert!(
+            b.lock("ledger")
+                .try_acquire()
+                .await
+                .expect("the masters answer")
+                .is_none(),
+            "two holders of a quorum lock"
+        );
+        let fence = first.fence();
+        assert!(first.release().await.expect("the masters answer"));
+        fence
+    });
+    // One master down: a majority still grants it, with a higher fence.
+    servers[0].kill9();
+    rt.block_on(async {
+        let guard = b
+            .lock("ledger")
+            .try_acquire()
+            .await
+            .expect("two of three masters answer")
+            .expect("free");
+        assert!(guard.fence() > first, "{} after {first}", guard.fence());
+        assert!(guard.release().await.expect("two of three masters answer"));
+    });
+    // Two down: refused, saying why.
+    servers[1].kill9();
+    rt.block_on(async {
+        let error = match a.lock("ledger").try_acquire().await {
+            Err(e) => e.to_string(),
+            Ok(guard) => panic!(
+                "granted by one master of three: {:?}",
+                guard.map(|g| g.fence())
+            ),
+        };
+        assert!(
+            error.contains("quorum not reached for lock")
+                && error.contains("a majority of 2 needed"),
+            "{error}"
+        );
+    });
+}
