@@ -53,6 +53,8 @@ pub enum LockError {
 pub struct LockBuilder {
     store: Store,
     name: String,
+    /// Who re-enters; None: every acquisition is a new holder.
+    owner: Option<String>,
     lease: Duration,
     holder: String,
     host: String,
@@ -66,6 +68,7 @@ impl LockBuilder {
         LockBuilder {
             store,
             name: name.to_string(),
+            owner: None,
             lease: Duration::from_secs(30),
             holder: format!("{}-{}", identity.host, identity.pid),
             host: identity.host,
@@ -81,6 +84,30 @@ impl LockBuilder {
     /// Who holds it, as waiters and `status` see it.
     pub fn holder(mut self, holder: &str) -> LockBuilder {
         self.holder = holder.to_string();
+        self
+    }
+
+    /// Makes the lock reentrant for `owner`: while it is held under this
+    /// owner, acquiring it again under the same owner succeeds at once
+    /// (the same fence), and the lock is free only after as many releases
+    /// as acquisitions — Redisson's `RLock`, with the owner named instead
+    /// of being the thread. The use case: code that holds the lock calls
+    /// code that takes it too (a nightly job calling a helper that also
+    /// guards itself). Name the owner after the unit of work that may
+    /// re-enter (a request id, a job run id): everything with the same
+    /// owner is one holder, on any instance.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+    /// let outer = cluster.lock("ledger").owner("settlement-2026-11-24").acquire().await?;
+    /// let inner = cluster.lock("ledger").owner("settlement-2026-11-24").acquire().await?;
+    /// assert_eq!(outer.fence(), inner.fence());
+    /// inner.release().await?;   // still held
+    /// outer.release().await?;   // free
+    /// # Ok(()) }
+    /// ```
+    pub fn owner(mut self, owner: &str) -> LockBuilder {
+        self.owner = Some(owner.to_string());
         self
     }
 
@@ -106,7 +133,10 @@ impl LockBuilder {
     }
 
     async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
-        let run_id = uuid::Uuid::new_v4().to_string();
+        let run_id = match &self.owner {
+            Some(owner) => format!("owner:{owner}"),
+            None => uuid::Uuid::new_v4().to_string(),
+        };
         let mut waiter = None;
         loop {
             let sent = Instant::now();
@@ -115,7 +145,10 @@ impl LockBuilder {
                 .lock_acquire(&self.name, &run_id, self.lease, &self.holder, &self.host)
                 .await?;
             let (holder, ttl_ms) = match reply {
-                LockReply::Acquired { fence, lease_key } => {
+                LockReply::Acquired { fence, lease_key }
+                | LockReply::Reentered {
+                    fence, lease_key, ..
+                } => {
                     return Ok(Acquisition::Acquired(
                         self.hold(run_id, fence, lease_key, sent),
                     ));
@@ -250,8 +283,9 @@ impl LockGuard {
         }
     }
 
-    /// Releases the lock if it is still ours (`true`), waking the waiters;
-    /// `false` if its lease had already been lost.
+    /// Releases this hold if the lock is still ours (`true`): the last
+    /// hold of a reentrant lock, or the only one, frees it and wakes the
+    /// waiters; `false` if its lease had already been lost.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.stop_renewing().await;
         let released = self.store.lock_release(&self.name, &self.run_id).await?;

@@ -17,8 +17,21 @@ pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// What the lock script did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockReply {
-    Acquired { fence: u64, lease_key: String },
-    Held { holder: String, ttl_ms: i64 },
+    Acquired {
+        fence: u64,
+        lease_key: String,
+    },
+    /// Its holder asked again with the same run id (an owner): one more
+    /// hold, the same fence.
+    Reentered {
+        fence: u64,
+        lease_key: String,
+        holds: u32,
+    },
+    Held {
+        holder: String,
+        ttl_ms: i64,
+    },
 }
 
 impl Store {
@@ -46,7 +59,12 @@ impl Store {
                 |replies| {
                     replies
                         .iter()
-                        .filter(|r| matches!(r, Some(Ok(LockReply::Acquired { .. }))))
+                        .filter(|r| {
+                            matches!(
+                                r,
+                                Some(Ok(LockReply::Acquired { .. } | LockReply::Reentered { .. }))
+                            )
+                        })
                         .count()
                         >= majority
                 },
@@ -77,7 +95,12 @@ impl Store {
         let granted: Vec<(u64, &str)> = replies
             .iter()
             .filter_map(|r| match r {
-                Ok(LockReply::Acquired { fence, lease_key }) => Some((*fence, lease_key.as_str())),
+                Ok(
+                    LockReply::Acquired { fence, lease_key }
+                    | LockReply::Reentered {
+                        fence, lease_key, ..
+                    },
+                ) => Some((*fence, lease_key.as_str())),
                 _ => None,
             })
             .collect();
@@ -120,7 +143,9 @@ impl Store {
                     .iter()
                     .zip(&replies)
                     .map(|(node, reply)| match reply {
-                        Ok(LockReply::Acquired { .. }) => format!("{}: granted", node.name),
+                        Ok(LockReply::Acquired { .. } | LockReply::Reentered { .. }) => {
+                            format!("{}: granted", node.name)
+                        }
                         Ok(LockReply::Held { holder, .. }) =>
                             format!("{}: held by {holder}", node.name),
                         Err(e) => format!("{}: {e}", node.name),
@@ -161,6 +186,11 @@ impl Store {
                 fence: r.fence(1)?,
                 lease_key: r.string(2)?,
             }),
+            "reentered" => Ok(LockReply::Reentered {
+                fence: r.fence(1)?,
+                lease_key: r.string(2)?,
+                holds: u32::try_from(r.int(3)?).map_err(|_| r.bad())?,
+            }),
             "held" => Ok(LockReply::Held {
                 holder: r.string_or_empty(1),
                 ttl_ms: r.int_or(2, 0),
@@ -169,13 +199,14 @@ impl Store {
         }
     }
 
-    /// Releases lock `name` if `run_id` holds it (with `quorum`: on every
-    /// master, counting with a majority), waking waiters.
+    /// Releases one hold of lock `name` if `run_id` holds it (with
+    /// `quorum`: on every master, counting with a majority); the last hold
+    /// frees it and wakes the waiters. False if it was no longer ours.
     pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
         let job = Keys::lock_job(name);
         let (running, lease) = (self.keys.running(&job), self.keys.lease(&job));
-        let channel = self.keys.lock_channel(name);
-        let (running, lease, channel) = (&running, &lease, &channel);
+        let (state, channel) = (self.keys.state(&job), self.keys.lock_channel(name));
+        let (running, lease, state, channel) = (&running, &lease, &state, &channel);
         let answers = self
             .on_all(|mut conn| async move {
                 let released: i64 = self
@@ -183,11 +214,13 @@ impl Store {
                     .lock_release
                     .key(running)
                     .key(lease)
+                    .key(state)
                     .arg(run_id)
                     .arg(channel)
                     .invoke_async(&mut conn)
                     .await?;
-                Ok(released == 1)
+                // 1: freed; 2: one hold of a re-entered lock released.
+                Ok(released >= 1)
             })
             .await;
         let answers = self.gather("lock release", answers)?;

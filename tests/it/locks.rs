@@ -219,3 +219,46 @@ fn a_quorum_lock_holds_with_a_majority_and_is_refused_clearly_without_one() {
         );
     });
 }
+
+#[test]
+fn a_reentrant_lock_is_free_after_as_many_releases_as_acquisitions() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let (a, b) = (cluster(&redis).await, cluster(&redis).await);
+        let owner = "settlement-2026-11-24";
+        let outer = a
+            .lock("ledger")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("free");
+        // The same owner, from another connection (another instance).
+        let inner = b
+            .lock("ledger")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the owner re-enters");
+        assert_eq!(inner.fence(), outer.fence());
+        let other = || async {
+            b.lock("ledger")
+                .owner("someone-else")
+                .try_acquire()
+                .await
+                .expect("Redis answers")
+        };
+        assert!(other().await.is_none(), "another owner took a held lock");
+        assert!(inner.release().await.expect("Redis answers"));
+        assert!(
+            other().await.is_none(),
+            "free after one release of two holds"
+        );
+        let fence = outer.fence();
+        assert!(outer.release().await.expect("Redis answers"));
+        let next = other().await.expect("free after the last release");
+        assert!(next.fence() > fence);
+        next.release().await.expect("Redis answers");
+    });
+}
