@@ -7,6 +7,7 @@
 //! [`store`] is the Redis side (keys and scripts), [`runner`] runs commands,
 //! and [`cli`] is the command line on top.
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod embed;
 pub mod exit;
 pub mod link;
 pub mod lock;
+#[cfg(feature = "cli")]
 pub mod logging;
 pub mod membership;
 pub mod operator;

@@ -9,17 +9,18 @@
 //! otherwise.
 
 use std::net::SocketAddr;
+#[cfg(feature = "metrics-server")]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
+#[cfg(feature = "metrics-server")]
+use axum::{Router, extract::State, http::StatusCode, routing::get};
+#[cfg(feature = "metrics-server")]
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::sync::watch;
 use tokio::time::Instant;
+#[cfg(feature = "metrics-server")]
 use tokio_util::sync::CancellationToken;
 
 pub const RUNS: &str = "cronlease_runs_total";
@@ -41,6 +42,7 @@ pub const GIT_SHA: &str = env!("CRONLEASE_GIT_SHA");
 
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
+    #[cfg(feature = "metrics-server")]
     #[error("cannot install the metrics recorder: {0}")]
     Recorder(#[from] metrics_exporter_prometheus::BuildError),
     #[error("cannot listen for metrics on {addr}: {source}")]
@@ -51,6 +53,7 @@ pub enum TelemetryError {
     },
 }
 
+#[cfg(feature = "metrics-server")]
 /// Installs the process-wide Prometheus recorder and describes every metric.
 pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     let latency = [
@@ -157,12 +160,14 @@ impl Health {
 }
 
 #[derive(Clone)]
+#[cfg(feature = "metrics-server")]
 struct Served {
     handle: PrometheusHandle,
     health: Arc<Health>,
 }
 
 /// Binds `addr` (a port 0 picks a free one); the caller logs the address.
+#[cfg(feature = "metrics-server")]
 pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, TelemetryError> {
     tokio::net::TcpListener::bind(addr)
         .await
@@ -170,6 +175,7 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Telemetry
 }
 
 /// Serves `/metrics` and `/healthz` until `cancel`.
+#[cfg(feature = "metrics-server")]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
@@ -188,11 +194,13 @@ pub async fn serve(
     }
 }
 
+#[cfg(feature = "metrics-server")]
 async fn metrics_page(State(served): State<Served>) -> String {
     served.handle.run_upkeep();
     served.handle.render()
 }
 
+#[cfg(feature = "metrics-server")]
 async fn healthz(State(served): State<Served>) -> (StatusCode, String) {
     match served.health.check() {
         Ok(()) => (StatusCode::OK, "ok\n".to_string()),

@@ -70,6 +70,7 @@ use crate::task::{self, Attempts, RunContext, RunResult, Stop, Tasks};
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
 use state::{Announcements, LiveReplicas, MarkBook};
+use systemd::Notice;
 
 mod claim;
 mod courier;
@@ -78,6 +79,7 @@ mod rendezvous;
 mod runs;
 mod scheduler;
 mod state;
+mod systemd;
 mod tick;
 mod triggers;
 
@@ -344,11 +346,11 @@ pub async fn run(
         claiming: claiming.clone(),
     };
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
-    notify(&[sd_notify::NotifyState::Ready], &ctx);
+    notify(&[Notice::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");
 
     supervise(&ctx, &mut scheduler, &health, &shutdown, &mut reload).await;
-    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    systemd::notify(&[Notice::Stopping]);
     info!("shutting down: no more claims; waiting for runs in flight");
     drain(&ctx, &scheduler.tracker, &background, &service).await;
     if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
@@ -368,7 +370,7 @@ async fn supervise(
     shutdown: &CancellationToken,
     reload: &mut mpsc::UnboundedReceiver<Reload>,
 ) {
-    let watchdog_period = sd_notify::watchdog_enabled().map(|usec| usec / 2);
+    let watchdog_period = systemd::watchdog_period();
     let mut beat = tokio::time::interval(SUPERVISOR_PERIOD);
     let mut last_ping = Instant::now();
     loop {
@@ -381,7 +383,7 @@ async fn supervise(
                     && last_ping.elapsed() >= period.min(SUPERVISOR_PERIOD * 5)
                 {
                     last_ping = Instant::now();
-                    notify(&[sd_notify::NotifyState::Watchdog], ctx);
+                    notify(&[Notice::Alive], ctx);
                 }
             }
         }
@@ -456,6 +458,7 @@ const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
 
 /// Installs the metrics recorder and serves `/metrics` and `/healthz`. A
 /// port that cannot be bound is logged, not fatal: claims matter more.
+#[cfg(feature = "metrics-server")]
 async fn start_metrics(
     addr: std::net::SocketAddr,
     health: Arc<telemetry::Health>,
@@ -481,6 +484,17 @@ async fn start_metrics(
     }
 }
 
+/// Built without the `metrics-server` feature: nothing is served.
+#[cfg(not(feature = "metrics-server"))]
+async fn start_metrics(
+    addr: std::net::SocketAddr,
+    _health: Arc<telemetry::Health>,
+    _tasks: &TaskTracker,
+    _cancel: &CancellationToken,
+) {
+    warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
+}
+
 /// The jobs by name, shared with the tasks that look jobs up.
 type JobTable = BTreeMap<String, Arc<Job>>;
 
@@ -495,7 +509,7 @@ fn job_table(config: &Config) -> Arc<JobTable> {
 }
 
 /// Sends `states` plus a one-line STATUS to systemd (a no-op outside it).
-fn notify(states: &[sd_notify::NotifyState<'_>], ctx: &Ctx) {
+fn notify(notices: &[Notice<'_>], ctx: &Ctx) {
     let status = format!(
         "{} jobs, {} runs in flight, Redis {}",
         ctx.jobs.borrow().len(),
@@ -506,9 +520,9 @@ fn notify(states: &[sd_notify::NotifyState<'_>], ctx: &Ctx) {
             "unreachable"
         }
     );
-    let mut all = states.to_vec();
-    all.push(sd_notify::NotifyState::Status(&status));
-    let _ = sd_notify::notify(&all);
+    let mut all = notices.to_vec();
+    all.push(Notice::Status(&status));
+    systemd::notify(&all);
 }
 
 /// Connects to Redis, retrying with backoff until it works (the daemon

@@ -64,11 +64,7 @@ pub enum Reload {
 /// Applies a reload: the job loops follow the new table; runs in flight
 /// keep the definition they started with.
 pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload) {
-    let _ = sd_notify::notify(&[
-        sd_notify::NotifyState::Reloading,
-        sd_notify::NotifyState::monotonic_usec_now()
-            .unwrap_or(sd_notify::NotifyState::Status("reloading")),
-    ]);
+    systemd::notify(&[Notice::Reloading]);
     let table = match reload {
         Reload::File => read_table(ctx).await,
         Reload::Table { jobs, tasks } => {
@@ -88,7 +84,7 @@ pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reloa
         ctx.heartbeat_now.notify_one();
         info!(?added, ?removed, ?changed, "job table reloaded");
     }
-    notify(&[sd_notify::NotifyState::Ready], ctx);
+    notify(&[Notice::Ready], ctx);
 }
 
 /// The config file's job table, read again; None (logged) when it is not
