@@ -91,6 +91,10 @@ pub struct ConnectArgs {
 pub struct StatusArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
+    /// Also show who holds this cluster lock (`cronlease lock`, or the
+    /// library's), its fence and time left; repeatable.
+    #[arg(long = "lock", value_name = "NAME")]
+    pub locks: Vec<String>,
     /// Print JSON (schema in the README).
     #[arg(long)]
     pub json: bool,
@@ -236,8 +240,13 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Check(args) => check(&args),
         Command::Run(args) => run_daemon(&args, tasks),
         Command::Status(args) => operator_command(&args.connect, |target| async move {
-            let report =
-                operator::status(&target.store, target.config.as_ref(), &target.prefix).await?;
+            let report = operator::status(
+                &target.store,
+                target.config.as_ref(),
+                &target.prefix,
+                &args.locks,
+            )
+            .await?;
             Ok(if args.json {
                 json_line(&report)
             } else {

@@ -111,6 +111,12 @@ impl LockBuilder {
         self
     }
 
+    /// Who holds the lock now (holder, host, fence, since, time left,
+    /// holds); None when it is free.
+    pub async fn info(&self) -> Result<Option<crate::store::LockHolder>, LockError> {
+        Ok(self.store.lock_holder(&self.name).await?)
+    }
+
     /// Takes the lock if it is free; `None` if someone holds it.
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
         Ok(self.acquire_until(Wait::No).await?.guard())

@@ -106,6 +106,24 @@ pub struct StatusReport {
     pub now_ms: i64,
     pub replicas: Vec<ReplicaStatus>,
     pub jobs: Vec<JobStatus>,
+    /// The locks asked about (`--lock NAME`), held or free.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub locks: Vec<LockStatus>,
+}
+
+/// A cluster lock as `status --lock NAME` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct LockStatus {
+    pub name: String,
+    /// None: free.
+    pub holder: Option<String>,
+    pub host: Option<String>,
+    pub fence: Option<u64>,
+    pub since_ms: Option<i64>,
+    /// What is left of the holder's lease.
+    pub time_left_ms: Option<i64>,
+    /// Acquisitions not yet released (more than 1: re-entered).
+    pub holds: Option<u32>,
 }
 
 /// The status of replica `id` from its heartbeat record; `None` (and a
@@ -140,6 +158,7 @@ pub async fn status(
     store: &Store,
     config: Option<&Config>,
     prefix: &str,
+    locks: &[String],
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
     let replicas = read_replicas(store, now_ms).await?;
@@ -149,11 +168,25 @@ pub async fn status(
         let job = config.and_then(|c| c.jobs.get(&name));
         jobs.push(job_status(store, name, job, now_ms, &replicas).await?);
     }
+    let mut held = Vec::with_capacity(locks.len());
+    for name in locks {
+        let holder = store.lock_holder(name).await?;
+        held.push(LockStatus {
+            name: name.clone(),
+            holder: holder.as_ref().map(|h| h.holder.clone()),
+            host: holder.as_ref().map(|h| h.host.clone()),
+            fence: holder.as_ref().map(|h| h.fence),
+            since_ms: holder.as_ref().map(|h| h.since_ms),
+            time_left_ms: holder.as_ref().map(|h| h.ttl_ms),
+            holds: holder.as_ref().map(|h| h.holds),
+        });
+    }
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
         replicas,
         jobs,
+        locks: held,
     })
 }
 

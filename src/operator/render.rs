@@ -116,7 +116,41 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
             let _ = writeln!(out, "  {warning}");
         }
     }
+    if !report.locks.is_empty() {
+        let _ = writeln!(out, "\nlocks ({}):", report.locks.len());
+        out.push_str(&table(&lock_rows(report), colour));
+    }
     out
+}
+
+/// The locks table of `status --lock`, header first.
+fn lock_rows(report: &StatusReport) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "lock",
+            "holder",
+            "host",
+            "fence",
+            "since",
+            "time left",
+            "holds",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for lock in &report.locks {
+        let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+        rows.push(vec![
+            lock.name.clone(),
+            lock.holder.clone().unwrap_or_else(|| "(free)".to_string()),
+            or_dash(lock.host.clone()),
+            or_dash(lock.fence.map(|f| f.to_string())),
+            or_dash(lock.since_ms.map(|ms| ago(report.now_ms, ms))),
+            or_dash(lock.time_left_ms.map(duration)),
+            or_dash(lock.holds.map(|h| h.to_string())),
+        ]);
+    }
+    rows
 }
 
 /// The replicas table of `status`, header first.

@@ -14,6 +14,21 @@ use super::*;
 /// acquisition: a lock name used once does not stay in Redis for ever.
 pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Who holds a lock, as Redis says (the first master that answers, with
+/// `quorum`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockHolder {
+    pub holder: String,
+    pub host: String,
+    pub fence: u64,
+    /// Redis time of the acquisition, ms.
+    pub since_ms: i64,
+    /// What is left of the lease, ms.
+    pub ttl_ms: i64,
+    /// Acquisitions not yet released (more than 1: re-entered).
+    pub holds: u32,
+}
+
 /// What the lock script did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockReply {
@@ -242,5 +257,41 @@ impl Store {
             }
         }
         Err(last.map_or_else(unanswered, StoreError::from))
+    }
+
+    /// Who holds lock `name` now; None when it is free. An entry that does
+    /// not parse is an error that names it.
+    pub async fn lock_holder(&self, name: &str) -> Result<Option<LockHolder>, StoreError> {
+        let job = Keys::lock_job(name);
+        let mut get = redis::cmd("GET");
+        get.arg(self.keys.lease(&job));
+        let Some(run_id): Option<String> = self.read_cmd(get).await? else {
+            return Ok(None);
+        };
+        let mut entry = redis::cmd("HGET");
+        entry.arg(self.keys.running(&job)).arg(&run_id);
+        let mut pttl = redis::cmd("PTTL");
+        pttl.arg(self.keys.lease(&job));
+        let mut holds = redis::cmd("HGET");
+        holds.arg(self.keys.state(&job)).arg("holds");
+        let entry: Option<String> = self.read_cmd(entry).await?;
+        let ttl_ms: i64 = self.read_cmd(pttl).await?;
+        let holds: Option<u32> = self.read_cmd(holds).await?;
+        let bad = |detail: &str| StoreError::Protocol {
+            what: "lock holder",
+            reply: format!("lock {name:?}, run {run_id}: {detail}"),
+        };
+        let entry = entry.ok_or_else(|| bad("the lease has no entry in `running`"))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&entry).map_err(|e| bad(&format!("{e}: {entry}")))?;
+        let text = |field: &str| value[field].as_str().unwrap_or_default().to_string();
+        Ok(Some(LockHolder {
+            holder: text("replica"),
+            host: text("host"),
+            fence: value["fence"].as_u64().ok_or_else(|| bad("no fence"))?,
+            since_ms: value["started"].as_i64().unwrap_or(0),
+            ttl_ms: ttl_ms.max(0),
+            holds: holds.unwrap_or(1),
+        }))
     }
 }

@@ -36,7 +36,7 @@ pub use run::{
 };
 
 pub use keys::Keys;
-pub use lock::{LOCK_IDLE_TTL, LockReply};
+pub use lock::{LOCK_IDLE_TTL, LockHolder, LockReply};
 pub use triggers::{ManualReply, ManualRequest, TRIGGER_GROUP, TriggerReader, TriggerRequest};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");

@@ -262,3 +262,61 @@ fn a_reentrant_lock_is_free_after_as_many_releases_as_acquisitions() {
         next.release().await.expect("Redis answers");
     });
 }
+
+#[test]
+fn who_holds_a_lock_is_shown_by_the_library_and_by_status() {
+    let redis = RedisServer::start();
+    let status = |name: &str| {
+        let run = crate::support::cronlease([
+            "status",
+            "--json",
+            "--redis-url",
+            &redis.url(),
+            "--prefix",
+            PREFIX,
+            "--lock",
+            name,
+        ]);
+        assert_eq!(run.code(), Some(0), "{}", run.describe());
+        let report: serde_json::Value = serde_json::from_str(&run.stdout()).unwrap();
+        report["locks"][0].clone()
+    };
+    let rt = runtime();
+    let a = rt.block_on(cluster(&redis));
+    let guard = rt.block_on(async {
+        let guard = a
+            .lock("backup")
+            .holder("night-shift")
+            .lease(Duration::from_secs(20))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("free");
+        let info = a
+            .lock("backup")
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("held");
+        assert_eq!(
+            (info.holder.as_str(), info.fence, info.holds),
+            ("night-shift", guard.fence(), 1)
+        );
+        assert!((1..=20_000).contains(&info.ttl_ms), "{info:?}");
+        guard
+    });
+    let shown = status("backup");
+    assert_eq!(shown["holder"], "night-shift", "{shown}");
+    assert_eq!(shown["fence"].as_u64(), Some(guard.fence()), "{shown}");
+    rt.block_on(async {
+        guard.release().await.expect("Redis answers");
+        assert!(
+            a.lock("backup")
+                .info()
+                .await
+                .expect("Redis answers")
+                .is_none()
+        );
+    });
+    assert!(status("backup")["holder"].is_null());
+}
