@@ -79,8 +79,7 @@ async fn main() -> Result<()> {
         .get_connection_manager()
         .await
         .context("cannot connect to Redis")?;
-    let cluster =
-        Cluster::connect(RedisSettings::url(&args.redis).key_prefix(KEY_PREFIX)).await?;
+    let cluster = Cluster::connect(RedisSettings::url(&args.redis).key_prefix(KEY_PREFIX)).await?;
     let state_dir = args
         .state_dir
         .clone()
@@ -178,8 +177,5 @@ async fn latest(State(mut redis): State<redis::aio::ConnectionManager>) -> Strin
     if fields.is_empty() {
         return "no draw yet\n".to_string();
     }
-    fields
-        .iter()
-        .map(|(k, v)| format!("{k}: {v}\n"))
-        .collect()
+    fields.iter().map(|(k, v)| format!("{k}: {v}\n")).collect()
 }

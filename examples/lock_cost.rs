@@ -185,8 +185,7 @@ async fn run(args: Args) -> Result<()> {
                 figures.commands_per_pair(),
                 match kind {
                     Kind::Raw => "1.00".to_string(),
-                    Kind::Cronlease =>
-                        format!("{:.2}", figures.per_second() / raw.per_second()),
+                    Kind::Cronlease => format!("{:.2}", figures.per_second() / raw.per_second()),
                 }
             );
         }

@@ -398,6 +398,11 @@ impl SchedulerBuilder {
         self.set("shutdown_grace", duration(grace))
     }
 
+    /// Outcomes kept per job (`history`, default 1000).
+    pub fn history(self, outcomes: u32) -> SchedulerBuilder {
+        self.set("history", i64::from(outcomes).into())
+    }
+
     /// How long a handler told to stop may go on before it is dropped
     /// (`kill_grace`).
     pub fn kill_grace(self, grace: Duration) -> SchedulerBuilder {
@@ -478,6 +483,21 @@ impl Scheduler {
             .filter(|j| j.name != name)
             .cloned()
             .collect();
+        self.replace(jobs)
+    }
+
+    /// Replaces every job at once (a reload): jobs whose definition did
+    /// not change keep running undisturbed; an error (and no change) if
+    /// one is not valid or two share a name.
+    pub fn set_jobs(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
+        let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(EmbedError::Jobs(format!(
+                "two jobs are named {:?}",
+                twice[0]
+            )));
+        }
         self.replace(jobs)
     }
 
