@@ -415,7 +415,8 @@ impl SchedulerBuilder {
     }
 
     /// Checks every job and setting (all problems at once) and starts the
-    /// replica on the current tokio runtime.
+    /// replica on the current tokio runtime (it must be called from within
+    /// one: it spawns the replica's task there).
     pub fn start(self) -> Result<Scheduler, EmbedError> {
         let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
         let shutdown = CancellationToken::new();
