@@ -4,8 +4,7 @@
 //! message; a handler that ignores its stop signal is dropped after the
 //! grace; a deleted lease fires the signal; jobs come and go at runtime;
 //! the operator commands see, trigger, pause and resume embedded jobs; bad
-//! settings get
-//! the config's messages.
+//! settings get the config's messages.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
