@@ -1,7 +1,8 @@
 //! The library's cluster locks (`Cluster::lock`) against a private Redis,
 //! each contender on its own connection: one holder at a time with rising
 //! fences, a waiter woken by the release (and silent while it waits), and
-//! `lost()` when the lease can no longer be proven.
+//! `lost()` when the lease can no longer be proven (its key deleted, or
+//! Redis paused past it), reentrancy, quorum, and who holds it.
 
 use std::time::Duration;
 
@@ -319,4 +320,31 @@ fn who_holds_a_lock_is_shown_by_the_library_and_by_status() {
         );
     });
     assert!(status("backup")["holder"].is_null());
+}
+
+#[test]
+fn lost_fires_when_redis_is_paused_past_the_lease() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let guard = a
+            .lock("paused")
+            .lease(Duration::from_secs(2))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        let paused_at = std::time::Instant::now();
+        let _: () = redis::cmd("CLIENT")
+            .arg(&["PAUSE", "5000", "ALL"])
+            .query(&mut redis.client())
+            .expect("CLIENT PAUSE");
+        // The renewals cannot get through: at the local deadline (the last
+        // renewal sent + lease - lease/5) the lease is no longer provable,
+        // before Redis comes back.
+        tokio::time::timeout(Duration::from_secs(4), guard.lost())
+            .await
+            .expect("lost() fired while Redis was paused");
+        assert!(paused_at.elapsed() < Duration::from_secs(5));
+    });
 }
