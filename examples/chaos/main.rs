@@ -11,8 +11,15 @@
 //! scripts/chaos                                   # builds, then 90 s with a random seed
 //! scripts/chaos --duration 3m --seed 42 --replicas 5 --out /tmp/chaos-42
 //! scripts/chaos --faults kill9,sigstop            # only these kinds of fault
+//! scripts/chaos --replica-kind embedded           # replicas embed the library
 //! cargo run --release --example chaos -- --recheck /tmp/chaos-42   # the checker again, offline
 //! ```
+//!
+//! The replicas are `cronlease run` daemons by default; with
+//! `--replica-kind embedded` they are the `chaos_replica` example (next to
+//! this executable), which runs the same probe jobs in process through
+//! `cronlease::embed` with the same command line, signals and log, so the
+//! same faults and the same checker apply to embedded schedulers.
 //!
 //! The seed is printed first; `--seed N` replays the same sequence of fault
 //! kinds, parameters and gaps (which replica holds a run at a given instant
@@ -90,7 +97,7 @@ use nix::sys::signal::Signal;
 use crate::common::{cronlease_binary, install_interrupt_handler, on_path};
 use crate::evidence::Evidence;
 use crate::faults::FaultKind;
-use crate::harness::Harness;
+use crate::harness::{Harness, Launcher};
 use crate::report::Output;
 use crate::rng::Rng;
 
@@ -126,6 +133,41 @@ struct Args {
     /// (its effects.log, faults.jsonl, records.jsonl, meta.json and logs).
     #[arg(long, value_name = "DIR", conflicts_with_all = ["seed", "out", "faults"])]
     recheck: Option<PathBuf>,
+    /// What the replicas are: `cronlease run` daemons, or services that
+    /// embed the library (the `chaos_replica` example).
+    #[arg(long, value_enum, default_value_t = ReplicaKind::Daemon)]
+    replica_kind: ReplicaKind,
+}
+
+/// The program each replica runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum ReplicaKind {
+    /// `cronlease run --config rN/jobs.toml`.
+    Daemon,
+    /// `chaos_replica run --config rN/jobs.toml` (`cronlease::embed`).
+    Embedded,
+}
+
+impl ReplicaKind {
+    /// The replica program: the `cronlease` binary, or the `chaos_replica`
+    /// example next to this executable.
+    fn program(self, cronlease: &Path) -> Result<PathBuf> {
+        match self {
+            ReplicaKind::Daemon => Ok(cronlease.to_path_buf()),
+            ReplicaKind::Embedded => {
+                let exe = std::env::current_exe().context("cannot find the suite's executable")?;
+                let program = exe.with_file_name("chaos_replica");
+                if !program.is_file() {
+                    bail!(
+                        "{} does not exist: build it first with `cargo build --release --bins \
+                         --examples` (scripts/chaos does)",
+                        program.display()
+                    );
+                }
+                Ok(program)
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -174,9 +216,10 @@ fn run(args: &Args) -> Result<bool> {
         return evidence.report(&evidence.check(), Output::Print);
     }
     let kinds = FaultKind::enabled(&args.faults)?;
-    let binary = cronlease_binary()?;
+    let cronlease = cronlease_binary()?;
+    let program = args.replica_kind.program(&cronlease)?;
     // Canonical: a replica under `faketime` is found by its /proc/PID/exe.
-    let binary = binary.canonicalize().unwrap_or(binary);
+    let program = program.canonicalize().unwrap_or(program);
     let mut tools = vec!["redis-server"];
     if kinds.iter().any(|(k, _)| *k == FaultKind::ClockSkew) {
         tools.push("faketime");
@@ -192,8 +235,14 @@ fn run(args: &Args) -> Result<bool> {
     let out = prepare_out(args.out.as_deref())?;
     let _ = OUT_DIR.set(out.clone());
     println!("output directory: {}", out.display());
+    println!("replicas: {:?} ({})", args.replica_kind, program.display());
 
-    let mut harness = Harness::start(args.replicas, &out, &binary, seed, kinds)?;
+    let launcher = Launcher {
+        program,
+        cronlease,
+        self_exe: std::env::current_exe().context("cannot find the suite's executable")?,
+    };
+    let mut harness = Harness::start(args.replicas, &out, launcher, seed, kinds)?;
     harness.inject_faults(args.duration)?;
     harness.shutdown();
     let evidence = Evidence::collect(&harness, seed, args.duration)?;

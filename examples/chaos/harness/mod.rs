@@ -68,7 +68,7 @@ impl Harness {
     pub fn start(
         replicas: u32,
         out: &Path,
-        binary: &Path,
+        launcher: Launcher,
         seed: u64,
         kinds: Vec<(FaultKind, u64)>,
     ) -> Result<Harness> {
@@ -90,10 +90,7 @@ impl Harness {
             File::create(out.join("faults.jsonl")).context("cannot create faults.jsonl")?;
         let mut harness = Harness {
             out: out.to_path_buf(),
-            launcher: Launcher {
-                binary: binary.to_path_buf(),
-                self_exe: std::env::current_exe().context("cannot find the suite's executable")?,
-            },
+            launcher,
             effects,
             replicas: Vec::new(),
             redis,
@@ -163,7 +160,7 @@ impl Harness {
     /// before any daemon starts.
     fn check_config(&self) -> Result<()> {
         let config = &self.replicas[0].config;
-        let output = Command::new(&self.launcher.binary)
+        let output = Command::new(&self.launcher.cronlease)
             .arg("check")
             .arg("--config")
             .arg(config)

@@ -19,10 +19,13 @@ use crate::wall::{now_ms, rfc3339};
 /// How long a replica may take to log `ready`.
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// What starts a daemon: the `cronlease` binary, and this suite's own
-/// executable (the trampoline behind `faketime`).
+/// What starts a replica: its program (the `cronlease` binary, or the
+/// embedded `chaos_replica`), the `cronlease` binary (for `check`), and this
+/// suite's own executable (the trampoline behind `faketime`).
 pub struct Launcher {
-    pub binary: PathBuf,
+    /// Canonical: a replica under `faketime` is found by its /proc/PID/exe.
+    pub program: PathBuf,
+    pub cronlease: PathBuf,
     pub self_exe: PathBuf,
 }
 
@@ -129,7 +132,7 @@ impl Replica {
             .spawn()
             .with_context(|| format!("cannot start replica {}", self.name))?;
         let pid = match self.skew {
-            Some(_) => self.daemon_under_faketime(&mut child, &launcher.binary)?,
+            Some(_) => self.daemon_under_faketime(&mut child, &launcher.program)?,
             None => child.id() as i32,
         };
         self.process = Some(Daemon {
@@ -151,12 +154,12 @@ impl Replica {
                     .args(["-f", skew])
                     .arg(&launcher.self_exe)
                     .arg(EXEC_TIED)
-                    .arg(&launcher.binary)
+                    .arg(&launcher.program)
                     .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
                 command
             }
             None => {
-                let mut command = Command::new(&launcher.binary);
+                let mut command = Command::new(&launcher.program);
                 command.env_remove("LD_PRELOAD").env_remove("FAKETIME");
                 command
             }
