@@ -2,6 +2,7 @@
 //! back for `--recheck DIR`: `effects.log`, the replicas' logs and spools,
 //! `faults.jsonl`, `records.jsonl` and `meta.json`.
 
+use crate::ReplicaKind;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::Write;
@@ -26,6 +27,9 @@ pub struct Meta {
     /// Replicas that died by themselves, did not exit 0 on SIGTERM, or
     /// did not take a reload.
     pub exit_problems: Vec<String>,
+    /// What the replicas were (daemon when an older `meta.json` says
+    /// nothing).
+    pub replica_kind: ReplicaKind,
 }
 
 impl Meta {
@@ -37,6 +41,7 @@ impl Meta {
             "ready_ms": self.ready_ms,
             "shutdown_ms": self.shutdown_ms,
             "exit_problems": self.exit_problems,
+            "replica_kind": self.replica_kind.name(),
         })
     }
 
@@ -58,6 +63,10 @@ impl Meta {
                 .flatten()
                 .filter_map(|p| p.as_str().map(str::to_string))
                 .collect(),
+            replica_kind: match value["replica_kind"].as_str() {
+                Some("embedded") => ReplicaKind::Embedded,
+                _ => ReplicaKind::Daemon,
+            },
         })
     }
 }
@@ -79,7 +88,12 @@ impl Evidence {
     /// Reads the outcome streams (merged with the snapshots taken before
     /// wipes) and writes `records.jsonl` and `meta.json`, so that the check
     /// can be repeated from the output directory alone (`--recheck DIR`).
-    pub fn collect(harness: &Harness, seed: u64, duration: Duration) -> Result<Evidence> {
+    pub fn collect(
+        harness: &Harness,
+        seed: u64,
+        duration: Duration,
+        replica_kind: ReplicaKind,
+    ) -> Result<Evidence> {
         let mut records = harness.snapshots.clone();
         let mut seen: BTreeSet<(String, BTreeMap<String, String>)> = records
             .iter()
@@ -108,6 +122,7 @@ impl Evidence {
             ready_ms: harness.ready_ms,
             shutdown_ms: harness.shutdown_ms,
             exit_problems: harness.exit_problems.clone(),
+            replica_kind,
         };
         std::fs::write(
             out.join("meta.json"),

@@ -141,7 +141,7 @@ struct Args {
 
 /// The program each replica runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum ReplicaKind {
+pub enum ReplicaKind {
     /// `cronlease run --config rN/jobs.toml`.
     Daemon,
     /// `chaos_replica run --config rN/jobs.toml` (`cronlease::embed`).
@@ -149,6 +149,14 @@ enum ReplicaKind {
 }
 
 impl ReplicaKind {
+    /// The name in `meta.json`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaKind::Daemon => "daemon",
+            ReplicaKind::Embedded => "embedded",
+        }
+    }
+
     /// The replica program: the `cronlease` binary, or the `chaos_replica`
     /// example next to this executable.
     fn program(self, cronlease: &Path) -> Result<PathBuf> {
@@ -245,7 +253,7 @@ fn run(args: &Args) -> Result<bool> {
     let mut harness = Harness::start(args.replicas, &out, launcher, seed, kinds)?;
     harness.inject_faults(args.duration)?;
     harness.shutdown();
-    let evidence = Evidence::collect(&harness, seed, args.duration)?;
+    let evidence = Evidence::collect(&harness, seed, args.duration, args.replica_kind)?;
     drop(harness);
     let passed = evidence.report(&evidence.check(), Output::PrintAndWrite)?;
     println!("\nlogs: {}", out.display());

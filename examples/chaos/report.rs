@@ -296,7 +296,10 @@ fn findings(report: &Report) -> String {
     ];
     for (name, list) in groups {
         for violation in list {
-            let label = if violation.excused {
+            let label = if violation.excused && violation.message.contains("frozen embedded holder")
+            {
+                format!("{name} (excused: a frozen embedded holder)")
+            } else if violation.excused {
                 format!("{name} (inside the declared state-loss window)")
             } else {
                 name.to_string()

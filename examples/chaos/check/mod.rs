@@ -70,6 +70,7 @@ struct CheckInput<'a> {
     replicas: usize,
     spooled: &'a [String],
     exit_problems: &'a [String],
+    replica_kind: crate::ReplicaKind,
 }
 
 /// What the checker found.
@@ -122,6 +123,7 @@ impl Evidence {
             replicas: self.meta.replicas,
             spooled: &self.spooled,
             exit_problems: &self.meta.exit_problems,
+            replica_kind: self.meta.replica_kind,
         };
         check(&input)
     }

@@ -1,13 +1,19 @@
 //! O: the most runs of one non-`allow` job at once, from start/end lines
 //! (reruns excepted). A run without an `end` line ended when its own
-//! outcome says, or when its replica was killed, whichever is first. Each
-//! episode of overlapping runs is a finding, excused in a state-loss window
-//! (a Redis that forgot a lease lets a second run start).
+//! outcome says, or when its replica was killed, whichever is first; for
+//! embedded replicas also when its replica was frozen (SIGSTOP freezes the
+//! handler with it, where a daemon's child process runs on). Each episode
+//! of overlapping runs is a finding, excused in a state-loss window (a
+//! Redis that forgot a lease lets a second run start) and, for embedded
+//! replicas, when a run's replica was frozen while it held it (a paused
+//! process: the fence's case, not the lease's); the figure outside those
+//! windows is the largest episode not excused (1: none).
 
 use std::collections::BTreeSet;
 
 use super::facts::Facts;
 use super::{Report, Violation};
+use crate::ReplicaKind;
 use crate::faults::FaultKind;
 use crate::harness::config::{ALLOW_JOB, JOBS};
 use crate::records::Effect;
@@ -45,9 +51,11 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
             } else {
                 open.remove(&n);
                 if open.is_empty() && !episode.is_empty() {
-                    report
-                        .o
-                        .push(overlap(facts, job, &intervals, &episode, episode_max));
+                    let finding = overlap(facts, job, &intervals, &episode, episode_max);
+                    if !finding.excused {
+                        report.o_outside = report.o_outside.max(episode_max);
+                    }
+                    report.o.push(finding);
                     episode.clear();
                     episode_max = 0;
                 }
@@ -55,6 +63,8 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
         }
         report.o_max.insert(job.to_string(), max);
         report.o_outside = report.o_outside.max(max.min(1));
+        // Every interval has ended: an episode left open would be a bug.
+        debug_assert!(open.is_empty(), "runs of {job} never ended");
     }
 }
 
@@ -75,7 +85,9 @@ fn intervals<'a>(facts: &Facts<'a>, job: &str, report: &mut Report) -> Vec<Inter
             ));
             continue;
         };
-        intervals.push((start.wall, end.max(start.wall), *start));
+        // At least 1 ms: a run's end sorts after its own start (ends sort
+        // before starts at the same instant).
+        intervals.push((start.wall, end.max(start.wall + 1), *start));
     }
     intervals
 }
@@ -109,17 +121,41 @@ fn overlap(
     evidence.extend(facts.evidence(job, None, &ids));
     let first = runs.iter().map(|&i| intervals[i].2.tick).min();
     // Redis forgot the lease: a run may start beside one it cannot see.
-    let excused = runs.iter().any(|&i| {
+    let state_loss = runs.iter().any(|&i| {
         let (from, _, e) = intervals[i];
         facts.in_state_loss(e.tick) || facts.in_state_loss(from)
     });
+    // An embedded replica frozen past its lease freezes its handler with
+    // it: the handler goes on for a moment after SIGCONT, before its stop
+    // signal lands — a paused process, which only the fence can answer
+    // (the store refusing the stale writer), not the lease.
+    let frozen = facts.input.replica_kind == ReplicaKind::Embedded
+        && runs
+            .iter()
+            .any(|&i| held_at_sigstop(facts, &intervals[i].2.run_id));
+    let why = if frozen && !state_loss {
+        " (a frozen embedded holder ran on after SIGCONT)"
+    } else {
+        ""
+    };
     Violation {
         job: job.to_string(),
         tick: first,
-        message: format!("{most} runs at once ({} runs overlap)", runs.len()),
+        message: format!("{most} runs at once ({} runs overlap){why}", runs.len()),
         evidence,
-        excused,
+        excused: state_loss || frozen,
     }
+}
+
+/// Whether `run_id` was running on a replica when the suite froze it.
+fn held_at_sigstop(facts: &Facts, run_id: &str) -> bool {
+    facts
+        .input
+        .faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::Sigstop)
+        .flat_map(|f| f.detail["held"].as_array().into_iter().flatten())
+        .any(|held| held["run_id"].as_str() == Some(run_id))
 }
 
 /// When a run without an `end` line ended: its own outcome's finish, or the
@@ -134,13 +170,16 @@ fn run_end(facts: &Facts, start: &Effect) -> Option<i64> {
         .filter(|r| r.status() != "abandoned")
         .map(|r| r.number("finished_ms"))
         .min();
+    // A frozen embedded replica's handler is frozen with it.
+    let ends_it = |kind: FaultKind| {
+        kind == FaultKind::Kill9
+            || (kind == FaultKind::Sigstop && facts.input.replica_kind == ReplicaKind::Embedded)
+    };
     let killed = facts
         .input
         .faults
         .iter()
-        .filter(|f| {
-            f.kind == FaultKind::Kill9 && f.target.as_deref() == Some(start.replica.as_str())
-        })
+        .filter(|f| ends_it(f.kind) && f.target.as_deref() == Some(start.replica.as_str()))
         .map(|f| f.start_ms)
         .filter(|&at| at >= start.wall)
         .min();
