@@ -13,30 +13,15 @@ use cronlease::config::Overlap;
 use cronlease::embed::{Cluster, EmbedError, JobBuilder, RedisSettings, Run, Scheduler};
 use cronlease::task::Stop;
 
-use crate::support::{RedisServer, cronlease, read_outcomes, wait_until, write_config};
+use crate::support::{
+    RedisServer, cluster, cronlease, multi_thread_runtime as runtime, read_outcomes, wait_until,
+    write_config,
+};
 
 const PREFIX: &str = "cl";
 
 /// What handlers saw: (job, tick, fence, replica).
 type Seen = Arc<Mutex<Vec<(String, i64, u64, String)>>>;
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime builds")
-}
-
-async fn cluster(redis: &RedisServer) -> Cluster {
-    Cluster::connect(
-        RedisSettings::url(&redis.url())
-            .key_prefix(PREFIX)
-            .command_timeout(Duration::from_millis(300)),
-    )
-    .await
-    .expect("the test's Redis answers")
-}
 
 /// A scheduler of `jobs` as instance `id`, with short test timings and its
 /// own state directory.

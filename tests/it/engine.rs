@@ -16,7 +16,7 @@ use cronlease::outcome::{Status, Tail};
 use cronlease::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{RedisServer, read_outcomes, write_config};
+use crate::support::{RedisServer, multi_thread_runtime as runtime, read_outcomes, write_config};
 
 /// What the recording task saw: (tick, fence, replica) per attempt.
 type Seen = Arc<Mutex<Vec<(i64, u64, String)>>>;
@@ -115,14 +115,6 @@ async fn run_replicas(configs: Vec<Config>, tasks: Tasks, for_: Duration) {
             .expect("a replica does not panic")
             .expect("a replica stops cleanly");
     }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime builds")
 }
 
 const EVERY_SECOND: &str =

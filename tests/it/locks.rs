@@ -8,27 +8,9 @@ use std::time::Duration;
 
 use cronlease::embed::{Cluster, RedisSettings};
 
-use crate::support::RedisServer;
+use crate::support::{RedisServer, cluster, multi_thread_runtime as runtime};
 
 const PREFIX: &str = "cl";
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime builds")
-}
-
-async fn cluster(redis: &RedisServer) -> Cluster {
-    Cluster::connect(
-        RedisSettings::url(&redis.url())
-            .key_prefix(PREFIX)
-            .command_timeout(Duration::from_millis(300)),
-    )
-    .await
-    .expect("the test's Redis answers")
-}
 
 /// Commands Redis has executed so far (`INFO stats`).
 fn commands(redis: &RedisServer) -> u64 {

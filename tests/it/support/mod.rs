@@ -173,6 +173,27 @@ pub fn runtime() -> tokio::runtime::Runtime {
         .expect("a current-thread runtime builds")
 }
 
+/// A two-worker tokio runtime, for tests that run replicas in process.
+pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime builds")
+}
+
+/// The library's connection to `redis`, key prefix `cl` (as
+/// [`write_config`] gives replicas), 300 ms command timeout.
+pub async fn cluster(redis: &RedisServer) -> cronlease::embed::Cluster {
+    cronlease::embed::Cluster::connect(
+        cronlease::embed::RedisSettings::url(&redis.url())
+            .key_prefix("cl")
+            .command_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .expect("the test's Redis answers")
+}
+
 /// The top of a valid config; tests append jobs to it.
 pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
 
