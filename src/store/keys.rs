@@ -54,7 +54,7 @@ impl Keys {
 
     /// String with PX, written before the dedup window existed (until
     /// 7 days after the upgrade): marks one run id whose outcome is
-    /// recorded. Only read, by [`Store::done_marker`].
+    /// recorded. Only read, by [`super::Store::done_marker`].
     pub(super) fn legacy_done(&self, job: &str, run_id: &str) -> String {
         self.job_key(job, &format!("done:{run_id}"))
     }

@@ -570,7 +570,7 @@ impl Store {
         self.pause_script(job, "0", who).await
     }
 
-    /// `pause.lua` with its ARGV[1]: "1" pauses, "0" resumes.
+    /// `pause.lua` with its `ARGV[1]`: "1" pauses, "0" resumes.
     async fn pause_script(&self, job: &str, paused: &str, who: &str) -> Result<i64, StoreError> {
         let mut invocation = self.scripts.pause.prepare_invoke();
         invocation.key(self.keys.state(job)).arg(paused).arg(who);
