@@ -263,20 +263,29 @@ impl Store {
     /// not parse is an error that names it.
     pub async fn lock_holder(&self, name: &str) -> Result<Option<LockHolder>, StoreError> {
         let job = Keys::lock_job(name);
-        let mut get = redis::cmd("GET");
-        get.arg(self.keys.lease(&job));
-        let Some(run_id): Option<String> = self.read_cmd(get).await? else {
+        // One round trip: the lease's run id, what is left of it, the hold
+        // count and the runs in flight (a lock has one at most).
+        let mut pipe = redis::pipe();
+        pipe.cmd("GET")
+            .arg(self.keys.lease(&job))
+            .cmd("PTTL")
+            .arg(self.keys.lease(&job))
+            .cmd("HGET")
+            .arg(self.keys.state(&job))
+            .arg("holds")
+            .cmd("HGETALL")
+            .arg(self.keys.running(&job));
+        let pipe = &pipe;
+        type Read = (Option<String>, i64, Option<u32>, Vec<(String, String)>);
+        let (run_id, ttl_ms, holds, running): Read = self
+            .read(|mut conn| async move { pipe.query_async(&mut conn).await })
+            .await?;
+        let Some(run_id) = run_id else {
             return Ok(None);
         };
-        let mut entry = redis::cmd("HGET");
-        entry.arg(self.keys.running(&job)).arg(&run_id);
-        let mut pttl = redis::cmd("PTTL");
-        pttl.arg(self.keys.lease(&job));
-        let mut holds = redis::cmd("HGET");
-        holds.arg(self.keys.state(&job)).arg("holds");
-        let entry: Option<String> = self.read_cmd(entry).await?;
-        let ttl_ms: i64 = self.read_cmd(pttl).await?;
-        let holds: Option<u32> = self.read_cmd(holds).await?;
+        let entry = running
+            .into_iter()
+            .find_map(|(id, entry)| (id == run_id).then_some(entry));
         let bad = |detail: &str| StoreError::Protocol {
             what: "lock holder",
             reply: format!("lock {name:?}, run {run_id}: {detail}"),
