@@ -148,6 +148,9 @@ fn duration(d: Duration) -> toml::Value {
 pub struct Cluster {
     redis: toml::Table,
     store: Store,
+    /// This process as a lock holder (`<host>-<pid>`), and its host.
+    holder: String,
+    host: String,
 }
 
 impl Cluster {
@@ -164,9 +167,12 @@ impl Cluster {
         let config = document(&settings.table, &toml::Table::new(), &[])?;
         let store = Store::connect(&config.redis).await?;
         store.server_time_ms().await?;
+        let identity = crate::daemon::Identity::new(None);
         Ok(Cluster {
             redis: settings.table,
             store,
+            holder: format!("{}-{}", identity.host, identity.pid),
+            host: identity.host,
         })
     }
 
@@ -182,7 +188,7 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> crate::lock::LockBuilder {
-        crate::lock::LockBuilder::new(self.store.clone(), name)
+        crate::lock::LockBuilder::new(self.store.clone(), name, &self.holder, &self.host)
     }
 
     /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].

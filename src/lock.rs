@@ -61,17 +61,16 @@ pub struct LockBuilder {
 }
 
 impl LockBuilder {
-    /// The lock `name` in `store`, with a 30 s lease, held as
-    /// `<host>-<pid>`.
-    pub(crate) fn new(store: Store, name: &str) -> LockBuilder {
-        let identity = crate::daemon::Identity::new(None);
+    /// The lock `name` in `store`, with a 30 s lease, held by `holder` on
+    /// `host` until [`LockBuilder::holder`] says otherwise.
+    pub(crate) fn new(store: Store, name: &str, holder: &str, host: &str) -> LockBuilder {
         LockBuilder {
             store,
             name: name.to_string(),
             owner: None,
             lease: Duration::from_secs(30),
-            holder: format!("{}-{}", identity.host, identity.pid),
-            host: identity.host,
+            holder: holder.to_string(),
+            host: host.to_string(),
         }
     }
 
@@ -350,10 +349,8 @@ pub async fn run(
 ) -> Result<Exit, LockError> {
     // Read before the lock is taken: an error then leaves nothing held.
     let workdir = std::env::current_dir().map_err(LockError::Workdir)?;
-    let mut builder = LockBuilder::new(store, &options.name)
-        .lease(options.lease)
-        .holder(&options.holder);
-    builder.host = options.host.clone();
+    let builder =
+        LockBuilder::new(store, &options.name, &options.holder, &options.host).lease(options.lease);
     let wait = match options.wait {
         None => Wait::No,
         Some(wait) => Wait::Until(Instant::now() + wait),
