@@ -51,7 +51,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
-use crate::config::{Command, Config, ConfigError, JobCount, Misfire, OnHolderLost, Overlap};
+use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
 use crate::daemon::{self, DaemonError, Reload, World};
 use crate::outcome::{Status, Tail};
 use crate::schedule::{DstGap, DstRepeat};
@@ -205,7 +205,7 @@ impl Cluster {
 }
 
 /// The validated configuration of `jobs` under the `[redis]` and `[daemon]`
-/// tables given, their commands marked as handlers.
+/// tables given (their work: the handlers).
 fn document(
     redis: &toml::Table,
     daemon: &toml::Table,
@@ -216,26 +216,18 @@ fn document(
     root.insert("daemon".into(), daemon.clone().into());
     let mut table = toml::Table::new();
     for job in jobs {
-        let mut entry = job.table.clone();
-        // The validator wants a command; the handler replaces it below.
-        entry.insert("command".into(), toml::Value::Array(vec!["handler".into()]));
-        table.insert(job.name.clone(), entry.into());
+        table.insert(job.name.clone(), job.table.clone().into());
     }
     root.insert("jobs".into(), table.into());
     let text = toml::to_string(&root).unwrap_or_default();
-    let mut config =
-        Config::parse_with(&text, Path::new(SOURCE), JobCount::Any).map_err(|mut error| {
-            // Lines of a document the caller never saw mean nothing: the
-            // job and field name the place.
-            for problem in &mut error.problems {
-                problem.line_col = None;
-            }
-            error
-        })?;
-    for job in config.jobs.values_mut() {
-        job.command = Command::Handler;
-    }
-    Ok(config)
+    Config::parse_with(&text, Path::new(SOURCE), Source::Embedded).map_err(|mut error| {
+        // Lines of a document the caller never saw mean nothing: the
+        // job and field name the place.
+        for problem in &mut error.problems {
+            problem.line_col = None;
+        }
+        error
+    })
 }
 
 /// A job of an embedded scheduler, before its handler: name, schedule and

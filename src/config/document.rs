@@ -35,22 +35,23 @@ impl Config {
     /// against its directory). Validity does not depend on today's date: a
     /// job whose last year has passed is valid (see [`Config::warnings`]).
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        Config::parse_with(text, path, JobCount::AtLeastOne)
+        Config::parse_with(text, path, Source::File)
     }
 
-    /// [`Config::parse`], saying whether a document without jobs is valid
-    /// (an embedded scheduler may start empty and add jobs later).
+    /// [`Config::parse`] of a job table from `source`: a file, or an
+    /// embedded scheduler's (which may be empty, and whose jobs run
+    /// handlers).
     pub(crate) fn parse_with(
         text: &str,
         path: &Path,
-        jobs: JobCount,
+        source: Source,
     ) -> Result<Config, ConfigError> {
         let mut checker = Checker {
             text,
             problems: Vec::new(),
             schedules: HashMap::new(),
         };
-        let config = parse_document(&mut checker, path, jobs);
+        let config = parse_document(&mut checker, path, source);
         let mut problems = checker.problems;
         match config {
             Some(config) if problems.is_empty() => Ok(config),
@@ -68,7 +69,7 @@ impl Config {
 
 /// The whole document: syntax first (nothing else is checked in a file
 /// that does not parse), then each section, then the jobs.
-fn parse_document(checker: &mut Checker<'_>, path: &Path, count: JobCount) -> Option<Config> {
+fn parse_document(checker: &mut Checker<'_>, path: &Path, source: Source) -> Option<Config> {
     let (root, errors) = DeTable::parse_recoverable(checker.text);
     if !errors.is_empty() {
         syntax_problems(checker, errors);
@@ -91,7 +92,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, count: JobCount) -> Op
         None => validate_daemon(checker, RawDaemon::default_raw(), &redis),
         Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis)),
     };
-    if !sections.saw_jobs && count == JobCount::AtLeastOne {
+    if !sections.saw_jobs && source == Source::File {
         checker.problem(
             None,
             Some("jobs"),
@@ -100,7 +101,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, count: JobCount) -> Op
         );
     }
     let base_dir = environment::config_dir(path);
-    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir);
+    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir, source);
     Some(Config {
         source: path.to_path_buf(),
         redis: redis?,
@@ -109,13 +110,15 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, count: JobCount) -> Op
     })
 }
 
-/// How many jobs a document must have.
+/// Where a job table comes from, which says what its jobs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum JobCount {
-    /// A job table on disk: a file without jobs is a mistake.
-    AtLeastOne,
-    /// An embedded scheduler's table: jobs may come later.
-    Any,
+pub(crate) enum Source {
+    /// A file on disk: at least one job, each running a `command` or a
+    /// `shell` script.
+    File,
+    /// An embedded scheduler (`crate::embed`): any number of jobs (they may
+    /// come later), each running a handler registered in the program.
+    Embedded,
 }
 
 /// One problem per TOML syntax error; duplicate keys and tables explained
@@ -205,6 +208,7 @@ fn validate_jobs(
     jobs_raw: Vec<RawJobEntry>,
     redis: Option<&RedisConfig>,
     base_dir: &Path,
+    source: Source,
 ) -> BTreeMap<String, Job> {
     let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
     let mut jobs = BTreeMap::new();
@@ -220,7 +224,8 @@ fn validate_jobs(
                 ),
             );
         }
-        if let Some(job) = raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir))
+        if let Some(job) =
+            raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir, source))
         {
             if quorum && job.on_holder_lost == OnHolderLost::Rerun {
                 checker.problem(

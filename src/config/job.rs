@@ -10,6 +10,7 @@ use toml::Spanned;
 
 use super::checker::Checker;
 use super::daemon_section::MAX_GRACE;
+use super::document::Source;
 use super::{Command, Job, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
@@ -94,9 +95,13 @@ pub(super) fn validate_job(
     name: &str,
     raw: RawJob,
     base_dir: &Path,
+    source: Source,
 ) -> Option<Job> {
     let schedule = job_schedule(checker, section, name, &raw);
-    let command = job_command(checker, section, raw.command, raw.shell);
+    let command = match source {
+        Source::File => job_command(checker, section, raw.command, raw.shell),
+        Source::Embedded => job_handler(checker, section, raw.command, raw.shell),
+    };
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
     let timeout = raw.timeout.as_ref().map(|t| {
@@ -229,6 +234,29 @@ fn job_command(
             }
         }
     }
+}
+
+/// An embedded job's work: its handler; a `command` or `shell` has no
+/// place there.
+fn job_handler(
+    checker: &mut Checker<'_>,
+    section: &str,
+    command: Option<Spanned<Vec<String>>>,
+    shell: Option<Spanned<String>>,
+) -> Option<Command> {
+    let span = command
+        .map(|c| c.span())
+        .or_else(|| shell.map(|s| s.span()));
+    if span.is_none() {
+        return Some(Command::Handler);
+    }
+    checker.problem(
+        span,
+        Some(section),
+        Some("command"),
+        "an embedded job runs its handler: `command` and `shell` have no place here".into(),
+    );
+    None
 }
 
 /// `workdir` resolved against `base_dir` (the config file's directory),

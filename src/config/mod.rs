@@ -41,7 +41,7 @@ mod job;
 mod redis_section;
 
 pub use checker::{parse_duration, redact_url};
-pub(crate) use document::JobCount;
+pub(crate) use document::Source;
 
 use crate::schedule::Schedule;
 
