@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::check::{Report, Violation};
+use crate::check::{Excuse, Report, Violation};
 use crate::evidence::Evidence;
 use crate::harness::config::JOBS;
 use crate::wall::clock;
@@ -30,7 +30,7 @@ struct Verdict {
 
 impl Verdict {
     fn of(report: &Report) -> Verdict {
-        let m_outside = report.m.iter().filter(|v| !v.excused).count();
+        let m_outside = report.m.iter().filter(|v| !v.excused()).count();
         let o_max = report.o_max.values().copied().max().unwrap_or(0);
         let failures = [
             ("D", outside(&report.d) > 0),
@@ -296,19 +296,16 @@ fn findings(report: &Report) -> String {
     ];
     for (name, list) in groups {
         for violation in list {
-            let label = if violation.excused && violation.message.contains("frozen embedded holder")
-            {
-                format!("{name} (excused: a frozen embedded holder)")
-            } else if violation.excused {
-                format!("{name} (inside the declared state-loss window)")
-            } else {
-                name.to_string()
+            let label = match violation.excuse {
+                Some(Excuse::FrozenHolder) => format!("{name} (excused: a frozen embedded holder)"),
+                Some(Excuse::Window) => format!("{name} (inside the declared state-loss window)"),
+                None => name.to_string(),
             };
             text.push_str(&format!("\n{label}: {}\n", violation.render()));
         }
     }
     for violation in &report.m {
-        let label = if violation.excused {
+        let label = if violation.excused() {
             "M (inside a declared window)"
         } else {
             "M"
@@ -350,7 +347,11 @@ fn violations_json(report: &Report) -> Vec<Value> {
         ("O", &report.o),
         ("L", &report.l),
     ] {
-        violations.extend(list.iter().filter(|v| !v.excused).map(|v| v.to_json(name)));
+        violations.extend(
+            list.iter()
+                .filter(|v| !v.excused())
+                .map(|v| v.to_json(name)),
+        );
     }
     violations.extend(report.e.iter().map(|p| json!({"kind": "E", "message": p})));
     violations
@@ -358,11 +359,11 @@ fn violations_json(report: &Report) -> Vec<Value> {
 
 /// Violations outside the declared windows: the ones that count.
 fn outside(list: &[Violation]) -> usize {
-    list.iter().filter(|v| !v.excused).count()
+    list.iter().filter(|v| !v.excused()).count()
 }
 
 fn inside(list: &[Violation]) -> usize {
-    list.iter().filter(|v| v.excused).count()
+    list.iter().filter(|v| v.excused()).count()
 }
 
 fn counted(list: &[Violation]) -> String {

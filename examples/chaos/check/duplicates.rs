@@ -29,7 +29,7 @@ pub fn check_d(facts: &Facts, report: &mut Report) {
                             .join(", ")
                     ),
                     evidence: facts.evidence(job, Some(*tick), &ids),
-                    excused: facts.in_state_loss(*tick),
+                    excuse: facts.in_state_loss(*tick).then_some(super::Excuse::Window),
                 });
             }
         }

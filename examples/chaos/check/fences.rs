@@ -47,7 +47,9 @@ pub fn check_f(facts: &Facts, report: &mut Report) {
                         rfc3339(b.tick())
                     ),
                     evidence,
-                    excused: facts.in_state_loss(record.tick()),
+                    excuse: facts
+                        .in_state_loss(record.tick())
+                        .then_some(super::Excuse::Window),
                 });
             }
             if pending.is_none_or(|p| record.fence() > p.fence()) {

@@ -27,7 +27,8 @@ pub fn check_l(facts: &Facts, report: &mut Report) {
                 start.run_id, start.replica
             ),
             evidence,
-            excused: facts.in_state_loss(start.wall) || facts.in_state_loss(start.tick),
+            excuse: (facts.in_state_loss(start.wall) || facts.in_state_loss(start.tick))
+                .then_some(super::Excuse::Window),
         });
     }
     for ((job, tick), records) in &facts.by_tick {
@@ -38,7 +39,7 @@ pub fn check_l(facts: &Facts, report: &mut Report) {
                 tick: Some(*tick),
                 message: "only stale outcomes: the tick has no current outcome".to_string(),
                 evidence: facts.evidence(job, Some(*tick), &ids),
-                excused: facts.in_state_loss(*tick),
+                excuse: facts.in_state_loss(*tick).then_some(super::Excuse::Window),
             });
         }
     }

@@ -28,7 +28,8 @@ pub fn check_m(facts: &Facts, report: &mut Report) {
                     message: "no start line and no outcome record: the tick was silently missed"
                         .to_string(),
                     evidence: facts.evidence(job, Some(tick), &[]),
-                    excused: facts.in_outage(tick) || facts.in_state_loss(tick),
+                    excuse: (facts.in_outage(tick) || facts.in_state_loss(tick))
+                        .then_some(super::Excuse::Window),
                 });
             } else if !started
                 && records

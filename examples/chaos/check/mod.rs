@@ -35,9 +35,26 @@ pub struct Violation {
     pub tick: Option<i64>,
     pub message: String,
     pub evidence: Vec<String>,
-    /// Inside a declared window (a state-loss window; for M, also a Redis
-    /// outage): reported, not counted.
-    pub excused: bool,
+    /// Why it is reported but not counted, if it is.
+    pub excuse: Option<Excuse>,
+}
+
+/// Why a finding is not counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Excuse {
+    /// Inside a declared window: a state-loss window, and for M also a
+    /// Redis outage.
+    Window,
+    /// O of an embedded replica frozen (SIGSTOP) while it held the run:
+    /// its handler ran on after SIGCONT, the fence's case.
+    FrozenHolder,
+}
+
+impl Violation {
+    /// Reported, not counted.
+    pub fn excused(&self) -> bool {
+        self.excuse.is_some()
+    }
 }
 
 impl Violation {

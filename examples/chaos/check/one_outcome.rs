@@ -16,7 +16,8 @@ pub fn check_s(facts: &Facts, report: &mut Report) {
                 tick: Some(first.tick()),
                 message: format!("run {run_id} has {} current outcomes", current.len()),
                 evidence: facts.evidence(&first.job, Some(first.tick()), &[run_id]),
-                excused: current.iter().any(|r| facts.in_state_loss(r.tick())),
+                excuse: (current.iter().any(|r| facts.in_state_loss(r.tick())))
+                    .then_some(super::Excuse::Window),
             });
         }
     }
@@ -29,7 +30,7 @@ pub fn check_s(facts: &Facts, report: &mut Report) {
                 tick: Some(*tick),
                 message: problem,
                 evidence: facts.evidence(job, Some(*tick), &ids),
-                excused: facts.in_state_loss(*tick),
+                excuse: facts.in_state_loss(*tick).then_some(super::Excuse::Window),
             });
         }
     }

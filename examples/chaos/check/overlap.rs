@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 
 use super::facts::Facts;
-use super::{Report, Violation};
+use super::{Excuse, Report, Violation};
 use crate::ReplicaKind;
 use crate::faults::FaultKind;
 use crate::harness::config::{ALLOW_JOB, JOBS};
@@ -52,7 +52,7 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
                 open.remove(&n);
                 if open.is_empty() && !episode.is_empty() {
                     let finding = overlap(facts, job, &intervals, &episode, episode_max);
-                    if !finding.excused {
+                    if !finding.excused() {
                         report.o_outside = report.o_outside.max(episode_max);
                     }
                     report.o.push(finding);
@@ -133,17 +133,19 @@ fn overlap(
         && runs
             .iter()
             .any(|&i| held_at_sigstop(facts, &intervals[i].2.run_id));
-    let why = if frozen && !state_loss {
-        " (a frozen embedded holder ran on after SIGCONT)"
+    let excuse = if state_loss {
+        Some(Excuse::Window)
+    } else if frozen {
+        Some(Excuse::FrozenHolder)
     } else {
-        ""
+        None
     };
     Violation {
         job: job.to_string(),
         tick: first,
-        message: format!("{most} runs at once ({} runs overlap){why}", runs.len()),
+        message: format!("{most} runs at once ({} runs overlap)", runs.len()),
         evidence,
-        excused: state_loss || frozen,
+        excuse,
     }
 }
 

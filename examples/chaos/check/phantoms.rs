@@ -56,7 +56,7 @@ pub fn find_phantoms(facts: &Facts, report: &mut Report) {
                     skipped.len()
                 ),
                 evidence,
-                excused: true,
+                excuse: Some(super::Excuse::Window),
             });
         }
     }
