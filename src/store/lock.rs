@@ -49,6 +49,19 @@ pub enum LockReply {
     },
 }
 
+impl LockReply {
+    /// The fence and lease key of a grant (acquired or re-entered).
+    pub fn granted(&self) -> Option<(u64, &str)> {
+        match self {
+            LockReply::Acquired { fence, lease_key }
+            | LockReply::Reentered {
+                fence, lease_key, ..
+            } => Some((*fence, lease_key)),
+            LockReply::Held { .. } => None,
+        }
+    }
+}
+
 impl Store {
     /// Tries to take lock `name`. With `quorum`, the lock holds only if a
     /// majority of the masters granted it while its lease still had time
@@ -74,12 +87,7 @@ impl Store {
                 |replies| {
                     replies
                         .iter()
-                        .filter(|r| {
-                            matches!(
-                                r,
-                                Some(Ok(LockReply::Acquired { .. } | LockReply::Reentered { .. }))
-                            )
-                        })
+                        .filter(|r| matches!(r, Some(Ok(reply)) if reply.granted().is_some()))
                         .count()
                         >= majority
                 },
@@ -109,15 +117,7 @@ impl Store {
     ) -> Result<LockReply, StoreError> {
         let granted: Vec<(u64, &str)> = replies
             .iter()
-            .filter_map(|r| match r {
-                Ok(
-                    LockReply::Acquired { fence, lease_key }
-                    | LockReply::Reentered {
-                        fence, lease_key, ..
-                    },
-                ) => Some((*fence, lease_key.as_str())),
-                _ => None,
-            })
+            .filter_map(|r| r.as_ref().ok()?.granted())
             .collect();
         let drift = lease / 100 + Duration::from_millis(2);
         if granted.len() >= self.majority() && lease > sent.elapsed() + drift {
@@ -158,11 +158,10 @@ impl Store {
                     .iter()
                     .zip(&replies)
                     .map(|(node, reply)| match reply {
-                        Ok(LockReply::Acquired { .. } | LockReply::Reentered { .. }) => {
-                            format!("{}: granted", node.name)
+                        Ok(LockReply::Held { holder, .. }) => {
+                            format!("{}: held by {holder}", node.name)
                         }
-                        Ok(LockReply::Held { holder, .. }) =>
-                            format!("{}: held by {holder}", node.name),
+                        Ok(_) => format!("{}: granted", node.name),
                         Err(e) => format!("{}: {e}", node.name),
                     })
                     .collect::<Vec<_>>()
