@@ -71,12 +71,13 @@ pub(super) async fn claim(
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
+        let marks = ctx.marks.get(&job.name);
         let request = ClaimRequest {
             job: &job.name,
             tick_ms,
             run_id: &run_id,
-            claimant: ctx.claimant(job),
-            min_tick: ctx.marks.get(&job.name).last_tick.unwrap_or(-1),
+            claimant: ctx.claimant(job, marks.fence),
+            min_tick: marks.last_tick.unwrap_or(-1),
             trigger,
             when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
                 WhenBusy::Wait

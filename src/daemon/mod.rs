@@ -233,15 +233,16 @@ impl Ctx {
             .count()
     }
 
-    /// This replica as the claimant of `job`'s ticks, runs and reruns.
-    fn claimant<'a>(&'a self, job: &Job) -> Claimant<'a> {
+    /// This replica as the claimant of `job`'s ticks, runs and reruns;
+    /// `min_fence` is the highest fence it has seen for the job (its marks).
+    fn claimant<'a>(&'a self, job: &Job, min_fence: u64) -> Claimant<'a> {
         Claimant {
             replica: &self.identity.replica,
             host: &self.identity.host,
             lease: self.config.daemon.lease,
             overlap: job.overlap,
             history: self.config.daemon.history,
-            min_fence: self.marks.get(&job.name).fence,
+            min_fence,
         }
     }
 

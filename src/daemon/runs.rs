@@ -171,7 +171,7 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
 pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: Outcome) -> Option<RunStart> {
     let rerun_id = Uuid::new_v4().to_string();
     let offer = RerunOffer {
-        claimant: ctx.claimant(job),
+        claimant: ctx.claimant(job, ctx.marks.get(&job.name).fence),
         new_run_id: &rerun_id,
     };
     let offer = reruns_wanted(ctx, job).then_some(&offer);
@@ -268,7 +268,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            claimant: ctx.claimant(job),
+            claimant: ctx.claimant(job, ctx.marks.get(&job.name).fence),
             rerun: reruns_wanted(ctx, job).then_some(new_run_id.as_str()),
         };
         let reply = match ctx.store.sweep(&request).await {

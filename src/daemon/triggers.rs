@@ -93,7 +93,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            claimant: ctx.claimant(&job),
+            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).fence),
         })
         .await;
     match reply {
