@@ -11,7 +11,8 @@
 //!
 //! Each is run by 1 task and by 16 concurrent tasks (each on its own lock
 //! name) for `--seconds`, and the acquire+release pairs per second, their
-//! latency (p50, p99) and the Redis commands per pair (`INFO stats`) are
+//! latency (p50, p99), the Redis commands per pair (`INFO stats`) and the
+//! CPU per pair of this process and of redis-server (`/proc/PID/stat`) are
 //! printed, with cronlease/raw ratios.
 //!
 //! `cargo run --release --example lock_cost [-- --seconds S]`
@@ -54,6 +55,8 @@ struct Figures {
     seconds: f64,
     latencies_us: Vec<u64>,
     commands: u64,
+    /// CPU of this process and of redis-server over the measurement, µs.
+    cpu_us: (u64, u64),
 }
 
 impl Figures {
@@ -73,6 +76,36 @@ impl Figures {
     fn commands_per_pair(&self) -> f64 {
         self.commands as f64 / self.pairs.max(1) as f64
     }
+
+    fn cpu_per_pair(&self) -> (f64, f64) {
+        let pairs = self.pairs.max(1) as f64;
+        (self.cpu_us.0 as f64 / pairs, self.cpu_us.1 as f64 / pairs)
+    }
+}
+
+/// CPU time (user + system) of process `pid` so far, µs; `/proc/PID/stat`
+/// counts in clock ticks of 10 ms, which a measurement of seconds makes
+/// fine enough.
+fn cpu_us(pid: &str) -> Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command (which may hold spaces) in parentheses.
+    let after = stat
+        .rsplit_once(')')
+        .context("no command in /proc/PID/stat")?
+        .1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks: u64 = fields
+        .get(11..13)
+        .context("short /proc/PID/stat")?
+        .iter()
+        .map(|f| f.parse::<u64>())
+        .sum::<Result<u64, _>>()?;
+    Ok(ticks * 10_000)
+}
+
+/// CPU of this process and of `redis`, µs.
+fn cpu_pair(redis: &RedisProcess) -> Result<(u64, u64)> {
+    Ok((cpu_us("self")?, cpu_us(&redis.pid().to_string())?))
 }
 
 fn commands(redis: &RedisProcess) -> Result<u64> {
@@ -130,6 +163,7 @@ async fn measure(
         .await?;
     let script = Arc::new(redis::Script::new(COMPARE_AND_DELETE));
     let before = commands(redis)?;
+    let cpu_before = cpu_pair(redis)?;
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
     let mut handles = Vec::new();
@@ -152,7 +186,9 @@ async fn measure(
     }
     let seconds = start.elapsed().as_secs_f64();
     let commands = commands(redis)? - before - 1;
+    let cpu_after = cpu_pair(redis)?;
     Ok(Figures {
+        cpu_us: (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1),
         pairs: latencies_us.len() as u64,
         seconds,
         latencies_us,
@@ -170,19 +206,27 @@ async fn run(args: Args) -> Result<()> {
         redis.url()
     );
     println!(
-        "{:>6} | {:>10} | {:>14} | {:>16} | {:>18} | {:>10}",
-        "tasks", "lock", "pairs/s", "p50 / p99 µs", "Redis cmds/pair", "vs raw"
+        "{:>6} | {:>10} | {:>14} | {:>16} | {:>18} | {:>24} | {:>10}",
+        "tasks",
+        "lock",
+        "pairs/s",
+        "p50 / p99 µs",
+        "Redis cmds/pair",
+        "CPU/pair µs: us / Redis",
+        "vs raw"
     );
     for tasks in [1, 16] {
         let raw = measure(Kind::Raw, tasks, &redis, &cluster, args.seconds).await?;
         let ours = measure(Kind::Cronlease, tasks, &redis, &cluster, args.seconds).await?;
         for (kind, figures) in [(Kind::Raw, &raw), (Kind::Cronlease, &ours)] {
+            let (ours_cpu, redis_cpu) = figures.cpu_per_pair();
             println!(
-                "{tasks:>6} | {:>10} | {:>14.0} | {:>16} | {:>18.2} | {:>10}",
+                "{tasks:>6} | {:>10} | {:>14.0} | {:>16} | {:>18.2} | {:>24} | {:>10}",
                 format!("{kind:?}").to_lowercase(),
                 figures.per_second(),
                 format!("{} / {}", figures.percentile(0.5), figures.percentile(0.99)),
                 figures.commands_per_pair(),
+                format!("{ours_cpu:.1} / {redis_cpu:.1}"),
                 match kind {
                     Kind::Raw => "1.00".to_string(),
                     Kind::Cronlease => format!("{:.2}", figures.per_second() / raw.per_second()),

@@ -192,6 +192,7 @@ impl Store {
             .arg(holder)
             .arg(host)
             .arg(duration_ms(LOCK_IDLE_TTL))
+            .arg(duration_ms(LOCK_IDLE_TTL + lease))
             .invoke_async(&mut conn)
             .await?;
         let r = Reply::new(reply, "lock")?;

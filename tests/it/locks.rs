@@ -65,6 +65,46 @@ fn one_holder_at_a_time_with_rising_fences() {
 }
 
 #[test]
+fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let (a, b) = (cluster(&redis).await, cluster(&redis).await);
+        let lease = Duration::from_millis(600);
+        let vanished = a
+            .lock("report")
+            .holder("a")
+            .lease(lease)
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        // Dropped without a release: the renewals stop, the entry stays
+        // until the lease lapses and someone takes the lock.
+        drop(vanished);
+        let next = b
+            .lock("report")
+            .holder("b")
+            .acquire_within(Duration::from_secs(10))
+            .await
+            .expect("Redis answers")
+            .expect("the lease lapses");
+        let running: Vec<String> = redis::cmd("HKEYS")
+            .arg(format!("{PREFIX}:{{lock:report}}:running"))
+            .query(&mut redis.client())
+            .expect("HKEYS");
+        assert_eq!(running.len(), 1, "only the new holder runs: {running:?}");
+        let info = b
+            .lock("report")
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("held");
+        assert_eq!((info.holder.as_str(), info.fence), ("b", next.fence()));
+        next.release().await.expect("Redis answers");
+    });
+}
+
+#[test]
 fn a_waiter_sleeps_until_the_release_wakes_it() {
     let redis = RedisServer::start();
     runtime().block_on(async {
