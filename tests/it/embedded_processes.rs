@@ -3,7 +3,9 @@
 //! schedulers share a job every second and run each tick once, with fences
 //! rising; `kill -9` of the one running a slow tick leaves that tick
 //! recorded `abandoned` by a survivor, and later ticks run on the
-//! survivors, once each.
+//! survivors, once each. A cluster lock held by a process that is
+//! `kill -9`ed is taken by a waiter in another process once its lease
+//! lapses (no release is ever published), with a higher fence.
 //!
 //! The processes are this test binary started again ([`TestChild`]): each
 //! runs the hidden test [`child_entry`], which plays the part described in
@@ -20,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::support::{
-    Outcome, RedisServer, TestChild, multi_thread_runtime as runtime, read_outcomes, wait_until,
+    Outcome, RedisServer, TestChild, cluster, multi_thread_runtime as runtime, read_outcomes,
+    wait_until,
 };
 
 const PREFIX: &str = "cl";
@@ -33,6 +36,9 @@ const CHILD_TEST: &str = "embedded_processes::child_entry";
 
 /// The job the schedulers share.
 const JOB: &str = "beat";
+
+/// The lock the lock holders contend for.
+const LOCK: &str = "migration";
 
 /// Generous for a loaded 2-core machine: every wait below is bounded by it.
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -50,6 +56,12 @@ enum Part {
         state_dir: PathBuf,
         dir: PathBuf,
     },
+    /// Takes [`LOCK`] (it must be free) with a `lease_ms` lease, prints
+    /// `CHILD HOLDING fence=N` and holds it until SIGTERM.
+    LockHolder { redis: String, lease_ms: u64 },
+    /// Prints `CHILD WAITING`, waits up to [`DEADLINE`] for [`LOCK`],
+    /// prints `CHILD ACQUIRED fence=N` and holds it until SIGTERM.
+    LockWaiter { redis: String, lease_ms: u64 },
 }
 
 /// Starts a child playing `part`, its log named `name`.
@@ -100,6 +112,35 @@ fn child_entry() {
                 // member that claims; the parent waits for that line.
                 term.recv().await;
                 scheduler.shutdown().await.expect("a clean shutdown");
+            }
+            Part::LockHolder { redis, lease_ms } => {
+                let guard = connect(&redis)
+                    .await
+                    .lock(LOCK)
+                    .lease(Duration::from_millis(lease_ms))
+                    .try_acquire()
+                    .await
+                    .expect("Redis answers")
+                    .expect("the lock is free when the holder starts");
+                say(&format!("CHILD HOLDING fence={}", guard.fence()));
+                term.recv().await;
+                guard.release().await.expect("Redis answers");
+            }
+            Part::LockWaiter { redis, lease_ms } => {
+                let lock = connect(&redis)
+                    .await
+                    .lock(LOCK)
+                    .lease(Duration::from_millis(lease_ms));
+                say("CHILD WAITING");
+                let guard = lock
+                    .acquire_within(DEADLINE)
+                    .await
+                    .expect("Redis answers")
+                    .expect("the lock came free within the deadline");
+                say(&format!("CHILD ACQUIRED fence={}", guard.fence()));
+                term.recv().await;
+                let released = guard.release().await.expect("Redis answers");
+                say(&format!("CHILD RELEASED {released}"));
             }
         }
     });
@@ -355,4 +396,113 @@ fn scheduler_processes_run_each_tick_once_and_the_survivors_take_over_after_a_ki
         !after.is_empty() && !after.contains(slow.replica.as_str()),
         "ticks after the kill ran on {after:?}\n{shown}"
     );
+}
+
+/// The number of subscribers of `channel` (`PUBSUB NUMSUB`).
+fn subscribers(redis: &RedisServer, channel: &str) -> i64 {
+    let reply: (String, i64) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(channel)
+        .query(&mut redis.client())
+        .expect("PUBSUB NUMSUB");
+    reply.1
+}
+
+/// The fence in a line `… fence=N`.
+fn fence_in(line: &str) -> u64 {
+    line.rsplit("fence=")
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no fence in {line:?}"))
+}
+
+#[test]
+fn a_lock_of_a_killed_process_goes_to_a_waiting_process_when_its_lease_lapses() {
+    let redis = RedisServer::start();
+    let lease_ms = 3000;
+    let channel = format!("{PREFIX}:{{lock:{LOCK}}}:released");
+    // Whatever is published on the lock's channel: nothing while the
+    // holder dies, the waiter's own release at the end.
+    let mut listener = redis.client();
+    let mut releases = listener.as_pubsub();
+    releases.subscribe(&channel).expect("SUBSCRIBE");
+    releases
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("a read timeout");
+
+    let mut holder = start_child(
+        "holder",
+        &Part::LockHolder {
+            redis: redis.url(),
+            lease_ms,
+        },
+    );
+    let held_fence = fence_in(&holder.wait_for_line("CHILD HOLDING", DEADLINE));
+    let holder_pid = holder.pid();
+    let rt = runtime();
+    let here = rt.block_on(cluster(&redis));
+    // Held by that process: this one cannot take it.
+    rt.block_on(async {
+        let lock = here.lock(LOCK);
+        let info = lock
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is held");
+        assert!(
+            info.holder.ends_with(&format!("-{holder_pid}")) && info.fence == held_fence,
+            "{info:?}, holder pid {holder_pid}"
+        );
+        assert!(
+            lock.try_acquire().await.expect("Redis answers").is_none(),
+            "two holders at once"
+        );
+    });
+
+    let mut waiter = start_child(
+        "waiter",
+        &Part::LockWaiter {
+            redis: redis.url(),
+            lease_ms,
+        },
+    );
+    waiter.wait_for_line("CHILD WAITING", DEADLINE);
+    // The waiter sleeps on the channel (ours is the other subscriber).
+    wait_until(DEADLINE, "the waiter subscribed", || {
+        (subscribers(&redis, &channel) >= 2).then_some(())
+    });
+    holder.kill9();
+
+    let acquired = fence_in(&waiter.wait_for_line("CHILD ACQUIRED", DEADLINE));
+    assert!(acquired > held_fence, "fence {acquired} after {held_fence}");
+    let mut published = Vec::new();
+    while let Ok(message) = releases.get_message() {
+        published.push(message.get_payload::<String>().unwrap_or_default());
+    }
+    assert!(
+        published.is_empty(),
+        "a release was published though the holder was killed: {published:?}"
+    );
+    let waiter_pid = waiter.pid();
+    rt.block_on(async {
+        let info = here
+            .lock(LOCK)
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is held");
+        assert!(
+            info.holder.ends_with(&format!("-{waiter_pid}")) && info.fence == acquired,
+            "{info:?}, waiter pid {waiter_pid}"
+        );
+    });
+
+    // The waiter releases on SIGTERM: that release is published (so the
+    // silence above was not a deaf listener).
+    waiter.stop(DEADLINE);
+    waiter.wait_for_line("CHILD RELEASED true", DEADLINE);
+    let message = wait_until(DEADLINE, "the waiter's release published", || {
+        releases.get_message().ok()
+    });
+    assert_eq!(message.get_channel_name(), channel);
 }
