@@ -2,7 +2,9 @@
 //! area, all driving the real `cronlease` binary except `quorum`, which
 //! drives the library's `Store` (the quorum protocol, answer by answer), and
 //! `engine`, which runs replicas in process through `daemon::run` with
-//! in-process tasks.
+//! in-process tasks. `embedded_processes` runs the library's schedulers and
+//! locks in processes of their own: this binary started again, each copy
+//! running one hidden test (`support::TestChild`).
 
 mod bounds;
 mod check;
@@ -10,6 +12,7 @@ mod cron_differential;
 mod cron_reference;
 mod daemon;
 mod embedded;
+mod embedded_processes;
 mod engine;
 mod harness;
 mod locks;

@@ -2,8 +2,10 @@
 //! about a run that did not go as expected, and the pieces of a cluster in a
 //! test — a private Redis ([`RedisServer`]), daemon processes ([`Replica`]),
 //! their config ([`write_config`]), what they wrote ([`read_outcomes`]), and
-//! all of these together ([`Cluster`]); and Redis deployed other ways — TLS,
-//! Sentinel, Redis Cluster, a quorum of servers ([`Topology`]).
+//! all of these together ([`Cluster`]); copies of this test binary running
+//! library code in processes of their own ([`TestChild`]); and Redis
+//! deployed other ways — TLS, Sentinel, Redis Cluster, a quorum of servers
+//! ([`Topology`]).
 //!
 //! Every helper fails loudly: a missing `redis-server` or a daemon that does
 //! not come up is a panic that says what to do and shows the log, never a
@@ -13,6 +15,7 @@
 // today's tests is not dead code that clippy should reject.
 #![allow(dead_code)]
 
+mod child;
 mod cluster;
 mod outcome;
 mod redis_server;
@@ -23,6 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub use child::TestChild;
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
