@@ -1,5 +1,5 @@
 //! The chaos suite's embedded replica: a Rust program that runs the suite's
-//! probe jobs in process through [`cronlease::embed`], where `cronlease run`
+//! probe jobs in process through the `cronlease` library API, where `cronlease run`
 //! runs them as shell commands. `chaos --replica-kind embedded` starts it in
 //! place of `cronlease run`, with the same command line, signals and log:
 //!
@@ -48,8 +48,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use cronlease::config::{Command, Config, Job, Topology};
-use cronlease::embed::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run, Scheduler};
 use cronlease::schedule::{DstGap, DstRepeat};
+use cronlease::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run, Scheduler};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{error, info, warn};
@@ -213,7 +213,7 @@ async fn connect(config: &Config, signals: &mut Signals) -> Result<Option<Cluste
 }
 
 /// The scheduler with the `[daemon]` settings, no jobs yet.
-fn scheduler(cluster: &Cluster, config: &Config) -> cronlease::embed::SchedulerBuilder {
+fn scheduler(cluster: &Cluster, config: &Config) -> cronlease::SchedulerBuilder {
     let daemon = &config.daemon;
     let builder = cluster
         .scheduler()

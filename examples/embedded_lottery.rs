@@ -1,6 +1,6 @@
 //! The noon lottery draw inside a Rust service: several instances of this
 //! program share one Redis, and the draw runs once per tick across all of
-//! them through `cronlease::embed`. Each draw writes its winners with a
+//! them through the `cronlease` library API. Each draw writes its winners with a
 //! fenced write (a Lua script that refuses a fence lower than the stored
 //! one), and `GET /` on any instance shows the latest winners.
 //!
@@ -31,7 +31,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use clap::Parser;
-use cronlease::embed::{Cluster, JobBuilder, RedisSettings, Run};
+use cronlease::{Cluster, JobBuilder, RedisSettings, Run};
 
 #[derive(Parser)]
 struct Args {

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use clap::Parser;
 use common::RedisProcess;
-use cronlease::embed::{Cluster, RedisSettings};
+use cronlease::{Cluster, RedisSettings};
 
 #[derive(Parser)]
 struct Args {

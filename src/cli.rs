@@ -473,7 +473,7 @@ fn lock(args: LockArgs) -> Exit {
         let signals = watch_signals(shutdown.clone(), None)
             .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
         let identity = crate::daemon::Identity::new(None);
-        let options = crate::lock::LockOptions {
+        let options = crate::lock::command::LockOptions {
             name: args.name.clone(),
             lease: args.lease,
             wait: args.wait,
@@ -485,7 +485,7 @@ fn lock(args: LockArgs) -> Exit {
             holder: format!("{}:{}", operator::operator_identity(), identity.pid),
             host: identity.host,
         };
-        let result = crate::lock::run(target.store, options, shutdown.clone()).await;
+        let result = crate::lock::command::run(target.store, options, shutdown.clone()).await;
         shutdown.cancel();
         let _ = signals.await;
         match result {

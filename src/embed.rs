@@ -19,10 +19,10 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use cronlease::embed::{Cluster, JobBuilder, RedisSettings, Run};
+//! use cronlease::{Cluster, JobBuilder, RedisSettings, Run};
 //!
 //! # async fn draw_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
-//! # async fn service() -> Result<(), cronlease::embed::EmbedError> {
+//! # async fn service() -> Result<(), cronlease::EmbedError> {
 //! let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
 //! let scheduler = cluster
 //!     .scheduler()
@@ -62,33 +62,102 @@ use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks
 const SOURCE: &str = "<embedded scheduler>";
 
 /// Why embedding failed.
+///
+/// ```no_run
+/// use cronlease::{Cluster, EmbedError, RedisSettings};
+///
+/// # async fn f() {
+/// match Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0")).await {
+///     Ok(_cluster) => {}
+///     Err(EmbedError::Config(error)) => {
+///         for problem in &error.problems {
+///             eprintln!("{}: {}", problem.field.as_deref().unwrap_or("-"), problem.message);
+///         }
+///     }
+///     Err(other) => eprintln!("{other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EmbedError {
     /// A setting or a job is not valid: every problem, as `cronlease
     /// check` words it.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// Redis did not answer.
-    #[error("cannot reach Redis: {0}")]
-    Redis(#[from] StoreError),
-    /// The replica refused to run (Redis can evict keys, or the state
-    /// directory is unusable).
+    /// Redis could not be reached, or did not do what was asked.
     #[error(transparent)]
-    Daemon(#[from] DaemonError),
+    Redis(#[from] RedisError),
+    /// The scheduler refused to run: Redis may evict keys (a lease could
+    /// vanish and a tick run twice), or its state directory is unusable.
+    #[error(transparent)]
+    Refused(RefusedError),
+    /// [`Scheduler::add`] of a job whose name is taken.
+    #[error("a job named {0:?} is already scheduled")]
+    JobExists(String),
+    /// [`Scheduler::remove`] of a job that is not scheduled.
+    #[error("no job named {0:?} is scheduled")]
+    NoSuchJob(String),
+    /// [`Scheduler::set_jobs`] with two jobs of the same name.
+    #[error("two jobs are named {0:?}")]
+    DuplicateJob(String),
     /// The scheduler's task ended without being asked to (a bug).
     #[error("the scheduler stopped by itself: {0}")]
     Stopped(String),
-    /// `add` of a job whose name is taken, or `remove` of one that is not
-    /// there.
-    #[error("{0}")]
-    Jobs(String),
 }
+
+impl From<StoreError> for EmbedError {
+    fn from(error: StoreError) -> EmbedError {
+        EmbedError::Redis(RedisError(error))
+    }
+}
+
+impl From<DaemonError> for EmbedError {
+    fn from(error: DaemonError) -> EmbedError {
+        EmbedError::Refused(RefusedError(error))
+    }
+}
+
+/// Redis could not be reached, or did not do what was asked: which server,
+/// what was asked and what came back are in the message.
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) {
+/// if let Err(cronlease::LockError::Redis(error)) = cluster.lock("report").try_acquire().await {
+///     eprintln!("no lock today: {error}");
+/// }
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct RedisError(StoreError);
+
+impl From<StoreError> for RedisError {
+    fn from(error: StoreError) -> RedisError {
+        RedisError(error)
+    }
+}
+
+/// Why a scheduler refused to run (see [`EmbedError::Refused`]); the
+/// message says what to change.
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// match cluster.scheduler().start()?.shutdown().await {
+///     Err(cronlease::EmbedError::Refused(why)) => eprintln!("fix Redis or the state directory: {why}"),
+///     other => other?,
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct RefusedError(DaemonError);
 
 /// How to reach Redis: the `[redis]` section of a job table, as code.
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::embed::RedisSettings;
+/// use cronlease::RedisSettings;
 ///
 /// let settings = RedisSettings::url("redis://127.0.0.1:6379/0")
 ///     .key_prefix("shop")
@@ -158,8 +227,8 @@ impl Cluster {
     /// within the connect timeout (unlike the daemon, which waits forever).
     ///
     /// ```no_run
-    /// # async fn f() -> Result<(), cronlease::embed::EmbedError> {
-    /// use cronlease::embed::{Cluster, RedisSettings};
+    /// # async fn f() -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{Cluster, RedisSettings};
     /// let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0")).await?;
     /// # Ok(()) }
     /// ```
@@ -176,11 +245,11 @@ impl Cluster {
         })
     }
 
-    /// The cluster-wide lock `name` (see [`crate::lock`]): set its lease
+    /// The cluster-wide lock `name` (a [`LockBuilder`](crate::LockBuilder)): set its lease
     /// and holder, then acquire it.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
     /// if let Some(guard) = cluster.lock("report").try_acquire().await? {
     ///     // … only one instance is here …
     ///     guard.release().await?;
@@ -237,8 +306,8 @@ fn document(
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::config::{Misfire, Overlap};
-/// use cronlease::embed::{JobBuilder, Run};
+/// use cronlease::{Misfire, Overlap};
+/// use cronlease::{JobBuilder, Run};
 ///
 /// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
 ///     .timezone("Asia/Shanghai")
@@ -459,10 +528,7 @@ impl Scheduler {
     /// valid or its name is taken.
     pub fn add(&mut self, job: EmbeddedJob) -> Result<(), EmbedError> {
         if self.jobs.iter().any(|j| j.name == job.name) {
-            return Err(EmbedError::Jobs(format!(
-                "a job named {:?} is already scheduled",
-                job.name
-            )));
+            return Err(EmbedError::JobExists(job.name));
         }
         let mut jobs = self.jobs.clone();
         jobs.push(job);
@@ -472,9 +538,7 @@ impl Scheduler {
     /// Removes a job while running; a run in flight finishes.
     pub fn remove(&mut self, name: &str) -> Result<(), EmbedError> {
         if !self.jobs.iter().any(|j| j.name == name) {
-            return Err(EmbedError::Jobs(format!(
-                "no job named {name:?} is scheduled"
-            )));
+            return Err(EmbedError::NoSuchJob(name.to_string()));
         }
         let jobs = self
             .jobs
@@ -492,10 +556,7 @@ impl Scheduler {
         let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
         names.sort_unstable();
         if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(EmbedError::Jobs(format!(
-                "two jobs are named {:?}",
-                twice[0]
-            )));
+            return Err(EmbedError::DuplicateJob(twice[0].to_string()));
         }
         self.replace(jobs)
     }
@@ -542,7 +603,7 @@ impl Drop for Scheduler {
 /// to stop.
 ///
 /// ```
-/// use cronlease::embed::Run;
+/// use cronlease::Run;
 ///
 /// async fn draw(mut run: Run) -> Result<(), String> {
 ///     tokio::select! {

@@ -1,30 +1,127 @@
-//! cronlease: a replicated cron daemon in which every tick of every job runs
-//! exactly once across all replicas, coordinated through Redis.
+//! cronlease: scheduled work that runs exactly once per tick across every
+//! instance of a service, coordinated through Redis.
 //!
-//! The modules, in reading order (ARCHITECTURE.md has the full map):
-//! [`schedule`] turns cron expressions into UTC instants, [`config`] loads and
-//! validates the job table, [`outcome`] is the record that ends a run,
-//! [`store`] is the Redis side (keys and scripts), [`runner`] runs commands,
-//! and [`cli`] is the command line on top.
+//! The same engine has two doors: the `cronlease` daemon (a TOML job table,
+//! `cronlease run` on several hosts) and this library, for a Rust service
+//! deployed as several instances:
+//!
+//! - **Jobs** ([`Cluster::scheduler`], [`JobBuilder`]): at each tick of a
+//!   job's cron schedule the instances race for its claim, one wins and
+//!   calls the job's async handler with a [`Run`] (tick, fence, stop
+//!   signal) under a watchdog-renewed lease, and the outcome is recorded.
+//!   Embedded jobs are replicas like the daemon's: `cronlease status`,
+//!   `history`, `trigger`, `pause` and `resume` work on them unchanged.
+//! - **Locks** ([`Cluster::lock`]): cluster-wide locks with a watchdog, a
+//!   fencing token on every acquisition, a [`LockGuard::lost`] signal,
+//!   reentrancy, waiting without polling, on one Redis or a quorum of
+//!   independent masters.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cronlease::{Cluster, JobBuilder, Overlap, RedisSettings, Run};
+//!
+//! # async fn draw_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn migrate(fence: u64) {}
+//! # async fn service() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
+//! let scheduler = cluster
+//!     .scheduler()
+//!     .job(
+//!         JobBuilder::new("lottery-draw", "0 12 * * *")
+//!             .timezone("Asia/Shanghai")
+//!             .overlap(Overlap::Skip)
+//!             .timeout(Duration::from_secs(300))
+//!             .run(|run: Run| async move { draw_winners(run.fence()).await }),
+//!     )
+//!     .start()?;
+//!
+//! let guard = cluster.lock("nightly-migration").lease(Duration::from_secs(30)).acquire().await?;
+//! tokio::select! {
+//!     () = migrate(guard.fence()) => {}
+//!     () = guard.lost() => eprintln!("lock lost: stop writing"),
+//! }
+//! guard.release().await?;
+//! scheduler.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Cargo features, on by default for the binary: `cli` (the `cronlease`
+//! command line and its log output), `process` (the daemon's process
+//! runner: a job's `command` in its own process group), `metrics-server`
+//! (`/metrics` served by a daemon replica) and `systemd` (`Type=notify`,
+//! the watchdog). A service that embeds the library leaves them out with
+//! `default-features = false`. ARCHITECTURE.md maps the modules.
 
+#![warn(missing_docs)]
+// Without the command line, the operator side of the engine (what
+// `status`, `history`, `pause` and `trigger` read and write) is compiled
+// but unused by the library; dead code is checked in the default build.
+#![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
+
+/// Declares the engine's modules: private to the crate, and public but
+/// hidden from the docs with the `internals` feature, which only this
+/// crate's own tests, examples and benchmarks enable.
+macro_rules! internal {
+    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "internals")]
+        #[doc(hidden)]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "internals"))]
+        mod $name;
+    )*};
+}
+
+internal!(
+    #[cfg(feature = "cli")]
+    cli,
+    clock,
+    config,
+    daemon,
+    embed,
+    exit,
+    link,
+    lock,
+    #[cfg(feature = "cli")]
+    logging,
+    membership,
+    #[cfg(feature = "cli")]
+    operator,
+    outcome,
+    #[cfg(feature = "process")]
+    runner,
+    schedule,
+    spool,
+    store,
+    task,
+    telemetry,
+    watchdog,
+);
+
+pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
+pub use embed::{
+    Cluster, EmbedError, EmbeddedJob, JobBuilder, RedisError, RedisSettings, Run, Scheduler,
+    SchedulerBuilder,
+};
+pub use lock::{LockBuilder, LockError, LockGuard};
+pub use schedule::{DstGap, DstRepeat};
+pub use store::LockHolder;
+pub use task::Stop;
+
+/// The `cronlease` command line: parses this process's arguments, runs the
+/// command and returns its exit status (0 success, 1 failure, 2 usage or
+/// config error, 75 temporary failure, 78 unsafe Redis settings; `cronlease
+/// --help` lists the commands). The `cronlease` binary is this function.
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     cronlease::run_command_line()
+/// }
+/// ```
 #[cfg(feature = "cli")]
-pub mod cli;
-pub mod clock;
-pub mod config;
-pub mod daemon;
-pub mod embed;
-pub mod exit;
-pub mod link;
-pub mod lock;
-#[cfg(feature = "cli")]
-pub mod logging;
-pub mod membership;
-pub mod operator;
-pub mod outcome;
-pub mod runner;
-pub mod schedule;
-pub mod spool;
-pub mod store;
-pub mod task;
-pub mod telemetry;
-pub mod watchdog;
+pub fn run_command_line() -> std::process::ExitCode {
+    use clap::Parser;
+    cli::run(cli::Cli::parse()).into()
+}

@@ -508,13 +508,6 @@ pub enum Conn {
     Cluster(ClusterConnection),
 }
 
-impl Conn {
-    /// True for a Cluster: a pipeline must not mix keys of several slots.
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster(_))
-    }
-}
-
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

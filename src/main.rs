@@ -1,11 +1,6 @@
-//! The `cronlease` binary: parses the command line and hands over to the
-//! library. Exit statuses: `cronlease::exit::Exit`.
+//! The `cronlease` binary: the library's command line
+//! ([`cronlease::run_command_line`]).
 
-use std::process::ExitCode;
-
-use clap::Parser;
-
-fn main() -> ExitCode {
-    let cli = cronlease::cli::Cli::parse();
-    cronlease::cli::run(cli).into()
+fn main() -> std::process::ExitCode {
+    cronlease::run_command_line()
 }

@@ -147,9 +147,11 @@ pub trait Task: Send + Sync {
 
 /// Runs nothing and succeeds at once, in process: the benchmark's task,
 /// which leaves only the coordination to measure.
+#[cfg(any(test, feature = "internals"))]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Noop;
 
+#[cfg(any(test, feature = "internals"))]
 impl Task for Noop {
     fn attempt<'a>(
         &'a self,
@@ -212,7 +214,9 @@ impl Tasks {
         Tasks::default()
     }
 
-    /// Every job runs `task` instead of its command.
+    /// Every job runs `task` instead of its command (the benchmark's and
+    /// the engine tests' replicas).
+    #[cfg(feature = "internals")]
     pub fn every_job(task: Arc<dyn Task>) -> Tasks {
         Tasks {
             every_job: Some(task),

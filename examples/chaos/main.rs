@@ -18,7 +18,7 @@
 //! The replicas are `cronlease run` daemons by default; with
 //! `--replica-kind embedded` they are the `chaos_replica` example (next to
 //! this executable), which runs the same probe jobs in process through
-//! `cronlease::embed` with the same command line, signals and log, so the
+//! the `cronlease` library API with the same command line, signals and log, so the
 //! same faults and the same checker apply to embedded schedulers.
 //!
 //! The seed is printed first; `--seed N` replays the same sequence of fault
@@ -144,7 +144,7 @@ struct Args {
 pub enum ReplicaKind {
     /// `cronlease run --config rN/jobs.toml`.
     Daemon,
-    /// `chaos_replica run --config rN/jobs.toml` (`cronlease::embed`).
+    /// `chaos_replica run --config rN/jobs.toml` (the `cronlease` library API).
     Embedded,
 }
 

@@ -367,14 +367,18 @@ pub struct Problem {
     pub line_col: Option<(usize, usize)>,
     /// The section the problem is in: `redis`, `daemon` or `jobs.<name>`.
     pub section: Option<String>,
+    /// The field at fault (`schedule`, `timeout`, …), when one is.
     pub field: Option<String>,
+    /// What is wrong, and what would be valid.
     pub message: String,
 }
 
 /// A config file that cannot be used, with every problem found in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
+    /// The file (for an embedded scheduler: `<embedded scheduler>`).
     pub file: PathBuf,
+    /// Every problem found, in the order of the file.
     pub problems: Vec<Problem>,
 }
 

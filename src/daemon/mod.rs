@@ -59,6 +59,7 @@ use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap, RedisConfig};
 use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Status, Trigger};
+#[cfg(feature = "process")]
 use crate::runner;
 use crate::spool::{Spool, SpoolError};
 use crate::store::{

@@ -38,11 +38,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .registered(&job.name);
-    let task: Arc<dyn task::Task> = match (registered, runner::Process::argv(&job.command)) {
-        (Some(task), _) => task,
-        (None, Some(argv)) => Arc::new(process(ctx, job, &start, argv)),
-        (None, None) => Arc::new(task::Unregistered),
-    };
+    let task = registered.unwrap_or_else(|| command_task(ctx, job, &start));
     let run = RunContext {
         job: job.name.clone(),
         tick_ms: start.tick_ms,
@@ -80,8 +76,26 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
     })
 }
 
+/// The job's command as a process task; a job without one (an embedded
+/// job whose handler this program lacks) fails and says so.
+#[cfg(feature = "process")]
+fn command_task(ctx: &Ctx, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
+    match runner::Process::argv(&job.command) {
+        Some(argv) => Arc::new(process(ctx, job, start, argv)),
+        None => Arc::new(task::Unregistered),
+    }
+}
+
+/// Without the process runner (the `process` feature), only registered
+/// tasks run: a job with a command fails and says it has no handler.
+#[cfg(not(feature = "process"))]
+fn command_task(_ctx: &Ctx, _job: &Job, _start: &RunStart) -> Arc<dyn task::Task> {
+    Arc::new(task::Unregistered)
+}
+
 /// The job's command (`argv`) as a process task, with the run's
 /// `CRONLEASE_*` environment.
+#[cfg(feature = "process")]
 fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
     let mut env: Vec<(String, String)> = job
         .env

@@ -20,7 +20,7 @@ use crate::store::{Store, StoreError};
 
 mod render;
 
-pub use render::{Colour, render_history, render_status, use_colour};
+pub use render::{render_history, render_status, use_colour};
 
 /// Failures of an operator command.
 #[derive(Debug, thiserror::Error)]

@@ -82,7 +82,7 @@ impl Keys {
     }
 
     /// Stream: manual run requests (`cronlease trigger`), read by the
-    /// consumer group [`TRIGGER_GROUP`](super::TRIGGER_GROUP).
+    /// consumer group [`TRIGGER_GROUP`](super::triggers::TRIGGER_GROUP).
     pub fn triggers(&self) -> String {
         format!("{}:triggers", self.prefix)
     }

@@ -18,8 +18,12 @@ pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// `quorum`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockHolder {
+    /// Who holds it ([`crate::LockBuilder::holder`]; by default the
+    /// instance's host name and pid).
     pub holder: String,
+    /// The host it holds from.
     pub host: String,
+    /// The fence of the acquisition that holds it.
     pub fence: u64,
     /// Redis time of the acquisition, ms.
     pub since_ms: i64,

@@ -28,16 +28,17 @@ mod triggers;
 
 use reply::Reply;
 
-pub use claim::{ClaimReply, ClaimRequest, EARLY_TOLERANCE_MS, WhenBusy};
-pub use heartbeat::{Epoch, HeartbeatReply, REPLICA_FORGET_AFTER, ServerTime};
+pub use claim::{ClaimReply, ClaimRequest, WhenBusy};
+pub use heartbeat::{Epoch, REPLICA_FORGET_AFTER, ServerTime};
+#[cfg(feature = "internals")]
+pub use run::DEDUP_MIN_ENTRIES;
 pub use run::{
-    DEDUP_MIN_ENTRIES, DEDUP_WINDOW, FinishReply, Recorded, Renewal, Rerun, RerunOffer, SweepReply,
-    SweepRequest, dedup_entries,
+    DEDUP_WINDOW, FinishReply, Recorded, Renewal, Rerun, RerunOffer, SweepRequest, dedup_entries,
 };
 
 pub use keys::Keys;
-pub use lock::{LOCK_IDLE_TTL, LockHolder, LockReply};
-pub use triggers::{ManualReply, ManualRequest, TRIGGER_GROUP, TriggerReader, TriggerRequest};
+pub use lock::{LockHolder, LockReply};
+pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 

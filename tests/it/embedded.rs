@@ -1,4 +1,4 @@
-//! The library's embedded scheduler (`cronlease::embed`): instances in this
+//! The library's embedded scheduler (`cronlease::Scheduler`): instances in this
 //! process, each on its own connection, against a private Redis. Each tick
 //! runs once with rising fences; an error or a panic is `failed` with its
 //! message; a handler that ignores its stop signal is dropped after the
@@ -9,9 +9,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cronlease::config::Overlap;
-use cronlease::embed::{Cluster, EmbedError, JobBuilder, RedisSettings, Run, Scheduler};
-use cronlease::task::Stop;
+use cronlease::Overlap;
+use cronlease::Stop;
+use cronlease::{Cluster, EmbedError, JobBuilder, RedisSettings, Run, Scheduler};
 
 use crate::support::{
     RedisServer, cluster, cronlease, multi_thread_runtime as runtime, read_outcomes, wait_until,
@@ -29,7 +29,7 @@ async fn start(
     redis: &RedisServer,
     dir: &tempfile::TempDir,
     id: &str,
-    jobs: Vec<cronlease::embed::EmbeddedJob>,
+    jobs: Vec<cronlease::EmbeddedJob>,
 ) -> Scheduler {
     let builder = cluster(redis)
         .await
@@ -47,7 +47,7 @@ async fn start(
 }
 
 /// A job every second whose handler records what it was given.
-fn recording(name: &str, seen: &Seen) -> cronlease::embed::EmbeddedJob {
+fn recording(name: &str, seen: &Seen) -> cronlease::EmbeddedJob {
     let seen = seen.clone();
     JobBuilder::new(name, "* * * * * *").run(move |run: Run| {
         let seen = seen.clone();
@@ -289,7 +289,7 @@ fn jobs_come_and_go_on_a_running_scheduler() {
             .expect("a valid job");
         assert!(matches!(
             scheduler.add(recording("late-comer", &seen)),
-            Err(EmbedError::Jobs(_))
+            Err(EmbedError::JobExists(_))
         ));
         tokio::time::sleep(Duration::from_secs(3)).await;
         scheduler.remove("late-comer").expect("it is there");

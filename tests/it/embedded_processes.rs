@@ -1,4 +1,4 @@
-//! The library (`cronlease::embed`) with each instance in a process of its
+//! The library (`cronlease::Cluster`) with each instance in a process of its
 //! own, as a service deployed several times runs it: three embedded
 //! schedulers share a job every second and run each tick once, with fences
 //! rising; `kill -9` of the one running a slow tick leaves that tick
@@ -17,7 +17,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cronlease::embed::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run};
+use cronlease::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run};
 use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
 

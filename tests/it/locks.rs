@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cronlease::embed::{Cluster, RedisSettings};
+use cronlease::{Cluster, RedisSettings};
 
 use crate::support::{RedisServer, cluster, multi_thread_runtime as runtime};
 

@@ -188,9 +188,9 @@ pub fn multi_thread_runtime() -> tokio::runtime::Runtime {
 
 /// The library's connection to `redis`, key prefix `cl` (as
 /// [`write_config`] gives replicas), 300 ms command timeout.
-pub async fn cluster(redis: &RedisServer) -> cronlease::embed::Cluster {
-    cronlease::embed::Cluster::connect(
-        cronlease::embed::RedisSettings::url(&redis.url())
+pub async fn cluster(redis: &RedisServer) -> cronlease::Cluster {
+    cronlease::Cluster::connect(
+        cronlease::RedisSettings::url(&redis.url())
             .key_prefix("cl")
             .command_timeout(Duration::from_millis(300)),
     )

@@ -1,5 +1,6 @@
-//! Cluster-wide locks: the library's [`LockBuilder`] / [`LockGuard`], and
-//! `cronlease lock NAME -- CMD` (the `flock(1)` of a cluster) built on them.
+//! Cluster-wide locks: the library's [`LockBuilder`] / [`LockGuard`];
+//! `cronlease lock NAME -- CMD` (the `flock(1)` of a cluster) is built on
+//! them in [`command`].
 //!
 //! A lock is the keys of the pseudo-job `lock:NAME`, with a fence like any
 //! claim. Its holder's lease is renewed by a watchdog every lease/3 while
@@ -18,27 +19,47 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::exit::Exit;
-use crate::outcome::Status;
-use crate::runner::{Process, StdioMode};
+use crate::embed::RedisError;
 use crate::store::{Keys, LockReply, Store, StoreError};
-use crate::task::{self, Attempts, RunContext, RunResult, Stop};
+use crate::task::Stop;
 use crate::watchdog::{self, LeaseHold};
 
+#[cfg(feature = "cli")]
+pub mod command;
+
 /// Why a lock could not be used.
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) {
+/// match cluster.lock("report").try_acquire().await {
+///     Ok(Some(guard)) => { /* … */ }
+///     Ok(None) => eprintln!("someone else is on it"),
+///     Err(cronlease::LockError::Redis(error)) => eprintln!("cannot tell: {error}"),
+///     Err(other) => eprintln!("{other}"),
+/// }
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LockError {
+    /// Redis could not be reached, or did not do what was asked: whether
+    /// the lock is held is unknown (a lock taken in Redis whose answer
+    /// was lost lapses with its lease).
     #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot read the current directory: {0}")]
-    Workdir(std::io::Error),
+    Redis(#[from] RedisError),
+}
+
+impl From<StoreError> for LockError {
+    fn from(error: StoreError) -> LockError {
+        LockError::Redis(error.into())
+    }
 }
 
 /// A lock to take: its name, lease and holder. From
 /// [`crate::embed::Cluster::lock`].
 ///
 /// ```no_run
-/// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
 /// use std::time::Duration;
 /// let guard = cluster.lock("nightly-migration").lease(Duration::from_secs(30)).acquire().await?;
 /// tokio::select! {
@@ -97,7 +118,7 @@ impl LockBuilder {
     /// owner is one holder, on any instance.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::embed::Cluster) -> Result<(), cronlease::lock::LockError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
     /// let outer = cluster.lock("ledger").owner("settlement-2026-11-24").acquire().await?;
     /// let inner = cluster.lock("ledger").owner("settlement-2026-11-24").acquire().await?;
     /// assert_eq!(outer.fence(), inner.fence());
@@ -320,116 +341,5 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.service.cancel();
-    }
-}
-
-/// What `cronlease lock` runs under which lock.
-#[derive(Debug, Clone)]
-pub struct LockOptions {
-    pub name: String,
-    pub lease: Duration,
-    /// How long to wait for the lock; `None`: give up at once.
-    pub wait: Option<Duration>,
-    pub kill_grace: Duration,
-    /// The command and its arguments (non-empty).
-    pub command: Vec<String>,
-    /// Who holds the lock, as shown to other waiters.
-    pub holder: String,
-    pub host: String,
-}
-
-/// `cronlease lock`: takes the lock, runs the command, releases the lock;
-/// returns the exit status for the process. `shutdown` (SIGTERM/SIGINT)
-/// stops a waiter, or interrupts the command (SIGTERM, `kill_grace`,
-/// SIGKILL).
-pub async fn run(
-    store: Store,
-    options: LockOptions,
-    shutdown: CancellationToken,
-) -> Result<Exit, LockError> {
-    // Read before the lock is taken: an error then leaves nothing held.
-    let workdir = std::env::current_dir().map_err(LockError::Workdir)?;
-    let builder =
-        LockBuilder::new(store, &options.name, &options.holder, &options.host).lease(options.lease);
-    let wait = match options.wait {
-        None => Wait::No,
-        Some(wait) => Wait::Until(Instant::now() + wait),
-    };
-    let acquired = tokio::select! {
-        acquired = builder.acquire_until(wait) => acquired?,
-        () = shutdown.cancelled() => return Ok(Exit::TempFail),
-    };
-    let guard = match acquired {
-        Acquisition::Acquired(guard) => guard,
-        Acquisition::HeldBy(holder) => {
-            eprintln!(
-                "cronlease lock: lock {:?} is held by {holder}",
-                options.name
-            );
-            return Ok(Exit::TempFail);
-        }
-    };
-    let process = Process {
-        argv: options.command.clone(),
-        workdir,
-        env: vec![
-            ("CRONLEASE_LOCK".to_string(), options.name.clone()),
-            ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
-            ("CRONLEASE_RUN_ID".to_string(), guard.run_id.clone()),
-        ],
-        stdio: StdioMode::Inherit,
-    };
-    let result = run_held(&guard, &options, &process, &shutdown).await;
-    if let Err(e) = guard.release().await {
-        tracing::warn!(lock = %options.name, error = %e, "cannot release the lock; it lapses with its lease");
-    }
-    Ok(match result.status {
-        Status::Ok => Exit::Success,
-        Status::LostLease => {
-            eprintln!(
-                "cronlease lock: the lease of lock {:?} was lost; the command was killed",
-                options.name
-            );
-            Exit::TempFail
-        }
-        _ => match (result.exit_code, result.signal) {
-            (Some(code), _) => Exit::Command(u8::try_from(code).unwrap_or(1)),
-            (None, Some(signal)) => Exit::Command(u8::try_from(128 + signal).unwrap_or(1)),
-            (None, None) => Exit::Failure,
-        },
-    })
-}
-
-/// Runs `process` under the guard's lease: killed at once if it is lost,
-/// interrupted on `shutdown`.
-async fn run_held(
-    guard: &LockGuard,
-    options: &LockOptions,
-    process: &Process,
-    shutdown: &CancellationToken,
-) -> RunResult {
-    let context = RunContext {
-        job: Keys::lock_job(&options.name),
-        tick_ms: 0,
-        fence: guard.fence,
-        run_id: guard.run_id.clone(),
-        replica: guard.holder.clone(),
-        attempt: 0,
-        grace: options.kill_grace,
-    };
-    let once = Attempts {
-        timeout: None,
-        retries: 0,
-        retry_backoff: Duration::ZERO,
-        output_tail_bytes: 0,
-    };
-    let run = task::execute(process, context, once, guard.stop.clone());
-    tokio::pin!(run);
-    tokio::select! {
-        result = &mut run => result,
-        () = shutdown.cancelled() => {
-            guard.watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
-            run.await
-        }
     }
 }
