@@ -11,7 +11,6 @@
 //! nextest run` alike.
 
 use std::fs::File;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
@@ -72,13 +71,7 @@ impl TestChild {
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "cronlease=debug,info".into()),
             )
             .env("NO_COLOR", "1");
-        // SAFETY: between fork and exec only async-signal-safe calls are
-        // allowed; prctl(2) is one, and nothing here allocates.
-        unsafe {
-            command.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-            });
-        }
+        super::die_with_this_thread(&mut command);
         let shown = format!("{command:?}");
         let child = command
             .spawn()

@@ -27,6 +27,22 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 pub use child::TestChild;
+
+/// Makes the process `command` starts die (SIGKILL) when the thread that
+/// starts it does (`PR_SET_PDEATHSIG`): a test runner killed mid-test
+/// leaves no `redis-server`, daemon or child behind. Drop handlers cover
+/// every other way out.
+pub fn die_with_this_thread(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: between fork and exec only async-signal-safe calls are
+    // allowed; prctl(2) is one, and nothing here allocates.
+    unsafe {
+        command.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)
+        });
+    }
+}
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};

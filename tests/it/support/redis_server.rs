@@ -307,6 +307,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(console)
             .stderr(console_err);
+        super::die_with_this_thread(&mut command);
         let shown = format!("{command:?}");
         let mut process = match command.spawn() {
             Ok(process) => process,

@@ -97,6 +97,7 @@ impl Replica {
         }
         command.envs(env.iter().copied());
         let shown = format!("{command:?}");
+        super::die_with_this_thread(&mut command);
         let child = match command.spawn() {
             Ok(child) => child,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
