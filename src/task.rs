@@ -368,12 +368,27 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// Resolves with the stop requested already or the next one; never, once
 /// the sender is gone.
 async fn next_stop(stop: &mut watch::Receiver<Option<Stop>>) -> Stop {
-    loop {
-        if let Some(reason) = *stop.borrow_and_update() {
-            return reason;
-        }
-        if stop.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
+    first_stop(stop, |_| true).await
+}
+
+/// Resolves with the first stop `wanted` accepts, among the one requested
+/// already and those that follow; never, once the sender is gone.
+pub(crate) async fn first_stop(
+    stop: &mut watch::Receiver<Option<Stop>>,
+    wanted: impl Fn(Stop) -> bool,
+) -> Stop {
+    let mut found = None;
+    // The borrow `wait_for` returns is dropped at once: it must not be
+    // held across an await.
+    let sender_gone = stop
+        .wait_for(|requested| {
+            found = requested.filter(|&reason| wanted(reason));
+            found.is_some()
+        })
+        .await
+        .is_err();
+    match found {
+        Some(reason) if !sender_gone => reason,
+        _ => std::future::pending().await,
     }
 }

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::embed::RedisError;
 use crate::store::{Keys, LockReply, Store, StoreError};
-use crate::task::Stop;
+use crate::task::{self, Stop};
 use crate::watchdog::{self, LeaseHold};
 
 #[cfg(feature = "cli")]
@@ -298,15 +298,7 @@ impl LockGuard {
     /// Resolves when the lease can no longer be proven: someone else may
     /// hold the lock now. Pending while it is held.
     pub async fn lost(&self) {
-        let mut stop = self.stop.clone();
-        loop {
-            if *stop.borrow_and_update() == Some(Stop::LostLease) {
-                return;
-            }
-            if stop.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        }
+        task::first_stop(&mut self.stop.clone(), |reason| reason == Stop::LostLease).await;
     }
 
     /// Releases this hold if the lock is still ours (`true`): the last
