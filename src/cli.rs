@@ -540,6 +540,7 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
             store,
             clock: crate::clock::RedisClock::new(),
             tasks,
+            ready: None,
         };
         let result = crate::daemon::run(config, world, shutdown.clone(), reload_rx).await;
         shutdown.cancel();

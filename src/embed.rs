@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -488,10 +488,12 @@ impl SchedulerBuilder {
         let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
         let shutdown = CancellationToken::new();
         let (reload, reload_rx) = mpsc::unbounded_channel();
+        let (ready, ready_rx) = oneshot::channel();
         let world = World {
             store: self.cluster.store.clone(),
             clock: RedisClock::new(),
             tasks: tasks(&self.jobs),
+            ready: Some(ready),
         };
         let replica = tokio::spawn(daemon::run(config, world, shutdown.clone(), reload_rx));
         Ok(Scheduler {
@@ -500,6 +502,7 @@ impl SchedulerBuilder {
             jobs: self.jobs,
             shutdown,
             reload,
+            ready: Some(ready_rx),
             replica: Some(replica),
         })
     }
@@ -520,6 +523,8 @@ pub struct Scheduler {
     jobs: Vec<EmbeddedJob>,
     shutdown: CancellationToken,
     reload: mpsc::UnboundedSender<Reload>,
+    /// Answered once the replica claims; None once that was seen.
+    ready: Option<oneshot::Receiver<()>>,
     replica: Option<JoinHandle<Result<(), DaemonError>>>,
 }
 
@@ -577,6 +582,39 @@ impl Scheduler {
             .map_err(|_| EmbedError::Stopped("the replica is gone".into()))?;
         self.jobs = jobs;
         Ok(())
+    }
+
+    /// Resolves once the scheduler claims ticks: it has checked that
+    /// Redis cannot evict its keys and that its state directory is usable,
+    /// and joined the cluster. [`SchedulerBuilder::start`] returns before
+    /// that; a service that must not report itself healthy without its
+    /// jobs waits here. An error if the scheduler refused to run
+    /// ([`EmbedError::Refused`]) or stopped; at once when it was ready
+    /// before.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let mut scheduler = cluster.scheduler().start()?;
+    /// scheduler.ready().await?;   // e.g. Redis with `maxmemory-policy allkeys-lru`: Refused
+    /// # Ok(()) }
+    /// ```
+    pub async fn ready(&mut self) -> Result<(), EmbedError> {
+        let Some(ready) = self.ready.take() else {
+            return Ok(());
+        };
+        if ready.await.is_ok() {
+            return Ok(());
+        }
+        // The replica ended before it was ready: its result says why.
+        self.shutdown.cancel();
+        match self.replica.take() {
+            Some(replica) => match replica.await {
+                Ok(Err(e)) => Err(e.into()),
+                Ok(Ok(())) => Err(EmbedError::Stopped("before it was ready".into())),
+                Err(e) => Err(EmbedError::Stopped(e.to_string())),
+            },
+            None => Err(EmbedError::Stopped("before it was ready".into())),
+        }
     }
 
     /// Stops claiming, lets runs finish within the shutdown grace (then

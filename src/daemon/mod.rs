@@ -284,6 +284,9 @@ pub struct World {
     pub clock: RedisClock,
     /// What each job runs.
     pub tasks: Tasks,
+    /// Told once the replica claims ticks (after its checks of Redis and
+    /// the state directory); dropped unsent if it stops before that.
+    pub ready: Option<oneshot::Sender<()>>,
 }
 
 /// Runs a replica until `shutdown` is cancelled and every task is drained
@@ -305,6 +308,7 @@ pub async fn run(
         store,
         clock,
         tasks,
+        ready,
     } = world;
     check_server_settings(&store).await?;
 
@@ -350,6 +354,10 @@ pub async fn run(
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");
+    if let Some(ready) = ready {
+        // Nobody waiting for it is no reason to stop.
+        let _ = ready.send(());
+    }
 
     supervise(&ctx, &mut scheduler, &health, &shutdown, &mut reload).await;
     systemd::notify(&[Notice::Stopping]);

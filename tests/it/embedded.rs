@@ -437,3 +437,41 @@ fn cronlease_pause_and_resume_hold_and_release_an_embedded_job() {
     });
     rt.block_on(scheduler.shutdown()).expect("a clean shutdown");
 }
+
+#[test]
+fn ready_says_when_a_scheduler_claims_or_why_it_refused_to() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let seen = Seen::default();
+    let evicting =
+        RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
+    let sound = RedisServer::start();
+    runtime().block_on(async {
+        let mut refused = start(&evicting, &dir, "shop-1", vec![recording("draw", &seen)]).await;
+        let error = refused
+            .ready()
+            .await
+            .expect_err("a Redis that evicts keys is refused");
+        assert!(matches!(error, EmbedError::Refused(_)), "{error:?}");
+        let message = error.to_string();
+        assert!(
+            message.contains("allkeys-lru") && message.contains("noeviction"),
+            "{message}"
+        );
+        refused.shutdown().await.expect("nothing left to stop");
+
+        let mut scheduler = start(&sound, &dir, "shop-2", vec![recording("draw", &seen)]).await;
+        scheduler.ready().await.expect("ready");
+        scheduler.ready().await.expect("still ready");
+        let replicas: Vec<String> = redis::cmd("HKEYS")
+            .arg(format!("{PREFIX}:replicas"))
+            .query(&mut sound.client())
+            .expect("HKEYS");
+        assert_eq!(replicas, ["shop-2"], "a member once ready");
+        scheduler.shutdown().await.expect("a clean shutdown");
+    });
+    assert!(
+        seen_of(&seen, "draw")
+            .iter()
+            .all(|(_, _, replica)| replica == "shop-2")
+    );
+}

@@ -98,6 +98,7 @@ async fn run_replicas(configs: Vec<Config>, tasks: Tasks, for_: Duration) {
             store,
             clock: RedisClock::new(),
             tasks: tasks.clone(),
+            ready: None,
         };
         let (_reload, reload_rx) = tokio::sync::mpsc::unbounded_channel();
         replicas.push(tokio::spawn(daemon::run(
