@@ -136,9 +136,10 @@ impl From<DaemonError> for EmbedError {
     }
 }
 
-/// Redis could not be reached, or did not do what was asked: which server,
-/// what was asked and what came back are in the message (passwords
-/// redacted). Opaque: print it, or walk its
+/// Redis could not be reached, or did not do what was asked.
+///
+/// Which server, what was asked and what came back are in the message
+/// (passwords redacted). Opaque: print it, or walk its
 /// [`source`](std::error::Error::source) chain.
 ///
 /// ```
@@ -182,6 +183,7 @@ impl From<StoreError> for RedisError {
 pub struct RefusedError(DaemonError);
 
 /// How to reach Redis: the `[redis]` section of a job table, as code.
+///
 /// Nothing is checked until [`Cluster::connect`], which reports every
 /// invalid setting at once as [`EmbedError::Config`]. Durations are taken
 /// in whole milliseconds; zero is not valid. A password goes in the URL
@@ -286,8 +288,10 @@ fn duration(d: Duration) -> toml::Value {
 }
 
 /// A connection to the Redis the instances share: where schedulers
-/// ([`Cluster::scheduler`]) and locks ([`Cluster::lock`]) come from. Clones
-/// share the connection, which reconnects by itself after Redis trouble.
+/// ([`Cluster::scheduler`]) and locks ([`Cluster::lock`]) come from.
+///
+/// Clones share the connection, which reconnects by itself after Redis
+/// trouble.
 ///
 /// ```no_run
 /// use cronlease::{Cluster, RedisSettings};
@@ -414,8 +418,10 @@ fn document(
 }
 
 /// A job of an embedded scheduler, before its handler: name, schedule and
-/// the settings a `[jobs.<name>]` table has (all but `command`, `shell`,
-/// `workdir` and `env`: the handler is the work). Nothing is checked here:
+/// the settings of a `[jobs.<name>]` table.
+///
+/// It has every setting of the table but `command`, `shell`, `workdir` and
+/// `env`: the handler is the work. Nothing is checked here:
 /// [`SchedulerBuilder::start`], [`Scheduler::add`] and
 /// [`Scheduler::set_jobs`] check every job with the job table's
 /// validators and return every problem as [`EmbedError::Config`].
@@ -675,8 +681,9 @@ impl EmbeddedJob {
 }
 
 /// The jobs of a scheduler not started yet, and its replica settings: the
-/// `[daemon]` section of a job table, as code. From [`Cluster::scheduler`].
-/// Nothing is checked until [`SchedulerBuilder::start`], which reports
+/// `[daemon]` section of a job table, as code.
+///
+/// From [`Cluster::scheduler`]. Nothing is checked until [`SchedulerBuilder::start`], which reports
 /// every invalid setting and job at once. Durations are taken in whole
 /// milliseconds; zero is not valid.
 ///
@@ -880,8 +887,9 @@ fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
     })
 }
 
-/// A running embedded scheduler: one replica of the cluster, from
-/// [`SchedulerBuilder::start`]. Its jobs can be changed while it runs.
+/// A running embedded scheduler: one replica of the cluster.
+///
+/// From [`SchedulerBuilder::start`]. Its jobs can be changed while it runs.
 /// Dropping it begins the shutdown without waiting for it (the task goes on
 /// draining on the runtime); [`Scheduler::shutdown`] waits and says how it
 /// went.

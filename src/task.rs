@@ -27,7 +27,9 @@ use tracing::{error, warn};
 use crate::outcome::{Status, Tail};
 
 /// Why a run is being stopped: what [`Run::stopped`](crate::Run::stopped)
-/// resolves with. A handler told to stop has the scheduler's `kill_grace`
+/// resolves with.
+///
+/// A handler told to stop has the scheduler's `kill_grace`
 /// to return, whatever the reason, and is dropped after it; the daemon's
 /// processes get the signals named below.
 ///

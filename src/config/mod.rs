@@ -306,9 +306,10 @@ pub enum Command {
     Handler,
 }
 
-/// What a tick does while a run of the same job is in flight (a job's
-/// `overlap`, [`JobBuilder::overlap`](crate::JobBuilder::overlap); default
-/// `Skip`). "In flight" counts runs on every instance.
+/// What a tick does while a run of the same job is in flight.
+///
+/// A job's `overlap` ([`JobBuilder::overlap`](crate::JobBuilder::overlap)),
+/// default `Skip`. "In flight" counts runs on every instance.
 ///
 /// ```
 /// use cronlease::{JobBuilder, Overlap};
@@ -329,9 +330,10 @@ pub enum Overlap {
 }
 
 /// What becomes of ticks that passed while no instance could claim them
-/// (every instance down, or Redis away): a job's `misfire`,
-/// [`JobBuilder::misfire`](crate::JobBuilder::misfire); default `RunOnce`.
-/// Only ticks younger than the job's `misfire_grace` count; the missed
+/// (every instance down, or Redis away).
+///
+/// A job's `misfire` ([`JobBuilder::misfire`](crate::JobBuilder::misfire)),
+/// default `RunOnce`. Only ticks younger than the job's `misfire_grace` count; the missed
 /// ticks are recorded whatever the policy.
 ///
 /// ```
@@ -352,10 +354,11 @@ pub enum Misfire {
     RunAll,
 }
 
-/// What becomes of a run whose instance died before recording an outcome
-/// (a job's `on_holder_lost`,
-/// [`JobBuilder::on_holder_lost`](crate::JobBuilder::on_holder_lost);
-/// default `Record`). Another instance notices once the run's lease has
+/// What becomes of a run whose instance died before recording an outcome.
+///
+/// A job's `on_holder_lost`
+/// ([`JobBuilder::on_holder_lost`](crate::JobBuilder::on_holder_lost)),
+/// default `Record`. Another instance notices once the run's lease has
 /// lapsed.
 ///
 /// ```
@@ -400,6 +403,7 @@ enum_names!(Misfire { RunOnce => "run_once", Skip => "skip", RunAll => "run_all"
 enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 
 /// One thing wrong with a config file, located as precisely as possible.
+///
 /// For the library's settings and jobs, `section` and `field` name the
 /// place (`line_col` is `None`).
 ///
@@ -431,8 +435,9 @@ pub struct Problem {
     pub message: String,
 }
 
-/// A config file that cannot be used, with every problem found in it: for
-/// the library, the settings and jobs given to [`Cluster::connect`],
+/// A config file that cannot be used, with every problem found in it.
+///
+/// For the library: the settings and jobs given to [`Cluster::connect`],
 /// [`SchedulerBuilder::start`], [`Scheduler::add`] or
 /// [`Scheduler::set_jobs`] (in [`EmbedError::Config`]). Nothing was
 /// applied. `Display` prints one line per problem, as `cronlease check`

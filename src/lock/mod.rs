@@ -27,8 +27,9 @@ use crate::watchdog::{self, LeaseHold};
 #[cfg(feature = "cli")]
 pub mod command;
 
-/// Why a lock could not be acquired, released or read. Being held by
-/// someone else is not an error: [`LockBuilder::try_acquire`] and
+/// Why a lock could not be acquired, released or read.
+///
+/// Being held by someone else is not an error: [`LockBuilder::try_acquire`] and
 /// [`LockBuilder::acquire_within`] return `None` for it.
 ///
 /// ```no_run
@@ -58,8 +59,9 @@ impl From<StoreError> for LockError {
     }
 }
 
-/// A lock to take: its name, lease, holder and owner. From
-/// [`Cluster::lock`](crate::Cluster::lock). Cheap to clone; nothing is sent
+/// A lock to take: its name, lease, holder and owner.
+///
+/// From [`Cluster::lock`](crate::Cluster::lock). Cheap to clone; nothing is sent
 /// to Redis until an acquisition (or [`LockBuilder::info`]).
 ///
 /// Every acquisition gets a fencing token ([`LockGuard::fence`]), and the
@@ -344,7 +346,9 @@ enum Wait {
     Forever,
 }
 
-/// A held lock. A task on the tokio runtime renews its lease every third of
+/// A held lock, until [`LockGuard::release`].
+///
+/// A task on the tokio runtime renews its lease every third of
 /// it until [`LockGuard::release`]. Dropping the guard stops the renewals
 /// without releasing: the lock stays taken until its lease lapses. Work
 /// done under the lock should carry [`LockGuard::fence`] and stop when

@@ -62,9 +62,10 @@ impl Timing {
 }
 
 /// What a fixed-time job does with a local time that a daylight-saving
-/// change skips (a job's `dst_gap`,
-/// [`JobBuilder::dst_gap`](crate::JobBuilder::dst_gap); default
-/// `RunAfter`, as cronie does). A job is fixed-time when neither its
+/// change skips.
+///
+/// A job's `dst_gap` ([`JobBuilder::dst_gap`](crate::JobBuilder::dst_gap)),
+/// default `RunAfter`, as cronie does. A job is fixed-time when neither its
 /// minute nor its hour field starts with `*` (`30 2 * * *`, `@daily`);
 /// other jobs follow the wall clock, and setting this on them is a config
 /// error.
@@ -90,9 +91,11 @@ pub enum DstGap {
 }
 
 /// What a fixed-time job does with a local time that a daylight-saving
-/// change repeats (a job's `dst_repeat`,
-/// [`JobBuilder::dst_repeat`](crate::JobBuilder::dst_repeat); default
-/// `First`, as cronie does). Fixed-time jobs only, as for [`DstGap`].
+/// change repeats.
+///
+/// A job's `dst_repeat`
+/// ([`JobBuilder::dst_repeat`](crate::JobBuilder::dst_repeat)), default
+/// `First`, as cronie does. Fixed-time jobs only, as for [`DstGap`].
 ///
 /// ```
 /// use cronlease::{DstRepeat, JobBuilder};
