@@ -683,9 +683,10 @@ impl EmbeddedJob {
 /// The jobs of a scheduler not started yet, and its replica settings: the
 /// `[daemon]` section of a job table, as code.
 ///
-/// From [`Cluster::scheduler`]. Nothing is checked until [`SchedulerBuilder::start`], which reports
-/// every invalid setting and job at once. Durations are taken in whole
-/// milliseconds; zero is not valid.
+/// From [`Cluster::scheduler`]. Nothing is checked until
+/// [`SchedulerBuilder::start`], which reports every invalid setting and
+/// job at once. Durations are taken in whole milliseconds; zero is not
+/// valid.
 ///
 /// ```no_run
 /// use std::path::Path;

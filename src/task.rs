@@ -55,9 +55,10 @@ pub enum Stop {
     /// The attempt ran past the job's `timeout`: stop within `kill_grace`
     /// (SIGTERM, then SIGKILL).
     Timeout,
-    /// The replica is shutting down ([`Scheduler::shutdown`](crate::Scheduler::shutdown),
-    /// or SIGTERM for the daemon) and `shutdown_grace` is over: stop within
-    /// `kill_grace` (SIGTERM, then SIGKILL).
+    /// The replica is shutting down
+    /// ([`Scheduler::shutdown`](crate::Scheduler::shutdown), or SIGTERM for
+    /// the daemon) and `shutdown_grace` is over: stop within `kill_grace`
+    /// (SIGTERM, then SIGKILL).
     Shutdown,
 }
 

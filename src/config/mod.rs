@@ -333,8 +333,8 @@ pub enum Overlap {
 /// (every instance down, or Redis away).
 ///
 /// A job's `misfire` ([`JobBuilder::misfire`](crate::JobBuilder::misfire)),
-/// default `RunOnce`. Only ticks younger than the job's `misfire_grace` count; the missed
-/// ticks are recorded whatever the policy.
+/// default `RunOnce`. Only ticks younger than the job's `misfire_grace`
+/// count; the missed ticks are recorded whatever the policy.
 ///
 /// ```
 /// use cronlease::{JobBuilder, Misfire};

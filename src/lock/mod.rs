@@ -29,8 +29,9 @@ pub mod command;
 
 /// Why a lock could not be acquired, released or read.
 ///
-/// Being held by someone else is not an error: [`LockBuilder::try_acquire`] and
-/// [`LockBuilder::acquire_within`] return `None` for it.
+/// Being held by someone else is not an error:
+/// [`LockBuilder::try_acquire`] and [`LockBuilder::acquire_within`] return
+/// `None` for it.
 ///
 /// ```no_run
 /// # async fn f(cluster: cronlease::Cluster) {
@@ -61,8 +62,8 @@ impl From<StoreError> for LockError {
 
 /// A lock to take: its name, lease, holder and owner.
 ///
-/// From [`Cluster::lock`](crate::Cluster::lock). Cheap to clone; nothing is sent
-/// to Redis until an acquisition (or [`LockBuilder::info`]).
+/// From [`Cluster::lock`](crate::Cluster::lock). Cheap to clone; nothing
+/// is sent to Redis until an acquisition (or [`LockBuilder::info`]).
 ///
 /// Every acquisition gets a fencing token ([`LockGuard::fence`]), and the
 /// lease is renewed while the [`LockGuard`] lives. With
@@ -348,8 +349,8 @@ enum Wait {
 
 /// A held lock, until [`LockGuard::release`].
 ///
-/// A task on the tokio runtime renews its lease every third of
-/// it until [`LockGuard::release`]. Dropping the guard stops the renewals
+/// A task on the tokio runtime renews its lease every third of it.
+/// Dropping the guard stops the renewals
 /// without releasing: the lock stays taken until its lease lapses. Work
 /// done under the lock should carry [`LockGuard::fence`] and stop when
 /// [`LockGuard::lost`] resolves.
