@@ -26,21 +26,49 @@ use tracing::{error, warn};
 
 use crate::outcome::{Status, Tail};
 
-/// Why a run is being stopped.
+/// Why a run is being stopped: what [`Run::stopped`](crate::Run::stopped)
+/// resolves with.
+///
+/// A handler told to stop has the scheduler's `kill_grace`
+/// to return, whatever the reason, and is dropped after it; the daemon's
+/// processes get the signals named below.
+///
+/// ```
+/// use cronlease::{JobBuilder, Run, Stop};
+///
+/// let job = JobBuilder::new("export", "*/5 * * * *").run(|mut run: Run| async move {
+///     match run.stopped().await {
+///         // Another instance may run the tick now: write nothing more.
+///         Stop::LostLease => Err(std::io::Error::other("lease lost")),
+///         // The next tick (or a retry, after a timeout) picks up.
+///         Stop::Timeout | Stop::Shutdown => Ok(()),
+///     }
+/// });
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stop {
-    /// The lease is no longer ours: stop now (a process group gets SIGKILL).
+    /// The lease is no longer ours (a renewal found it gone, none got
+    /// through in time, or `overlap = "replace"` started a newer run):
+    /// stop now, another instance may run the tick. A process group gets
+    /// SIGKILL.
     LostLease,
     /// The attempt ran past the job's `timeout`: stop within `kill_grace`
     /// (SIGTERM, then SIGKILL).
     Timeout,
-    /// The replica is shutting down and `shutdown_grace` is over: stop
-    /// within `kill_grace` (SIGTERM, then SIGKILL).
+    /// The replica is shutting down
+    /// ([`Scheduler::shutdown`](crate::Scheduler::shutdown), or SIGTERM for
+    /// the daemon) and `shutdown_grace` is over: stop within `kill_grace`
+    /// (SIGTERM, then SIGKILL).
     Shutdown,
 }
 
 impl Stop {
-    /// The status of a run stopped for this reason.
+    /// The status of a run stopped for this reason, as `cronlease history`
+    /// shows it (`lost_lease`, `timeout`, `interrupted`).
+    ///
+    /// ```
+    /// assert_eq!(cronlease::Stop::Shutdown.status().as_str(), "interrupted");
+    /// ```
     pub fn status(self) -> Status {
         match self {
             Stop::LostLease => Status::LostLease,

@@ -306,45 +306,87 @@ pub enum Command {
     Handler,
 }
 
-/// What to do when a tick comes while a run of the same job is in flight.
+/// What a tick does while a run of the same job is in flight.
+///
+/// A job's `overlap` ([`JobBuilder::overlap`](crate::JobBuilder::overlap)),
+/// default `Skip`. "In flight" counts runs on every instance.
+///
+/// ```
+/// use cronlease::{JobBuilder, Overlap};
+///
+/// let job = JobBuilder::new("export", "*/5 * * * *").overlap(Overlap::Replace);
+/// assert_eq!(Overlap::Replace.to_string(), "replace");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overlap {
     /// Do not start; record `skipped_overlap` for the tick.
     Skip,
-    /// Start anyway; each run has its own lease.
+    /// Start anyway; each run has its own lease and fence.
     Allow,
-    /// Start the new run; the old one loses its lease and is stopped.
+    /// Start the new run; the old one loses its lease and is stopped
+    /// ([`Stop::LostLease`](crate::Stop::LostLease)).
     Replace,
 }
 
-/// What to do with ticks that passed while no replica could claim them.
+/// What becomes of ticks that passed while no instance could claim them
+/// (every instance down, or Redis away).
+///
+/// A job's `misfire` ([`JobBuilder::misfire`](crate::JobBuilder::misfire)),
+/// default `RunOnce`. Only ticks younger than the job's `misfire_grace`
+/// count; the missed ticks are recorded whatever the policy.
+///
+/// ```
+/// use cronlease::{JobBuilder, Misfire};
+///
+/// let job = JobBuilder::new("invoice", "0 * * * *").misfire(Misfire::RunAll);
+/// assert_eq!(Misfire::RunAll.as_str(), "run_all");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Misfire {
-    /// Run only the latest missed tick within the grace.
+    /// Run only the latest missed tick.
     RunOnce,
     /// Run none of them.
     Skip,
-    /// Run each missed tick within the grace, oldest first, capped.
+    /// Run each missed tick, oldest first, one after another (at most the
+    /// latest 100).
     RunAll,
 }
 
-/// What to do with a run whose replica died before recording an outcome.
+/// What becomes of a run whose instance died before recording an outcome.
+///
+/// A job's `on_holder_lost`
+/// ([`JobBuilder::on_holder_lost`](crate::JobBuilder::on_holder_lost)),
+/// default `Record`. Another instance notices once the run's lease has
+/// lapsed.
+///
+/// ```
+/// use cronlease::{JobBuilder, OnHolderLost};
+///
+/// let job = JobBuilder::new("settle", "0 3 * * *").on_holder_lost(OnHolderLost::Rerun);
+/// assert_eq!(OnHolderLost::Rerun.as_str(), "rerun");
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnHolderLost {
     /// Record `abandoned` and nothing more (at most once).
     Record,
     /// Record `abandoned` and run the tick again with a new fence (at least
-    /// once).
+    /// once). Not available with `quorum`.
     Rerun,
 }
 
 macro_rules! enum_names {
-    ($ty:ty { $($variant:ident => $name:literal),* $(,)? }) => {
+    ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
         impl $ty {
-            /// The name used in the config file and in Redis.
+            /// The name used in the config file and in Redis (also what
+            /// `Display` prints).
+            ///
+            /// ```
+            #[doc = concat!("use cronlease::", stringify!($ty), ";")]
+            $(#[doc = concat!("assert_eq!(", stringify!($ty), "::", stringify!($variant), ".as_str(), \"", $name, "\");")])*
+            /// ```
             pub fn as_str(self) -> &'static str {
                 match self { $(Self::$variant => $name),* }
             }
@@ -361,6 +403,26 @@ enum_names!(Misfire { RunOnce => "run_once", Skip => "skip", RunAll => "run_all"
 enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 
 /// One thing wrong with a config file, located as precisely as possible.
+///
+/// For the library's settings and jobs, `section` and `field` name the
+/// place (`line_col` is `None`).
+///
+/// ```
+/// use cronlease::{Cluster, EmbedError, RedisSettings};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let settings = RedisSettings::quorum(&["redis://10.0.0.1", "redis://10.0.0.2"]);
+/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+///     panic!("a quorum needs 3 masters");
+/// };
+/// let problem = &error.problems[0];
+/// assert_eq!(problem.section.as_deref(), Some("redis"));
+/// assert_eq!(problem.field.as_deref(), Some("quorum"));
+/// assert_eq!(problem.line_col, None);
+/// println!("{}", problem.message);
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
     /// 1-based line and column, when the problem has a place in the file.
@@ -374,6 +436,35 @@ pub struct Problem {
 }
 
 /// A config file that cannot be used, with every problem found in it.
+///
+/// For the library: the settings and jobs given to [`Cluster::connect`],
+/// [`SchedulerBuilder::start`], [`Scheduler::add`] or
+/// [`Scheduler::set_jobs`] (in [`EmbedError::Config`]). Nothing was
+/// applied. `Display` prints one line per problem, as `cronlease check`
+/// does.
+///
+/// [`Cluster::connect`]: crate::Cluster::connect
+/// [`SchedulerBuilder::start`]: crate::SchedulerBuilder::start
+/// [`Scheduler::add`]: crate::Scheduler::add
+/// [`Scheduler::set_jobs`]: crate::Scheduler::set_jobs
+/// [`EmbedError::Config`]: crate::EmbedError::Config
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::{Cluster, EmbedError, RedisSettings};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let settings = RedisSettings::url("redis://127.0.0.1:6379/0")
+///     .key_prefix("")
+///     .command_timeout(Duration::from_secs(600));
+/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+///     panic!("an empty prefix and a 10-minute timeout are refused");
+/// };
+/// assert_eq!(error.problems.len(), 2);
+/// assert!(error.to_string().starts_with("invalid config <embedded scheduler>: 2 problems"));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
     /// The file (for an embedded scheduler: `<embedded scheduler>`).

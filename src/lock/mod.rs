@@ -27,12 +27,16 @@ use crate::watchdog::{self, LeaseHold};
 #[cfg(feature = "cli")]
 pub mod command;
 
-/// Why a lock could not be used.
+/// Why a lock could not be acquired, released or read.
+///
+/// Being held by someone else is not an error:
+/// [`LockBuilder::try_acquire`] and [`LockBuilder::acquire_within`] return
+/// `None` for it.
 ///
 /// ```no_run
 /// # async fn f(cluster: cronlease::Cluster) {
 /// match cluster.lock("report").try_acquire().await {
-///     Ok(Some(guard)) => { /* … */ }
+///     Ok(Some(guard)) => { /* … */ let _ = guard.release().await; }
 ///     Ok(None) => eprintln!("someone else is on it"),
 ///     Err(cronlease::LockError::Redis(error)) => eprintln!("cannot tell: {error}"),
 ///     Err(other) => eprintln!("{other}"),
@@ -42,9 +46,10 @@ pub mod command;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// Redis could not be reached, or did not do what was asked: whether
-    /// the lock is held is unknown (a lock taken in Redis whose answer
-    /// was lost lapses with its lease).
+    /// Redis could not be reached (with `quorum`: no majority answered
+    /// either way), or did not do what was asked. This caller does not
+    /// hold the lock; a grant made in Redis whose answer was lost lapses
+    /// with its lease.
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
@@ -55,8 +60,15 @@ impl From<StoreError> for LockError {
     }
 }
 
-/// A lock to take: its name, lease and holder. From
-/// [`crate::embed::Cluster::lock`].
+/// A lock to take: its name, lease, holder and owner.
+///
+/// From [`Cluster::lock`](crate::Cluster::lock). Cheap to clone; nothing
+/// is sent to Redis until an acquisition (or [`LockBuilder::info`]).
+///
+/// Every acquisition gets a fencing token ([`LockGuard::fence`]), and the
+/// lease is renewed while the [`LockGuard`] lives. With
+/// [`RedisSettings::quorum`](crate::RedisSettings::quorum) the lock holds
+/// only with a majority of the masters, as RedLock does.
 ///
 /// ```no_run
 /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
@@ -95,13 +107,34 @@ impl LockBuilder {
         }
     }
 
-    /// How long the lock holds without a renewal (renewed every third).
+    /// How long the lock holds without a renewal (default 30 s, whole
+    /// milliseconds); the guard renews it every third of it. Not checked:
+    /// keep it well above three times the Redis command timeout (default
+    /// 2 s), or renewals cannot get through in time and
+    /// [`LockGuard::lost`] fires. Longer: a holder that died blocks the
+    /// lock longer.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("nightly-migration").lease(Duration::from_secs(60)).acquire().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn lease(mut self, lease: Duration) -> LockBuilder {
         self.lease = lease;
         self
     }
 
-    /// Who holds it, as waiters and `status` see it.
+    /// Who holds it, as [`LockBuilder::info`] and `cronlease status --lock`
+    /// show it (default `<host>-<pid>` of this process). A label only:
+    /// who may release is decided by the guard, and who re-enters by
+    /// [`LockBuilder::owner`].
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("report").holder("report-worker-3").acquire().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn holder(mut self, holder: &str) -> LockBuilder {
         self.holder = holder.to_string();
         self
@@ -131,18 +164,52 @@ impl LockBuilder {
         self
     }
 
-    /// Who holds the lock now (holder, host, fence, since, time left,
-    /// holds); None when it is free.
+    /// Who holds the lock now; `None` when it is free. One read (with
+    /// `quorum`: of the first master that answers), so only a snapshot.
+    /// [`LockError::Redis`] if Redis cannot say.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// match cluster.lock("report").info().await? {
+    ///     Some(holder) => println!("held by {} on {} for {} ms more", holder.holder, holder.host, holder.ttl_ms),
+    ///     None => println!("free"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn info(&self) -> Result<Option<crate::store::LockHolder>, LockError> {
         Ok(self.store.lock_holder(&self.name).await?)
     }
 
-    /// Takes the lock if it is free; `None` if someone holds it.
+    /// Takes the lock if it is free (or re-enters it, see
+    /// [`LockBuilder::owner`]); `None` if someone else holds it. One
+    /// attempt, no waiting.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// match cluster.lock("report").try_acquire().await? {
+    ///     Some(guard) => {
+    ///         // … only one instance is here …
+    ///         guard.release().await?;
+    ///     }
+    ///     None => println!("another instance is on it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn try_acquire(&self) -> Result<Option<LockGuard>, LockError> {
         Ok(self.acquire_until(Wait::No).await?.guard())
     }
 
-    /// Takes the lock, waiting as long as it takes.
+    /// Takes the lock, waiting as long as it takes. A waiter sends nothing
+    /// meanwhile: it sleeps until the holder's release is published, or
+    /// until the holder's lease would lapse (a holder that died publishes
+    /// nothing), then tries again. A Redis error ends the wait with
+    /// [`LockError::Redis`]. Dropping the future gives up.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("ledger").acquire().await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire(&self) -> Result<LockGuard, LockError> {
         match self.acquire_until(Wait::Forever).await? {
             Acquisition::Acquired(guard) => Ok(guard),
@@ -150,7 +217,19 @@ impl LockBuilder {
         }
     }
 
-    /// Takes the lock, waiting at most `wait`; `None` if it stayed held.
+    /// Takes the lock, waiting at most `wait` as [`LockBuilder::acquire`]
+    /// waits; `None` if it is still held then. A zero `wait` is
+    /// [`LockBuilder::try_acquire`].
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let Some(guard) = cluster.lock("ledger").acquire_within(Duration::from_secs(5)).await? else {
+    ///     println!("the ledger is busy: try the next tick");
+    ///     return Ok(());
+    /// };
+    /// # Ok(()) }
+    /// ```
     pub async fn acquire_within(&self, wait: Duration) -> Result<Option<LockGuard>, LockError> {
         Ok(self
             .acquire_until(Wait::Until(Instant::now() + wait))
@@ -268,8 +347,25 @@ enum Wait {
     Forever,
 }
 
-/// A held lock. Its lease is renewed until [`LockGuard::release`]; dropping
-/// the guard stops the renewals, and the lock lapses with its lease.
+/// A held lock, until [`LockGuard::release`].
+///
+/// A task on the tokio runtime renews its lease every third of it.
+/// Dropping the guard stops the renewals
+/// without releasing: the lock stays taken until its lease lapses. Work
+/// done under the lock should carry [`LockGuard::fence`] and stop when
+/// [`LockGuard::lost`] resolves.
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), Box<dyn std::error::Error>> {
+/// # async fn migrate(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+/// let guard = cluster.lock("nightly-migration").acquire().await?;
+/// tokio::select! {
+///     result = migrate(guard.fence()) => result?,
+///     () = guard.lost() => return Err("lock lost: stopped writing".into()),
+/// }
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
 pub struct LockGuard {
     store: Store,
     name: String,
@@ -284,26 +380,72 @@ pub struct LockGuard {
 
 impl LockGuard {
     /// The fencing token of this acquisition: higher than every earlier
-    /// one of the lock. Writes made under the lock should carry it, and
-    /// their store refuse a lower one than it has seen.
+    /// acquisition's of the lock (a re-entered hold has its first hold's).
+    /// Writes made under the lock should carry it, and their store refuse
+    /// a lower one than it has seen: a holder that lost the lock without
+    /// knowing it then cannot overwrite the next holder's work.
+    ///
+    /// ```no_run
+    /// # async fn write_balance(account: &str, fence: u64) {}
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("account-42").acquire().await?;
+    /// write_balance("42", guard.fence()).await;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
     pub fn fence(&self) -> u64 {
         self.fence
     }
 
-    /// The lock's name.
+    /// The lock's name, as given to [`Cluster::lock`](crate::Cluster::lock).
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("report").acquire().await?;
+    /// assert_eq!(guard.name(), "report");
+    /// # Ok(()) }
+    /// ```
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// Resolves when the lease can no longer be proven: someone else may
-    /// hold the lock now. Pending while it is held.
+    /// Resolves when the lease can no longer be proven: a renewal found it
+    /// gone, or no renewal got through before a local deadline (the send
+    /// time of the last good renewal plus the lease, less a fifth of it),
+    /// so before the lease can lapse in Redis. Someone else may hold the
+    /// lock from then on: stop writing. Pending while the lock is held;
+    /// once resolved, it resolves at once. Cancel-safe.
+    ///
+    /// ```no_run
+    /// # async fn migrate(fence: u64) {}
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("nightly-migration").acquire().await?;
+    /// tokio::select! {
+    ///     () = migrate(guard.fence()) => { guard.release().await?; }
+    ///     () = guard.lost() => eprintln!("lock lost: migration stopped"),
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn lost(&self) {
         task::first_stop(&mut self.stop.clone(), |reason| reason == Stop::LostLease).await;
     }
 
-    /// Releases this hold if the lock is still ours (`true`): the last
-    /// hold of a reentrant lock, or the only one, frees it and wakes the
-    /// waiters; `false` if its lease had already been lost.
+    /// Stops the renewals and releases this hold: `Ok(true)` if the lock
+    /// was still ours (the last hold of a re-entered lock, or the only one,
+    /// frees it and wakes the waiters), `Ok(false)` if its lease had
+    /// already been lost. With `quorum`, `true` when a majority released
+    /// it. On [`LockError::Redis`] the renewals have stopped all the same:
+    /// the lock lapses with its lease.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// let guard = cluster.lock("report").acquire().await?;
+    /// // … the work …
+    /// if !guard.release().await? {
+    ///     eprintln!("the lock had been lost before the work ended");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.stop_renewing().await;
         let released = self.store.lock_release(&self.name, &self.run_id).await?;

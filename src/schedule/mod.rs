@@ -61,18 +61,51 @@ impl Timing {
     }
 }
 
-/// What a fixed-time job does with a local time the clock skips.
+/// What a fixed-time job does with a local time that a daylight-saving
+/// change skips.
+///
+/// A job's `dst_gap` ([`JobBuilder::dst_gap`](crate::JobBuilder::dst_gap)),
+/// default `RunAfter`, as cronie does. A job is fixed-time when neither its
+/// minute nor its hour field starts with `*` (`30 2 * * *`, `@daily`);
+/// other jobs follow the wall clock, and setting this on them is a config
+/// error.
+///
+/// ```
+/// use cronlease::{DstGap, JobBuilder};
+///
+/// // 02:30 does not exist in Berlin on the last Sunday of March.
+/// let job = JobBuilder::new("close-day", "30 2 * * *")
+///     .timezone("Europe/Berlin")
+///     .dst_gap(DstGap::Skip);
+/// assert_eq!(DstGap::default(), DstGap::RunAfter);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DstGap {
-    /// Run at the first instant after the gap (cronie).
+    /// Run once at the first instant after the gap, however many of its
+    /// times the gap swallowed (cronie).
     #[default]
     RunAfter,
     /// Do not run that day.
     Skip,
 }
 
-/// What a fixed-time job does with a local time the clock repeats.
+/// What a fixed-time job does with a local time that a daylight-saving
+/// change repeats.
+///
+/// A job's `dst_repeat`
+/// ([`JobBuilder::dst_repeat`](crate::JobBuilder::dst_repeat)), default
+/// `First`, as cronie does. Fixed-time jobs only, as for [`DstGap`].
+///
+/// ```
+/// use cronlease::{DstRepeat, JobBuilder};
+///
+/// // 01:30 happens twice in New York on the first Sunday of November.
+/// let job = JobBuilder::new("meter-reading", "30 1 * * *")
+///     .timezone("America/New_York")
+///     .dst_repeat(DstRepeat::Both);
+/// assert_eq!(DstRepeat::default(), DstRepeat::First);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DstRepeat {
@@ -85,6 +118,10 @@ pub enum DstRepeat {
 
 impl DstGap {
     /// The name in the job table.
+    ///
+    /// ```
+    /// assert_eq!(cronlease::DstGap::RunAfter.as_str(), "run_after");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             DstGap::RunAfter => "run_after",
@@ -95,6 +132,10 @@ impl DstGap {
 
 impl DstRepeat {
     /// The name in the job table.
+    ///
+    /// ```
+    /// assert_eq!(cronlease::DstRepeat::Both.as_str(), "both");
+    /// ```
     pub fn as_str(self) -> &'static str {
         match self {
             DstRepeat::First => "first",

@@ -14,8 +14,19 @@ use super::*;
 /// acquisition: a lock name used once does not stay in Redis for ever.
 pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Who holds a lock, as Redis says (the first master that answers, with
-/// `quorum`).
+/// Who holds a lock, as [`LockBuilder::info`](crate::LockBuilder::info)
+/// read it from Redis (with `quorum`: from the first master that answers).
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+/// if let Some(holder) = cluster.lock("report").info().await? {
+///     println!(
+///         "{} on {} holds it (fence {}, {} hold(s)) since {} ms, {} ms left",
+///         holder.holder, holder.host, holder.fence, holder.holds, holder.since_ms, holder.ttl_ms
+///     );
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockHolder {
     /// Who holds it ([`crate::LockBuilder::holder`]; by default the
@@ -25,9 +36,9 @@ pub struct LockHolder {
     pub host: String,
     /// The fence of the acquisition that holds it.
     pub fence: u64,
-    /// Redis time of the acquisition, ms.
+    /// Redis time of the acquisition, ms since the Unix epoch.
     pub since_ms: i64,
-    /// What is left of the lease, ms.
+    /// What is left of the lease, ms (renewals push it back up).
     pub ttl_ms: i64,
     /// Acquisitions not yet released (more than 1: re-entered).
     pub holds: u32,
