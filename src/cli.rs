@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RedisConfig};
 use crate::exit::Exit;
+use crate::lock::LockError;
+use crate::lock::command::CommandError;
 use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
 use crate::schedule::Timing;
@@ -146,7 +148,9 @@ pub struct LockArgs {
     /// The lock's name: [A-Za-z0-9_.-], 1 to 128 characters.
     #[arg(value_parser = parse_name)]
     pub name: String,
-    /// How long the lock stays valid without renewal (renewed every third).
+    /// How long the lock stays valid without renewal (renewed every third):
+    /// more than 3 × the Redis command timeout (the config's, or 5 s with
+    /// --redis-url), and at most 1h.
     #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease)]
     pub lease: Duration,
     /// Wait up to this long for the lock instead of exiting 75 at once.
@@ -170,12 +174,7 @@ fn parse_lease(text: &str) -> Result<Duration, String> {
 }
 
 fn parse_name(text: &str) -> Result<String, String> {
-    let ok = !text.is_empty()
-        && text.len() <= 128
-        && text
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-    if ok {
+    if crate::config::is_name(text, 128) {
         Ok(text.to_string())
     } else {
         Err("expected 1 to 128 characters from A-Z a-z 0-9 _ . -".to_string())
@@ -491,6 +490,9 @@ fn lock(args: LockArgs) -> Exit {
         match result {
             Ok(Exit::Success) => Ok(String::new()),
             Ok(code) => Err(Failure::Exit(code)),
+            Err(e @ CommandError::Lock(LockError::Name(_) | LockError::Lease { .. })) => {
+                Err(Failure::Invalid(e.to_string()))
+            }
             Err(e) => Err(Failure::Runtime(e.to_string())),
         }
     })

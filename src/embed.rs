@@ -114,7 +114,8 @@ pub enum EmbedError {
     /// [`Scheduler::remove`] of a job that is not scheduled.
     #[error("no job named {0:?} is scheduled")]
     NoSuchJob(String),
-    /// [`Scheduler::set_jobs`] with two jobs of the same name.
+    /// [`SchedulerBuilder::start`] or [`Scheduler::set_jobs`] with two jobs
+    /// of the same name.
     #[error("two jobs are named {0:?}")]
     DuplicateJob(String),
     /// The scheduler's task is gone: it refused to run (then
@@ -713,9 +714,8 @@ pub struct SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
-    /// Adds a job. Give each its own name: unlike
-    /// [`Scheduler::set_jobs`], this does not refuse a second job of the
-    /// same name; the last one declared is the one that runs.
+    /// Adds a job. Each needs its own name: [`SchedulerBuilder::start`]
+    /// refuses two of the same name ([`EmbedError::DuplicateJob`]).
     ///
     /// ```no_run
     /// use cronlease::{JobBuilder, Run};
@@ -863,6 +863,7 @@ impl SchedulerBuilder {
     /// # Ok(()) }
     /// ```
     pub fn start(self) -> Result<Scheduler, EmbedError> {
+        refuse_duplicates(&self.jobs)?;
         let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
         let shutdown = CancellationToken::new();
         let (reload, reload_rx) = mpsc::unbounded_channel();
@@ -883,6 +884,16 @@ impl SchedulerBuilder {
             ready: Some(ready_rx),
             replica: Some(replica),
         })
+    }
+}
+
+/// [`EmbedError::DuplicateJob`] if two of `jobs` share a name.
+fn refuse_duplicates(jobs: &[EmbeddedJob]) -> Result<(), EmbedError> {
+    let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    names.sort_unstable();
+    match names.windows(2).find(|w| w[0] == w[1]) {
+        Some(twice) => Err(EmbedError::DuplicateJob(twice[0].to_string())),
+        None => Ok(()),
     }
 }
 
@@ -990,11 +1001,7 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn set_jobs(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
-        let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
-        names.sort_unstable();
-        if let Some(twice) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(EmbedError::DuplicateJob(twice[0].to_string()));
-        }
+        refuse_duplicates(&jobs)?;
         self.replace(jobs)
     }
 
@@ -1080,6 +1087,44 @@ impl Scheduler {
             Ok(result) => Ok(result?),
             Err(e) => Err(EmbedError::Stopped(e.to_string())),
         }
+    }
+}
+
+// Debug shows what identifies each value; never the Redis settings, whose
+// URL may hold a password.
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("holder", &self.holder)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for EmbeddedJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedJob")
+            .field("name", &self.name)
+            .field("settings", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("settings", &self.daemon)
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("jobs", &self.jobs())
+            .field("stopping", &self.shutdown.is_cancelled())
+            .finish_non_exhaustive()
     }
 }
 

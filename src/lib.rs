@@ -59,6 +59,30 @@
 // but unused by the library; dead code is checked in the default build.
 #![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 
+/// `as_str` (the name in the job table and in Redis) and `Display` for a
+/// public enum of the job settings, with a doctest of every name.
+macro_rules! enum_names {
+    ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
+        impl $ty {
+            /// The name used in the config file and in Redis (also what
+            /// `Display` prints).
+            ///
+            /// ```
+            #[doc = concat!("use cronlease::", stringify!($ty), ";")]
+            $(#[doc = concat!("assert_eq!(", stringify!($ty), "::", stringify!($variant), ".as_str(), \"", $name, "\");")])*
+            /// ```
+            pub fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $name),* }
+            }
+        }
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
 /// Declares the engine's modules: private to the crate, and public but
 /// hidden from the docs with the `internals` feature, which only this
 /// crate's own tests, examples and benchmarks enable.
@@ -102,8 +126,8 @@ internal!(
 
 pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
 pub use embed::{
-    Cluster, EmbedError, EmbeddedJob, JobBuilder, RedisError, RedisSettings, Run, Scheduler,
-    SchedulerBuilder,
+    Cluster, EmbedError, EmbeddedJob, JobBuilder, RedisError, RedisSettings, RefusedError, Run,
+    Scheduler, SchedulerBuilder,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 pub use schedule::{DstGap, DstRepeat};

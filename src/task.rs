@@ -65,11 +65,7 @@ pub enum Stop {
 impl Stop {
     /// The status of a run stopped for this reason, as `cronlease history`
     /// shows it (`lost_lease`, `timeout`, `interrupted`).
-    ///
-    /// ```
-    /// assert_eq!(cronlease::Stop::Shutdown.status().as_str(), "interrupted");
-    /// ```
-    pub fn status(self) -> Status {
+    pub(crate) fn status(self) -> Status {
         match self {
             Stop::LostLease => Status::LostLease,
             Stop::Timeout => Status::Timeout,

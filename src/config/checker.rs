@@ -215,7 +215,7 @@ pub fn parse_duration(text: &str, max: Duration) -> Result<Duration, String> {
 }
 
 /// `[A-Za-z0-9_.-]`, 1 to `max_len` characters.
-pub(super) fn is_name(name: &str, max_len: usize) -> bool {
+pub(crate) fn is_name(name: &str, max_len: usize) -> bool {
     !name.is_empty()
         && name.len() <= max_len
         && name

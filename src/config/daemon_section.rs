@@ -44,8 +44,8 @@ impl RawDaemon {
     }
 }
 
-pub(super) const MAX_LEASE: Duration = Duration::from_secs(3600);
-pub(super) const MIN_LEASE: Duration = Duration::from_secs(1);
+pub(crate) const MAX_LEASE: Duration = Duration::from_secs(3600);
+pub(crate) const MIN_LEASE: Duration = Duration::from_secs(1);
 pub(super) const MAX_GRACE: Duration = Duration::from_secs(3600);
 
 /// The section every problem here belongs to.

@@ -41,6 +41,8 @@ mod job;
 mod redis_section;
 
 pub use checker::{parse_duration, redact_url};
+pub(crate) use checker::is_name;
+pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE};
 pub(crate) use document::Source;
 
 use crate::schedule::Schedule;
@@ -377,27 +379,6 @@ pub enum OnHolderLost {
     Rerun,
 }
 
-macro_rules! enum_names {
-    ($ty:ident { $($variant:ident => $name:literal),* $(,)? }) => {
-        impl $ty {
-            /// The name used in the config file and in Redis (also what
-            /// `Display` prints).
-            ///
-            /// ```
-            #[doc = concat!("use cronlease::", stringify!($ty), ";")]
-            $(#[doc = concat!("assert_eq!(", stringify!($ty), "::", stringify!($variant), ".as_str(), \"", $name, "\");")])*
-            /// ```
-            pub fn as_str(self) -> &'static str {
-                match self { $(Self::$variant => $name),* }
-            }
-        }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-    };
-}
 enum_names!(Overlap { Skip => "skip", Allow => "allow", Replace => "replace" });
 enum_names!(Misfire { RunOnce => "run_once", Skip => "skip", RunAll => "run_all" });
 enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });

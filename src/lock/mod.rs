@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 
+use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
 use crate::store::{Keys, LockReply, Store, StoreError};
 use crate::task::{self, Stop};
@@ -52,6 +53,29 @@ pub enum LockError {
     /// with its lease.
     #[error(transparent)]
     Redis(#[from] RedisError),
+    /// The lock's name is not 1 to 128 characters from `A-Z a-z 0-9 _ .
+    /// -` (it is part of Redis keys). Nothing was sent to Redis.
+    #[error("invalid lock name {0:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -")]
+    Name(String),
+    /// The lease ([`LockBuilder::lease`]) cannot be kept: below `minimum`
+    /// its renewals (every third of it) would not outlast one Redis
+    /// command timeout, above `maximum` a holder that died blocks the lock
+    /// too long. Nothing was sent to Redis.
+    #[error(
+        "lock lease {} cannot be kept: expected {} to {} (it is renewed every third of it, which must outlast the Redis command timeout)",
+        humantime::format_duration(*.lease),
+        humantime::format_duration(*.minimum),
+        humantime::format_duration(*.maximum)
+    )]
+    Lease {
+        /// The lease asked for.
+        lease: Duration,
+        /// The shortest usable lease: 1 s, or more with a command timeout
+        /// above 333 ms.
+        minimum: Duration,
+        /// The longest: 1 h.
+        maximum: Duration,
+    },
 }
 
 impl From<StoreError> for LockError {
@@ -108,11 +132,11 @@ impl LockBuilder {
     }
 
     /// How long the lock holds without a renewal (default 30 s, whole
-    /// milliseconds); the guard renews it every third of it. Not checked:
-    /// keep it well above three times the Redis command timeout (default
-    /// 2 s), or renewals cannot get through in time and
-    /// [`LockGuard::lost`] fires. Longer: a holder that died blocks the
-    /// lock longer.
+    /// milliseconds); the guard renews it every third of it. From 1 s to
+    /// 1 h, and more than three times the Redis command timeout (default
+    /// 2 s, so above 6 s), or renewals could not get through in time:
+    /// acquiring with another is [`LockError::Lease`]. Longer: a holder
+    /// that died blocks the lock longer.
     ///
     /// ```no_run
     /// use std::time::Duration;
@@ -177,7 +201,26 @@ impl LockBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn info(&self) -> Result<Option<crate::store::LockHolder>, LockError> {
+        self.check()?;
         Ok(self.store.lock_holder(&self.name).await?)
+    }
+
+    /// The name and lease are usable (see [`LockError::Name`] and
+    /// [`LockError::Lease`]).
+    fn check(&self) -> Result<(), LockError> {
+        if !config::is_name(&self.name, 128) {
+            return Err(LockError::Name(self.name.clone()));
+        }
+        // Renewals every lease/3 must outlast a command timeout.
+        let minimum = MIN_LEASE.max(self.store.command_timeout() * 3 + Duration::from_millis(3));
+        if self.lease < minimum || self.lease > MAX_LEASE {
+            return Err(LockError::Lease {
+                lease: self.lease,
+                minimum,
+                maximum: MAX_LEASE,
+            });
+        }
+        Ok(())
     }
 
     /// Takes the lock if it is free (or re-enters it, see
@@ -238,6 +281,7 @@ impl LockBuilder {
     }
 
     async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
+        self.check()?;
         let run_id = match &self.owner {
             Some(owner) => format!("owner:{owner}"),
             None => uuid::Uuid::new_v4().to_string(),
@@ -475,5 +519,28 @@ impl LockGuard {
 impl Drop for LockGuard {
     fn drop(&mut self) {
         self.service.cancel();
+    }
+}
+
+impl std::fmt::Debug for LockBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockBuilder")
+            .field("name", &self.name)
+            .field("owner", &self.owner)
+            .field("lease", &self.lease)
+            .field("holder", &self.holder)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("holder", &self.holder)
+            .field("fence", &self.fence)
+            .field("run_id", &self.run_id)
+            .finish_non_exhaustive()
     }
 }

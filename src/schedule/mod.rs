@@ -116,33 +116,8 @@ pub enum DstRepeat {
     Both,
 }
 
-impl DstGap {
-    /// The name in the job table.
-    ///
-    /// ```
-    /// assert_eq!(cronlease::DstGap::RunAfter.as_str(), "run_after");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DstGap::RunAfter => "run_after",
-            DstGap::Skip => "skip",
-        }
-    }
-}
-
-impl DstRepeat {
-    /// The name in the job table.
-    ///
-    /// ```
-    /// assert_eq!(cronlease::DstRepeat::Both.as_str(), "both");
-    /// ```
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DstRepeat::First => "first",
-            DstRepeat::Both => "both",
-        }
-    }
-}
+enum_names!(DstGap { RunAfter => "run_after", Skip => "skip" });
+enum_names!(DstRepeat { First => "first", Both => "both" });
 
 /// A fixed-time job's daylight-saving policy (`dst_gap`, `dst_repeat`).
 /// Wall-clock jobs have none: the default is cronie's behaviour.

@@ -282,6 +282,11 @@ fn node_away(e: &StoreError) -> bool {
 }
 
 impl Store {
+    /// How long a command may take before it counts as failed.
+    pub fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     /// Connects (one attempt, bounded by `connect_timeout`); with `quorum`,
     /// to at least a majority of the masters (the others when they answer).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {

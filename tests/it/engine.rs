@@ -69,7 +69,11 @@ impl Task for UntilStopped {
         Box::pin(async move {
             let reason = stop.next().await;
             output.push_line(format!("stopped: {reason:?}").as_bytes());
-            AttemptEnd::bare(reason.status())
+            AttemptEnd::bare(match reason {
+                Stop::LostLease => Status::LostLease,
+                Stop::Timeout => Status::Timeout,
+                Stop::Shutdown => Status::Interrupted,
+            })
         })
     }
 }

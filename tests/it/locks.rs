@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use cronlease::{Cluster, RedisSettings};
+use cronlease::{Cluster, LockError, RedisSettings};
 
 use crate::support::{RedisServer, cluster, multi_thread_runtime as runtime};
 
@@ -69,7 +69,7 @@ fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
     let redis = RedisServer::start();
     runtime().block_on(async {
         let (a, b) = (cluster(&redis).await, cluster(&redis).await);
-        let lease = Duration::from_millis(600);
+        let lease = Duration::from_secs(1);
         let vanished = a
             .lock("report")
             .holder("a")
@@ -368,5 +368,62 @@ fn lost_fires_when_redis_is_paused_past_the_lease() {
             .await
             .expect("lost() fired while Redis was paused");
         assert!(paused_at.elapsed() < Duration::from_secs(5));
+    });
+}
+
+#[test]
+fn a_bad_name_or_lease_is_refused_before_redis_hears_of_it() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let cluster = cluster(&redis).await;
+        let before = commands(&redis);
+        let error = cluster
+            .lock("report{x}")
+            .try_acquire()
+            .await
+            .expect_err("a brace would break the keys' hash tag");
+        assert!(
+            matches!(&error, LockError::Name(name) if name == "report{x}"),
+            "{error:?}"
+        );
+        // The test cluster's command timeout is 300 ms: a lease must be
+        // at least 1 s.
+        for lease in [
+            Duration::ZERO,
+            Duration::from_millis(900),
+            Duration::from_secs(7200),
+        ] {
+            let error = cluster
+                .lock("report")
+                .lease(lease)
+                .try_acquire()
+                .await
+                .expect_err("an unusable lease");
+            let LockError::Lease {
+                minimum, maximum, ..
+            } = error
+            else {
+                panic!("{error:?}");
+            };
+            assert_eq!(
+                (minimum, maximum),
+                (Duration::from_secs(1), Duration::from_secs(3600))
+            );
+            assert!(error.to_string().contains("expected 1s to 1h"), "{error}");
+        }
+        // INFO itself is the only command Redis saw.
+        assert_eq!(
+            commands(&redis) - before,
+            1,
+            "nothing sent for a refused lock"
+        );
+        let guard = cluster
+            .lock("report")
+            .lease(Duration::from_secs(1))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        guard.release().await.expect("Redis answers");
     });
 }
