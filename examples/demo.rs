@@ -5,14 +5,21 @@
 //! ```sh
 //! scripts/demo                 # builds, then runs for 30 s
 //! scripts/demo --seconds 60
+//! scripts/demo --kind embedded # the replicas are a Rust service embedding the library
 //! ```
 //!
+//! The replicas are `cronlease run` daemons running `examples/lottery-draw.sh`
+//! (`--kind daemon`, the default), or instances of `examples/embedded_lottery.rs`
+//! (`--kind embedded`), whose async handler records each draw exactly as the
+//! script does. Only the command line differs: the settings, the processes,
+//! their stop and the check are the same for both.
+//!
 //! Everything lives in a fresh temporary directory (Redis on a free loopback
-//! port, one config, state directory and log per replica); the directory is
-//! kept afterwards so the logs can be read, and its path is printed. The
-//! processes are killed on every way out: normal end, error, panic (Drop),
-//! Ctrl-C (an orderly stop, then the report), and the demo itself being
-//! killed (they get SIGKILL through `PR_SET_PDEATHSIG`).
+//! port, one state directory and log per replica, and a config per daemon);
+//! the directory is kept afterwards so the logs can be read, and its path is
+//! printed. The processes are killed on every way out: normal end, error,
+//! panic (Drop), Ctrl-C (an orderly stop, then the report), and the demo
+//! itself being killed (they get SIGKILL through `PR_SET_PDEATHSIG`).
 //!
 //! The example does not share code with `tests/it/support`: an example cannot
 //! import integration-test modules, so the few helpers it needs are here.
@@ -20,6 +27,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
@@ -28,9 +36,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use chrono::{DateTime, Utc};
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use common::{
-    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent, indent,
+    INTERRUPTED, RedisProcess, cronlease_binary, detach_and_tie_to_parent, example_binary, indent,
     install_interrupt_handler, on_path, print_table, tail, toml_string,
 };
 use nix::sys::signal::{Signal, kill};
@@ -40,11 +48,22 @@ use nix::unistd::Pid;
 const JOB: &str = "lottery-draw";
 const KEY_PREFIX: &str = "demo";
 
-/// The job's period: `*/2 * * * * *`.
+/// The job's schedule, and its period.
+const SCHEDULE: &str = "*/2 * * * * *";
 const TICK_MS: i64 = 2_000;
 
-/// How long stopping replicas may take after SIGTERM: the config's
-/// `shutdown_grace` plus `kill_grace` plus slack.
+/// The replicas' settings, one set for both kinds: written into a daemon's
+/// config, passed to an embedded instance as flags.
+const LEASE: &str = "3s";
+const HEARTBEAT: &str = "1s";
+const SHUTDOWN_GRACE: &str = "5s";
+const KILL_GRACE: &str = "2s";
+const COMMAND_TIMEOUT: &str = "300ms";
+const WINNERS: &str = "3";
+const JOB_TIMEOUT: &str = "10s";
+
+/// How long stopping replicas may take after SIGTERM: `SHUTDOWN_GRACE`
+/// plus `KILL_GRACE` plus slack.
 const STOP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Run three cronlease replicas against a private Redis and check that a
@@ -58,6 +77,36 @@ struct Args {
     /// How many replicas to start.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
     replicas: u32,
+    /// What the replicas are.
+    #[arg(long, value_enum, default_value_t = Kind::Daemon)]
+    kind: Kind,
+}
+
+/// The two ways to run a replica of cronlease.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Kind {
+    /// `cronlease run`, the job a process (`examples/lottery-draw.sh`).
+    Daemon,
+    /// The `embedded_lottery` example: a service embedding the library, the
+    /// job an async handler.
+    Embedded,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Daemon => "daemon",
+            Kind::Embedded => "embedded",
+        }
+    }
+
+    /// What a replica of this kind is, for the output.
+    fn describe(self) -> &'static str {
+        match self {
+            Kind::Daemon => "`cronlease run` daemons running examples/lottery-draw.sh",
+            Kind::Embedded => "embedded_lottery instances (the library, an async handler)",
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -75,11 +124,7 @@ fn main() -> ExitCode {
 /// The whole demo; `Ok(false)` when the exactly-once check found violations.
 /// Every process it starts is owned by a guard dropped before it returns.
 fn run(args: &Args) -> Result<bool> {
-    let binary = cronlease_binary()?;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lottery-draw.sh");
-    if !script.is_file() {
-        bail!("the job script {} is missing", script.display());
-    }
+    let program = Program::find(args.kind)?;
     for tool in ["redis-server", "redis-cli"] {
         if !on_path(tool) {
             bail!("{tool} is not on PATH: run scripts/install-deps (scripts/demo does)");
@@ -104,24 +149,29 @@ fn run(args: &Args) -> Result<bool> {
     );
     let mut connection = redis.connect(Duration::from_secs(10))?;
 
+    println!(
+        "kind:           {}: {}",
+        args.kind.name(),
+        args.kind.describe()
+    );
     let mut replicas = Vec::new();
     for n in 1..=args.replicas {
         let name = format!("replica-{n}");
-        let config = write_config(&work, &name, &url, &script)?;
-        check_config(&binary, &config)?;
-        let replica = Replica::start(&binary, &config, &name, &work)?;
+        let arguments = program.arguments(&work, &name, &url)?;
+        let replica = Replica::start(program.path(), &arguments, &name, &work)?;
         println!(
-            "started {name} (pid {}), config {}, log {}",
+            "started {name} (pid {}), log {}",
             replica.pid(),
-            config.display(),
             replica.log.display()
         );
         replicas.push(replica);
     }
 
     println!(
-        "\n{} replicas race for `{JOB}` (every 2 s) for {} s; Ctrl-C stops early…",
-        args.replicas, args.seconds
+        "\n{} {} replicas race for `{JOB}` (every 2 s) for {} s; Ctrl-C stops early…",
+        args.replicas,
+        args.kind.name(),
+        args.seconds
     );
     let mut violations = Vec::new();
     let all_gone = run_for(
@@ -188,10 +238,19 @@ fn run(args: &Args) -> Result<bool> {
     drop(replicas);
     drop(redis);
     if violations.is_empty() {
-        println!("\n{ticks} ticks, each run exactly once");
+        println!(
+            "\n{} replicas ({}): {ticks} ticks, each run exactly once",
+            args.kind.name(),
+            args.replicas
+        );
         Ok(true)
     } else {
-        println!("\n{} violation(s):", violations.len());
+        println!(
+            "\n{} replicas ({}): {} violation(s):",
+            args.kind.name(),
+            args.replicas,
+            violations.len()
+        );
         for violation in &violations {
             println!("  - {violation}");
         }
@@ -199,7 +258,84 @@ fn run(args: &Args) -> Result<bool> {
     }
 }
 
-/// One `cronlease run` process; dropping it kills it.
+/// The program the replicas run, and how each one is started: the only
+/// thing in which the kinds differ.
+enum Program {
+    /// `cronlease run --config FILE`, one config per replica, checked first.
+    Daemon { cronlease: PathBuf, script: PathBuf },
+    /// `embedded_lottery` with the settings as flags.
+    Embedded { example: PathBuf },
+}
+
+impl Program {
+    /// Finds what `kind` needs, built next to the demo.
+    fn find(kind: Kind) -> Result<Program> {
+        match kind {
+            Kind::Daemon => {
+                let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/lottery-draw.sh");
+                if !script.is_file() {
+                    bail!("the job script {} is missing", script.display());
+                }
+                Ok(Program::Daemon {
+                    cronlease: cronlease_binary()?,
+                    script,
+                })
+            }
+            Kind::Embedded => Ok(Program::Embedded {
+                example: example_binary("embedded_lottery")?,
+            }),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            Program::Daemon { cronlease, .. } => cronlease,
+            Program::Embedded { example } => example,
+        }
+    }
+
+    /// The arguments of replica `name`, after writing what it needs in
+    /// `dir`: its state directory (spools are per replica), and a daemon's
+    /// config.
+    fn arguments(&self, dir: &Path, name: &str, url: &str) -> Result<Vec<OsString>> {
+        let state_dir = dir.join(format!("state-{name}"));
+        std::fs::create_dir_all(&state_dir)
+            .with_context(|| format!("cannot create {}", state_dir.display()))?;
+        match self {
+            Program::Daemon { cronlease, script } => {
+                let config = write_config(dir, name, url, &state_dir, script)?;
+                check_config(cronlease, &config)?;
+                Ok(vec!["run".into(), "--config".into(), config.into()])
+            }
+            Program::Embedded { .. } => {
+                let flags = [
+                    ("--redis", url),
+                    ("--prefix", KEY_PREFIX),
+                    ("--instance", name),
+                    ("--schedule", SCHEDULE),
+                    ("--timezone", "UTC"),
+                    ("--winners", WINNERS),
+                    ("--timeout", JOB_TIMEOUT),
+                    ("--lease", LEASE),
+                    ("--heartbeat", HEARTBEAT),
+                    ("--shutdown-grace", SHUTDOWN_GRACE),
+                    ("--kill-grace", KILL_GRACE),
+                    ("--command-timeout", COMMAND_TIMEOUT),
+                ];
+                let mut arguments: Vec<OsString> = flags
+                    .iter()
+                    .flat_map(|&(flag, value)| [flag.into(), value.into()])
+                    .collect();
+                arguments.push("--state-dir".into());
+                arguments.push(state_dir.into());
+                Ok(arguments)
+            }
+        }
+    }
+}
+
+/// One replica process (`PROGRAM ARGUMENTS…`, its output in `NAME.log`);
+/// dropping it kills it.
 struct Replica {
     name: String,
     child: Child,
@@ -210,7 +346,7 @@ struct Replica {
 }
 
 impl Replica {
-    fn start(binary: &Path, config: &Path, name: &str, dir: &Path) -> Result<Replica> {
+    fn start(program: &Path, arguments: &[OsString], name: &str, dir: &Path) -> Result<Replica> {
         let log = dir.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
         let err = out
@@ -218,11 +354,9 @@ impl Replica {
             .with_context(|| format!("cannot duplicate the handle of {}", log.display()))?;
         let rust_log =
             std::env::var("RUST_LOG").unwrap_or_else(|_| "cronlease=debug,info".to_string());
-        let mut command = Command::new(binary);
+        let mut command = Command::new(program);
         command
-            .arg("run")
-            .arg("--config")
-            .arg(config)
+            .args(arguments)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -236,7 +370,7 @@ impl Replica {
         detach_and_tie_to_parent(&mut command);
         let child = command
             .spawn()
-            .with_context(|| format!("cannot start {} run", binary.display()))?;
+            .with_context(|| format!("cannot start {} for {name}", program.display()))?;
         Ok(Replica {
             name: name.to_string(),
             child,
@@ -289,32 +423,35 @@ impl Drop for Replica {
     }
 }
 
-/// Writes `DIR/NAME.toml` for one replica: its own `replica_id` and
-/// `state_dir` (spools are per replica), the shared Redis and job.
-fn write_config(dir: &Path, name: &str, url: &str, script: &Path) -> Result<PathBuf> {
-    let state_dir = dir.join(format!("state-{name}"));
-    std::fs::create_dir_all(&state_dir)
-        .with_context(|| format!("cannot create {}", state_dir.display()))?;
+/// Writes `DIR/NAME.toml` for one daemon: its own `replica_id` and
+/// `state_dir`, the shared Redis, settings and job.
+fn write_config(
+    dir: &Path,
+    name: &str,
+    url: &str,
+    state_dir: &Path,
+    script: &Path,
+) -> Result<PathBuf> {
     let text = format!(
         r#"# Written by the cronlease demo (examples/demo.rs).
 [redis]
 url = {url}
 key_prefix = "{KEY_PREFIX}"
-command_timeout = "300ms"
+command_timeout = "{COMMAND_TIMEOUT}"
 
 [daemon]
 replica_id = "{name}"
-lease = "3s"
-heartbeat = "1s"
-shutdown_grace = "5s"
-kill_grace = "2s"
+lease = "{LEASE}"
+heartbeat = "{HEARTBEAT}"
+shutdown_grace = "{SHUTDOWN_GRACE}"
+kill_grace = "{KILL_GRACE}"
 state_dir = {state_dir}
 
 [jobs.{JOB}]
-schedule = "*/2 * * * * *"        # every 2 seconds: a fast-ticking copy of the noon draw
-command = [{script}, "--winners", "3"]
+schedule = "{SCHEDULE}"        # every 2 seconds: a fast-ticking copy of the noon draw
+command = [{script}, "--winners", "{WINNERS}"]
 env = {{ LOTTERY_REDIS_URL = {url} }}
-timeout = "10s"
+timeout = "{JOB_TIMEOUT}"
 "#,
         url = toml_string(url),
         state_dir = toml_string(&state_dir.to_string_lossy()),
@@ -399,7 +536,7 @@ fn runs_key() -> String {
     format!("{KEY_PREFIX}:{{{JOB}}}:runs")
 }
 
-/// One outcome record, as the daemon wrote it to the job's stream.
+/// One outcome record, as a replica wrote it to the job's stream.
 struct Outcome {
     fields: BTreeMap<String, String>,
 }
@@ -450,7 +587,8 @@ fn read_outcomes(connection: &mut redis::Connection) -> Result<Vec<Outcome>> {
         .collect())
 }
 
-/// One `lottery:draw:<tick_ms>` key, as `lottery-draw.sh` wrote it:
+/// One `lottery:draw:<tick_ms>` key, as `lottery-draw.sh` (or
+/// `embedded_lottery`, in the same shape) wrote it:
 /// `"<fence> <replica> <winner>…"`.
 struct Draw {
     fence: Option<i64>,

@@ -94,7 +94,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nix::sys::signal::Signal;
 
-use crate::common::{cronlease_binary, install_interrupt_handler, on_path};
+use crate::common::{cronlease_binary, example_binary, install_interrupt_handler, on_path};
 use crate::evidence::Evidence;
 use crate::faults::FaultKind;
 use crate::harness::{Harness, Launcher};
@@ -162,18 +162,7 @@ impl ReplicaKind {
     fn program(self, cronlease: &Path) -> Result<PathBuf> {
         match self {
             ReplicaKind::Daemon => Ok(cronlease.to_path_buf()),
-            ReplicaKind::Embedded => {
-                let exe = std::env::current_exe().context("cannot find the suite's executable")?;
-                let program = exe.with_file_name("chaos_replica");
-                if !program.is_file() {
-                    bail!(
-                        "{} does not exist: build it first with `cargo build --release --bins \
-                         --examples` (scripts/chaos does)",
-                        program.display()
-                    );
-                }
-                Ok(program)
-            }
+            ReplicaKind::Embedded => example_binary("chaos_replica"),
         }
     }
 }

@@ -143,20 +143,34 @@ pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// The `cronlease` binary built next to this example: the example runs from
 /// `target/<profile>/examples/<name>`, the binary is `target/<profile>/cronlease`.
 pub fn cronlease_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the example's own executable")?;
-    let name = exe
-        .file_stem()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let exe = own_executable()?;
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
-        .with_context(|| format!("unexpected location of the {name}: {}", exe.display()))?;
-    let binary = profile_dir.join("cronlease");
+        .with_context(|| format!("unexpected location of the example: {}", exe.display()))?;
+    built(profile_dir.join("cronlease"))
+}
+
+/// The example `name` built next to this one (`target/<profile>/examples/`).
+pub fn example_binary(name: &str) -> Result<PathBuf> {
+    built(own_executable()?.with_file_name(name))
+}
+
+fn own_executable() -> Result<PathBuf> {
+    std::env::current_exe().context("cannot find the example's own executable")
+}
+
+/// `binary` if it exists, or an error saying how to build it (naming the
+/// script of the example that asks, `scripts/<its name>`).
+fn built(binary: PathBuf) -> Result<PathBuf> {
     if !binary.is_file() {
+        let caller = own_executable()?
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         bail!(
             "{} does not exist: build it first with `cargo build --release --bins --examples` \
-             (scripts/{name} does)",
+             (scripts/{caller} does)",
             binary.display()
         );
     }

@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::ValueEnum;
 
-use crate::common::cronlease_binary;
+use crate::common::{cronlease_binary, example_binary};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum JobKind {
@@ -30,7 +30,7 @@ impl JobKind {
     /// config is checked with (`PROGRAM check --config FILE`).
     pub fn replica_program(self) -> Result<PathBuf> {
         match self {
-            JobKind::Noop => bench_replica_binary(),
+            JobKind::Noop => example_binary("bench_replica"),
             JobKind::True => cronlease_binary(),
         }
     }
@@ -41,19 +41,4 @@ impl JobKind {
             JobKind::Noop | JobKind::True => "command = [\"true\"]",
         }
     }
-}
-
-/// `bench_replica`, built next to this example (`cargo build --release
-/// --bins --examples`, which `scripts/bench` runs).
-fn bench_replica_binary() -> Result<PathBuf> {
-    let exe = std::env::current_exe().context("cannot find the benchmark's own executable")?;
-    let binary = exe.with_file_name("bench_replica");
-    if !binary.is_file() {
-        bail!(
-            "{} does not exist: build it first with `cargo build --release --bins --examples` \
-             (scripts/bench does)",
-            binary.display()
-        );
-    }
-    Ok(binary)
 }
