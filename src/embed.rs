@@ -1032,7 +1032,9 @@ impl Scheduler {
 
     /// Resolves once the scheduler claims ticks: it has checked that
     /// Redis cannot evict its keys and that its state directory is usable,
-    /// and joined the cluster. [`SchedulerBuilder::start`] returns before
+    /// and its jobs' loops are running (its first heartbeat, which shows it
+    /// in `cronlease status`, follows within a heartbeat period).
+    /// [`SchedulerBuilder::start`] returns before
     /// that; a service that must not report itself healthy without its
     /// jobs waits here. An error if the scheduler refused to run
     /// ([`EmbedError::Refused`]) or stopped; at once when it was ready
