@@ -1034,11 +1034,10 @@ impl Scheduler {
     /// Redis cannot evict its keys and that its state directory is usable,
     /// and its jobs' loops are running (its first heartbeat, which shows it
     /// in `cronlease status`, follows within a heartbeat period).
-    /// [`SchedulerBuilder::start`] returns before
-    /// that; a service that must not report itself healthy without its
-    /// jobs waits here. An error if the scheduler refused to run
-    /// ([`EmbedError::Refused`]) or stopped; at once when it was ready
-    /// before.
+    /// [`SchedulerBuilder::start`] returns before that; a service that
+    /// must not report itself healthy without its jobs waits here. An
+    /// error if the scheduler refused to run ([`EmbedError::Refused`]) or
+    /// stopped; at once when it was ready before.
     ///
     /// ```no_run
     /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
