@@ -26,8 +26,9 @@
 //!   benchmark runs Redis and every replica on one host, so the wall clock
 //!   read here is the clock Redis's `TIME` reads; the benchmark measures
 //!   the offset between the two anyway and applies it.
-//! - **Metrics.** The `metrics` facade's Prometheus recorder, installed
-//!   before the scheduler starts, served on `GET /metrics` at
+//! - **Metrics.** The `metrics` facade's Prometheus recorder (histograms
+//!   with buckets, as the daemon's), installed before the scheduler
+//!   starts, served on `GET /metrics` at
 //!   `metrics_listen`; the line `metrics listening on http://ADDR/metrics`
 //!   goes to stderr whatever `RUST_LOG` says (the benchmark reads the port
 //!   from it). The benchmark counts claim attempts from
@@ -64,6 +65,12 @@ const CALLS_FILE: &str = "handler-calls.tsv";
 
 /// How often the calls are appended to it.
 const FLUSH_EVERY: Duration = Duration::from_secs(1);
+
+/// The buckets of every histogram, in seconds (lateness and run durations).
+const HISTOGRAM_BUCKETS: [f64; 16] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0, 300.0,
+    3600.0,
+];
 
 /// An embedded cronlease replica with a no-op handler per job.
 #[derive(Debug, Parser)]
@@ -187,7 +194,11 @@ async fn run(path: &Path) -> Result<()> {
     let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
     let settings = Settings::load(path)?;
+    // Histograms with buckets, as the daemon's: without, the exporter keeps
+    // a summary (a rolling window of sketches) per job and metric.
     let metrics = PrometheusBuilder::new()
+        .set_buckets(&HISTOGRAM_BUCKETS)
+        .context("cannot set the histograms' buckets")?
         .install_recorder()
         .context("cannot install the metrics recorder")?;
     let service = CancellationToken::new();
