@@ -346,6 +346,7 @@ fn run(args: &Args) -> Result<bool> {
 /// Checks the tools, creates the output and work directories, and prints
 /// what the run is made of.
 fn prepare(args: &Args) -> Result<Env> {
+    let kind = JobKind::of(args.replica_kind, args.job_kind)?;
     let binary = cronlease_binary()?;
     for tool in ["redis-server", "redis-benchmark"] {
         if !on_path(tool) {
@@ -372,7 +373,6 @@ fn prepare(args: &Args) -> Result<Env> {
     println!("machine: {}", machine::machine_line(&machine));
     println!("cronlease: {}", binary.display());
     println!("work directory: {}", work.display());
-    let kind = JobKind::of(args.replica_kind, args.job_kind)?;
     println!(
         "replicas: {}, job kind: {}, replicas' RUST_LOG: {}",
         kind.replica_kind().name(),
