@@ -75,6 +75,15 @@ impl Figures {
         }
     }
 
+    /// The replicas' CPU in the window over the runs started in it.
+    fn cpu_per_run_text(&self) -> String {
+        if self.cpu.is_empty() || self.ticks.runs_started == 0 {
+            return "-".to_string();
+        }
+        let total: f64 = self.cpu.iter().map(|(_, s)| s).sum();
+        format!("{:.3} ms", total / self.ticks.runs_started as f64 * 1000.0)
+    }
+
     fn cpu_text(&self) -> String {
         if self.cpu.is_empty() {
             return "-".to_string();
@@ -171,7 +180,7 @@ pub fn figures_rows(figures: &[Figures], ceiling: &Ceiling) -> Vec<(String, Vec<
         row("duplicates", &|f| f.ticks.duplicates.to_string()),
         row("missed", &|f| f.ticks.missed.to_string()),
         row("other outcomes", &|f| f.ticks.other_text()),
-        row("lateness p50 / p99 / max", &|f| {
+        row("tick → claim lateness p50 / p99 / max", &|f| {
             Percentiles::show(f.lateness)
         }),
         row("Redis commands (Lua inner calls incl.)", &|f| {
@@ -207,6 +216,9 @@ pub fn figures_rows(figures: &[Figures], ceiling: &Ceiling) -> Vec<(String, Vec<
             })
         }),
         row("replica CPU in window (mean / max)", &|f| f.cpu_text()),
+        row("replica CPU per run (all replicas)", &|f| {
+            f.cpu_per_run_text()
+        }),
         row("snapshots took (start / end)", &|f| {
             format!("{} / {} ms", f.snapshot_ms[0], f.snapshot_ms[1])
         }),

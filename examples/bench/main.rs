@@ -2,25 +2,28 @@
 //! ceiling cronlease's claims are.
 //!
 //! ```sh
-//! scripts/bench all                      # every scenario but soak, about 5 minutes
+//! scripts/bench all                      # every scenario but soak, about 6 minutes
 //! scripts/bench latency --seconds 10     # one scenario, shorter windows
+//! scripts/bench latency --replica-kind embedded   # replicas embed the library
 //! scripts/bench throughput --job-kind true --jobs 20   # real processes, few jobs
 //! scripts/bench soak                     # Redis keys and memory over 5 minutes
 //! ```
 //!
 //! Each scenario starts a private `redis-server` (free loopback port, no
-//! persistence), R `cronlease run` replicas (`bench-1` … `bench-R`, each with
-//! its own config, state directory and log) on K jobs, lets them warm up
-//! (every replica ready, plus 3 s), measures a window of S seconds aligned
-//! on whole seconds of Redis time, stops the replicas with SIGTERM and reads
-//! what they recorded. Then, against the same Redis, `redis-benchmark` runs
+//! persistence), R replicas (`bench-1` … `bench-R`, each with its own
+//! config, state directory and log; `cronlease run`, or with
+//! `--replica-kind embedded` a program built on the `cronlease` library API) on K
+//! jobs, lets them warm up (every replica ready, plus 3 s), measures a
+//! window of S seconds aligned on whole seconds of Redis time, stops the
+//! replicas with SIGTERM and reads what they recorded. Then, against the same Redis, `redis-benchmark` runs
 //! `EVALSHA` of `return 1`: the ceiling the claims are compared with.
 //!
 //! Scenarios (S defaults to 30 s, 60 s for `idle`, 300 s for `soak`;
 //! `--seconds` sets it for all of them):
 //!
-//! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-start
-//!   lateness ≤ 10 ms.
+//! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-claim
+//!   lateness ≤ 10 ms; with embedded replicas (issue 18), p99
+//!   tick-to-handler lateness ≤ 5 ms and no tick's handler called twice.
 //! - `throughput`: 10,000 jobs every second, 3 replicas; targets: every due
 //!   tick started, no duplicate, p99 lateness ≤ 100 ms, claims/s ≥ 50 % of the
 //!   ceiling, peak RSS ≤ 30 MB per replica.
@@ -49,12 +52,29 @@
 //!   `all`: it takes 5 minutes of its own, and no window or ceiling is
 //!   measured.
 //!
+//! `all` runs latency, throughput, idle and scaling with the replicas of
+//! `--replica-kind` (default daemon), and after the first latency the
+//! latency of embedded replicas too (`bench-latency-embedded.json`), unless
+//! they were embedded already.
+//!
 //! What is measured, per window of ticks `[t0, t1)` (Redis time):
 //!
 //! - ticks due by the schedule; runs started (`ok` outcomes in the streams
 //!   `bench:{<job>}:runs`); duplicates (ticks with more than one `ok`);
 //!   missed (due ticks without any outcome of a run);
-//! - lateness = outcome `started_ms` − `tick`: p50, p99, max;
+//! - tick-to-claim lateness = outcome `started_ms` − `tick`: p50, p99, max.
+//!   `started_ms` is the Redis time read inside the claim script: it
+//!   leaves out the reply's way back, the run's start and the task's (a
+//!   process's start, for `--job-kind true`);
+//! - with embedded replicas, tick-to-handler lateness: each handler notes
+//!   its wall clock (µs) as the first thing it does
+//!   (`<state_dir>/handler-calls.tsv`, read after the replicas stopped);
+//!   everything runs on one host, so that is the clock Redis's `TIME`
+//!   reads, and the offset the bench measures to Redis's clock at start
+//!   (the `TIME` with the shortest round trip of five) is applied anyway.
+//!   Also the handler calls, ticks whose handler ran twice or more, `ok`
+//!   outcomes without a call, and claim → handler (call − `started_ms`,
+//!   which is floored to the ms: up to 1 ms high);
 //! - Redis commands: the delta of the sum of `calls` in `INFO commandstats`
 //!   between `t0 − 500 ms` and `t1 − 500 ms` (the bench's own commands taken
 //!   out), per run and per replica per second;
@@ -65,21 +85,27 @@
 //!   a scrape takes a second or more, which shifts the claims' window; the
 //!   table shows how long the snapshots took);
 //! - CPU of each replica and of redis-server (utime + stime from
-//!   `/proc/PID/stat`), in the window and in total, and each replica's peak
-//!   RSS (`VmHWM`), read just before SIGTERM.
+//!   `/proc/PID/stat`), in the window and in total, the replicas' CPU in
+//!   the window per run started, and each replica's peak RSS (`VmHWM`),
+//!   read just before SIGTERM.
 //!
 //! The jobs run the in-process no-op task (replicas are
 //! `examples/bench_replica.rs`, `cronlease` with `Noop` registered for every
 //! job: no process, the coordination alone is measured); `--job-kind true`
-//! runs the `cronlease` binary with `command = ["true"]` instead. Which
-//! program a replica runs and what each job's table says are decided in one
-//! place, `cluster/job_kind.rs`.
+//! runs the `cronlease` binary with `command = ["true"]` instead.
+//! `--replica-kind embedded` runs `examples/bench_embedded_replica.rs`: a
+//! service built on the `cronlease` library API alone, the same config file read
+//! as its own settings, a no-op async handler per job, `/metrics` served
+//! from the `metrics` facade's Prometheus recorder (so claim attempts are
+//! counted as for daemons). Which program a replica runs and what each
+//! job's table says are decided in one place, `cluster/job_kind.rs`.
 //!
 //! Logging: replicas run with `RUST_LOG=warn,cronlease::daemon[{addr}]=info`,
 //! which lets through only the one info line that names the metrics port
 //! (`metrics listening on http://127.0.0.1:PORT/metrics`): with
 //! `cronlease::daemon=info` every claim and every finish is a log line too,
-//! which at 10,000 runs a second is a benchmark of the logger. A replica is
+//! which at 10,000 runs a second is a benchmark of the logger. (The
+//! embedded replica prints that line on stderr whatever `RUST_LOG` says.) A replica is
 //! ready when it says `READY=1` on its `NOTIFY_SOCKET` (sent at the same
 //! point as the `ready` log line), or when its log has the `ready` line.
 //! `--rust-log` overrides the filter.
@@ -98,9 +124,10 @@
 //! `cluster/` redis-server and the replicas (`replica.rs` a process and its
 //! readiness, `config.rs` the configs, `job_kind.rs` the program and job
 //! lines per job kind, `window.rs` the measured windows and their
-//! snapshots, `outcomes.rs` the outcome streams, `conn.rs` the bench's own
-//! counted Redis connection); `figures.rs`, `ticks.rs` and `takeover.rs`
-//! what the outcomes and snapshots add up to; `targets.rs`,
+//! snapshots, `outcomes.rs` the outcome streams, `calls.rs` the handler
+//! calls embedded replicas note, `conn.rs` the bench's own counted Redis
+//! connection); `figures.rs`, `ticks.rs`, `handler.rs` and `takeover.rs`
+//! what the outcomes, calls and snapshots add up to; `targets.rs`,
 //! `replica_stats.rs` and `ceiling.rs` what is printed (tables through
 //! `common::print_table`); `scrape.rs`
 //! `/metrics`, `INFO` and `/proc`; `machine.rs` and `clock.rs` the rest.
@@ -114,6 +141,7 @@ mod ceiling;
 mod clock;
 mod cluster;
 mod figures;
+mod handler;
 mod machine;
 mod replica_stats;
 mod scenarios;
@@ -131,7 +159,7 @@ use clap::{Parser, ValueEnum};
 use common::{cronlease_binary, install_interrupt_handler, on_path};
 use serde_json::Value;
 
-use cluster::JobKind;
+use cluster::{JobKind, ReplicaKind};
 use scenarios::Report;
 
 /// The default log filter of the replicas: warnings, and the one info line
@@ -151,7 +179,8 @@ enum Scenario {
     /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
     /// over time (not part of `all`).
     Soak,
-    /// Every scenario but `soak`, one after the other.
+    /// Every scenario but `soak`, one after the other, and `latency` with
+    /// embedded replicas too.
     All,
 }
 
@@ -181,6 +210,18 @@ impl Scenario {
         }
     }
 
+    /// The scenarios this one stands for, each with what its jobs run:
+    /// `kind`, and for `all` the latency of embedded replicas as well
+    /// (issue 18), right after the latency of `kind`.
+    fn plan(self, kind: JobKind) -> Vec<(Scenario, JobKind)> {
+        let mut plan: Vec<(Scenario, JobKind)> =
+            self.expand().into_iter().map(|s| (s, kind)).collect();
+        if self == Scenario::All && kind != JobKind::Embedded {
+            plan.insert(1, (Scenario::Latency, JobKind::Embedded));
+        }
+        plan
+    }
+
     fn run(self, env: &Env) -> Result<Report> {
         match self {
             Scenario::Latency => scenarios::latency::run(env),
@@ -204,7 +245,11 @@ struct Args {
     /// `soak` the whole run, default 300 s).
     #[arg(long, value_parser = clap::value_parser!(u64).range(5..=600))]
     seconds: Option<u64>,
-    /// What each job runs.
+    /// What the replicas are: `cronlease run` or a program built on
+    /// the `cronlease` library API with a no-op handler per job.
+    #[arg(long, value_enum, default_value_t = ReplicaKind::Daemon)]
+    replica_kind: ReplicaKind,
+    /// What each job of daemon replicas runs.
     #[arg(long, value_enum, default_value_t = JobKind::Noop)]
     job_kind: JobKind,
     /// Override the number of jobs of every scenario (for a quick check).
@@ -235,6 +280,7 @@ fn main() -> ExitCode {
 }
 
 /// Everything a scenario needs from the command line and the machine.
+#[derive(Clone)]
 struct Env {
     work: PathBuf,
     out: PathBuf,
@@ -254,22 +300,31 @@ impl Env {
     fn jobs(&self, default: usize) -> usize {
         self.jobs.unwrap_or(default)
     }
+
+    /// The same, with jobs of `kind`.
+    fn with_kind(&self, kind: JobKind) -> Env {
+        Env {
+            kind,
+            ..self.clone()
+        }
+    }
 }
 
 fn run(args: &Args) -> Result<bool> {
     let env = prepare(args)?;
     let started = Instant::now();
     let mut verdicts = Vec::new();
-    for scenario in args.scenario.expand() {
+    for (scenario, kind) in args.scenario.plan(env.kind) {
+        let env = env.with_kind(kind);
+        let name = report_name(scenario, kind);
         let report = scenario.run(&env).map_err(|e| {
             e.context(format!(
-                "scenario {} failed; configs and logs are kept in {}",
-                scenario.name(),
+                "scenario {name} failed; configs and logs are kept in {}",
                 env.work.display()
             ))
         })?;
-        write_report(&env, scenario, &report)?;
-        verdicts.push((scenario.name(), report.pass));
+        write_report(&env, &name, &report)?;
+        verdicts.push((name, report.pass));
     }
     println!(
         "\nsummary ({} s): {}",
@@ -291,6 +346,7 @@ fn run(args: &Args) -> Result<bool> {
 /// Checks the tools, creates the output and work directories, and prints
 /// what the run is made of.
 fn prepare(args: &Args) -> Result<Env> {
+    let kind = JobKind::of(args.replica_kind, args.job_kind)?;
     let binary = cronlease_binary()?;
     for tool in ["redis-server", "redis-benchmark"] {
         if !on_path(tool) {
@@ -318,8 +374,9 @@ fn prepare(args: &Args) -> Result<Env> {
     println!("cronlease: {}", binary.display());
     println!("work directory: {}", work.display());
     println!(
-        "job kind: {}, replicas' RUST_LOG: {}",
-        args.job_kind.name(),
+        "replicas: {}, job kind: {}, replicas' RUST_LOG: {}",
+        kind.replica_kind().name(),
+        kind.name(),
         args.rust_log
     );
     Ok(Env {
@@ -327,16 +384,25 @@ fn prepare(args: &Args) -> Result<Env> {
         out,
         args_seconds: args.seconds,
         jobs: args.jobs.map(|k| k as usize),
-        kind: args.job_kind,
+        kind,
         rust_log: args.rust_log.clone(),
         machine,
         clk_tck: scrape::clk_tck(),
     })
 }
 
-/// `<out>/bench-<scenario>.json`.
-fn write_report(env: &Env, scenario: Scenario, report: &Report) -> Result<()> {
-    let path = env.out.join(format!("bench-{}.json", scenario.name()));
+/// The scenario's name in the summary and its report's file name:
+/// `latency`, or `latency-embedded` for embedded replicas.
+fn report_name(scenario: Scenario, kind: JobKind) -> String {
+    match kind.replica_kind() {
+        ReplicaKind::Daemon => scenario.name().to_string(),
+        ReplicaKind::Embedded => format!("{}-embedded", scenario.name()),
+    }
+}
+
+/// `<out>/bench-<name>.json`.
+fn write_report(env: &Env, name: &str, report: &Report) -> Result<()> {
+    let path = env.out.join(format!("bench-{name}.json"));
     let text = serde_json::to_string_pretty(&report.json).context("cannot encode JSON")?;
     std::fs::write(&path, text + "\n")
         .with_context(|| format!("cannot write {}", path.display()))?;

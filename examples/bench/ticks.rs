@@ -44,7 +44,7 @@ pub struct Percentiles {
     pub p50: i64,
     pub p99: i64,
     pub max: i64,
-    count: usize,
+    pub count: usize,
 }
 
 impl Percentiles {

@@ -43,7 +43,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 /// One heartbeat: send ours, read everyone's, act on what they say.
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     let record = own_record(ctx).await;
-    let sent = local_now_ms();
+    let sent = local_now_us();
     // The clock offset drifts slowly: measure it every few heartbeats (an
     // idle replica sends as few commands as it can).
     let time = if beats.count.is_multiple_of(CLOCK_EVERY_N_HEARTBEATS) {
@@ -63,10 +63,12 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
             return;
         }
     };
-    if let Some(server_ms) = reply.server_ms {
-        ctx.clock.observe(server_ms, sent, local_now_ms());
+    if let Some(server_us) = reply.server_us {
+        ctx.clock.observe(server_us, sent, local_now_us());
     }
-    let server_ms = reply.server_ms.unwrap_or_else(|| ctx.clock.now_ms());
+    let server_ms = reply
+        .server_us
+        .map_or_else(|| ctx.clock.now_ms(), |us| us.div_euclid(1000));
     ctx.redis_answered();
     note_epochs(ctx, beats, &reply.epochs);
     let others = read_others(ctx, beats, &reply.replicas);

@@ -55,7 +55,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
-use crate::clock::{RedisClock, local_now_ms};
+use crate::clock::{RedisClock, local_now_ms, local_now_us};
 use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap, RedisConfig};
 use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Status, Trigger};
@@ -610,12 +610,12 @@ fn check_node_settings(
 }
 
 async fn measure_clock(ctx: &Ctx) {
-    let sent = local_now_ms();
-    match ctx.store.server_time_ms().await {
+    let sent = local_now_us();
+    match ctx.store.server_time_us().await {
         Ok(server) => {
-            ctx.clock.observe(server, sent, local_now_ms());
+            ctx.clock.observe(server, sent, local_now_us());
             info!(
-                offset_ms = ctx.clock.offset_ms(),
+                offset_ms = ctx.clock.offset_us().div_euclid(1000),
                 "Redis clock offset measured"
             );
         }

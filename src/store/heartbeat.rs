@@ -27,8 +27,8 @@ pub struct HeartbeatReply {
     /// The deployment's epoch after this heartbeat, per answering master
     /// (one with a single Redis, Sentinel or Cluster).
     pub epochs: Vec<Epoch>,
-    /// Redis time, when the heartbeat asked for it.
-    pub server_ms: Option<i64>,
+    /// Redis time (µs), when the heartbeat asked for it.
+    pub server_us: Option<i64>,
     /// Every replica's heartbeat JSON, ours included.
     pub replicas: Vec<(String, String)>,
 }
@@ -75,7 +75,7 @@ impl Store {
         let answers = self.gather("heartbeat", answers)?;
         let mut merged = HeartbeatReply {
             epochs: Vec::new(),
-            server_ms: None,
+            server_us: None,
             replicas: Vec::new(),
         };
         let last_seen = |raw: &str| {
@@ -85,7 +85,7 @@ impl Store {
         };
         for answer in answers {
             merged.epochs.extend(answer.epochs);
-            merged.server_ms = merged.server_ms.or(answer.server_ms);
+            merged.server_us = merged.server_us.or(answer.server_us);
             for (id, raw) in answer.replicas {
                 match merged.replicas.iter_mut().find(|(seen, _)| *seen == id) {
                     Some(known) if last_seen(&known.1) < last_seen(&raw) => known.1 = raw,
@@ -128,11 +128,11 @@ impl Store {
                 .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
             None => Vec::new(),
         };
-        let server_ms = match time {
+        let server_us = match time {
             Some(Value::Array(parts)) if parts.len() == 2 => {
                 let secs = as_int(&parts[0]).unwrap_or(0);
                 let micros = as_int(&parts[1]).unwrap_or(0);
-                Some(secs * 1000 + micros / 1000)
+                Some(secs * 1_000_000 + micros)
             }
             _ => None,
         };
@@ -159,7 +159,7 @@ impl Store {
                 epoch,
                 created: created_epoch,
             }],
-            server_ms,
+            server_us,
             replicas,
         })
     }

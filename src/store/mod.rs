@@ -511,9 +511,14 @@ impl Store {
 
     /// Redis server time, ms since the epoch.
     pub async fn server_time_ms(&self) -> Result<i64, StoreError> {
+        Ok(self.server_time_us().await?.div_euclid(1000))
+    }
+
+    /// Redis's clock, µs since the epoch.
+    pub async fn server_time_us(&self) -> Result<i64, StoreError> {
         self.read(|mut conn| async move {
             let (secs, micros): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await?;
-            Ok(secs * 1000 + micros / 1000)
+            Ok(secs * 1_000_000 + micros)
         })
         .await
     }

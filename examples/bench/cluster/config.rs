@@ -32,7 +32,7 @@ impl Cluster<'_> {
     /// Writes `<dir>/<name>.toml`: the shared Redis and jobs, the replica's
     /// own `replica_id` and `state_dir`.
     pub(super) fn write_config(&self, name: &str) -> Result<PathBuf> {
-        let state_dir = self.dir.join(format!("state-{name}"));
+        let state_dir = self.state_dir(name);
         std::fs::create_dir_all(&state_dir)
             .with_context(|| format!("cannot create {}", state_dir.display()))?;
         let text = format!(
@@ -64,6 +64,13 @@ kill_grace = "1s"
     }
 }
 
+impl Cluster<'_> {
+    /// The replica `name`'s own directory (`[daemon] state_dir`).
+    pub(super) fn state_dir(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("state-{name}"))
+    }
+}
+
 /// Runs `check` of the job kind's program on the first config, so a bad
 /// one is reported before any replica starts.
 pub fn check_config(config: &Path, kind: JobKind) -> Result<()> {
@@ -79,7 +86,8 @@ pub fn check_config(config: &Path, kind: JobKind) -> Result<()> {
         let stderr = String::from_utf8_lossy(&output.stderr);
         let first_lines: Vec<&str> = stderr.lines().take(10).collect();
         bail!(
-            "cronlease check rejected {} ({}):\n{}",
+            "{} check rejected {} ({}):\n{}",
+            program.display(),
             config.display(),
             output.status,
             first_lines.join("\n")

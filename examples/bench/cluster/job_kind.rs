@@ -1,13 +1,23 @@
 //! What a job of the benchmark runs, and so which program a replica is
 //! started from and what each job's table says. The one place to change
-//! when the job kinds change (`cronlease check` goes through it too).
+//! when the job kinds change (`check` goes through it too).
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::ValueEnum;
 
 use crate::common::{cronlease_binary, example_binary};
+
+/// What the replicas are (`--replica-kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReplicaKind {
+    /// `cronlease run` (the daemon; `--job-kind` says what its jobs run).
+    Daemon,
+    /// A program built on the `cronlease` library API whose jobs are no-op async
+    /// handlers (`examples/bench_embedded_replica.rs`).
+    Embedded,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum JobKind {
@@ -16,13 +26,39 @@ pub enum JobKind {
     Noop,
     /// `command = ["true"]`: a process per run.
     True,
+    /// A no-op async handler in `examples/bench_embedded_replica.rs`, which
+    /// notes when it was called (`--replica-kind embedded`; not a
+    /// `--job-kind`).
+    #[value(skip)]
+    Embedded,
 }
 
 impl JobKind {
+    /// The job kind of `--replica-kind` and `--job-kind`: embedded replicas
+    /// run handlers, not what `--job-kind` names.
+    pub fn of(replica: ReplicaKind, job: JobKind) -> Result<JobKind> {
+        match (replica, job) {
+            (ReplicaKind::Daemon, job) => Ok(job),
+            (ReplicaKind::Embedded, JobKind::Noop | JobKind::Embedded) => Ok(JobKind::Embedded),
+            (ReplicaKind::Embedded, job) => bail!(
+                "--job-kind {} is for daemon replicas; embedded replicas run a no-op handler",
+                job.name()
+            ),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             JobKind::Noop => "noop",
             JobKind::True => "true",
+            JobKind::Embedded => "embedded handler",
+        }
+    }
+
+    pub fn replica_kind(self) -> ReplicaKind {
+        match self {
+            JobKind::Noop | JobKind::True => ReplicaKind::Daemon,
+            JobKind::Embedded => ReplicaKind::Embedded,
         }
     }
 
@@ -32,6 +68,7 @@ impl JobKind {
         match self {
             JobKind::Noop => example_binary("bench_replica"),
             JobKind::True => cronlease_binary(),
+            JobKind::Embedded => example_binary("bench_embedded_replica"),
         }
     }
 
@@ -39,6 +76,23 @@ impl JobKind {
     pub fn job_lines(self) -> &'static str {
         match self {
             JobKind::Noop | JobKind::True => "command = [\"true\"]",
+            // An embedded job is its schedule and its handler.
+            JobKind::Embedded => "",
+        }
+    }
+
+    /// Whether the replicas note when each handler was called (in
+    /// `<state_dir>/handler-calls.tsv`).
+    pub fn notes_handler_calls(self) -> bool {
+        self == JobKind::Embedded
+    }
+}
+
+impl ReplicaKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicaKind::Daemon => "daemon",
+            ReplicaKind::Embedded => "embedded",
         }
     }
 }

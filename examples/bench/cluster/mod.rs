@@ -1,6 +1,7 @@
 //! A scenario's cluster: its private redis-server, the bench's connection
 //! to it, and the replicas, started, watched and stopped in order.
 
+mod calls;
 mod config;
 mod conn;
 mod job_kind;
@@ -14,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+pub use calls::Call;
 pub use config::job_name;
 pub use conn::Conn;
-pub use job_kind::JobKind;
+pub use job_kind::{JobKind, ReplicaKind};
 pub use outcomes::{Rec, runs_key};
 pub use window::{Snapshot, Window};
 
 use crate::Env;
 use crate::ceiling::Ceiling;
-use crate::clock::local_ms;
+use crate::clock::{local_ms, local_us};
 use crate::common::{INTERRUPTED, RedisProcess, indent, tail};
 use crate::replica_stats::{LogCounts, ReplicaStats};
 use crate::scrape::{proc_cpu_s, proc_status_kb};
@@ -59,8 +61,9 @@ pub struct Cluster<'a> {
     /// Lines added to `[daemon]` of every replica's config (the soak's
     /// `history`); empty for the other scenarios, which keep the defaults.
     daemon_lines: String,
-    /// Redis time − local time, ms.
-    offset_ms: i64,
+    /// Redis time − local time, µs (the bench, the replicas and Redis share
+    /// the host's clock: near 0).
+    pub offset_us: i64,
     checked: bool,
     /// VmHWM of each replica before it was first scraped.
     hwm_before_scrape: Vec<Option<u64>>,
@@ -95,22 +98,24 @@ impl<'a> Cluster<'a> {
             jobs_toml: jobs_toml(jobs, schedule, env.kind),
             jobs,
             daemon_lines: daemon_lines.to_string(),
-            offset_ms: 0,
+            offset_us: 0,
             checked: false,
             hwm_before_scrape: Vec::new(),
         };
-        cluster.offset_ms = cluster.measure_offset()?;
+        cluster.offset_us = cluster.measure_offset_us()?;
         Ok(cluster)
     }
 
-    fn measure_offset(&mut self) -> Result<i64> {
+    /// Redis time − local time in µs, from the `TIME` with the shortest
+    /// round trip of five.
+    fn measure_offset_us(&mut self) -> Result<i64> {
         let mut best: Option<(i64, i64)> = None;
         for _ in 0..5 {
-            let before = local_ms();
-            let redis_ms = self.redis_time()?;
-            let after = local_ms();
+            let before = local_us();
+            let (secs, micros): (i64, i64) = self.conn.query(&redis::cmd("TIME"))?;
+            let after = local_us();
             let rtt = after - before;
-            let offset = redis_ms - (before + after) / 2;
+            let offset = secs * 1_000_000 + micros - (before + after) / 2;
             if best.is_none_or(|(r, _)| rtt < r) {
                 best = Some((rtt, offset));
             }
@@ -239,7 +244,7 @@ impl<'a> Cluster<'a> {
         loop {
             check_interrupted()?;
             self.check_alive()?;
-            let now = local_ms() + self.offset_ms;
+            let now = local_ms() + self.offset_us / 1_000;
             if now >= target {
                 return Ok(());
             }
@@ -306,6 +311,19 @@ impl<'a> Cluster<'a> {
     /// Every outcome of every job with a stream id from `from_ms` on.
     pub fn read_outcomes(&mut self, from_ms: i64) -> Result<Vec<Vec<Rec>>> {
         outcomes::read_outcomes(&mut self.conn, self.jobs, from_ms)
+    }
+
+    /// Every handler call the replicas noted (embedded replicas: see
+    /// `JobKind::notes_handler_calls`), read after they stopped.
+    pub fn read_calls(&self) -> Result<Vec<Call>> {
+        let mut all = Vec::new();
+        for replica in &self.replicas {
+            all.extend(calls::read_calls(
+                &self.state_dir(&replica.name),
+                &replica.name,
+            )?);
+        }
+        Ok(all)
     }
 
     /// The ceiling against this cluster's redis-server (the replicas are

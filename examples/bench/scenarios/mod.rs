@@ -15,6 +15,7 @@ use crate::ceiling::{Ceiling, print_ceiling};
 use crate::cluster::Cluster;
 use crate::common::print_table;
 use crate::figures::{Figures, figures_rows};
+use crate::handler::HandlerFigures;
 use crate::machine::loadavg;
 use crate::replica_stats::{ReplicaStats, print_replicas};
 use crate::targets::{Target, print_targets, target_rows};
@@ -35,6 +36,9 @@ pub struct SingleRun {
     /// `/proc/loadavg` before the scenario: other load skews everything.
     loadavg_before: String,
     pub figures: Figures,
+    /// Tick-to-handler figures, when the replicas note their handlers'
+    /// calls (embedded replicas).
+    pub handler: Option<HandlerFigures>,
     pub replicas: Vec<ReplicaStats>,
     pub ceiling: Ceiling,
     k: usize,
@@ -71,11 +75,23 @@ pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<Single
     let window = cluster.window(name, seconds)?;
     let end = cluster.stop(window.t1 + GRACE_MS)?;
     let outcomes = cluster.read_outcomes(window.t0 - 1_000)?;
+    let handler = if env.kind.notes_handler_calls() {
+        let calls = cluster.read_calls()?;
+        Some(HandlerFigures::new(
+            &window,
+            &outcomes,
+            &calls,
+            cluster.offset_us,
+        ))
+    } else {
+        None
+    };
     let ceiling = cluster.ceiling()?;
     drop(cluster);
     Ok(SingleRun {
         loadavg_before,
         figures: Figures::new(&window, &outcomes, schedule),
+        handler,
         replicas: end.replicas,
         ceiling,
         k,
@@ -102,6 +118,9 @@ pub fn finish_single(
             row
         })
         .collect();
+    if let Some(handler) = &run.handler {
+        rows.extend(handler.rows());
+    }
     // The targets next to their figures.
     rows.extend(target_rows(&targets));
     for row in &mut rows {
@@ -131,12 +150,14 @@ pub fn finish_single(
         "scenario": name,
         "title": title,
         "machine": env.machine,
+        "replica_kind": env.kind.replica_kind().name(),
         "job_kind": env.kind.name(),
         "jobs": run.k,
         "schedule": run.schedule.cron(),
         "seconds": run.seconds,
         "loadavg_before": run.loadavg_before,
         "window": f.json(),
+        "handler": run.handler.as_ref().map(HandlerFigures::json),
         "replicas": run.replicas.iter().map(ReplicaStats::json).collect::<Vec<_>>(),
         "ceiling": run.ceiling.json(Some(f.claims_per_s)),
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),

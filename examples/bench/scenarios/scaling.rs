@@ -89,6 +89,7 @@ pub fn run(env: &Env) -> Result<Report> {
         "scenario": "scaling",
         "title": title,
         "machine": env.machine,
+        "replica_kind": env.kind.replica_kind().name(),
         "job_kind": env.kind.name(),
         "jobs": k,
         "schedule": schedule.cron(),

@@ -85,6 +85,7 @@ pub fn run(env: &Env) -> Result<Report> {
         "scenario": "soak",
         "title": title,
         "machine": env.machine,
+        "replica_kind": env.kind.replica_kind().name(),
         "job_kind": env.kind.name(),
         "jobs": k,
         "replicas_count": r,
