@@ -18,6 +18,7 @@
 mod child;
 mod cluster;
 mod outcome;
+mod process;
 mod redis_server;
 mod replica;
 mod topology;

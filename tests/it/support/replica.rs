@@ -1,37 +1,20 @@
 //! A `cronlease run` daemon process under the test's control: started,
 //! paused, signalled and killed as systemd, an operator or a crash would.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use super::process::LoggedProcess;
 
 /// How long a wrapper (e.g. `faketime`, which forks) may take to start the
 /// daemon process itself.
 const WRAPPER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How many log lines a replica dropped during a failing test prints.
-const LOG_TAIL_ON_PANIC: usize = 200;
-
-/// A running `cronlease run --config FILE`. Dropping it sends SIGKILL and
-/// waits, so no daemon outlives its test.
-pub struct Replica {
-    name: String,
-    /// The spawned process: the daemon itself, or the wrapper that runs it.
-    child: Child,
-    /// The process running the `cronlease` binary, which receives the
-    /// signals. Not `child` when a wrapper forks (faketime does).
-    pid: u32,
-    /// Set once `child` has been reaped, so it is never waited for twice
-    /// and its pid is never signalled after it may have been reused.
-    exit: Option<ExitStatus>,
-    log_path: PathBuf,
-    /// Holds the log file; removed when the replica is dropped.
-    _dir: tempfile::TempDir,
-}
+/// A running `cronlease run --config FILE`: a [`LoggedProcess`] whose
+/// signals go to the daemon itself, under a wrapper if there is one.
+pub struct Replica(LoggedProcess);
 
 impl Replica {
     /// Starts `cronlease run --config CONFIG` with `RUST_LOG=cronlease=debug,info`.
@@ -56,20 +39,6 @@ impl Replica {
         wrapper: Option<Vec<String>>,
     ) -> Replica {
         let binary = super::binary();
-        let dir = tempfile::Builder::new()
-            .prefix("cronlease-replica-")
-            .tempdir()
-            .expect("cannot create a temporary directory for a replica log");
-        let log_path = dir.path().join(format!("{name}.log"));
-        let log = File::options()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log_path.display()));
-        let log_err = log.try_clone().unwrap_or_else(|e| {
-            panic!("cannot duplicate the handle of {}: {e}", log_path.display())
-        });
-
         let wrapped = wrapper.as_ref().is_some_and(|w| !w.is_empty());
         let mut command = match wrapper.as_deref() {
             Some([program, args @ ..]) => {
@@ -83,9 +52,6 @@ impl Replica {
             .arg("run")
             .arg("--config")
             .arg(config)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
             .env("RUST_LOG", "cronlease=debug,info")
             .env("NO_COLOR", "1")
             .env_remove("CRONLEASE_CONFIG")
@@ -96,161 +62,12 @@ impl Replica {
             command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         command.envs(env.iter().copied());
-        let shown = format!("{command:?}");
-        super::die_with_this_thread(&mut command);
-        let child = match command.spawn() {
-            Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                "cannot start replica {name}: {e}: {shown}\n\
-                 (a missing faketime or redis-server is installed by scripts/install-deps)"
-            ),
-            Err(e) => panic!("cannot start replica {name}: {e}: {shown}"),
-        };
-        let pid = child.id();
-        let mut replica = Replica {
-            name: name.to_string(),
-            child,
-            pid,
-            exit: None,
-            log_path,
-            _dir: dir,
-        };
+        let mut replica = Replica(LoggedProcess::start("replica", name, command));
         if wrapped {
-            replica.pid = replica.find_daemon(&binary);
+            let daemon = replica.find_daemon(&binary);
+            replica.signal_instead(daemon);
         }
         replica
-    }
-
-    /// The replica's name as given to `start`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The process id of the daemon itself (not of a wrapper).
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// Everything the daemon has written to stdout and stderr so far.
-    pub fn log(&self) -> String {
-        match std::fs::read(&self.log_path) {
-            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
-            Err(e) => panic!("cannot read {}: {e}", self.log_path.display()),
-        }
-    }
-
-    pub fn log_path(&self) -> &Path {
-        &self.log_path
-    }
-
-    /// Waits until the log contains `needle` and returns the log.
-    ///
-    /// # Panics
-    ///
-    /// After `timeout`, with the log in the message.
-    #[track_caller]
-    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let log = self.log();
-            if log.contains(needle) {
-                return log;
-            }
-            if Instant::now() >= deadline {
-                panic!(
-                    "timed out after {timeout:?} waiting for {needle:?} in the log of replica {}\n--- log\n{log}",
-                    self.name
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Freezes the daemon (SIGSTOP), like a long GC pause or a VM stall:
-    /// its leases run out while it believes it still holds them.
-    #[track_caller]
-    pub fn sigstop(&self) {
-        self.signal(Signal::SIGSTOP);
-    }
-
-    /// Resumes a daemon frozen by `sigstop`.
-    #[track_caller]
-    pub fn sigcont(&self) {
-        self.signal(Signal::SIGCONT);
-    }
-
-    /// Asks the daemon to shut down, as systemd does on `stop`.
-    #[track_caller]
-    pub fn sigterm(&self) {
-        self.signal(Signal::SIGTERM);
-    }
-
-    /// Kills the daemon with SIGKILL, as a crash or the OOM killer would
-    /// (its jobs, in their own process groups, are not killed), and waits
-    /// for it. Does nothing if it has already exited.
-    pub fn kill9(&mut self) {
-        if self.exit.is_some() {
-            return;
-        }
-        let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
-        let _ = self.child.kill();
-        let status = self
-            .child
-            .wait()
-            .unwrap_or_else(|e| panic!("cannot wait for replica {}: {e}", self.name));
-        self.exit = Some(status);
-    }
-
-    /// Waits up to `timeout` for the daemon to exit and returns its status,
-    /// or `None` if it is still running.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.try_exit() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// The exit status if the daemon has exited, reaping it.
-    pub fn try_exit(&mut self) -> Option<ExitStatus> {
-        if self.exit.is_none() {
-            self.exit = self
-                .child
-                .try_wait()
-                .unwrap_or_else(|e| panic!("cannot check replica {}: {e}", self.name));
-        }
-        self.exit
-    }
-
-    /// `kill9` that never panics, for `Drop`.
-    fn kill9_quietly(&mut self) {
-        if self.exit.is_none() {
-            let _ = kill(Pid::from_raw(self.pid as i32), Signal::SIGKILL);
-            let _ = self.child.kill();
-            self.exit = self.child.wait().ok();
-        }
-    }
-
-    #[track_caller]
-    fn signal(&self, signal: Signal) {
-        if let Some(status) = self.exit {
-            panic!(
-                "cannot send {signal} to replica {}: it already exited with {status}\n--- log\n{}",
-                self.name,
-                self.log()
-            );
-        }
-        kill(Pid::from_raw(self.pid as i32), signal).unwrap_or_else(|e| {
-            panic!(
-                "cannot send {signal} to replica {} (pid {}): {e}",
-                self.name, self.pid
-            )
-        });
     }
 
     /// The pid of the process under the wrapper that runs `binary`.
@@ -260,7 +77,7 @@ impl Replica {
             .unwrap_or_else(|_| binary.to_path_buf());
         let deadline = Instant::now() + WRAPPER_TIMEOUT;
         loop {
-            if let Some(pid) = descendants(self.child.id())
+            if let Some(pid) = descendants(self.spawned_pid())
                 .into_iter()
                 .find(|&pid| runs(pid, &binary))
             {
@@ -269,7 +86,7 @@ impl Replica {
             if let Some(status) = self.try_exit() {
                 panic!(
                     "the wrapper of replica {} exited with {status} before starting {}\n--- log\n{}",
-                    self.name,
+                    self.name(),
                     binary.display(),
                     self.log()
                 );
@@ -277,7 +94,7 @@ impl Replica {
             if Instant::now() >= deadline {
                 panic!(
                     "the wrapper of replica {} did not start {} within {WRAPPER_TIMEOUT:?}\n--- log\n{}",
-                    self.name,
+                    self.name(),
                     binary.display(),
                     self.log()
                 );
@@ -287,22 +104,17 @@ impl Replica {
     }
 }
 
-impl Drop for Replica {
-    fn drop(&mut self) {
-        self.kill9_quietly();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.log_path).unwrap_or_default();
-            let lines: Vec<&str> = log.lines().collect();
-            let tail = &lines[lines.len().saturating_sub(LOG_TAIL_ON_PANIC)..];
-            eprintln!(
-                "--- last {} lines of replica {} ({})\n{}\n--- end of replica {}",
-                tail.len(),
-                self.name,
-                self.log_path.display(),
-                tail.join("\n"),
-                self.name
-            );
-        }
+impl Deref for Replica {
+    type Target = LoggedProcess;
+
+    fn deref(&self) -> &LoggedProcess {
+        &self.0
+    }
+}
+
+impl DerefMut for Replica {
+    fn deref_mut(&mut self) -> &mut LoggedProcess {
+        &mut self.0
     }
 }
 
