@@ -96,7 +96,7 @@ fn child_entry() {
                 state_dir,
                 dir,
             } => {
-                let scheduler = connect(&redis)
+                let mut scheduler = connect(&redis)
                     .await
                     .scheduler()
                     .replica_id(&replica)
@@ -108,8 +108,8 @@ fn child_entry() {
                     .job(beat(dir))
                     .start()
                     .expect("the job is valid");
-                // The engine logs `cronlease::daemon: ready` once it is a
-                // member that claims; the parent waits for that line.
+                scheduler.ready().await.expect("the scheduler runs");
+                say("CHILD READY");
                 term.recv().await;
                 scheduler.shutdown().await.expect("a clean shutdown");
             }
@@ -267,7 +267,7 @@ fn scheduler_processes_run_each_tick_once_and_the_survivors_take_over_after_a_ki
         })
         .collect();
     for child in &mut children {
-        child.wait_for_line("cronlease::daemon: ready", DEADLINE);
+        child.wait_for_line("CHILD READY", DEADLINE);
     }
 
     // Between them, several ticks once each.
