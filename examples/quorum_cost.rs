@@ -7,7 +7,10 @@
 //!
 //! - latency of one cycle, one at a time (p50, p99);
 //! - cycles per second with 32 concurrent claimers, each on its own job;
-//! - Redis commands per cycle, summed over the servers (`INFO stats`).
+//! - Redis commands per cycle, summed over the servers (`INFO stats`);
+//! - Redis time in the scripts per cycle, summed over the servers (the
+//!   `EVALSHA` line of `INFO commandstats`: what the claim and finish
+//!   scripts cost Redis, without the network).
 //!
 //! Prints the absolute figures and the quorum/baseline ratios.
 //!
@@ -74,6 +77,21 @@ impl Server {
             .find_map(|line| line.strip_prefix("total_commands_processed:"))
             .and_then(|n| n.trim().parse().ok())
             .ok_or_else(|| "no total_commands_processed in INFO stats".into())
+    }
+}
+
+impl Server {
+    /// µs spent in `EVALSHA` so far (`INFO commandstats`).
+    fn script_us(&self) -> Result<u64> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_connection()?;
+        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
+        Ok(info
+            .lines()
+            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+            .and_then(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("usec=")))
+            .and_then(|us| us.parse().ok())
+            .unwrap_or(0))
     }
 }
 
@@ -153,6 +171,7 @@ struct Figures {
     p99_us: u128,
     per_second: f64,
     commands_per_cycle: f64,
+    script_us_per_cycle: f64,
 }
 
 async fn measure(
@@ -164,6 +183,7 @@ async fn measure(
     // Ticks in the past, one per cycle, increasing: every claim wins.
     let base = now_ms() - 86_400_000;
     let before: u64 = servers.iter().map(|s| s.commands()).sum::<Result<u64>>()?;
+    let script_before: u64 = servers.iter().map(|s| s.script_us()).sum::<Result<u64>>()?;
     let mut took = Vec::with_capacity(cycles);
     for i in 0..cycles {
         let sent = Instant::now();
@@ -171,6 +191,7 @@ async fn measure(
         took.push(sent.elapsed().as_micros());
     }
     let after: u64 = servers.iter().map(|s| s.commands()).sum::<Result<u64>>()?;
+    let script_after: u64 = servers.iter().map(|s| s.script_us()).sum::<Result<u64>>()?;
     took.sort_unstable();
     let p50_us = took[took.len() / 2];
     let p99_us = took[took.len() * 99 / 100];
@@ -202,6 +223,7 @@ async fn measure(
         p99_us,
         per_second,
         commands_per_cycle: (after - before) as f64 / cycles as f64,
+        script_us_per_cycle: (script_after - script_before) as f64 / cycles as f64,
     })
 }
 
@@ -259,6 +281,12 @@ async fn run() -> Result<()> {
         "Redis commands per cycle (all)",
         base.commands_per_cycle,
         q.commands_per_cycle,
+        "",
+    );
+    row(
+        "Redis µs in scripts per cycle (all)",
+        base.script_us_per_cycle,
+        q.script_us_per_cycle,
         "",
     );
     println!(
