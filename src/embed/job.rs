@@ -1,0 +1,277 @@
+//! A job of an embedded scheduler: its settings, as a `[jobs.<name>]`
+//! table, and its handler.
+
+use super::run::Handler;
+use super::*;
+
+/// A job of an embedded scheduler, before its handler: name, schedule and
+/// the settings of a `[jobs.<name>]` table.
+///
+/// It has every setting of the table but `command`, `shell`, `workdir` and
+/// `env`: the handler is the work. Nothing is checked here:
+/// [`SchedulerBuilder::start`], [`Scheduler::add`] and
+/// [`Scheduler::set_jobs`] check every job with the job table's
+/// validators and return every problem as [`EmbedError::Config`].
+/// Durations are taken in whole milliseconds; zero is not valid.
+///
+/// Every instance must declare a job with the same settings: `cronlease
+/// status` reports instances whose definitions differ.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::{JobBuilder, Misfire, Overlap, Run};
+///
+/// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
+///     .timezone("Asia/Shanghai")
+///     .overlap(Overlap::Skip)
+///     .misfire(Misfire::RunOnce)
+///     .timeout(Duration::from_secs(300))
+///     .retries(2)
+///     .run(|run: Run| async move {
+///         println!("drawing for {} with fence {}", run.tick(), run.fence());
+///         Ok::<(), std::io::Error>(())
+///     });
+/// assert_eq!(job.name(), "lottery-draw");
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobBuilder {
+    name: String,
+    table: toml::Table,
+}
+
+impl JobBuilder {
+    /// A job named `name` on the cron expression `schedule`, read in UTC
+    /// unless [`JobBuilder::timezone`] says otherwise. The name is 1 to 128
+    /// characters from `A-Z a-z 0-9 _ . -` (it is part of Redis keys). The
+    /// schedule is read as cronie reads a crontab: 5 fields (minute, hour,
+    /// day of month, month, day of week), 6 with leading seconds, 7 with
+    /// seconds and a trailing year; or `@yearly`, `@monthly`, `@weekly`,
+    /// `@daily`, `@hourly`; `H` picks a value by a hash of the job's name
+    /// (the same on every instance). `@reboot` is refused. The README's
+    /// "Schedules" section has the details.
+    ///
+    /// ```
+    /// use cronlease::JobBuilder;
+    ///
+    /// let every_quarter_hour = JobBuilder::new("sync-stock", "*/15 * * * *");
+    /// let nightly_spread = JobBuilder::new("reindex", "H H(1-4) * * *");
+    /// let at_seconds = JobBuilder::new("ping", "30 * * * * *");
+    /// ```
+    pub fn new(name: &str, schedule: &str) -> JobBuilder {
+        let mut table = toml::Table::new();
+        table.insert("schedule".into(), schedule.into());
+        JobBuilder {
+            name: name.to_string(),
+            table,
+        }
+    }
+
+    /// The IANA time zone the schedule is read in (`timezone`, default
+    /// UTC), in any letter case; a typo gets the nearest name suggested.
+    /// The tz database is compiled in, so every instance of one release
+    /// computes the same instants.
+    ///
+    /// ```
+    /// let job = cronlease::JobBuilder::new("lottery-draw", "0 12 * * *").timezone("Asia/Shanghai");
+    /// ```
+    pub fn timezone(self, zone: &str) -> JobBuilder {
+        self.set("timezone", zone.into())
+    }
+
+    /// What a tick does while a run of the job is in flight (`overlap`,
+    /// default [`Overlap::Skip`]).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Overlap};
+    /// let job = JobBuilder::new("export", "*/5 * * * *").overlap(Overlap::Replace);
+    /// ```
+    pub fn overlap(self, overlap: Overlap) -> JobBuilder {
+        self.set("overlap", overlap.as_str().into())
+    }
+
+    /// What becomes of ticks missed while no instance could claim them
+    /// (`misfire`, default [`Misfire::RunOnce`]).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Misfire};
+    /// let job = JobBuilder::new("invoice", "0 * * * *").misfire(Misfire::RunAll);
+    /// ```
+    pub fn misfire(self, misfire: Misfire) -> JobBuilder {
+        self.set("misfire", misfire.as_str().into())
+    }
+
+    /// How old a missed tick may be and still run after an outage
+    /// (`misfire_grace`, default 5 min, at most 7 days).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("invoice", "0 * * * *").misfire_grace(Duration::from_secs(3600));
+    /// ```
+    pub fn misfire_grace(self, grace: Duration) -> JobBuilder {
+        self.set("misfire_grace", duration(grace))
+    }
+
+    /// How long one attempt may run (`timeout`, default none, at most 7
+    /// days). Then [`Run::stopped`] resolves with [`Stop::Timeout`], the
+    /// handler has the scheduler's `kill_grace` to end and is dropped
+    /// after it; the attempt is `timeout`, and retried if retries are
+    /// left.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("report", "0 6 * * *").timeout(Duration::from_secs(600));
+    /// ```
+    pub fn timeout(self, timeout: Duration) -> JobBuilder {
+        self.set("timeout", duration(timeout))
+    }
+
+    /// Extra attempts after a failed or timed-out one, under the same
+    /// claim and fence (`retries`, default 0, at most 100).
+    /// [`Run::attempt`] counts them.
+    ///
+    /// ```
+    /// let job = cronlease::JobBuilder::new("report", "0 6 * * *").retries(3);
+    /// ```
+    pub fn retries(self, retries: u32) -> JobBuilder {
+        self.set("retries", i64::from(retries).into())
+    }
+
+    /// The wait between attempts (`retry_backoff`, default 10 s, at most
+    /// 1 h); the lease is renewed meanwhile.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("report", "0 6 * * *")
+    ///     .retries(3)
+    ///     .retry_backoff(Duration::from_secs(30));
+    /// ```
+    pub fn retry_backoff(self, backoff: Duration) -> JobBuilder {
+        self.set("retry_backoff", duration(backoff))
+    }
+
+    /// What a local time that a daylight-saving change skips does
+    /// (`dst_gap`, default [`DstGap::RunAfter`]). Only for fixed-time
+    /// schedules (neither minute nor hour starts with `*`); on any other
+    /// it is a config error.
+    ///
+    /// ```
+    /// use cronlease::{DstGap, JobBuilder};
+    /// let job = JobBuilder::new("close-day", "30 2 * * *")
+    ///     .timezone("Europe/Berlin")
+    ///     .dst_gap(DstGap::Skip);
+    /// ```
+    pub fn dst_gap(self, policy: DstGap) -> JobBuilder {
+        self.set("dst_gap", policy.as_str().into())
+    }
+
+    /// What a local time that a daylight-saving change repeats does
+    /// (`dst_repeat`, default [`DstRepeat::First`]). Only for fixed-time
+    /// schedules, like [`JobBuilder::dst_gap`].
+    ///
+    /// ```
+    /// use cronlease::{DstRepeat, JobBuilder};
+    /// let job = JobBuilder::new("meter-reading", "30 1 * * *")
+    ///     .timezone("America/New_York")
+    ///     .dst_repeat(DstRepeat::Both);
+    /// ```
+    pub fn dst_repeat(self, policy: DstRepeat) -> JobBuilder {
+        self.set("dst_repeat", policy.as_str().into())
+    }
+
+    /// What becomes of a run whose instance died before recording an
+    /// outcome (`on_holder_lost`, default [`OnHolderLost::Record`]).
+    /// [`OnHolderLost::Rerun`] is refused with [`RedisSettings::quorum`].
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, OnHolderLost};
+    /// let job = JobBuilder::new("settle", "0 3 * * *").on_holder_lost(OnHolderLost::Rerun);
+    /// ```
+    pub fn on_holder_lost(self, policy: OnHolderLost) -> JobBuilder {
+        self.set("on_holder_lost", policy.as_str().into())
+    }
+
+    /// The job with its handler: an async function of the [`Run`] that
+    /// returns `Ok(())` (the attempt is `ok`) or an error (`failed`, with
+    /// the error and its sources in the outcome's output, as `cronlease
+    /// history --output` shows it). A panic is `failed` with its message,
+    /// and the scheduler goes on. The handler is called once per attempt,
+    /// on the scheduler's runtime; it should watch [`Run::stopped`].
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    ///
+    /// async fn draw(run: Run) -> Result<(), std::io::Error> {
+    ///     if run.attempt() == 1 {
+    ///         return Err(std::io::Error::other("the ticket service is down"));
+    ///     }
+    ///     Ok(())
+    /// }
+    ///
+    /// let job = JobBuilder::new("lottery-draw", "0 12 * * *").retries(1).run(draw);
+    /// assert_eq!(job.name(), "lottery-draw");
+    /// ```
+    pub fn run<F, Fut, E>(self, handler: F) -> EmbeddedJob
+    where
+        F: Fn(Run) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), E>> + Send + 'static,
+        E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+    {
+        EmbeddedJob {
+            name: self.name,
+            table: self.table,
+            handler: Arc::new(Handler { handler }),
+        }
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> JobBuilder {
+        self.table.insert(key.into(), value);
+        self
+    }
+}
+
+/// A job with its handler ([`JobBuilder::run`]), ready for
+/// [`SchedulerBuilder::job`], [`Scheduler::add`] or [`Scheduler::set_jobs`].
+/// Cheap to clone: clones share the handler.
+///
+/// ```
+/// use cronlease::{EmbeddedJob, JobBuilder, Run};
+///
+/// fn jobs() -> Vec<EmbeddedJob> {
+///     ["eu", "us"]
+///         .iter()
+///         .map(|region| {
+///             JobBuilder::new(&format!("report-{region}"), "0 6 * * *")
+///                 .run(|_run: Run| async { Ok::<(), std::io::Error>(()) })
+///         })
+///         .collect()
+/// }
+/// assert_eq!(jobs()[1].name(), "report-us");
+/// ```
+#[derive(Clone)]
+pub struct EmbeddedJob {
+    pub(super) name: String,
+    pub(super) table: toml::Table,
+    pub(super) handler: Arc<dyn Task>,
+}
+
+impl EmbeddedJob {
+    /// The job's name, as given to [`JobBuilder::new`].
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "@daily").run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+    /// assert_eq!(job.name(), "report");
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl std::fmt::Debug for EmbeddedJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedJob")
+            .field("name", &self.name)
+            .field("settings", &self.table)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,443 @@
+//! cronlease inside a Rust service: the same exactly-once ticks as the
+//! daemon, around an async function.
+//!
+//! A service deployed as several instances connects each to the same Redis
+//! ([`Cluster::connect`]), declares its jobs ([`JobBuilder`]) and starts a
+//! [`Scheduler`]. At every tick the instances race for the claim exactly as
+//! `cronlease run` replicas do (they are replicas: `cronlease status`,
+//! `history`, `trigger`, `pause` and `resume` work on embedded jobs
+//! unchanged), the winner calls the job's handler with a [`Run`] under a
+//! watchdog-renewed lease, and the outcome goes to the job's stream.
+//!
+//! The handler gets the tick's fence: a write it makes should carry it, and
+//! the store it writes to should refuse a fence lower than one it has seen
+//! (a replica that lost its lease without knowing it then cannot overwrite
+//! the newer run's work). It also gets a stop signal ([`Run::stopped`]):
+//! when the lease is lost, the job's timeout passes or the scheduler shuts
+//! down, the handler should stop; one that goes on is dropped after the
+//! scheduler's `kill_grace`, and the outcome says so.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use cronlease::{Cluster, JobBuilder, RedisSettings, Run};
+//!
+//! # async fn draw_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+//! # async fn service() -> Result<(), cronlease::EmbedError> {
+//! let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
+//! let scheduler = cluster
+//!     .scheduler()
+//!     .job(
+//!         JobBuilder::new("lottery-draw", "0 12 * * *")
+//!             .timezone("Asia/Shanghai")
+//!             .timeout(Duration::from_secs(300))
+//!             .run(|run: Run| async move { draw_winners(run.fence()).await }),
+//!     )
+//!     .start()?;
+//! // … serve requests …
+//! scheduler.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Files: this one the errors, [`RedisSettings`] and [`Cluster`]; `job.rs`
+//! a job's settings and handler; `scheduler.rs` the scheduler, its builder
+//! and its life; `run.rs` what a handler is given and how its future is
+//! run, stopped and dropped.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::RedisClock;
+use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
+use crate::daemon::{self, DaemonError, Reload, World};
+use crate::outcome::{Status, Tail};
+use crate::schedule::{DstGap, DstRepeat};
+use crate::store::{Store, StoreError};
+use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks};
+
+mod job;
+mod run;
+mod scheduler;
+
+pub use job::{EmbeddedJob, JobBuilder};
+pub use run::Run;
+pub use scheduler::{Scheduler, SchedulerBuilder};
+
+/// The name the embedded configuration's problems are reported under.
+const SOURCE: &str = "<embedded scheduler>";
+
+/// Why connecting, starting a scheduler or changing its jobs failed.
+///
+/// [`Cluster::connect`] returns `Config` or `Redis`;
+/// [`SchedulerBuilder::start`] returns `Config`; [`Scheduler::add`],
+/// [`Scheduler::remove`] and [`Scheduler::set_jobs`] return `Config`,
+/// `JobExists`, `NoSuchJob`, `DuplicateJob` or `Stopped`;
+/// [`Scheduler::shutdown`] returns `Refused` or `Stopped`. Once a
+/// scheduler runs, Redis trouble is not an error: the engine retries,
+/// stops runs whose lease it cannot prove and spools outcomes until Redis
+/// is back.
+///
+/// Settings are checked before anything connects, so this runs without a
+/// Redis:
+///
+/// ```
+/// use cronlease::{Cluster, EmbedError, RedisSettings};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let settings = RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("{shop}");
+/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+///     panic!("a prefix with braces is refused");
+/// };
+/// for problem in &error.problems {
+///     eprintln!("{}: {}", problem.field.as_deref().unwrap_or("-"), problem.message);
+/// }
+/// assert_eq!(error.problems[0].field.as_deref(), Some("key_prefix"));
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbedError {
+    /// A setting or a job is not valid: every problem found, as `cronlease
+    /// check` words it (with no line numbers: the field names the place).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// [`Cluster::connect`] could not reach Redis (with `quorum`: a
+    /// majority of the masters), or Redis did not answer as expected.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// The scheduler refused to run: Redis may evict keys (`maxmemory`
+    /// with a policy other than `noeviction`: a lease could vanish and a
+    /// tick run twice), or its state directory cannot be created. Found by
+    /// the replica's task after [`SchedulerBuilder::start`] returned, and
+    /// returned by [`Scheduler::ready`] or [`Scheduler::shutdown`].
+    #[error(transparent)]
+    Refused(RefusedError),
+    /// [`Scheduler::add`] of a job whose name is taken.
+    #[error("a job named {0:?} is already scheduled")]
+    JobExists(String),
+    /// [`Scheduler::remove`] of a job that is not scheduled.
+    #[error("no job named {0:?} is scheduled")]
+    NoSuchJob(String),
+    /// [`SchedulerBuilder::start`] or [`Scheduler::set_jobs`] with two jobs
+    /// of the same name.
+    #[error("two jobs are named {0:?}")]
+    DuplicateJob(String),
+    /// The scheduler's task is gone: it refused to run (then
+    /// [`Scheduler::ready`] and [`Scheduler::shutdown`] say why), panicked,
+    /// or its runtime shut down.
+    #[error("the scheduler stopped by itself: {0}")]
+    Stopped(String),
+}
+
+impl From<StoreError> for EmbedError {
+    fn from(error: StoreError) -> EmbedError {
+        EmbedError::Redis(RedisError(error))
+    }
+}
+
+impl From<DaemonError> for EmbedError {
+    fn from(error: DaemonError) -> EmbedError {
+        EmbedError::Refused(RefusedError(error))
+    }
+}
+
+/// Redis could not be reached, or did not do what was asked.
+///
+/// Which server, what was asked and what came back are in the message
+/// (passwords redacted). Opaque: print it, or walk its
+/// [`source`](std::error::Error::source) chain.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::{Cluster, EmbedError, RedisSettings};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let settings = RedisSettings::url("unix:///nonexistent/redis.sock")
+///     .connect_timeout(Duration::from_millis(200));
+/// let Err(EmbedError::Redis(error)) = Cluster::connect(settings).await else {
+///     panic!("there is no Redis there");
+/// };
+/// eprintln!("no Redis today: {error}");
+/// # }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct RedisError(StoreError);
+
+impl From<StoreError> for RedisError {
+    fn from(error: StoreError) -> RedisError {
+        RedisError(error)
+    }
+}
+
+/// Why a scheduler refused to run (see [`EmbedError::Refused`]): Redis
+/// may evict keys, or the state directory cannot be created. The message
+/// says what to change.
+///
+/// ```no_run
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// match cluster.scheduler().start()?.shutdown().await {
+///     Err(cronlease::EmbedError::Refused(why)) => eprintln!("fix Redis or the state directory: {why}"),
+///     other => other?,
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct RefusedError(DaemonError);
+
+/// How to reach Redis: the `[redis]` section of a job table, as code.
+///
+/// Nothing is checked until [`Cluster::connect`], which reports every
+/// invalid setting at once as [`EmbedError::Config`]. Durations are taken
+/// in whole milliseconds; zero is not valid. A password goes in the URL
+/// (`redis://user:password@host`); it is never printed. Sentinel, Redis
+/// Cluster, a CA file and `min_replicas_ack` are the daemon's only.
+///
+/// ```
+/// use std::time::Duration;
+/// use cronlease::RedisSettings;
+///
+/// let settings = RedisSettings::url("rediss://cronlease:secret@redis.internal:6379/0")
+///     .key_prefix("shop")
+///     .connect_timeout(Duration::from_secs(3))
+///     .command_timeout(Duration::from_millis(500));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    table: toml::Table,
+}
+
+impl RedisSettings {
+    /// One Redis server (or one endpoint in front of several), as
+    /// `[redis] url`: `redis://[user:password@]host[:port][/db]`,
+    /// `rediss://` for TLS (the system's roots), or `unix:///path`.
+    ///
+    /// ```
+    /// let settings = cronlease::RedisSettings::url("unix:///run/redis/redis.sock");
+    /// ```
+    pub fn url(url: &str) -> RedisSettings {
+        let mut table = toml::Table::new();
+        table.insert("url".into(), url.into());
+        RedisSettings { table }
+    }
+
+    /// Independent masters (at least 3, each listed once), as `[redis]
+    /// quorum`: a tick's claim and a lock hold only with a majority of them.
+    /// `redis://` or `rediss://` URLs. With a quorum, `cronlease trigger`
+    /// is not available and [`OnHolderLost::Rerun`] is refused.
+    ///
+    /// ```
+    /// let settings = cronlease::RedisSettings::quorum(&[
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ]);
+    /// ```
+    pub fn quorum(urls: &[&str]) -> RedisSettings {
+        let mut table = toml::Table::new();
+        let urls = urls.iter().map(|u| toml::Value::from(*u)).collect();
+        table.insert("quorum".into(), toml::Value::Array(urls));
+        RedisSettings { table }
+    }
+
+    /// The first part of every key (`[redis] key_prefix`, default
+    /// `cronlease`): 1 to 64 characters from `A-Z a-z 0-9 _ . - :`. Every
+    /// instance running the same jobs, and `cronlease status --prefix`,
+    /// must use the same one; different prefixes let several clusters
+    /// share one Redis.
+    ///
+    /// ```
+    /// let settings = cronlease::RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop");
+    /// ```
+    pub fn key_prefix(self, prefix: &str) -> RedisSettings {
+        self.set("key_prefix", prefix.into())
+    }
+
+    /// How long one command may take before its reply counts as lost
+    /// (`[redis] command_timeout`, default 2 s, at most 5 min). A
+    /// scheduler's lease must exceed three times it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let settings = cronlease::RedisSettings::url("redis://127.0.0.1:6379/0")
+    ///     .command_timeout(Duration::from_millis(500));
+    /// ```
+    pub fn command_timeout(self, timeout: Duration) -> RedisSettings {
+        self.set("command_timeout", duration(timeout))
+    }
+
+    /// How long to wait for a connection (`[redis] connect_timeout`,
+    /// default 5 s, at most 5 min). [`Cluster::connect`] gives up after it
+    /// plus the command timeout.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let settings = cronlease::RedisSettings::url("redis://127.0.0.1:6379/0")
+    ///     .connect_timeout(Duration::from_secs(1));
+    /// ```
+    pub fn connect_timeout(self, timeout: Duration) -> RedisSettings {
+        self.set("connect_timeout", duration(timeout))
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> RedisSettings {
+        self.table.insert(key.into(), value);
+        self
+    }
+}
+
+/// A duration as the job table writes it.
+fn duration(d: Duration) -> toml::Value {
+    format!("{}ms", d.as_millis()).into()
+}
+
+/// A connection to the Redis the instances share: where schedulers
+/// ([`Cluster::scheduler`]) and locks ([`Cluster::lock`]) come from.
+///
+/// Clones share the connection, which reconnects by itself after Redis
+/// trouble.
+///
+/// ```no_run
+/// use cronlease::{Cluster, RedisSettings};
+///
+/// # async fn f() -> Result<(), Box<dyn std::error::Error>> {
+/// let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
+/// if let Some(guard) = cluster.lock("report").try_acquire().await? {
+///     // … only one instance is here …
+///     guard.release().await?;
+/// }
+/// let scheduler = cluster.scheduler().start()?;
+/// // … serve …
+/// scheduler.shutdown().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    redis: toml::Table,
+    store: Store,
+    /// This process as a lock holder (`<host>-<pid>`), and its host.
+    holder: String,
+    host: String,
+}
+
+impl Cluster {
+    /// Checks the settings, connects and asks Redis the time. Errors:
+    /// [`EmbedError::Config`] with every invalid setting (before any
+    /// connection is tried), [`EmbedError::Redis`] if Redis (with `quorum`:
+    /// a majority of the masters) does not answer within the connect
+    /// timeout plus the command timeout. Unlike the daemon, it does not
+    /// wait for Redis to come back: retrying is the caller's choice.
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{Cluster, RedisSettings};
+    /// let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0")).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
+        let config = document(&settings.table, &toml::Table::new(), &[])?;
+        let store = Store::connect(&config.redis).await?;
+        store.server_time_ms().await?;
+        let identity = crate::daemon::Identity::new(None);
+        Ok(Cluster {
+            redis: settings.table,
+            store,
+            holder: format!("{}-{}", identity.host, identity.pid),
+            host: identity.host,
+        })
+    }
+
+    /// The cluster-wide lock `name` (a [`LockBuilder`](crate::LockBuilder)):
+    /// set its lease, holder or owner, then acquire it. Nothing is sent to
+    /// Redis until then. The name is not checked: keep to job-name
+    /// characters (`A-Z a-z 0-9 _ . -`), since it becomes part of Redis
+    /// keys and a brace would break their hash tag. A lock's keys expire 30
+    /// days after its last acquisition.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
+    /// if let Some(guard) = cluster.lock("report").try_acquire().await? {
+    ///     // … only one instance is here …
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: &str) -> crate::lock::LockBuilder {
+        crate::lock::LockBuilder::new(self.store.clone(), name, &self.holder, &self.host)
+    }
+
+    /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
+    /// It serves no metrics (the daemon's `metrics_listen` is off); values
+    /// are recorded through the `metrics` facade for whatever recorder the
+    /// service installs.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{JobBuilder, Run};
+    ///
+    /// let scheduler = cluster
+    ///     .scheduler()
+    ///     .job(JobBuilder::new("prune-carts", "*/10 * * * *").run(|_run: Run| async {
+    ///         Ok::<(), std::io::Error>(())
+    ///     }))
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scheduler(&self) -> SchedulerBuilder {
+        let mut daemon = toml::Table::new();
+        // An embedding service serves its own metrics, if any.
+        daemon.insert("metrics_listen".into(), "".into());
+        SchedulerBuilder {
+            cluster: self.clone(),
+            daemon,
+            jobs: Vec::new(),
+        }
+    }
+}
+
+/// The validated configuration of `jobs` under the `[redis]` and `[daemon]`
+/// tables given (their work: the handlers).
+fn document(
+    redis: &toml::Table,
+    daemon: &toml::Table,
+    jobs: &[EmbeddedJob],
+) -> Result<Config, ConfigError> {
+    let mut root = toml::Table::new();
+    root.insert("redis".into(), redis.clone().into());
+    root.insert("daemon".into(), daemon.clone().into());
+    let mut table = toml::Table::new();
+    for job in jobs {
+        table.insert(job.name.clone(), job.table.clone().into());
+    }
+    root.insert("jobs".into(), table.into());
+    let text = toml::to_string(&root).unwrap_or_default();
+    Config::parse_with(&text, Path::new(SOURCE), Source::Embedded).map_err(|mut error| {
+        // Lines of a document the caller never saw mean nothing: the
+        // job and field name the place.
+        for problem in &mut error.problems {
+            problem.line_col = None;
+        }
+        error
+    })
+}
+
+// Debug shows what identifies each value; never the Redis settings, whose
+// URL may hold a password.
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("holder", &self.holder)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,264 @@
+//! What a handler is given ([`Run`]), and the task that runs a handler's
+//! future under the engine's stop signal.
+
+use super::*;
+
+/// What a handler is given, once per attempt: which job and tick it runs,
+/// its fence, and the signal to stop ([`Run::stopped`]).
+///
+/// ```
+/// use cronlease::{JobBuilder, Run};
+///
+/// # async fn draw_winners(tick: chrono::DateTime<chrono::Utc>, fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+/// async fn draw(mut run: Run) -> Result<(), std::io::Error> {
+///     tokio::select! {
+///         result = draw_winners(run.tick(), run.fence()) => result,
+///         reason = run.stopped() => Err(std::io::Error::other(format!("stopped: {reason:?}"))),
+///     }
+/// }
+///
+/// let job = JobBuilder::new("lottery-draw", "0 12 * * *").run(draw);
+/// ```
+#[derive(Debug)]
+pub struct Run {
+    context: RunContext,
+    stop: StopSignal,
+}
+
+impl Run {
+    /// The job's name.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     println!("running {}", run.job());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn job(&self) -> &str {
+        &self.context.job
+    }
+
+    /// The tick this run is for (UTC): the schedule's time, not the
+    /// moment the run started (a missed tick run late keeps its time). For
+    /// a manual run (`cronlease trigger`), the time it was requested.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     let day = run.tick().date_naive();  // the day this draw is for
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn tick(&self) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(self.context.tick_ms).unwrap_or_default()
+    }
+
+    /// [`Run::tick`] as milliseconds since the Unix epoch.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     assert_eq!(run.tick_ms(), run.tick().timestamp_millis());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn tick_ms(&self) -> i64 {
+        self.context.tick_ms
+    }
+
+    /// The fence: higher than every earlier run's of this job, and the same
+    /// for every attempt of this run. Every write the run makes should
+    /// carry it, and the store it writes to should refuse a fence lower
+    /// than one it has seen: an instance that lost its lease without
+    /// knowing it (a long pause, a partition) then cannot overwrite the
+    /// newer run's work.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// # async fn save_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+    /// // e.g. `UPDATE draws SET winners = $1, fence = $2 WHERE fence < $2`
+    /// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
+    ///     .run(|run: Run| async move { save_winners(run.fence()).await });
+    /// ```
+    pub fn fence(&self) -> u64 {
+        self.context.fence
+    }
+
+    /// The run's id, as `cronlease history` shows it: one per claim,
+    /// shared by its retries.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     println!("run {} of {}", run.run_id(), run.job());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn run_id(&self) -> &str {
+        &self.context.run_id
+    }
+
+    /// 1 for the first attempt, 2 for the first retry, … (see
+    /// [`JobBuilder::retries`]).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     if run.attempt() > 1 {
+    ///         println!("retrying, attempt {}", run.attempt());
+    ///     }
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn attempt(&self) -> u32 {
+        self.context.attempt
+    }
+
+    /// The instance running it: the scheduler's replica id
+    /// ([`SchedulerBuilder::replica_id`]).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     println!("{} runs on {}", run.job(), run.replica());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn replica(&self) -> &str {
+        &self.context.replica
+    }
+
+    /// Resolves when the run must stop, with the reason: the lease is lost
+    /// ([`Stop::LostLease`]), the job's timeout passed ([`Stop::Timeout`]),
+    /// or the scheduler is shutting down ([`Stop::Shutdown`]). From then
+    /// on the handler has the scheduler's `kill_grace` to return, and is
+    /// dropped after it. The attempt's outcome is the stop's
+    /// (`lost_lease`, `timeout`, `interrupted`) whatever the handler
+    /// returns.
+    ///
+    /// A stop requested before the first call is not missed. Each call
+    /// resolves with a stop not yet returned (a lost lease may follow a
+    /// timeout) and is pending until there is one. Cancel-safe: it can sit
+    /// in a `select!` in a loop.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// # async fn next_batch() -> Option<Vec<u64>> { None }
+    /// # async fn write(batch: Vec<u64>, fence: u64) {}
+    /// async fn export(mut run: Run) -> Result<(), std::io::Error> {
+    ///     loop {
+    ///         tokio::select! {
+    ///             batch = next_batch() => match batch {
+    ///                 Some(batch) => write(batch, run.fence()).await,
+    ///                 None => return Ok(()),
+    ///             },
+    ///             reason = run.stopped() => {
+    ///                 // After Stop::LostLease another instance may run the tick: write nothing more.
+    ///                 eprintln!("export stopped: {reason:?}");
+    ///                 return Ok(());
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    /// let job = JobBuilder::new("export", "*/5 * * * *").run(export);
+    /// ```
+    pub async fn stopped(&mut self) -> Stop {
+        self.stop.next().await
+    }
+}
+
+/// An async function as a task.
+pub(super) struct Handler<F> {
+    pub(super) handler: F,
+}
+
+impl<F, Fut, E> Task for Handler<F>
+where
+    F: Fn(Run) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), E>> + Send + 'static,
+    E: Into<Box<dyn StdError + Send + Sync>> + 'static,
+{
+    fn attempt<'a>(
+        &'a self,
+        run: &'a RunContext,
+        stop: StopSignal,
+        output: &'a mut Tail,
+    ) -> Attempt<'a> {
+        let handed = Run {
+            context: run.clone(),
+            stop: stop.clone(),
+        };
+        let work = (self.handler)(handed);
+        Box::pin(supervise(work, stop, run.grace, output))
+    }
+}
+
+/// Runs a handler's future until it ends; once told to stop, gives it
+/// `grace` to end and then drops it.
+async fn supervise<Fut, E>(
+    work: Fut,
+    mut stop: StopSignal,
+    grace: Duration,
+    output: &mut Tail,
+) -> AttemptEnd
+where
+    Fut: Future<Output = Result<(), E>> + Send,
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    tokio::pin!(work);
+    let reason = tokio::select! {
+        result = &mut work => match stop.requested() {
+            // It ended by itself.
+            None => return ended(result, output),
+            // It ended because it was told to (it watches the signal too).
+            Some(reason) => return stopped(reason, result, output),
+        },
+        reason = stop.next() => reason,
+    };
+    match tokio::time::timeout(grace, &mut work).await {
+        Ok(result) => return stopped(reason, result, output),
+        Err(_) => output.push_line(
+            format!(
+                "[cronlease] the handler did not stop within {} of being told to ({reason:?}); dropped",
+                humantime::format_duration(grace)
+            )
+            .as_bytes(),
+        ),
+    }
+    AttemptEnd::bare(reason.status())
+}
+
+/// A handler that ended after being told to stop: the stop's status, and
+/// what it returned in the output.
+fn stopped<E>(reason: Stop, result: Result<(), E>, output: &mut Tail) -> AttemptEnd
+where
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let _ = ended(result, output);
+    output.push_line(
+        format!("[cronlease] the handler ended after being told to stop ({reason:?})").as_bytes(),
+    );
+    AttemptEnd::bare(reason.status())
+}
+
+/// A handler's result as an attempt's end; an error and its sources go to
+/// the output.
+fn ended<E>(result: Result<(), E>, output: &mut Tail) -> AttemptEnd
+where
+    E: Into<Box<dyn StdError + Send + Sync>>,
+{
+    match result {
+        Ok(()) => AttemptEnd::bare(Status::Ok),
+        Err(e) => {
+            let e: Box<dyn StdError + Send + Sync> = e.into();
+            output.push_line(format!("error: {e}").as_bytes());
+            let mut source = e.source();
+            while let Some(cause) = source {
+                output.push_line(format!("caused by: {cause}").as_bytes());
+                source = cause.source();
+            }
+            AttemptEnd::bare(Status::Failed)
+        }
+    }
+}

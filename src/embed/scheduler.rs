@@ -1,0 +1,438 @@
+//! The embedded scheduler: its builder, and a running scheduler's jobs,
+//! readiness and shutdown.
+
+use super::*;
+
+/// The jobs of a scheduler not started yet, and its replica settings: the
+/// `[daemon]` section of a job table, as code.
+///
+/// From [`Cluster::scheduler`]. Nothing is checked until
+/// [`SchedulerBuilder::start`], which reports every invalid setting and
+/// job at once. Durations are taken in whole milliseconds; zero is not
+/// valid.
+///
+/// ```no_run
+/// use std::path::Path;
+/// use std::time::Duration;
+/// use cronlease::{JobBuilder, Run};
+///
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// let scheduler = cluster
+///     .scheduler()
+///     .replica_id("shop-1")
+///     .state_dir(Path::new("/var/lib/shop/cronlease"))
+///     .lease(Duration::from_secs(20))
+///     .shutdown_grace(Duration::from_secs(10))
+///     .job(JobBuilder::new("prune-carts", "*/10 * * * *").run(|_run: Run| async {
+///         Ok::<(), std::io::Error>(())
+///     }))
+///     .start()?;
+/// # Ok(()) }
+/// ```
+pub struct SchedulerBuilder {
+    pub(super) cluster: Cluster,
+    pub(super) daemon: toml::Table,
+    pub(super) jobs: Vec<EmbeddedJob>,
+}
+
+impl SchedulerBuilder {
+    /// Adds a job. Each needs its own name: [`SchedulerBuilder::start`]
+    /// refuses two of the same name ([`EmbedError::DuplicateJob`]).
+    ///
+    /// ```no_run
+    /// use cronlease::{JobBuilder, Run};
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster
+    ///     .scheduler()
+    ///     .job(JobBuilder::new("a", "@hourly").run(|_run: Run| async { Ok::<(), std::io::Error>(()) }))
+    ///     .job(JobBuilder::new("b", "@daily").run(|_run: Run| async { Ok::<(), std::io::Error>(()) }))
+    ///     .start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn job(mut self, job: EmbeddedJob) -> SchedulerBuilder {
+        self.jobs.push(job);
+        self
+    }
+
+    /// This instance's name in `cronlease status`, in outcomes and in
+    /// [`Run::replica`] (`replica_id`, default `<host>-<pid>-<4 hex>`): 1
+    /// to 128 characters from `A-Z a-z 0-9 _ . -`, different on every
+    /// instance.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().replica_id("shop-1").start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn replica_id(self, id: &str) -> SchedulerBuilder {
+        self.set("replica_id", id.into())
+    }
+
+    /// Where outcomes that Redis could not take wait until it is back, in
+    /// `<dir>/spool` (`state_dir`; default `$STATE_DIRECTORY`, else
+    /// `/var/lib/cronlease`); one per instance. The directory is created
+    /// when the scheduler starts: if that fails, the scheduler refuses to
+    /// run ([`EmbedError::Refused`]). A service not running as root
+    /// usually needs to set it.
+    ///
+    /// ```no_run
+    /// use std::path::Path;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().state_dir(Path::new("/var/lib/shop/cronlease")).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn state_dir(self, dir: &Path) -> SchedulerBuilder {
+        self.set("state_dir", dir.to_string_lossy().into_owned().into())
+    }
+
+    /// How long a run's claim holds without renewal (`lease`, default
+    /// 30 s, from 1 s to 1 h, and more than three times the Redis command
+    /// timeout). Renewed every third of it; a run whose lease cannot be
+    /// proven is stopped with [`Stop::LostLease`]. Longer: fewer renewals,
+    /// but a dead instance's run is noticed later.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().lease(Duration::from_secs(60)).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lease(self, lease: Duration) -> SchedulerBuilder {
+        self.set("lease", duration(lease))
+    }
+
+    /// How often this instance announces itself to the others and to
+    /// `cronlease status` (`heartbeat`, default 5 s, at most 5 min).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().heartbeat(Duration::from_secs(10)).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn heartbeat(self, period: Duration) -> SchedulerBuilder {
+        self.set("heartbeat", duration(period))
+    }
+
+    /// How long [`Scheduler::shutdown`] lets runs in flight finish before
+    /// telling them to stop with [`Stop::Shutdown`] (`shutdown_grace`,
+    /// default 30 s, at most 1 h).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().shutdown_grace(Duration::from_secs(5)).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn shutdown_grace(self, grace: Duration) -> SchedulerBuilder {
+        self.set("shutdown_grace", duration(grace))
+    }
+
+    /// About how many outcomes Redis keeps per job (`history`, default
+    /// 1000, from 1 to 1,000,000).
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().history(100).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn history(self, outcomes: u32) -> SchedulerBuilder {
+        self.set("history", i64::from(outcomes).into())
+    }
+
+    /// How long a handler told to stop ([`Run::stopped`]) may go on before
+    /// it is dropped (`kill_grace`, default 10 s, at most 1 h); the
+    /// outcome's output then says it was dropped.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().kill_grace(Duration::from_secs(2)).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn kill_grace(self, grace: Duration) -> SchedulerBuilder {
+        self.set("kill_grace", duration(grace))
+    }
+
+    fn set(mut self, key: &str, value: toml::Value) -> SchedulerBuilder {
+        self.daemon.insert(key.into(), value);
+        self
+    }
+
+    /// Checks every job and setting, returning every problem at once as
+    /// [`EmbedError::Config`], and starts the replica as a task on the
+    /// current tokio runtime (it panics outside one). A scheduler with no
+    /// jobs is valid: it joins the cluster and takes jobs later
+    /// ([`Scheduler::add`]).
+    ///
+    /// It returns once the task is spawned. The task then creates the state
+    /// directory and checks that Redis does not evict keys; if either
+    /// fails it ends, and [`Scheduler::ready`] (which a service should
+    /// await before it calls itself healthy) or [`Scheduler::shutdown`]
+    /// reports why ([`EmbedError::Refused`]); meanwhile no job runs on
+    /// this instance and [`Scheduler::add`] returns [`EmbedError::Stopped`].
+    ///
+    /// ```no_run
+    /// use cronlease::{EmbedError, JobBuilder, Run};
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
+    ///     .timezone("Asia/Shangai")
+    ///     .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+    /// match cluster.scheduler().job(job).start() {
+    ///     Err(EmbedError::Config(error)) => assert_eq!(error.problems[0].field.as_deref(), Some("timezone")),
+    ///     _ => unreachable!("Asia/Shangai is a typo"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn start(self) -> Result<Scheduler, EmbedError> {
+        refuse_duplicates(&self.jobs)?;
+        let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
+        let shutdown = CancellationToken::new();
+        let (reload, reload_rx) = mpsc::unbounded_channel();
+        let (ready, ready_rx) = oneshot::channel();
+        let world = World {
+            store: self.cluster.store.clone(),
+            clock: RedisClock::new(),
+            tasks: tasks(&self.jobs),
+            ready: Some(ready),
+        };
+        let replica = tokio::spawn(daemon::run(config, world, shutdown.clone(), reload_rx));
+        Ok(Scheduler {
+            redis: self.cluster.redis,
+            daemon: self.daemon,
+            jobs: self.jobs,
+            shutdown,
+            reload,
+            ready: Some(ready_rx),
+            replica: Some(replica),
+        })
+    }
+}
+
+/// [`EmbedError::DuplicateJob`] if two of `jobs` share a name.
+fn refuse_duplicates(jobs: &[EmbeddedJob]) -> Result<(), EmbedError> {
+    let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
+    names.sort_unstable();
+    match names.windows(2).find(|w| w[0] == w[1]) {
+        Some(twice) => Err(EmbedError::DuplicateJob(twice[0].to_string())),
+        None => Ok(()),
+    }
+}
+
+fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
+    jobs.iter().fold(Tasks::processes(), |tasks, job| {
+        tasks.job(&job.name, job.handler.clone())
+    })
+}
+
+/// A running embedded scheduler: one replica of the cluster.
+///
+/// From [`SchedulerBuilder::start`]. Its jobs can be changed while it runs.
+/// Dropping it begins the shutdown without waiting for it (the task goes on
+/// draining on the runtime); [`Scheduler::shutdown`] waits and says how it
+/// went.
+///
+/// ```no_run
+/// use cronlease::{JobBuilder, Run};
+///
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// let mut scheduler = cluster.scheduler().start()?;
+/// scheduler.add(JobBuilder::new("report", "0 6 * * *").run(|_run: Run| async {
+///     Ok::<(), std::io::Error>(())
+/// }))?;
+/// assert_eq!(scheduler.jobs(), ["report"]);
+/// scheduler.remove("report")?;
+/// scheduler.shutdown().await?;
+/// # Ok(()) }
+/// ```
+pub struct Scheduler {
+    redis: toml::Table,
+    daemon: toml::Table,
+    jobs: Vec<EmbeddedJob>,
+    shutdown: CancellationToken,
+    reload: mpsc::UnboundedSender<Reload>,
+    /// Answered once the replica claims; None once that was seen.
+    ready: Option<oneshot::Receiver<()>>,
+    replica: Option<JoinHandle<Result<(), DaemonError>>>,
+}
+
+impl Scheduler {
+    /// Adds a job while running: it claims from its next tick on. An error,
+    /// and no change, if it is not valid ([`EmbedError::Config`]), its name
+    /// is taken ([`EmbedError::JobExists`]) or the scheduler's task is gone
+    /// ([`EmbedError::Stopped`]). The change is sent to the replica's task,
+    /// which applies it a moment later.
+    ///
+    /// ```no_run
+    /// use cronlease::{EmbedError, JobBuilder, Run};
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let mut scheduler = cluster.scheduler().start()?;
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+    /// scheduler.add(job.clone())?;
+    /// assert!(matches!(scheduler.add(job), Err(EmbedError::JobExists(name)) if name == "report"));
+    /// # Ok(()) }
+    /// ```
+    pub fn add(&mut self, job: EmbeddedJob) -> Result<(), EmbedError> {
+        if self.jobs.iter().any(|j| j.name == job.name) {
+            return Err(EmbedError::JobExists(job.name));
+        }
+        let mut jobs = self.jobs.clone();
+        jobs.push(job);
+        self.replace(jobs)
+    }
+
+    /// Removes a job while running: it claims no more ticks, and a run in
+    /// flight goes on to its end. [`EmbedError::NoSuchJob`] if no job has
+    /// this name, [`EmbedError::Stopped`] if the scheduler's task is gone.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let mut scheduler = cluster.scheduler().start()?;
+    /// assert!(matches!(scheduler.remove("nope"), Err(cronlease::EmbedError::NoSuchJob(_))));
+    /// # Ok(()) }
+    /// ```
+    pub fn remove(&mut self, name: &str) -> Result<(), EmbedError> {
+        if !self.jobs.iter().any(|j| j.name == name) {
+            return Err(EmbedError::NoSuchJob(name.to_string()));
+        }
+        let jobs = self
+            .jobs
+            .iter()
+            .filter(|j| j.name != name)
+            .cloned()
+            .collect();
+        self.replace(jobs)
+    }
+
+    /// Replaces every job at once, as the daemon's reload does. A job
+    /// whose settings did not change keeps its schedule undisturbed (its
+    /// next runs call the new handler); a changed one starts over with the
+    /// new settings; a missing one is removed. Runs in flight go on with
+    /// the definition they started with. An error, and no change, if a job
+    /// is not valid ([`EmbedError::Config`], every problem), two share a
+    /// name ([`EmbedError::DuplicateJob`]) or the scheduler's task is gone
+    /// ([`EmbedError::Stopped`]).
+    ///
+    /// ```no_run
+    /// use cronlease::{EmbeddedJob, JobBuilder, Run};
+    /// # fn load_jobs() -> Vec<EmbeddedJob> { Vec::new() }
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let mut scheduler = cluster.scheduler().start()?;
+    /// // e.g. after the service's own configuration changed
+    /// scheduler.set_jobs(load_jobs())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn set_jobs(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
+        refuse_duplicates(&jobs)?;
+        self.replace(jobs)
+    }
+
+    /// The names of the scheduled jobs, in the order they were given.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().start()?;
+    /// assert!(scheduler.jobs().is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn jobs(&self) -> Vec<String> {
+        self.jobs.iter().map(|j| j.name.clone()).collect()
+    }
+
+    fn replace(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
+        let config = document(&self.redis, &self.daemon, &jobs)?;
+        let request = Reload::Table {
+            jobs: config.jobs.into_values().collect(),
+            tasks: tasks(&jobs),
+        };
+        self.reload
+            .send(request)
+            .map_err(|_| EmbedError::Stopped("the replica is gone".into()))?;
+        self.jobs = jobs;
+        Ok(())
+    }
+
+    /// Resolves once the scheduler claims ticks: it has checked that
+    /// Redis cannot evict its keys and that its state directory is usable,
+    /// and its jobs' loops are running (its first heartbeat, which shows it
+    /// in `cronlease status`, follows within a heartbeat period).
+    /// [`SchedulerBuilder::start`] returns before that; a service that
+    /// must not report itself healthy without its jobs waits here. An
+    /// error if the scheduler refused to run ([`EmbedError::Refused`]) or
+    /// stopped; at once when it was ready before.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let mut scheduler = cluster.scheduler().start()?;
+    /// scheduler.ready().await?;   // e.g. Redis with `maxmemory-policy allkeys-lru`: Refused
+    /// # Ok(()) }
+    /// ```
+    pub async fn ready(&mut self) -> Result<(), EmbedError> {
+        let Some(ready) = self.ready.take() else {
+            return Ok(());
+        };
+        if ready.await.is_ok() {
+            return Ok(());
+        }
+        // The replica ended before it was ready: its result says why.
+        self.shutdown.cancel();
+        match self.replica.take() {
+            Some(replica) => match replica.await {
+                Ok(Err(e)) => Err(e.into()),
+                Ok(Ok(())) => Err(EmbedError::Stopped("before it was ready".into())),
+                Err(e) => Err(EmbedError::Stopped(e.to_string())),
+            },
+            None => Err(EmbedError::Stopped("before it was ready".into())),
+        }
+    }
+
+    /// Stops claiming, lets runs in flight finish within `shutdown_grace`,
+    /// then tells the rest to stop ([`Stop::Shutdown`]) and drops those
+    /// still going `kill_grace` later; records their outcomes (spooled if
+    /// Redis is away) and leaves the cluster. Returns
+    /// [`EmbedError::Refused`] if the scheduler refused to run (unless
+    /// [`Scheduler::ready`] returned it already), and
+    /// [`EmbedError::Stopped`] if its task panicked or was cancelled.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// let scheduler = cluster.scheduler().start()?;
+    /// // … until the service is asked to stop …
+    /// scheduler.shutdown().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(mut self) -> Result<(), EmbedError> {
+        self.shutdown.cancel();
+        let Some(replica) = self.replica.take() else {
+            return Ok(());
+        };
+        match replica.await {
+            Ok(result) => Ok(result?),
+            Err(e) => Err(EmbedError::Stopped(e.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("settings", &self.daemon)
+            .field("jobs", &self.jobs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("jobs", &self.jobs())
+            .field("stopping", &self.shutdown.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Scheduler {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
