@@ -3,7 +3,6 @@
 //! raised everywhere to the highest, and a claim without a majority undone
 //! where it landed.
 
-use std::time::Duration;
 
 use redis::Value;
 
@@ -294,32 +293,21 @@ impl Store {
     async fn claim_quorum(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
         let sent = Instant::now();
         let majority = self.majority();
-        let replies: Vec<Result<ClaimReply, StoreError>> = self
-            .on_all_until(
+        let replies = self
+            .on_all_until_majority(
                 |conn| async move { self.claim_on(conn, request).await },
-                |replies| {
-                    replies
-                        .iter()
-                        .filter(|r| matches!(r, Some(Ok(ClaimReply::Claimed { .. }))))
-                        .count()
-                        >= majority
-                },
-                STRAGGLER_GRACE,
+                |reply| matches!(reply, ClaimReply::Claimed { .. }),
             )
-            .await
-            .into_iter()
-            .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
-            .collect();
-        let drift = request.claimant.lease / 100 + Duration::from_millis(2);
+            .await;
         let answers: Vec<&ClaimReply> = replies
             .iter()
             .filter_map(|reply| reply.as_ref().ok())
             .collect();
         let agreed = majority_answer(&answers, majority);
-        let mut valid = request.claimant.lease > sent.elapsed() + drift;
+        let mut valid = lease_still_valid(request.claimant.lease, sent);
         if valid && let Some(claimed @ ClaimReply::Claimed { fence, .. }) = &agreed {
             let raised = self.raise_fence(request.job, *fence).await;
-            valid = request.claimant.lease > sent.elapsed() + drift;
+            valid = lease_still_valid(request.claimant.lease, sent);
             match raised {
                 Ok(()) if valid => return Ok(claimed.clone()),
                 Ok(()) => {}
@@ -344,11 +332,10 @@ impl Store {
     /// Raises the job's fence to `fence` on a majority of the masters, so
     /// that no master hands out a lower one later.
     pub(super) async fn raise_fence(&self, job: &str, fence: u64) -> Result<(), StoreError> {
-        let majority = self.majority();
         let state = self.keys.state(job);
         let state = &state;
         let raised = self
-            .on_all_until(
+            .on_all_until_majority(
                 |mut conn| async move {
                     let raised: i64 = self
                         .scripts
@@ -359,13 +346,9 @@ impl Store {
                         .await?;
                     Ok(raised)
                 },
-                |raised| raised.iter().filter(|r| matches!(r, Some(Ok(_)))).count() >= majority,
-                STRAGGLER_GRACE,
+                |_| true,
             )
-            .await
-            .into_iter()
-            .map(|raised| raised.unwrap_or_else(|| Err(unanswered())))
-            .collect();
+            .await;
         self.gather("claim (raising the fence)", raised).map(|_| ())
     }
 

@@ -92,26 +92,15 @@ impl Store {
         host: &str,
     ) -> Result<LockReply, StoreError> {
         let sent = Instant::now();
-        let majority = self.majority();
-        let replies: Vec<Result<LockReply, StoreError>> = self
-            .on_all_until(
+        let replies = self
+            .on_all_until_majority(
                 |conn| async move {
                     self.lock_acquire_on(conn, name, run_id, lease, holder, host)
                         .await
                 },
-                |replies| {
-                    replies
-                        .iter()
-                        .filter(|r| matches!(r, Some(Ok(reply)) if reply.granted().is_some()))
-                        .count()
-                        >= majority
-                },
-                STRAGGLER_GRACE,
+                |reply| reply.granted().is_some(),
             )
-            .await
-            .into_iter()
-            .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
-            .collect();
+            .await;
         if !self.is_quorum() {
             return replies
                 .into_iter()
@@ -134,12 +123,11 @@ impl Store {
             .iter()
             .filter_map(|r| r.as_ref().ok()?.granted())
             .collect();
-        let drift = lease / 100 + Duration::from_millis(2);
-        if granted.len() >= self.majority() && lease > sent.elapsed() + drift {
+        if granted.len() >= self.majority() && lease_still_valid(lease, sent) {
             let fence = granted.iter().map(|(f, _)| *f).max().unwrap_or(0);
             let lease_key = granted[0].1.to_string();
             let raised = self.raise_fence(&Keys::lock_job(name), fence).await;
-            if raised.is_ok() && lease > sent.elapsed() + drift {
+            if raised.is_ok() && lease_still_valid(lease, sent) {
                 return Ok(LockReply::Acquired { fence, lease_key });
             }
         }

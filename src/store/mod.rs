@@ -201,6 +201,13 @@ pub struct Store {
 /// claim this much, not `command_timeout`.
 const STRAGGLER_GRACE: Duration = Duration::from_millis(100);
 
+/// Quorum mode: whether a lease granted by a round sent at `sent` still
+/// has time left, less a clock drift allowance (1 % of the lease plus
+/// 2 ms, RedLock's): the masters' clocks may run a little fast.
+fn lease_still_valid(lease: Duration, sent: Instant) -> bool {
+    lease > sent.elapsed() + lease / 100 + Duration::from_millis(2)
+}
+
 /// How long a quorum node that could not be connected to is left alone
 /// before the next attempt.
 const RECONNECT_PAUSE: Duration = Duration::from_secs(1);
@@ -333,6 +340,38 @@ impl Store {
             .into_iter()
             .map(|result| result.unwrap_or_else(|| Err(unanswered())))
             .collect()
+    }
+
+    /// Runs `f` on every node until a majority answered with what
+    /// `granted` accepts, then [`STRAGGLER_GRACE`] longer for the others
+    /// (see [`Store::on_all_until`]). One result per node, in order; a
+    /// node that did not answer in time is an [`unanswered`] error (maybe
+    /// sent, maybe not).
+    async fn on_all_until_majority<T, F, Fut>(
+        &self,
+        f: F,
+        granted: impl Fn(&T) -> bool,
+    ) -> Vec<Result<T, StoreError>>
+    where
+        F: Fn(Conn) -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
+        let majority = self.majority();
+        self.on_all_until(
+            f,
+            |replies| {
+                replies
+                    .iter()
+                    .filter(|reply| matches!(reply, Some(Ok(reply)) if granted(reply)))
+                    .count()
+                    >= majority
+            },
+            STRAGGLER_GRACE,
+        )
+        .await
+        .into_iter()
+        .map(|reply| reply.unwrap_or_else(|| Err(unanswered())))
+        .collect()
     }
 
     /// Runs `f` on every node at once, until `settled` says the answers so
