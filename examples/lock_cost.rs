@@ -20,6 +20,8 @@
 #[path = "common/mod.rs"]
 #[allow(dead_code)]
 mod common;
+#[path = "common/measure.rs"]
+mod measure;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -83,38 +85,16 @@ impl Figures {
     }
 }
 
-/// CPU time (user + system) of process `pid` so far, µs; `/proc/PID/stat`
-/// counts in clock ticks of 10 ms, which a measurement of seconds makes
-/// fine enough.
-fn cpu_us(pid: &str) -> Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command (which may hold spaces) in parentheses.
-    let after = stat
-        .rsplit_once(')')
-        .context("no command in /proc/PID/stat")?
-        .1;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks: u64 = fields
-        .get(11..13)
-        .context("short /proc/PID/stat")?
-        .iter()
-        .map(|f| f.parse::<u64>())
-        .sum::<Result<u64, _>>()?;
-    Ok(ticks * 10_000)
-}
-
-/// CPU of this process and of `redis`, µs.
+/// CPU (user + system) of this process and of `redis` so far, µs. In
+/// clock ticks of 10 ms, which a measurement of seconds makes fine enough.
 fn cpu_pair(redis: &RedisProcess) -> Result<(u64, u64)> {
-    Ok((cpu_us("self")?, cpu_us(&redis.pid().to_string())?))
-}
-
-fn commands(redis: &RedisProcess) -> Result<u64> {
-    let mut conn = redis.connect(Duration::from_secs(5))?;
-    let info: String = redis::cmd("INFO").arg("stats").query(&mut conn)?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("total_commands_processed:"))
-        .and_then(|n| n.trim().parse().ok())
-        .context("no total_commands_processed in INFO stats")
+    let clk_tck = measure::clk_tck();
+    let cpu_us = |pid: u32| {
+        measure::proc_cpu_s(pid, clk_tck)
+            .map(|s| (s * 1e6) as u64)
+            .with_context(|| format!("cannot read /proc/{pid}/stat"))
+    };
+    Ok((cpu_us(std::process::id())?, cpu_us(redis.pid())?))
 }
 
 /// One acquire+release pair of `kind` on lock `name`.
@@ -162,7 +142,7 @@ async fn measure(
         .get_connection_manager()
         .await?;
     let script = Arc::new(redis::Script::new(COMPARE_AND_DELETE));
-    let before = commands(redis)?;
+    let before = measure::commands_processed(redis)?;
     let cpu_before = cpu_pair(redis)?;
     let start = Instant::now();
     let until = start + Duration::from_secs(seconds);
@@ -185,7 +165,7 @@ async fn measure(
         latencies_us.extend(handle.await??);
     }
     let seconds = start.elapsed().as_secs_f64();
-    let commands = commands(redis)? - before - 1;
+    let commands = measure::commands_processed(redis)? - before - 1;
     let cpu_after = cpu_pair(redis)?;
     Ok(Figures {
         cpu_us: (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1),
@@ -238,22 +218,5 @@ async fn run(args: Args) -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    measure::run_main(run(Args::parse()))
 }

@@ -16,91 +16,23 @@
 //!
 //! `cargo run --release --example quorum_cost [-- --cycles N --seconds S]`
 
-use std::net::TcpListener;
+#[path = "common/mod.rs"]
+#[allow(dead_code)]
+mod common;
+#[path = "common/measure.rs"]
+mod measure;
+
 use std::path::Path;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::{Context, Result, anyhow};
+use common::RedisProcess;
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Status, Trigger};
 use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Store, WhenBusy};
-
-type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
-
-/// A private redis-server, killed on drop.
-struct Server {
-    child: Child,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Server {
-    fn start() -> Result<Server> {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let dir = tempfile::tempdir()?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start redis-server (scripts/install-deps): {e}"))?;
-        let server = Server {
-            child,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while server.commands().is_err() {
-            if Instant::now() > deadline {
-                return Err(format!("redis-server on port {port} does not answer").into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(server)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// `total_commands_processed` so far.
-    fn commands(&self) -> Result<u64> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection()?;
-        let info: String = redis::cmd("INFO").arg("stats").query(&mut conn)?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("total_commands_processed:"))
-            .and_then(|n| n.trim().parse().ok())
-            .ok_or_else(|| "no total_commands_processed in INFO stats".into())
-    }
-}
-
-impl Server {
-    /// µs spent in `EVALSHA` so far (`INFO commandstats`).
-    fn script_us(&self) -> Result<u64> {
-        let client = redis::Client::open(self.url())?;
-        let mut conn = client.get_connection()?;
-        let info: String = redis::cmd("INFO").arg("commandstats").query(&mut conn)?;
-        Ok(info
-            .lines()
-            .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
-            .and_then(|stats| stats.split(',').find_map(|kv| kv.strip_prefix("usec=")))
-            .and_then(|us| us.parse().ok())
-            .unwrap_or(0))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -143,7 +75,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         ..
     } = store.claim(&request).await?
     else {
-        return Err(format!("tick {tick_ms} of {job} not claimed").into());
+        return Err(anyhow!("tick {tick_ms} of {job} not claimed"));
     };
     let outcome = Outcome {
         job: job.to_string(),
@@ -176,22 +108,34 @@ struct Figures {
 
 async fn measure(
     store: &Store,
-    servers: &[&Server],
+    servers: &[&RedisProcess],
     cycles: usize,
     seconds: u64,
 ) -> Result<Figures> {
     // Ticks in the past, one per cycle, increasing: every claim wins.
     let base = now_ms() - 86_400_000;
-    let before: u64 = servers.iter().map(|s| s.commands()).sum::<Result<u64>>()?;
-    let script_before: u64 = servers.iter().map(|s| s.script_us()).sum::<Result<u64>>()?;
+    let before: u64 = servers
+        .iter()
+        .map(|s| measure::commands_processed(s))
+        .sum::<Result<u64>>()?;
+    let script_before: u64 = servers
+        .iter()
+        .map(|s| measure::script_usec(s))
+        .sum::<Result<u64>>()?;
     let mut took = Vec::with_capacity(cycles);
     for i in 0..cycles {
         let sent = Instant::now();
         cycle(store, "seq", base + i as i64).await?;
         took.push(sent.elapsed().as_micros());
     }
-    let after: u64 = servers.iter().map(|s| s.commands()).sum::<Result<u64>>()?;
-    let script_after: u64 = servers.iter().map(|s| s.script_us()).sum::<Result<u64>>()?;
+    let after: u64 = servers
+        .iter()
+        .map(|s| measure::commands_processed(s))
+        .sum::<Result<u64>>()?;
+    let script_after: u64 = servers
+        .iter()
+        .map(|s| measure::script_usec(s))
+        .sum::<Result<u64>>()?;
     took.sort_unstable();
     let p50_us = took[took.len() / 2];
     let p99_us = took[took.len() * 99 / 100];
@@ -210,7 +154,7 @@ async fn measure(
                 cycle(&store, &job, tick).await?;
                 done.fetch_add(1, Ordering::Relaxed);
             }
-            Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            anyhow::Ok(())
         }));
     }
     let started = Instant::now();
@@ -232,7 +176,7 @@ fn arg(args: &[String], name: &str, default: u64) -> Result<u64> {
         None => Ok(default),
         Some(i) => Ok(args
             .get(i + 1)
-            .ok_or_else(|| format!("{name} needs a value"))?
+            .with_context(|| format!("{name} needs a value"))?
             .parse()?),
     }
 }
@@ -241,7 +185,15 @@ async fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cycles = usize::try_from(arg(&args, "--cycles", 2000)?)?;
     let seconds = arg(&args, "--seconds", 5)?;
-    let servers = [Server::start()?, Server::start()?, Server::start()?];
+    let dirs = [
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+        tempfile::tempdir()?,
+    ];
+    let servers = dirs
+        .iter()
+        .map(|dir| RedisProcess::start(dir.path()))
+        .collect::<Result<Vec<_>>>()?;
     let single = store(&format!("url = \"{}\"", servers[0].url()), "single").await?;
     let urls: Vec<String> = servers.iter().map(|s| format!("\"{}\"", s.url())).collect();
     let quorum = store(&format!("quorum = [{}]", urls.join(", ")), "quorum").await?;
@@ -250,7 +202,7 @@ async fn run() -> Result<()> {
         "tick cycles (claim + finish): {cycles} one at a time, then 32 claimers for {seconds} s"
     );
     let base = measure(&single, &[&servers[0]], cycles, seconds).await?;
-    let all: Vec<&Server> = servers.iter().collect();
+    let all: Vec<&RedisProcess> = servers.iter().collect();
     let q = measure(&quorum, &all, cycles, seconds).await?;
     println!(
         "{:<34}{:>14}{:>14}{:>10}",
@@ -297,21 +249,5 @@ async fn run() -> Result<()> {
 }
 
 fn main() -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    measure::run_main(run())
 }

@@ -136,6 +136,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/measure.rs"]
+mod measure;
 
 mod ceiling;
 mod clock;
@@ -387,7 +389,7 @@ fn prepare(args: &Args) -> Result<Env> {
         kind,
         rust_log: args.rust_log.clone(),
         machine,
-        clk_tck: scrape::clk_tck(),
+        clk_tck: measure::clk_tck(),
     })
 }
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::process::Command;
+
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -86,29 +86,6 @@ pub fn parse_commandstats(info: &str) -> BTreeMap<String, u64> {
     commands
 }
 
-/// A numeric field (`used_memory:123`) of an `INFO` reply.
-pub fn info_field(info: &str, name: &str) -> Option<u64> {
-    info.lines().find_map(|line| {
-        line.strip_prefix(name)?
-            .strip_prefix(':')?
-            .trim()
-            .parse::<u64>()
-            .ok()
-    })
-}
-
-/// utime + stime of a process, in seconds.
-pub fn proc_cpu_s(pid: u32, clk_tck: f64) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name, which is in parentheses and may hold
-    // spaces: the first one is field 3 (state); utime is 14, stime 15.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / clk_tck)
-}
-
 /// A `kB` line of `/proc/PID/status` (`VmHWM`, `VmRSS`).
 pub fn proc_status_kb(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -116,14 +93,4 @@ pub fn proc_status_kb(pid: u32, key: &str) -> Option<u64> {
         let value = line.strip_prefix(key)?.strip_prefix(':')?;
         value.split_whitespace().next()?.parse().ok()
     })
-}
-
-/// `sysconf(_SC_CLK_TCK)` through `getconf`; 100 (Linux's) if that fails.
-pub fn clk_tck() -> f64 {
-    Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
 }

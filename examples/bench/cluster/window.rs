@@ -8,7 +8,8 @@ use anyhow::{Context, Result};
 
 use super::Cluster;
 use crate::clock::format_ms;
-use crate::scrape::{metrics_agent, parse_commandstats, proc_cpu_s, proc_status_kb, scrape_claims};
+use crate::measure::proc_cpu_s;
+use crate::scrape::{metrics_agent, parse_commandstats, proc_status_kb, scrape_claims};
 use crate::ticks::ceil_to;
 
 /// The figures of one point in time.

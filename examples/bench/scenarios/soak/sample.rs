@@ -10,7 +10,8 @@ use super::SOAK_SAMPLE_EVERY_MS;
 use super::keys::{DEDUP_KEY_KINDS, job_key_part, key_kind, key_kinds};
 use crate::cluster::{Cluster, Conn, KEY_PREFIX, job_name, runs_key};
 use crate::common::print_table;
-use crate::scrape::{info_field, proc_status_kb};
+use crate::measure::info_field;
+use crate::scrape::proc_status_kb;
 
 /// The parts of `INFO memory` the soak keeps beside `used_memory`: the data
 /// set, and the overhead (clients' buffers, scripts, the key tables) that
