@@ -106,6 +106,13 @@ pub(super) fn validate_daemon(
     })
 }
 
+/// Whether a lease renewed every third of it can be kept: each renewal
+/// must outlast one Redis command timeout. A replica's `lease` and a
+/// library lock's are held to it.
+pub(crate) fn renewable(lease: Duration, command_timeout: Duration) -> bool {
+    lease / 3 > command_timeout
+}
+
 /// `lease`: at least [`MIN_LEASE`], and long enough that its renewal period
 /// (lease / 3) outlasts `[redis] command_timeout`.
 fn daemon_lease(
@@ -128,7 +135,7 @@ fn daemon_lease(
             ),
         );
     } else if let Some(redis) = redis
-        && lease / 3 <= redis.command_timeout
+        && !renewable(lease, redis.command_timeout)
     {
         checker.problem(
             Some(span),

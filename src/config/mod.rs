@@ -42,7 +42,7 @@ mod redis_section;
 
 pub use checker::{parse_duration, redact_url};
 pub(crate) use checker::is_name;
-pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE};
+pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE, renewable};
 pub(crate) use document::Source;
 
 use crate::schedule::Schedule;

@@ -211,9 +211,13 @@ impl LockBuilder {
         if !config::is_name(&self.name, 128) {
             return Err(LockError::Name(self.name.clone()));
         }
-        // Renewals every lease/3 must outlast a command timeout.
-        let minimum = MIN_LEASE.max(self.store.command_timeout() * 3 + Duration::from_millis(3));
-        if self.lease < minimum || self.lease > MAX_LEASE {
+        let command_timeout = self.store.command_timeout();
+        if self.lease < MIN_LEASE
+            || self.lease > MAX_LEASE
+            || !config::renewable(self.lease, command_timeout)
+        {
+            // The shortest whole-ms lease whose third outlasts the timeout.
+            let minimum = MIN_LEASE.max(command_timeout * 3 + Duration::from_millis(1));
             return Err(LockError::Lease {
                 lease: self.lease,
                 minimum,
