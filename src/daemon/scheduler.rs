@@ -34,11 +34,15 @@ impl Scheduler {
                 }
                 Some(_) => true,
             });
+        // A set, not the list: a reload that changes 100,000 jobs would
+        // otherwise compare every name with every changed one.
+        let was_changed: std::collections::HashSet<&str> =
+            changed.iter().map(String::as_str).collect();
         for (name, job) in table {
             if self.loops.contains_key(name) {
                 continue;
             }
-            if !changed.contains(name) {
+            if !was_changed.contains(name.as_str()) {
                 added.push(name.clone());
             }
             let token = self.claiming.child_token();
