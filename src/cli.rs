@@ -241,9 +241,9 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Status(args) => operator_command(&args.connect, |target| async move {
             let report = operator::status(
                 &target.store,
-                target.config.as_ref(),
+                target.config.as_ref().map(|c| &c.jobs),
                 &target.prefix,
-                &args.locks,
+                operator::Locks::Named(&args.locks),
             )
             .await?;
             Ok(if args.json {

@@ -10,7 +10,10 @@ use toml::Spanned;
 
 use super::checker::{Checker, is_name};
 use super::environment;
-use super::{DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, LogFormat, RedisConfig};
+use super::{
+    DEFAULT_DASHBOARD_LISTEN, DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, LogFormat,
+    RedisConfig, TokenSource,
+};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,6 +28,9 @@ pub(super) struct RawDaemon {
     heartbeat: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
     metrics_listen: Option<Spanned<String>>,
+    dashboard_listen: Option<Spanned<String>>,
+    dashboard_token_env: Option<Spanned<String>>,
+    dashboard_token_file: Option<Spanned<String>>,
 }
 
 impl RawDaemon {
@@ -40,6 +46,9 @@ impl RawDaemon {
             heartbeat: None,
             log_format: None,
             metrics_listen: None,
+            dashboard_listen: None,
+            dashboard_token_env: None,
+            dashboard_token_file: None,
         }
     }
 }
@@ -82,7 +91,23 @@ pub(super) fn validate_daemon(
     );
     let replica_id = replica_id(checker, raw.replica_id);
     let state_dir = state_dir(checker, raw.state_dir);
-    let metrics_listen = metrics_listen(checker, raw.metrics_listen);
+    let metrics_listen = listen(
+        checker,
+        "metrics_listen",
+        raw.metrics_listen,
+        DEFAULT_METRICS_LISTEN,
+    );
+    let dashboard_listen = listen(
+        checker,
+        "dashboard_listen",
+        raw.dashboard_listen,
+        DEFAULT_DASHBOARD_LISTEN,
+    );
+    let dashboard_token = dashboard_token(
+        checker,
+        raw.dashboard_token_env,
+        raw.dashboard_token_file,
+    );
     let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
     let output_tail_bytes = checker.integer(
         S,
@@ -103,6 +128,8 @@ pub(super) fn validate_daemon(
         heartbeat,
         log_format: raw.log_format.unwrap_or(LogFormat::Text),
         metrics_listen,
+        dashboard_listen,
+        dashboard_token,
     })
 }
 
@@ -190,14 +217,19 @@ fn state_dir(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> PathB
     }
 }
 
-/// `metrics_listen`: an IP:port, `""` for no metrics, and
-/// [`DEFAULT_METRICS_LISTEN`] when unset.
-fn metrics_listen(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> Option<SocketAddr> {
+/// `metrics_listen` or `dashboard_listen`: an IP:port, `""` for off, and
+/// `default` when unset.
+fn listen(
+    checker: &mut Checker<'_>,
+    field: &'static str,
+    given: Option<Spanned<String>>,
+    default: &str,
+) -> Option<SocketAddr> {
     match given {
         None => Some(
-            DEFAULT_METRICS_LISTEN
+            default
                 .parse()
-                .expect("the default metrics address is a valid socket address"),
+                .expect("the default listen addresses are valid socket addresses"),
         ),
         Some(text) if text.get_ref().is_empty() => None,
         Some(text) => match text.get_ref().parse() {
@@ -206,11 +238,68 @@ fn metrics_listen(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> 
                 checker.problem(
                     Some(text.span()),
                     Some(S),
-                    Some("metrics_listen"),
-                    format!("invalid address {:?}: expected IP:port such as \"127.0.0.1:9464\", or \"\" to turn metrics off", text.get_ref()),
+                    Some(field),
+                    format!(
+                        "invalid address {:?}: expected IP:port such as \"{default}\", or \"\" to turn it off",
+                        text.get_ref()
+                    ),
                 );
                 None
             }
         },
+    }
+}
+
+/// `dashboard_token_env` (a variable name) or `dashboard_token_file` (a
+/// path), at most one of them. The token is read when the daemon starts,
+/// not here: `status` and `check` never need it.
+fn dashboard_token(
+    checker: &mut Checker<'_>,
+    env: Option<Spanned<String>>,
+    file: Option<Spanned<String>>,
+) -> Option<TokenSource> {
+    match (env, file) {
+        (None, None) => None,
+        (Some(_), Some(file)) => {
+            checker.problem(
+                Some(file.span()),
+                Some(S),
+                Some("dashboard_token_file"),
+                "both dashboard_token_env and dashboard_token_file are set: expected one of them".into(),
+            );
+            None
+        }
+        (Some(name), None) => {
+            let valid = name
+                .get_ref()
+                .chars()
+                .enumerate()
+                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            if name.get_ref().is_empty() || !valid {
+                checker.problem(
+                    Some(name.span()),
+                    Some(S),
+                    Some("dashboard_token_env"),
+                    format!(
+                        "invalid environment variable name {:?}: expected letters, digits and _ not starting with a digit, such as \"CRONLEASE_DASHBOARD_TOKEN\"",
+                        name.get_ref()
+                    ),
+                );
+                return None;
+            }
+            Some(TokenSource::Env(name.into_inner()))
+        }
+        (None, Some(path)) => {
+            if path.get_ref().trim().is_empty() {
+                checker.problem(
+                    Some(path.span()),
+                    Some(S),
+                    Some("dashboard_token_file"),
+                    "empty path: expected a file such as \"/etc/cronlease/dashboard.token\"".into(),
+                );
+                return None;
+            }
+            Some(TokenSource::File(PathBuf::from(path.into_inner())))
+        }
     }
 }

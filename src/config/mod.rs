@@ -242,10 +242,31 @@ pub struct DaemonConfig {
     pub log_format: LogFormat,
     /// Where `/metrics` and `/healthz` are served; `None` turns them off.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Where the dashboard is served; `None` turns it off.
+    pub dashboard_listen: Option<std::net::SocketAddr>,
+    /// Where the dashboard's operator token comes from; `None` leaves the
+    /// dashboard read-only.
+    pub dashboard_token: Option<TokenSource>,
+}
+
+/// Where the dashboard's operator token is read from when the daemon
+/// starts. The token itself is never part of the config, so it is never
+/// printed with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `dashboard_token_env`: the name of an environment variable.
+    Env(String),
+    /// `dashboard_token_file`: a file holding the token (surrounding
+    /// whitespace ignored).
+    File(PathBuf),
 }
 
 /// Where metrics are served unless the config says otherwise.
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+
+/// Where the dashboard is served unless the config says otherwise: its own
+/// port next to the metrics', on loopback (README, "Dashboard").
+pub const DEFAULT_DASHBOARD_LISTEN: &str = "127.0.0.1:9465";
 
 /// How the daemon writes its log (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

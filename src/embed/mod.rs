@@ -377,7 +377,8 @@ impl Cluster {
     }
 
     /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
-    /// It serves no metrics (the daemon's `metrics_listen` is off); values
+    /// It serves no metrics and no dashboard (the daemon's
+    /// `metrics_listen` and `dashboard_listen` are off); metric values
     /// are recorded through the `metrics` facade for whatever recorder the
     /// service installs.
     ///
@@ -395,8 +396,9 @@ impl Cluster {
     /// ```
     pub fn scheduler(&self) -> SchedulerBuilder {
         let mut daemon = toml::Table::new();
-        // An embedding service serves its own metrics, if any.
+        // An embedding service serves its own metrics and pages, if any.
         daemon.insert("metrics_listen".into(), "".into());
+        daemon.insert("dashboard_listen".into(), "".into());
         SchedulerBuilder {
             cluster: self.clone(),
             daemon,

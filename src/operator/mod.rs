@@ -7,16 +7,18 @@
 //! both always say the same. Nothing here runs a job: `trigger` only queues
 //! a request for the replicas.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
+use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 
 use crate::config::{Config, Job};
 use crate::membership::{Heartbeat, RunInFlight};
 use crate::outcome::{Status, Trigger};
-use crate::store::{Store, StoreError};
+use crate::store::{Action, Store, StoreError};
 
 mod render;
 
@@ -150,35 +152,57 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
     })
 }
 
-/// Builds the status report. Jobs are the config's when there is one, else
-/// every job some replica's heartbeat mentions. Drift: with a config, the
-/// replicas whose hash of a job differs from the config's; without, those
-/// outside the largest group of replicas that agree.
-pub async fn status(
+/// Which locks a status report shows.
+#[derive(Debug, Clone, Copy)]
+pub enum Locks<'a> {
+    /// These, held or free (`status --lock NAME`).
+    Named(&'a [String]),
+    /// Every lock that exists in Redis now (found by SCAN: the dashboard).
+    Existing,
+}
+
+/// How many jobs' keys are read at once (one connection, pipelined by
+/// the multiplexer): 10,000 jobs take 150 round trips' time, not 20,000.
+const READ_AHEAD: usize = 64;
+
+/// Builds the status report. Jobs are the job table's (`jobs`: a config's,
+/// or a running replica's) when there is one, else every job some
+/// replica's heartbeat mentions. Drift: with a table, the replicas whose
+/// hash of a job differs from the table's; without, those outside the
+/// largest group of replicas that agree.
+pub async fn status<J: Borrow<Job>>(
     store: &Store,
-    config: Option<&Config>,
+    jobs: Option<&BTreeMap<String, J>>,
     prefix: &str,
-    locks: &[String],
+    locks: Locks<'_>,
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
     let replicas = read_replicas(store, now_ms).await?;
-    let names = job_names(config, &replicas);
-    let mut jobs = Vec::with_capacity(names.len());
+    let names = job_names(jobs, &replicas);
+    let replicas_ref = &replicas;
+    let jobs = futures_util::stream::iter(names)
+        .map(|name| async move {
+            let job = jobs.and_then(|table| table.get(&name)).map(Borrow::borrow);
+            job_status(store, name, job, now_ms, replicas_ref).await
+        })
+        .buffered(READ_AHEAD)
+        .try_collect()
+        .await?;
+    let names = match locks {
+        Locks::Named(names) => names.to_vec(),
+        Locks::Existing => store.lock_names().await?,
+    };
+    let mut held = Vec::with_capacity(names.len());
     for name in names {
-        let job = config.and_then(|c| c.jobs.get(&name));
-        jobs.push(job_status(store, name, job, now_ms, &replicas).await?);
-    }
-    let mut held = Vec::with_capacity(locks.len());
-    for name in locks {
-        let holder = store.lock_holder(name).await?;
+        let holder = store.lock_holder(&name).await?;
         held.push(LockStatus {
-            name: name.clone(),
             holder: holder.as_ref().map(|h| h.holder.clone()),
             host: holder.as_ref().map(|h| h.host.clone()),
             fence: holder.as_ref().map(|h| h.fence),
             since_ms: holder.as_ref().map(|h| h.since_ms),
             time_left_ms: holder.as_ref().map(|h| h.ttl_ms),
             holds: holder.as_ref().map(|h| h.holds),
+            name,
         });
     }
     Ok(StatusReport {
@@ -202,11 +226,11 @@ async fn read_replicas(store: &Store, now_ms: i64) -> Result<Vec<ReplicaStatus>,
     Ok(replicas)
 }
 
-/// The jobs `status` reports: the config's, else every job some replica's
+/// The jobs `status` reports: the table's, else every job some replica's
 /// heartbeat names, sorted.
-fn job_names(config: Option<&Config>, replicas: &[ReplicaStatus]) -> Vec<String> {
-    match config {
-        Some(config) => config.jobs.keys().cloned().collect(),
+fn job_names<J>(jobs: Option<&BTreeMap<String, J>>, replicas: &[ReplicaStatus]) -> Vec<String> {
+    match jobs {
+        Some(jobs) => jobs.keys().cloned().collect(),
         None => {
             let mut names: Vec<String> = replicas
                 .iter()
@@ -325,11 +349,16 @@ fn drift(job: &str, expected: Option<String>, replicas: &[ReplicaStatus]) -> Vec
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct HistoryEntry {
     pub id: String,
+    pub run_id: String,
     pub tick_ms: i64,
     pub tick: String,
     pub status: Status,
     pub replica: String,
     pub fence: u64,
+    /// When the run was claimed and when it ended, by the Redis clock as
+    /// its replica estimated it, ms since the epoch (0 when not recorded).
+    pub started_ms: i64,
+    pub finished_ms: i64,
     pub duration_ms: i64,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
@@ -392,8 +421,11 @@ fn history_entry(
         tick: rfc3339(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
         tick_ms,
         status,
+        run_id: text("run_id"),
         replica: text("replica"),
         fence: int("fence").unwrap_or(0).max(0) as u64,
+        started_ms: int("started_ms").unwrap_or(0),
+        finished_ms: int("finished_ms").unwrap_or(0),
         duration_ms: int("duration_ms").unwrap_or(0),
         exit_code: int("exit_code").and_then(|v| i32::try_from(v).ok()),
         signal: int("signal").and_then(|v| i32::try_from(v).ok()),
@@ -447,14 +479,33 @@ pub async fn history(
     Ok(report)
 }
 
-/// Pauses `job`; returns the Redis time of the change.
+/// Pauses `job`; returns the Redis time of the change. Recorded in the
+/// job's actions.
 pub async fn pause(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
-    Ok(store.pause(job, who).await?)
+    let at = store.pause(job, who).await?;
+    record(store, job, "pause", who, "").await;
+    Ok(at)
 }
 
-/// Resumes `job`; returns the Redis time of the change.
+/// Resumes `job`; returns the Redis time of the change. Recorded in the
+/// job's actions.
 pub async fn resume(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
-    Ok(store.resume(job, who).await?)
+    let at = store.resume(job, who).await?;
+    record(store, job, "resume", who, "").await;
+    Ok(at)
+}
+
+/// Adds an action that was taken to the job's actions. It has happened
+/// whatever this says, so a failure to record it is logged, not returned.
+async fn record(store: &Store, job: &str, action: &str, who: &str, detail: &str) {
+    if let Err(e) = store.record_action(job, action, who, detail).await {
+        tracing::warn!(job, action, %who, error = %e, "the action was taken but could not be recorded in the job's actions");
+    }
+}
+
+/// The newest `count` operator actions on `job`, newest first.
+pub async fn actions(store: &Store, job: &str, count: usize) -> Result<Vec<Action>, OperatorError> {
+    Ok(store.actions(job, count).await?)
 }
 
 /// Queues a manual run of `job`; returns its run id.
@@ -469,6 +520,7 @@ pub async fn trigger(store: &Store, job: &str, who: &str) -> Result<String, Oper
     }
     let run_id = uuid::Uuid::new_v4().to_string();
     store.enqueue_trigger(job, &run_id, who).await?;
+    record(store, job, "trigger", who, &run_id).await;
     Ok(run_id)
 }
 

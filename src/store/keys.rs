@@ -65,6 +65,24 @@ impl Keys {
         self.job_key(job, "reruns")
     }
 
+    /// Stream: the operator actions on the job (pause, resume, trigger),
+    /// who took them and how, newest last; capped.
+    pub fn actions(&self, job: &str) -> String {
+        self.job_key(job, "actions")
+    }
+
+    /// The pattern [`Keys::lease`] of every lock matches (SCAN).
+    pub fn lock_lease_pattern(&self) -> String {
+        format!("{}:{{lock:*}}:lease", self.prefix)
+    }
+
+    /// The lock name in a key [`Keys::lock_lease_pattern`] matched.
+    pub fn lock_name_of<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(&self.prefix)?
+            .strip_prefix(":{lock:")?
+            .strip_suffix("}:lease")
+    }
+
     /// Hash: replica id → heartbeat JSON.
     pub fn replicas(&self) -> String {
         format!("{}:replicas", self.prefix)

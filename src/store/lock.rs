@@ -7,6 +7,7 @@ use std::time::Duration;
 use std::time::Instant;
 
 use redis::Value;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 
 use super::*;
 
@@ -306,4 +307,120 @@ impl Store {
             holds: holds.unwrap_or(1),
         }))
     }
+}
+
+/// How many keys one SCAN step asks Redis to look at.
+const SCAN_STEP: u32 = 1000;
+
+impl Store {
+    /// The names of the locks that exist now (held, or held recently
+    /// enough that their lease key has not lapsed), sorted: found by SCAN
+    /// on every node (every master of a Cluster, every quorum master).
+    pub async fn lock_names(&self) -> Result<Vec<String>, StoreError> {
+        let pattern = self.keys.lock_lease_pattern();
+        let found = self
+            .on_all(|conn| {
+                let pattern = pattern.clone();
+                async move { scan_node(conn, &pattern).await }
+            })
+            .await;
+        let mut names = std::collections::BTreeSet::new();
+        let mut last_error = None;
+        let mut answered = 0;
+        for result in found {
+            match result {
+                Ok(keys) => {
+                    answered += 1;
+                    names.extend(
+                        keys.iter()
+                            .filter_map(|key| self.keys.lock_name_of(key))
+                            .map(str::to_string),
+                    );
+                }
+                Err(e) => last_error = Some(e),
+            }
+        }
+        match (answered, last_error) {
+            (0, Some(e)) => Err(e),
+            _ => Ok(names.into_iter().collect()),
+        }
+    }
+}
+
+/// Every key matching `pattern` on the node behind `conn`; on a Cluster,
+/// on each of its masters in turn.
+async fn scan_node(conn: Conn, pattern: &str) -> Result<Vec<String>, StoreError> {
+    match conn {
+        Conn::Cluster(mut cluster) => {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query_async(&mut cluster)
+                .await?;
+            let mut keys = Vec::new();
+            for (host, port) in cluster_masters(&nodes) {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port,
+                });
+                let mut cursor = 0u64;
+                loop {
+                    let mut cmd = redis::cmd("SCAN");
+                    cmd.arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(SCAN_STEP);
+                    let reply = cluster.route_command(cmd, routing.clone()).await?;
+                    let (next, batch): (u64, Vec<String>) = redis::from_redis_value(reply)
+                        .map_err(|e| StoreError::Protocol {
+                            what: "SCAN",
+                            reply: e.to_string(),
+                        })?;
+                    keys.extend(batch);
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+            Ok(keys)
+        }
+        mut conn => {
+            let mut keys = Vec::new();
+            let mut cursor = 0u64;
+            loop {
+                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_STEP)
+                    .query_async(&mut conn)
+                    .await?;
+                keys.extend(batch);
+                if next == 0 {
+                    return Ok(keys);
+                }
+                cursor = next;
+            }
+        }
+    }
+}
+
+/// The masters' addresses in a `CLUSTER NODES` reply (`id host:port@bus
+/// flags …`; a line that does not read so is skipped).
+fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+    nodes
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.split_whitespace();
+            let (_id, address, flags) = (parts.next()?, parts.next()?, parts.next()?);
+            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
+                return None;
+            }
+            let address = address.split('@').next()?;
+            let (host, port) = address.rsplit_once(':')?;
+            Some((host.to_string(), port.parse().ok()?))
+        })
+        .collect()
 }

@@ -18,6 +18,7 @@ use crate::link::{Conn, Link, LinkError};
 use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Trigger};
 
+mod audit;
 mod claim;
 mod heartbeat;
 mod keys;
@@ -28,6 +29,7 @@ mod triggers;
 
 use reply::Reply;
 
+pub use audit::Action;
 pub use claim::{ClaimReply, ClaimRequest, WhenBusy};
 pub use heartbeat::{Epoch, REPLICA_FORGET_AFTER, ServerTime};
 #[cfg(feature = "internals")]
