@@ -31,6 +31,10 @@ pub enum Status {
     /// The claim won, but fewer Redis replicas than `min_replicas_ack`
     /// acknowledged it within `ack_timeout`: not run.
     NotDurable,
+    /// Nobody claimed the tick in time (every replica down, paused or
+    /// late); recorded by the replica whose claim later moved past it
+    /// (`missed.lua`).
+    Missed,
 }
 
 impl Status {
@@ -44,13 +48,14 @@ impl Status {
             Status::Abandoned => "abandoned",
             Status::SkippedOverlap => "skipped_overlap",
             Status::NotDurable => "not_durable",
+            Status::Missed => "missed",
         }
     }
 }
 
 impl Status {
     /// Every status, in the order of the enum.
-    pub const ALL: [Status; 8] = [
+    pub const ALL: [Status; 9] = [
         Status::Ok,
         Status::Failed,
         Status::Timeout,
@@ -59,6 +64,7 @@ impl Status {
         Status::Abandoned,
         Status::SkippedOverlap,
         Status::NotDurable,
+        Status::Missed,
     ];
 
     /// The status named `text` as Redis stores it (`ok`, `lost_lease`, …).

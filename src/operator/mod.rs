@@ -576,6 +576,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_missed_tick_reads_as_missed_not_unreadable() {
+        // What missed.lua writes for a tick nobody claimed.
+        let fields = [
+            ("tick", "1700000000000"),
+            ("fence", "0"),
+            ("run_id", ""),
+            ("status", "missed"),
+            ("trigger", "schedule"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        let entry = history_entry("1-0".into(), fields, OutputTail::Omit).expect("readable");
+        assert_eq!(entry.status, Status::Missed);
+    }
+
+    #[test]
     fn drift_names_the_odd_one_out() {
         let replica = |id: &str, hash: &str| ReplicaStatus {
             id: id.into(),
