@@ -104,6 +104,8 @@ internal!(
     clock,
     config,
     daemon,
+    #[cfg(feature = "dashboard")]
+    dashboard,
     embed,
     exit,
     link,

@@ -118,6 +118,9 @@ pub enum DaemonError {
     },
     #[error("cannot use the state directory: {0}")]
     Spool(#[from] SpoolError),
+    #[cfg(feature = "dashboard")]
+    #[error(transparent)]
+    DashboardToken(#[from] crate::dashboard::TokenError),
 }
 
 /// Who this replica is, as it appears in Redis.
@@ -300,6 +303,7 @@ pub async fn run(
     let config = Arc::new(config);
     let identity = Identity::new(config.daemon.replica_id.as_deref());
     let spool = Spool::open(&config.daemon.state_dir)?;
+    let dashboard_token = dashboard_token(&config)?;
     info!(
         replica = %identity.replica, host = %identity.host, jobs = config.jobs.len(),
         redis = %config.redis.describe(), "starting"
@@ -335,6 +339,9 @@ pub async fn run(
     health.beat();
     if let Some(addr) = config.daemon.metrics_listen {
         start_metrics(addr, health.clone(), &background, &service).await;
+    }
+    if let Some(addr) = config.daemon.dashboard_listen {
+        start_dashboard(addr, &ctx, dashboard_token, &background, &service).await;
     }
     background.spawn(watchdog_task);
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
@@ -503,6 +510,76 @@ async fn start_metrics(
     _cancel: &CancellationToken,
 ) {
     warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
+}
+
+/// Serves the dashboard. Like the metrics, a port that cannot be bound is
+/// logged, not fatal: claims matter more.
+#[cfg(feature = "dashboard")]
+async fn start_dashboard(
+    addr: std::net::SocketAddr,
+    ctx: &Arc<Ctx>,
+    token: DashboardToken,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let listener = match crate::dashboard::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            error!(%addr, error = %e, "the dashboard is not served: cannot listen");
+            return;
+        }
+    };
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| addr.to_string(), |a| a.to_string());
+    let mode = if token.is_some() { "actions need the operator token" } else { "read-only (no dashboard token)" };
+    info!(addr = %bound, mode, "dashboard on http://{bound}/");
+    let dashboard = crate::dashboard::Dashboard::new(
+        ctx.store.clone(),
+        ctx.jobs.subscribe(),
+        &ctx.identity.replica,
+        &ctx.config.redis.key_prefix,
+        token,
+    );
+    tasks.spawn(crate::dashboard::serve(
+        listener,
+        Arc::new(dashboard),
+        cancel.clone(),
+    ));
+}
+
+/// Built without the `dashboard` feature: nothing is served.
+#[cfg(not(feature = "dashboard"))]
+async fn start_dashboard(
+    addr: std::net::SocketAddr,
+    _ctx: &Arc<Ctx>,
+    _token: DashboardToken,
+    _tasks: &TaskTracker,
+    _cancel: &CancellationToken,
+) {
+    warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
+}
+
+/// The operator token the dashboard's actions need, read at start-up.
+#[cfg(feature = "dashboard")]
+type DashboardToken = Option<crate::dashboard::Token>;
+#[cfg(not(feature = "dashboard"))]
+type DashboardToken = Option<()>;
+
+/// Reads the dashboard's token where the config says, before anything
+/// else starts: a token that was asked for and cannot be read stops the
+/// replica with the reason (the operator expects actions to work).
+#[cfg(feature = "dashboard")]
+fn dashboard_token(config: &Config) -> Result<DashboardToken, DaemonError> {
+    match (&config.daemon.dashboard_listen, &config.daemon.dashboard_token) {
+        (Some(_), Some(source)) => Ok(Some(crate::dashboard::Token::load(source)?)),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "dashboard"))]
+fn dashboard_token(_config: &Config) -> Result<DashboardToken, DaemonError> {
+    Ok(None)
 }
 
 /// The jobs by name, shared with the tasks that look jobs up.

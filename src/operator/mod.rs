@@ -479,6 +479,36 @@ pub async fn history(
     Ok(report)
 }
 
+/// The outcomes each of `jobs` recorded since `since_ms` (by the Redis
+/// time of their recording), its newest `per_job` at most, read
+/// [`READ_AHEAD`] jobs at a time. Unreadable entries are left out with a
+/// warning, as `history` does.
+pub async fn runs_since(
+    store: &Store,
+    jobs: Vec<String>,
+    since_ms: i64,
+    per_job: usize,
+) -> Result<Vec<(String, HistoryEntry)>, OperatorError> {
+    let per_job: Vec<Vec<(String, HistoryEntry)>> = futures_util::stream::iter(jobs)
+        .map(|job| async move {
+            let entries = store.history_since(&job, since_ms, per_job).await?;
+            let mut read = Vec::with_capacity(entries.len());
+            for (id, fields) in entries {
+                match history_entry(id, fields, OutputTail::Omit) {
+                    Ok(entry) => read.push((job.clone(), entry)),
+                    Err(bad) => {
+                        tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+                    }
+                }
+            }
+            Ok::<_, OperatorError>(read)
+        })
+        .buffered(READ_AHEAD)
+        .try_collect()
+        .await?;
+    Ok(per_job.into_iter().flatten().collect())
+}
+
 /// Pauses `job`; returns the Redis time of the change. Recorded in the
 /// job's actions.
 pub async fn pause(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {

@@ -652,6 +652,23 @@ impl Store {
         self.read_cmd(cmd).await
     }
 
+    /// The newest `count` outcomes of a job recorded at or after
+    /// `since_ms` (Redis time), newest first.
+    pub async fn history_since(
+        &self,
+        job: &str,
+        since_ms: i64,
+        count: usize,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, StoreError> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(self.keys.runs(job))
+            .arg("+")
+            .arg(since_ms.max(0))
+            .arg("COUNT")
+            .arg(count);
+        self.read_cmd(cmd).await
+    }
+
     /// One entry of a job's outcome stream.
     pub async fn outcome_entry(
         &self,

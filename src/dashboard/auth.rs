@@ -1,0 +1,396 @@
+//! Who may act: the operator token, the session cookie made from it, and
+//! the checks every action passes.
+//!
+//! The token is read once when the replica starts (from the environment
+//! variable or file the config names) and never printed. A browser logs in
+//! by posting it once; the replica answers with a session cookie that is
+//! an HMAC of a fixed label under the token (`HttpOnly`, `SameSite=Strict`),
+//! so no session state is kept and every replica with the same token
+//! accepts it. Each form carries a second HMAC (the CSRF token) and an
+//! action also needs the request's `Origin`, when the browser sends one,
+//! to be the dashboard's own. A script may instead send
+//! `Authorization: Bearer <token>`, which browsers never add on their own.
+
+use std::net::SocketAddr;
+
+use axum::http::{HeaderMap, header};
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+use crate::config::TokenSource;
+
+/// The session cookie's name.
+pub(super) const SESSION_COOKIE: &str = "cronlease_session";
+/// The cookie holding the name the operator gave at login.
+pub(super) const OPERATOR_COOKIE: &str = "cronlease_operator";
+
+/// Why the token could not be read when the replica started.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error(
+        "[daemon] dashboard_token_env: the environment variable {0} is not set or empty (it holds the dashboard's operator token)"
+    )]
+    EnvMissing(String),
+    #[error("[daemon] dashboard_token_file: cannot read {path}: {source}")]
+    File {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("[daemon] dashboard_token_file: {0} is empty (it should hold the dashboard's operator token)")]
+    FileEmpty(String),
+    #[error(
+        "[daemon] dashboard_token_*: the token is {0} bytes long; expected at least 16 (generate one with `openssl rand -hex 32`)"
+    )]
+    TooShort(usize),
+}
+
+/// The operator token. Its `Debug` never shows it.
+pub struct Token(Vec<u8>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(…)")
+    }
+}
+
+/// The shortest token accepted: shorter ones can be guessed.
+const MIN_TOKEN_BYTES: usize = 16;
+
+impl Token {
+    /// Reads the token from where the config says.
+    pub fn load(source: &TokenSource) -> Result<Token, TokenError> {
+        let text = match source {
+            TokenSource::Env(name) => std::env::var(name)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .ok_or_else(|| TokenError::EnvMissing(name.clone()))?,
+            TokenSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| TokenError::File {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                if text.trim().is_empty() {
+                    return Err(TokenError::FileEmpty(path.display().to_string()));
+                }
+                text
+            }
+        };
+        Token::new(text.trim())
+    }
+
+    /// A token from its text (trimmed by the caller).
+    pub fn new(text: &str) -> Result<Token, TokenError> {
+        if text.len() < MIN_TOKEN_BYTES {
+            return Err(TokenError::TooShort(text.len()));
+        }
+        Ok(Token(text.as_bytes().to_vec()))
+    }
+
+    fn mac(&self, label: &[u8]) -> Hmac<Sha256> {
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
+            .expect("HMAC takes a key of any length");
+        mac.update(label);
+        mac
+    }
+
+    /// The session cookie's value.
+    pub(super) fn session(&self) -> String {
+        hex(&self.mac(b"cronlease dashboard session").finalize().into_bytes())
+    }
+
+    /// The CSRF token every action form carries.
+    pub(super) fn csrf(&self) -> String {
+        hex(&self.mac(b"cronlease dashboard csrf").finalize().into_bytes())
+    }
+
+    /// Whether `presented` is the token (constant time).
+    pub(super) fn matches(&self, presented: &str) -> bool {
+        let Ok(presented) = Token::new(presented.trim()) else {
+            return false;
+        };
+        // Compare the HMACs of one label under both keys: equal lengths,
+        // compared in constant time by `verify_slice`.
+        let theirs = presented.mac(b"compare").finalize().into_bytes();
+        self.mac(b"compare").verify_slice(&theirs).is_ok()
+    }
+
+    /// Whether `value` is this token's session (or CSRF) value, in
+    /// constant time.
+    fn verify(&self, label: &[u8], value: &str) -> bool {
+        let Some(bytes) = unhex(value) else {
+            return false;
+        };
+        self.mac(label).verify_slice(&bytes).is_ok()
+    }
+}
+
+/// Who is asking, as far as the dashboard can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Visitor {
+    /// No token is configured: the dashboard is read-only.
+    ReadOnly,
+    /// A token is configured and this browser has not logged in.
+    Anonymous,
+    /// Logged in (session cookie), under the name given at login.
+    Operator(String),
+}
+
+impl Visitor {
+    /// Who the request's cookies say it is.
+    pub(super) fn of(token: Option<&Token>, headers: &HeaderMap) -> Visitor {
+        let Some(token) = token else {
+            return Visitor::ReadOnly;
+        };
+        match cookie(headers, SESSION_COOKIE) {
+            Some(session) if token.verify(b"cronlease dashboard session", &session) => {
+                let name = cookie(headers, OPERATOR_COOKIE)
+                    .map(|n| percent_decode(&n))
+                    .filter(|n| !n.is_empty())
+                    .unwrap_or_else(|| "operator".to_string());
+                Visitor::Operator(name)
+            }
+            _ => Visitor::Anonymous,
+        }
+    }
+}
+
+/// Why an action was refused (always 403, nothing changed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(super) enum Refusal {
+    #[error("actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)")]
+    NoToken,
+    #[error("not logged in, or the token given is wrong")]
+    NotAuthorized,
+    #[error("the form's CSRF token is missing or wrong (reload the page and try again)")]
+    BadCsrf,
+    #[error("the request comes from another site ({0})")]
+    CrossOrigin(String),
+}
+
+/// Checks an action request; `Ok` names who takes it, for the record
+/// (`name via dashboard on replica from address`).
+pub(super) fn authorize(
+    token: Option<&Token>,
+    headers: &HeaderMap,
+    csrf: Option<&str>,
+    peer: SocketAddr,
+    replica: &str,
+) -> Result<String, Refusal> {
+    let token = token.ok_or(Refusal::NoToken)?;
+    let via = |name: &str| format!("{name} via dashboard on {replica} from {}", peer.ip());
+    if let Some(bearer) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    {
+        return if token.matches(bearer) {
+            Ok(via("api"))
+        } else {
+            Err(Refusal::NotAuthorized)
+        };
+    }
+    let Visitor::Operator(name) = Visitor::of(Some(token), headers) else {
+        return Err(Refusal::NotAuthorized);
+    };
+    same_origin(headers)?;
+    match csrf {
+        Some(value) if token.verify(b"cronlease dashboard csrf", value) => Ok(via(&name)),
+        _ => Err(Refusal::BadCsrf),
+    }
+}
+
+/// The login form's check: the token, and (as for every form) the origin.
+pub(super) fn login(token: Option<&Token>, headers: &HeaderMap, given: &str) -> Result<(), Refusal> {
+    let token = token.ok_or(Refusal::NoToken)?;
+    same_origin(headers)?;
+    if token.matches(given) {
+        Ok(())
+    } else {
+        Err(Refusal::NotAuthorized)
+    }
+}
+
+/// A request whose `Origin` (sent by browsers with every cross-site POST)
+/// names another host than the one it was sent to is refused.
+fn same_origin(headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else {
+        return Ok(());
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let origin_host = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .unwrap_or(origin);
+    if origin_host == host {
+        Ok(())
+    } else {
+        Err(Refusal::CrossOrigin(origin.to_string()))
+    }
+}
+
+/// The value of cookie `name`, if the request has it.
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find_map(|(k, v)| (k == name).then(|| v.to_string()))
+}
+
+/// The `Set-Cookie` values of a login as `name`.
+pub(super) fn login_cookies(token: &Token, name: &str) -> [String; 2] {
+    [
+        format!(
+            "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            token.session()
+        ),
+        format!(
+            "{OPERATOR_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            percent_encode(name)
+        ),
+    ]
+}
+
+/// The `Set-Cookie` values of a logout.
+pub(super) fn logout_cookies() -> [String; 2] {
+    [SESSION_COOKIE, OPERATOR_COOKIE]
+        .map(|name| format!("{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Percent-encodes everything but unreserved characters (URLs' query
+/// values and the operator cookie).
+pub(super) fn percent_encode(text: &str) -> String {
+    use std::fmt::Write as _;
+    text.bytes().fold(String::new(), |mut s, b| {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            s.push(char::from(b));
+        } else {
+            let _ = write!(s, "%{b:02X}");
+        }
+        s
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = (bytes[i] == b'%')
+            .then(|| text.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match decoded {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    const TOKEN: &str = "0123456789abcdef0123";
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(name, HeaderValue::from_str(value).expect("test header"));
+        }
+        map
+    }
+
+    fn peer() -> SocketAddr {
+        "127.0.0.1:5000".parse().expect("test address")
+    }
+
+    #[test]
+    fn short_tokens_are_refused_and_debug_hides_the_token() {
+        assert!(matches!(Token::new("short"), Err(TokenError::TooShort(5))));
+        let token = Token::new(TOKEN).expect("long enough");
+        assert!(!format!("{token:?}").contains(TOKEN));
+    }
+
+    #[test]
+    fn an_action_needs_session_csrf_and_same_origin() {
+        let token = Token::new(TOKEN).expect("long enough");
+        let session = format!("{SESSION_COOKIE}={}; {OPERATOR_COOKIE}=alice", token.session());
+        let csrf = token.csrf();
+        let ok = headers(&[
+            (header::COOKIE, &session),
+            (header::HOST, "127.0.0.1:9465"),
+            (header::ORIGIN, "http://127.0.0.1:9465"),
+        ]);
+        assert_eq!(
+            authorize(Some(&token), &ok, Some(&csrf), peer(), "r1"),
+            Ok("alice via dashboard on r1 from 127.0.0.1".to_string())
+        );
+        assert_eq!(
+            authorize(None, &ok, Some(&csrf), peer(), "r1"),
+            Err(Refusal::NoToken)
+        );
+        assert_eq!(
+            authorize(Some(&token), &ok, None, peer(), "r1"),
+            Err(Refusal::BadCsrf)
+        );
+        let other_site = headers(&[
+            (header::COOKIE, &session),
+            (header::HOST, "127.0.0.1:9465"),
+            (header::ORIGIN, "http://evil.example"),
+        ]);
+        assert!(matches!(
+            authorize(Some(&token), &other_site, Some(&csrf), peer(), "r1"),
+            Err(Refusal::CrossOrigin(_))
+        ));
+        let forged = headers(&[(header::COOKIE, "cronlease_session=00ff")]);
+        assert_eq!(
+            authorize(Some(&token), &forged, Some(&csrf), peer(), "r1"),
+            Err(Refusal::NotAuthorized)
+        );
+        let bearer = headers(&[(header::AUTHORIZATION, &format!("Bearer {TOKEN}"))]);
+        assert!(authorize(Some(&token), &bearer, None, peer(), "r1").is_ok());
+        let wrong = headers(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef0124")]);
+        assert_eq!(
+            authorize(Some(&token), &wrong, None, peer(), "r1"),
+            Err(Refusal::NotAuthorized)
+        );
+    }
+
+    #[test]
+    fn names_survive_the_cookie() {
+        assert_eq!(percent_decode(&percent_encode("Zoë O'Brien")), "Zoë O'Brien");
+    }
+}

@@ -1,0 +1,877 @@
+//! The dashboard's pages and actions: the overview of every job, the
+//! replicas with their timeline, a job's page, and the run now / pause /
+//! resume actions behind `auth`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use maud::{DOCTYPE, Markup, html};
+use serde::Deserialize;
+
+use super::auth::{self, Refusal, Visitor};
+use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
+use crate::config::Job;
+use crate::operator::{self, JobStatus, OperatorError, OutputTail, StatusReport};
+use crate::outcome::Status;
+
+/// Jobs per overview page.
+const PAGE_SIZE: usize = 100;
+/// Outcomes in a job's strip on the overview.
+const STRIP_LENGTH: usize = 30;
+/// Outcomes on a job's page (history and charts).
+const JOB_HISTORY: usize = 50;
+/// Upcoming ticks on a job's page.
+const UPCOMING: usize = 10;
+/// Actions listed on a job's page.
+const ACTIONS_SHOWN: usize = 20;
+
+const STYLE: &str = include_str!("assets/style.css");
+const SCRIPT: &str = include_str!("assets/app.js");
+
+pub(super) async fn style() -> impl IntoResponse {
+    asset("text/css; charset=utf-8", STYLE)
+}
+
+pub(super) async fn script() -> impl IntoResponse {
+    asset("text/javascript; charset=utf-8", SCRIPT)
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "max-age=300"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A whole page: `status` and the markup, never cached by the browser.
+fn respond(status: StatusCode, markup: Markup) -> Response {
+    let mut response = (status, markup).into_response();
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(
+        "content-security-policy",
+        HeaderValue::from_static(
+            "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+        ),
+    );
+    response
+        .headers_mut()
+        .insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response
+}
+
+/// The frame every page shares: navigation, who is looking, and `main`,
+/// the part the script refreshes.
+fn layout(dashboard: &Dashboard, visitor: &Visitor, title: &str, now_ms: i64, top: Markup, main: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · cronlease" }
+                link rel="stylesheet" href="/assets/style.css";
+                script src="/assets/app.js" defer {}
+            }
+            body data-now-ms=(now_ms) {
+                header {
+                    nav aria-label="main" {
+                        a.brand href="/" { "cronlease" }
+                        a href="/" { "Jobs" }
+                        a href="/replicas" { "Replicas & timeline" }
+                        span.who {
+                            "replica " strong { (dashboard.replica) } " · prefix " code { (dashboard.prefix) } " · "
+                            @match visitor {
+                                Visitor::ReadOnly => span title="no operator token is configured" { "read-only" },
+                                Visitor::Anonymous => a href="/login" { "log in to act" },
+                                Visitor::Operator(name) => {
+                                    "operator " strong { (name) } " "
+                                    form.inline method="post" action="/logout" {
+                                        button type="submit" { "log out" }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                (top)
+                main #live data-live {
+                    (main)
+                }
+                footer {
+                    "cronlease " (env!("CARGO_PKG_VERSION")) " · Redis time " time datetime=(iso(now_ms)) { (utc(now_ms)) }
+                    " · refreshes every few seconds with JavaScript, or reload"
+                }
+            }
+        }
+    }
+}
+
+/// A page saying what went wrong.
+fn error_page(dashboard: &Dashboard, visitor: &Visitor, status: StatusCode, message: &str) -> Response {
+    respond(
+        status,
+        layout(
+            dashboard,
+            visitor,
+            status.canonical_reason().unwrap_or("error"),
+            0,
+            html! {},
+            html! {
+                h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) }
+                p.error role="alert" { (message) }
+                p { a href="/" { "Back to the jobs" } }
+            },
+        ),
+    )
+}
+
+fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &OperatorError) -> Response {
+    error_page(
+        dashboard,
+        visitor,
+        StatusCode::SERVICE_UNAVAILABLE,
+        &format!("cannot read from Redis: {e}"),
+    )
+}
+
+/// The overview's query: a name filter, a state filter and the page.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct OverviewQuery {
+    #[serde(default)]
+    q: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    page: Option<usize>,
+}
+
+/// The overview's state filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StateFilter {
+    All,
+    Active,
+    Paused,
+    Running,
+    Failing,
+    Drift,
+    Ended,
+}
+
+impl StateFilter {
+    const ALL: [StateFilter; 7] = [
+        StateFilter::All,
+        StateFilter::Active,
+        StateFilter::Paused,
+        StateFilter::Running,
+        StateFilter::Failing,
+        StateFilter::Drift,
+        StateFilter::Ended,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            StateFilter::All => "all",
+            StateFilter::Active => "active",
+            StateFilter::Paused => "paused",
+            StateFilter::Running => "running",
+            StateFilter::Failing => "failing",
+            StateFilter::Drift => "drift",
+            StateFilter::Ended => "ended",
+        }
+    }
+
+    fn label(self) -> &'static str {
+        match self {
+            StateFilter::All => "all jobs",
+            StateFilter::Active => "active",
+            StateFilter::Paused => "paused",
+            StateFilter::Running => "running now",
+            StateFilter::Failing => "last run not ok",
+            StateFilter::Drift => "config drift",
+            StateFilter::Ended => "past their last tick",
+        }
+    }
+
+    fn parse(text: &str) -> StateFilter {
+        StateFilter::ALL
+            .into_iter()
+            .find(|f| f.as_str() == text)
+            .unwrap_or(StateFilter::All)
+    }
+
+    fn keeps(self, job: &JobStatus) -> bool {
+        match self {
+            StateFilter::All => true,
+            StateFilter::Active => !job.paused && job.warning.is_none(),
+            StateFilter::Paused => job.paused,
+            StateFilter::Running => !job.running.is_empty(),
+            StateFilter::Failing => job.last_outcome.as_ref().is_some_and(|o| o.status != Status::Ok),
+            StateFilter::Drift => !job.config_drift.is_empty(),
+            StateFilter::Ended => job.warning.is_some(),
+        }
+    }
+}
+
+/// `GET /`: every job, filtered and paged.
+pub(super) async fn overview(
+    State(dashboard): State<Arc<Dashboard>>,
+    Query(query): Query<OverviewQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let status = match dashboard.status(Fresh::Cached).await {
+        Ok(status) => status,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let filter = StateFilter::parse(&query.state);
+    let needle = query.q.trim().to_lowercase();
+    let matching: Vec<&JobStatus> = status
+        .jobs
+        .iter()
+        .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
+        .filter(|j| filter.keeps(j))
+        .collect();
+    let pages = matching.len().div_ceil(PAGE_SIZE).max(1);
+    let page = query.page.unwrap_or(1).clamp(1, pages);
+    let shown = &matching[(page - 1) * PAGE_SIZE..(page * PAGE_SIZE).min(matching.len())];
+    let names: Vec<String> = shown.iter().map(|j| j.name.clone()).collect();
+    let strips = match strips(&dashboard, names).await {
+        Ok(strips) => strips,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let table = dashboard.job_table();
+    let alive = status.replicas.iter().filter(|r| r.alive).count();
+    let top = html! {
+        section.filters aria-label="filter jobs" {
+            form method="get" action="/" {
+                label { "Name " input type="search" name="q" value=(query.q) placeholder="part of a job name"; }
+                label { "Show "
+                    select name="state" {
+                        @for f in StateFilter::ALL {
+                            option value=(f.as_str()) selected[f == filter] { (f.label()) }
+                        }
+                    }
+                }
+                button type="submit" { "Filter" }
+            }
+        }
+    };
+    let main = html! {
+        h1 { "Jobs" }
+        p.summary {
+            (status.jobs.len()) " jobs · "
+            (status.jobs.iter().filter(|j| j.paused).count()) " paused · "
+            (status.jobs.iter().filter(|j| !j.running.is_empty()).count()) " running · "
+            (status.jobs.iter().filter(|j| StateFilter::Failing.keeps(j)).count()) " last run not ok · "
+            a href="/replicas" { (alive) " of " (status.replicas.len()) " replicas alive" }
+        }
+        @if matching.is_empty() {
+            p { "No job matches." }
+        } @else {
+            table.jobs {
+                caption { (matching.len()) " shown of " (status.jobs.len()) ", page " (page) " of " (pages) }
+                thead { tr {
+                    th scope="col" { "Job" } th scope="col" { "Schedule" } th scope="col" { "Next tick" }
+                    th scope="col" { "State" } th scope="col" { "In flight" } th scope="col" { "Last outcome" }
+                    th scope="col" { "Last " (STRIP_LENGTH) } th scope="col" { "Missed" } th scope="col" { "Drift" }
+                } }
+                tbody {
+                    @for job in shown {
+                        (job_row(job, table.get(&job.name).map(|j| &**j), strips.get(&job.name), status.now_ms))
+                    }
+                }
+            }
+            (pager(&query, filter, page, pages))
+        }
+        (locks(&status))
+    };
+    respond(StatusCode::OK, layout(&dashboard, &visitor, "Jobs", status.now_ms, top, main))
+}
+
+/// The last outcomes of each job in `names`, newest first.
+async fn strips(
+    dashboard: &Dashboard,
+    names: Vec<String>,
+) -> Result<BTreeMap<String, Vec<operator::HistoryEntry>>, OperatorError> {
+    use futures_util::{StreamExt as _, TryStreamExt as _};
+    futures_util::stream::iter(names)
+        .map(|name| async move {
+            let outcomes = dashboard.history(&name, STRIP_LENGTH, OutputTail::Omit).await?;
+            Ok::<_, OperatorError>((name, outcomes))
+        })
+        .buffered(32)
+        .try_collect()
+        .await
+}
+
+fn job_row(job: &JobStatus, definition: Option<&Job>, strip: Option<&Vec<operator::HistoryEntry>>, now_ms: i64) -> Markup {
+    html! {
+        tr data-job=(job.name) {
+            th scope="row" { a href=(format!("/jobs/{}", job.name)) { (job.name) } }
+            td { (schedule_cell(job, definition)) }
+            td { (next_tick_cell(job, definition, now_ms)) }
+            td { (state_cell(job, now_ms)) }
+            td {
+                @for run in &job.running {
+                    div { span.badge.running { "running" } " on " (run.replica) " since " (clock(run.started_ms)) }
+                }
+                @if job.running.is_empty() { span.muted { "–" } }
+            }
+            td {
+                @match &job.last_outcome {
+                    Some(o) => {
+                        span class=(format!("badge {}", draw::status_class(o.status))) { (o.status) }
+                        " " small { "on " (if o.replica.is_empty() { "–" } else { &o.replica }) ", " (ago(now_ms, o.finished_ms)) }
+                    }
+                    None => span.muted { "never ran" },
+                }
+            }
+            td { @if let Some(strip) = strip { (draw::strip(strip)) } }
+            td.num { (job.missed_ticks) }
+            td {
+                @if job.config_drift.is_empty() { span.muted { "–" } }
+                @else { span.warn title="these replicas run another definition of the job" { (job.config_drift.join(", ")) } }
+            }
+        }
+    }
+}
+
+fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
+    html! {
+        @match definition {
+            Some(def) => {
+                code { (def.schedule.expression()) }
+                @if def.schedule.resolved() != def.schedule.expression() {
+                    " " small.muted { "(" (def.schedule.resolved()) ")" }
+                }
+                br;
+                small { (def.schedule.resolved()) ", " (def.schedule.timezone().name()) }
+            }
+            None => code { (job.schedule.as_deref().unwrap_or("–")) },
+        }
+    }
+}
+
+fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
+    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    let next = definition.and_then(|d| Some((d, d.schedule.next_after(now)?)));
+    html! {
+        @match next {
+            Some((def, tick)) => {
+                time datetime=(iso(tick.timestamp_millis())) { (def.schedule.timezone().format_local(tick)) }
+                br;
+                small { (utc(tick.timestamp_millis())) " · " span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } }
+            }
+            None => {
+                @if let Some(warning) = &job.warning { span.warn { "none: " (warning) } } @else { span.muted { "–" } }
+            }
+        }
+    }
+}
+
+fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
+    html! {
+        @if job.paused {
+            span.badge.paused { "paused" }
+            @if let Some(by) = &job.paused_by { " " small { "by " (by) } }
+            @if let Some(at) = job.paused_at_ms { " " small { (ago(now_ms, at)) } }
+        } @else if job.warning.is_some() {
+            span.badge.ended { "ended" }
+        } @else {
+            span.badge.active { "active" }
+        }
+    }
+}
+
+fn pager(query: &OverviewQuery, filter: StateFilter, page: usize, pages: usize) -> Markup {
+    let link = |n: usize| {
+        format!(
+            "/?q={}&state={}&page={n}",
+            auth::percent_encode(&query.q),
+            filter.as_str()
+        )
+    };
+    html! {
+        nav.pager aria-label="pages" {
+            @if page > 1 { a rel="prev" href=(link(page - 1)) { "← previous" } }
+            " page " (page) " of " (pages) " "
+            @if page < pages { a rel="next" href=(link(page + 1)) { "next →" } }
+        }
+    }
+}
+
+fn locks(status: &StatusReport) -> Markup {
+    html! {
+        section aria-labelledby="locks" {
+            h2 #locks { "Locks" }
+            @if status.locks.is_empty() {
+                p.muted { "No cluster lock is held (" code { "cronlease lock" } " or the library's)." }
+            } @else {
+                table.locks {
+                    thead { tr { th scope="col" { "Lock" } th scope="col" { "Holder" } th scope="col" { "Host" } th scope="col" { "Fence" } th scope="col" { "Since" } th scope="col" { "Time left" } th scope="col" { "Holds" } } }
+                    tbody {
+                        @for lock in &status.locks {
+                            tr data-lock=(lock.name) {
+                                th scope="row" { (lock.name) }
+                                @match &lock.holder {
+                                    Some(holder) => {
+                                        td { (holder) } td { (lock.host.as_deref().unwrap_or("")) }
+                                        td.num { (lock.fence.unwrap_or(0)) }
+                                        td { (lock.since_ms.map(|s| ago(status.now_ms, s)).unwrap_or_default()) }
+                                        td { (lock.time_left_ms.map(duration).unwrap_or_default()) }
+                                        td.num { (lock.holds.unwrap_or(1)) }
+                                    }
+                                    None => td colspan="6" { span.muted { "free" } },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `GET /replicas`: the replicas and the last hour's timeline.
+pub(super) async fn replicas(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let status = match dashboard.status(Fresh::Cached).await {
+        Ok(status) => status,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let runs = match dashboard.timeline(&status).await {
+        Ok(runs) => runs,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let ids: Vec<String> = status.replicas.iter().map(|r| r.id.clone()).collect();
+    let main = html! {
+        h1 { "Replicas" }
+        table.replicas {
+            thead { tr { th scope="col" { "Replica" } th scope="col" { "State" } th scope="col" { "Host" } th scope="col" { "Version" } th scope="col" { "Started" } th scope="col" { "Last seen" } th scope="col" { "Runs in flight" } th scope="col" { "Jobs with another definition" } } }
+            tbody {
+                @for r in &status.replicas {
+                    @let drift: Vec<&str> = status.jobs.iter().filter(|j| j.config_drift.contains(&r.id)).map(|j| j.name.as_str()).collect();
+                    tr data-replica=(r.id) {
+                        th scope="row" { (r.id) @if r.id == dashboard.replica { " " small.muted { "(this one)" } } }
+                        td { @if r.alive { span.badge.active { "alive" } } @else { span.badge.s-failed { "dead" } } }
+                        td { (r.host) " " small.muted { "pid " (r.pid) } }
+                        td { (r.version) }
+                        td { (ago(status.now_ms, r.started_ms)) }
+                        td { (ago(status.now_ms, r.last_seen_ms)) }
+                        td {
+                            (r.runs.len())
+                            @for run in &r.runs { br; small { a href=(format!("/jobs/{}", run.job)) { (run.job) } " tick " (clock(run.tick_ms)) " fence " (run.fence) } }
+                        }
+                        td { @if drift.is_empty() { span.muted { "–" } } @else { span.warn { (drift.join(", ")) } } }
+                    }
+                }
+            }
+        }
+        h2 #timeline { "The last hour" }
+        p { "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence." }
+        (draw::timeline(&runs, &ids, status.now_ms, TIMELINE_SPAN_MS))
+        (legend())
+    };
+    respond(StatusCode::OK, layout(&dashboard, &visitor, "Replicas", status.now_ms, html! {}, main))
+}
+
+fn legend() -> Markup {
+    html! {
+        p.legend {
+            @for s in Status::ALL { span class=(format!("cell {}", draw::status_class(s))) {} " " (s) " " }
+            span.cell.running {} " running"
+        }
+    }
+}
+
+/// A job page's query: what an action just did.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct JobQuery {
+    #[serde(default)]
+    done: String,
+    #[serde(default)]
+    run: String,
+}
+
+/// `GET /jobs/{name}`.
+pub(super) async fn job(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path(name): Path<String>,
+    Query(query): Query<JobQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let status = match dashboard.status(Fresh::Cached).await {
+        Ok(status) => status,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
+        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?} in this replica's job table"));
+    };
+    let table = dashboard.job_table();
+    let definition = table.get(&name).map(|j| &**j);
+    let history = match dashboard.history(&name, JOB_HISTORY, OutputTail::Include).await {
+        Ok(history) => history,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let actions = match operator::actions(&dashboard.store, &name, ACTIONS_SHOWN).await {
+        Ok(actions) => actions,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let now = DateTime::from_timestamp_millis(status.now_ms).unwrap_or_default();
+    let upcoming = definition.map(|d| d.schedule.upcoming(now, UPCOMING)).unwrap_or_default();
+    let ran: Vec<&operator::HistoryEntry> = history.iter().rev().filter(|e| e.started_ms > 0 && !e.replica.is_empty()).collect();
+    let durations: Vec<(i64, String, Status)> = ran.iter().map(|e| (e.duration_ms, format!("{} on {}", e.tick, e.replica), e.status)).collect();
+    let lateness: Vec<(i64, String, Status)> = ran.iter().map(|e| ((e.started_ms - e.tick_ms).max(0), format!("{} on {}", e.tick, e.replica), e.status)).collect();
+    let csrf = dashboard.token.as_ref().map(|t| t.csrf()).unwrap_or_default();
+    let main = html! {
+        h1 { (name) }
+        @if !query.done.is_empty() {
+            p.notice role="status" {
+                @match query.done.as_str() {
+                    "trigger" => { "Run now: queued as run " code { (query.run) } "; a replica picks it up within a second or two." }
+                    "pause" => "Paused: no tick of this job starts until it is resumed.",
+                    "resume" => "Resumed.",
+                    other => (other),
+                }
+            }
+        }
+        dl.facts {
+            dt { "Schedule" } dd { (schedule_cell(job, definition)) }
+            dt { "Next tick" } dd { (next_tick_cell(job, definition, status.now_ms)) }
+            dt { "State" } dd { (state_cell(job, status.now_ms)) }
+            @if let Some(def) = definition {
+                dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
+                dt { "Overlap · misfire · retries" } dd { (format!("{:?}", def.overlap).to_lowercase()) " · " (format!("{:?}", def.misfire).to_lowercase()) " · " (def.retries) }
+            }
+            dt { "Missed ticks" } dd { (job.missed_ticks) }
+            @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
+        }
+        section.actions aria-label="actions" {
+            @match &visitor {
+                Visitor::Operator(_) => {
+                    form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
+                        input type="hidden" name="csrf" value=(csrf);
+                        button #run-now type="submit" disabled[job.paused] { "Run now" }
+                    }
+                    @if job.paused {
+                        form.inline method="post" action=(format!("/jobs/{name}/resume")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button #resume type="submit" { "Resume" }
+                        }
+                    } @else {
+                        form.inline method="post" action=(format!("/jobs/{name}/pause")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button #pause type="submit" { "Pause" }
+                        }
+                    }
+                }
+                Visitor::Anonymous => p { a href=(format!("/login?next=/jobs/{name}")) { "Log in" } " with the operator token to run, pause or resume this job." },
+                Visitor::ReadOnly => p.muted { "Read-only: this replica has no operator token, so nothing can be changed from here." },
+            }
+        }
+        @if !job.running.is_empty() {
+            h2 { "In flight" }
+            ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
+        }
+        h2 { "Upcoming ticks" }
+        @if upcoming.is_empty() { p.muted { "None." } } @else {
+            table.upcoming {
+                thead { tr { th scope="col" { "Local (" (definition.map(|d| d.schedule.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
+                tbody { @for tick in &upcoming {
+                    tr { td { (definition.map(|d| d.schedule.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(status.now_ms, tick.timestamp_millis())) } } }
+                } }
+            }
+        }
+        @if !ran.is_empty() {
+            h2 { "Recent runs" }
+            div.charts {
+                figure { (draw::chart("duration of the recent runs", &durations)) figcaption { "Duration, oldest to newest" } }
+                figure { (draw::chart("lateness of the recent runs", &lateness)) figcaption { "Tick to start (lateness)" } }
+            }
+        }
+        h2 { "History" }
+        @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
+            table.history {
+                thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
+                tbody {
+                    @for e in &history {
+                        tr data-run=(e.run_id) {
+                            td { (e.tick) }
+                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.stale { " " small.muted { "(stale)" } } }
+                            td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
+                            td.num { (e.fence) }
+                            td.num { (duration(e.duration_ms)) }
+                            td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
+                            td { (e.trigger.as_str()) }
+                            td {
+                                @match e.output.as_deref() {
+                                    Some(output) if !output.is_empty() => {
+                                        details id=(format!("out-{}", e.id)) {
+                                            summary { (output.lines().count()) " lines" }
+                                            pre.output { (output) }
+                                        }
+                                    }
+                                    _ => span.muted { "–" },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Operator actions" }
+        @if actions.is_empty() { p.muted { "None recorded." } } @else {
+            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }
+        }
+    };
+    respond(StatusCode::OK, layout(&dashboard, &visitor, &name, status.now_ms, html! {}, main))
+}
+
+/// An action form: only its CSRF token.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ActionForm {
+    #[serde(default)]
+    csrf: Option<String>,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Trigger,
+    Pause,
+    Resume,
+}
+
+impl Action {
+    fn parse(text: &str) -> Option<Action> {
+        match text {
+            "trigger" => Some(Action::Trigger),
+            "pause" => Some(Action::Pause),
+            "resume" => Some(Action::Resume),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Trigger => "trigger",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+        }
+    }
+}
+
+/// Whether the request came from a script with a bearer token (answered
+/// in plain text) or from the page's form (answered with a redirect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Script,
+    Browser,
+}
+
+/// `POST /jobs/{name}/{action}`: run now, pause or resume. Refused with
+/// 403 and no change unless `auth::authorize` accepts the request.
+pub(super) async fn act(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path((name, action)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Form(form): Form<ActionForm>,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let who = match auth::authorize(dashboard.token.as_ref(), &headers, form.csrf.as_deref(), peer, &dashboard.replica) {
+        Ok(who) => who,
+        Err(refusal) => {
+            tracing::warn!(job = %name, action, peer = %peer, reason = %refusal, "dashboard action refused");
+            return refused(&dashboard, &visitor, &refusal);
+        }
+    };
+    let caller = if headers.contains_key(header::AUTHORIZATION) { Caller::Script } else { Caller::Browser };
+    let Some(action) = Action::parse(&action) else {
+        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no action {action:?}: expected trigger, pause or resume"));
+    };
+    let known = dashboard.job_table().contains_key(&name);
+    let known = known || dashboard.store.job_exists(&name).await.unwrap_or(false);
+    if !known {
+        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?}"));
+    }
+    let result = match action {
+        Action::Trigger => operator::trigger(&dashboard.store, &name, &who).await,
+        Action::Pause => operator::pause(&dashboard.store, &name, &who).await.map(|_| String::new()),
+        Action::Resume => operator::resume(&dashboard.store, &name, &who).await.map(|_| String::new()),
+    };
+    dashboard.invalidate().await;
+    match result {
+        Ok(run) => {
+            tracing::info!(job = %name, action = action.as_str(), %who, run = %run, "dashboard action");
+            // Read the state again now, so the next page shows the change.
+            let _ = dashboard.status(Fresh::Now).await;
+            match caller {
+                Caller::Script => (StatusCode::OK, format!("{} {name} {run}\n", action.as_str())).into_response(),
+                Caller::Browser => Redirect::to(&format!("/jobs/{name}?done={}&run={}", action.as_str(), auth::percent_encode(&run))).into_response(),
+            }
+        }
+        Err(OperatorError::Paused(job)) => error_page(&dashboard, &visitor, StatusCode::CONFLICT, &format!("{job} is paused: resume it first")),
+        Err(e) => error_page(&dashboard, &visitor, StatusCode::SERVICE_UNAVAILABLE, &format!("{} {name} failed: {e}", action.as_str())),
+    }
+}
+
+fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
+    error_page(dashboard, visitor, StatusCode::FORBIDDEN, &format!("Refused, nothing changed: {refusal}."))
+}
+
+/// `GET /login`'s query.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct LoginQuery {
+    #[serde(default)]
+    next: String,
+}
+
+/// `GET /login`: the token form.
+pub(super) async fn login_form(
+    State(dashboard): State<Arc<Dashboard>>,
+    Query(query): Query<LoginQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    if visitor == Visitor::ReadOnly {
+        return refused(&dashboard, &visitor, &Refusal::NoToken);
+    }
+    respond(StatusCode::OK, login_page(&dashboard, &visitor, &query.next, None))
+}
+
+fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Option<&str>) -> Markup {
+    layout(dashboard, visitor, "Log in", 0, html! {}, html! {
+        h1 { "Log in" }
+        p { "The operator token is the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ". Your name is recorded with every action you take." }
+        @if let Some(error) = error { p.error role="alert" { (error) } }
+        form.login method="post" action="/login" {
+            input type="hidden" name="next" value=(next);
+            label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
+            label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
+            button #login type="submit" { "Log in" }
+        }
+    })
+}
+
+/// `POST /login`'s form.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `POST /login`: sets the session cookie when the token is right.
+pub(super) async fn login(
+    State(dashboard): State<Arc<Dashboard>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    if let Err(refusal) = auth::login(dashboard.token.as_ref(), &headers, &form.token) {
+        tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
+        return respond(StatusCode::FORBIDDEN, login_page(&dashboard, &visitor, &form.next, Some(&format!("Refused: {refusal}."))));
+    }
+    let Some(token) = dashboard.token.as_ref() else {
+        return refused(&dashboard, &visitor, &Refusal::NoToken);
+    };
+    let name: String = form.name.trim().chars().filter(|c| !c.is_control()).take(64).collect();
+    let name = if name.is_empty() { "operator".to_string() } else { name };
+    tracing::info!(peer = %peer, operator = %name, "dashboard login");
+    // Only a path on this site: never an open redirect.
+    let next = if form.next.starts_with('/') && !form.next.starts_with("//") { form.next } else { "/".to_string() };
+    let mut response = Redirect::to(&next).into_response();
+    for cookie in auth::login_cookies(token, &name) {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+/// `POST /logout`: forgets the session.
+pub(super) async fn logout() -> Response {
+    let mut response = Redirect::to("/").into_response();
+    for cookie in auth::logout_cookies() {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+/// `2026-11-24 06:00:00Z`.
+pub(super) fn utc(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%SZ").to_string())
+        .unwrap_or_default()
+}
+
+/// RFC 3339, for `<time datetime>`.
+fn iso(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+/// `06:00:00` UTC.
+fn clock(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.format("%H:%M:%S").to_string())
+        .unwrap_or_default()
+}
+
+/// A duration for people: `850 ms`, `4.2 s`, `3 min 4 s`, `2 h 5 min`,
+/// `3 d 4 h`.
+pub(super) fn duration(ms: i64) -> String {
+    let ms = ms.max(0);
+    match ms {
+        0..1_000 => format!("{ms} ms"),
+        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
+        60_000..3_600_000 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
+        3_600_000..86_400_000 => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
+        _ => format!("{} d {} h", ms / 86_400_000, ms % 86_400_000 / 3_600_000),
+    }
+}
+
+fn ago(now_ms: i64, ms: i64) -> String {
+    if ms <= 0 {
+        return "–".to_string();
+    }
+    format!("{} ago", duration(now_ms - ms))
+}
+
+fn until(now_ms: i64, ms: i64) -> String {
+    format!("in {}", duration(ms - now_ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_say_them() {
+        assert_eq!(duration(850), "850 ms");
+        assert_eq!(duration(4_200), "4.2 s");
+        assert_eq!(duration(184_000), "3 min 4 s");
+        assert_eq!(duration(7_500_000), "2 h 5 min");
+        assert_eq!(duration(-5), "0 ms");
+    }
+}
