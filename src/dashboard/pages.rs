@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Form, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -553,7 +554,7 @@ pub(super) async fn job(
             dt { "State" } dd { (state_cell(job, status.now_ms)) }
             @if let Some(def) = definition {
                 dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
-                dt { "Overlap · misfire · retries" } dd { (format!("{:?}", def.overlap).to_lowercase()) " · " (format!("{:?}", def.misfire).to_lowercase()) " · " (def.retries) }
+                dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
             }
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
@@ -688,8 +689,11 @@ pub(super) async fn act(
     Path((name, action)): Path<(String, String)>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Form(form): Form<ActionForm>,
+    form: Result<Form<ActionForm>, FormRejection>,
 ) -> Response {
+    // A request that is not a form is refused like any other without its
+    // CSRF token (403, not 415: it changes nothing either way).
+    let form = form.map(|Form(f)| f).unwrap_or_default();
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
     let who = match auth::authorize(dashboard.token.as_ref(), &headers, form.csrf.as_deref(), peer, &dashboard.replica) {
         Ok(who) => who,
@@ -782,8 +786,9 @@ pub(super) async fn login(
     State(dashboard): State<Arc<Dashboard>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Form(form): Form<LoginForm>,
+    form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
+    let form = form.map(|Form(f)| f).unwrap_or_default();
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
     if let Err(refusal) = auth::login(dashboard.token.as_ref(), &headers, &form.token) {
         tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
