@@ -549,6 +549,7 @@ const NTH: [&str; 5] = ["first", "second", "third", "fourth", "fifth"];
 #[cfg(test)]
 mod tests {
     use super::super::{DstPolicy, Zone};
+    use chrono::{DateTime, Utc};
     use super::*;
 
     /// The one helper: `expression`, parsed for the job "job", reads as
@@ -766,5 +767,74 @@ mod tests {
             described += 1;
         }
         assert!(described > 3000, "only {described} expressions parsed");
+    }
+
+    /// The times of day (`HH:MM` or `HH:MM:SS` when `seconds`) at which
+    /// `schedule` fires on 2026-01-01, a day every generated expression
+    /// below allows.
+    fn one_day(schedule: &Schedule, seconds: bool) -> Vec<String> {
+        let start = DateTime::parse_from_rfc3339("2025-12-31T23:59:59Z")
+            .expect("a valid instant")
+            .with_timezone(&Utc);
+        let format = if seconds { "%H:%M:%S" } else { "%H:%M" };
+        let mut times = Vec::new();
+        let mut cursor = start;
+        while let Some(tick) = schedule.next_after(cursor) {
+            if tick.date_naive() != start.date_naive() + chrono::Days::new(1) {
+                break;
+            }
+            times.push(tick.format(format).to_string());
+            cursor = tick;
+        }
+        times
+    }
+
+    #[test]
+    fn clock_times_and_windows_are_the_ticks() {
+        // Times of day only, every day: a reading that lists clock times
+        // lists exactly the day's ticks; one with a window "from A to B"
+        // has the day's first tick at A and its last at B.
+        let seconds = ["0", "0", "30", "*/20", "5,10"];
+        let minutes = ["0", "15", "*/15", "5/15", "0,30", "*", "3,17,44", "*/7", "H"];
+        let hours = ["9", "9-17", "*/2", "*/5", "1,13", "9,17", "0-3", "H(0-5)", "1-5,9"];
+        let (mut lists, mut windows) = (0, 0);
+        for second in seconds {
+            for minute in minutes {
+                for hour in hours {
+                    let expression = format!("{second} {minute} {hour} * * *");
+                    let schedule =
+                        Schedule::parse(&expression, Zone::utc(), "job", DstPolicy::default())
+                            .unwrap_or_else(|e| panic!("{expression:?}: {e}"));
+                    let reading = schedule.describe();
+                    let with_seconds = second != "0";
+                    let day = one_day(&schedule, with_seconds);
+                    if let Some(list) = reading
+                        .strip_prefix("at ")
+                        .and_then(|rest| rest.strip_suffix(" every day"))
+                        .filter(|list| list.split(' ').next().is_some_and(|word| word.contains(':')))
+                    {
+                        let listed: Vec<&str> = list
+                            .split([',', ' '])
+                            .filter(|word| !word.is_empty() && *word != "and")
+                            .collect();
+                        assert_eq!(listed, day, "{expression:?} reads {reading:?}");
+                        lists += 1;
+                    }
+                    if let Some((_, window)) = reading.split_once(" from ")
+                        && let Some((first, rest)) = window.split_once(" to ")
+                        && first.contains(':')
+                    {
+                        let last = rest.split(' ').next().unwrap_or_default();
+                        assert_eq!(
+                            (first, last),
+                            (day[0].as_str(), day[day.len() - 1].as_str()),
+                            "{expression:?} reads {reading:?}"
+                        );
+                        windows += 1;
+                    }
+                }
+            }
+        }
+        assert!(lists >= 100 && windows >= 50, "{lists} lists, {windows} windows");
     }
 }
