@@ -82,6 +82,15 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
     let all_seconds = seconds.len() == 60;
     let all_minutes = minutes.len() == 60;
     let all_hours = hours.len() == 24;
+    if seconds.is_empty() || minutes.is_empty() || hours.is_empty() {
+        // The parser gives every field a value; this keeps the indexing
+        // below safe should that ever change.
+        return Times {
+            text: "never".to_string(),
+            daily: false,
+            open_clause: false,
+        };
+    }
     let on_the_minute = seconds == [0];
     let count = seconds.len() * minutes.len() * hours.len();
 
@@ -400,7 +409,7 @@ fn years(years: &Years) -> Option<String> {
             }
         })
         .collect();
-    Some(format!("in {}", join(&items)))
+    (!items.is_empty()).then(|| format!("in {}", join(&items)))
 }
 
 /// A field's values as a noun phrase: "hour 3", "hours 1 to 5 and 9",
