@@ -658,7 +658,7 @@ pub(super) fn why_no_date(expr: &Expr) -> String {
     )
 }
 
-const MONTH_FULL_NAMES: [&str; 12] = [
+pub(super) const MONTH_FULL_NAMES: [&str; 12] = [
     "January",
     "February",
     "March",

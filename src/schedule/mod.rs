@@ -15,7 +15,9 @@
 //! year has passed is valid and [`Schedule::next_after`] simply has nothing.
 //!
 //! `sets` holds the day-of-month, day-of-week and year value sets and how a
-//! date matches them; `calendar` is the integer date arithmetic both use. `tests.rs` holds the
+//! date matches them; `calendar` is the integer date arithmetic both use;
+//! `words` reads a parsed expression back in plain English
+//! ([`Schedule::describe`]). `tests.rs` holds the
 //! DST and day-rule vectors, one `check(expression, zone, from, expected)`
 //! helper for all of them.
 
@@ -23,6 +25,7 @@ mod calendar;
 mod expr;
 mod search;
 mod sets;
+mod words;
 
 use std::fmt;
 use std::sync::Arc;
