@@ -354,10 +354,10 @@ fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
             Some(def) => {
                 code { (def.schedule.expression()) }
                 @if def.schedule.resolved() != def.schedule.expression() {
-                    " " small.muted { "(" (def.schedule.resolved()) ")" }
+                    " " small.muted { "(" (def.schedule.describe()) ")" }
                 }
                 br;
-                small { (def.schedule.resolved()) ", " (def.schedule.timezone().name()) }
+                small { (def.schedule.describe()) ", " (def.schedule.timezone().name()) }
             }
             None => code { (job.schedule.as_deref().unwrap_or("–")) },
         }

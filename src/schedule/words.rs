@@ -29,9 +29,9 @@ impl Schedule {
     /// are restricted.) `H` reads as the values it picked for this job.
     /// Times are in the schedule's zone, which the text leaves out. Never
     /// empty, and never claims a tick the expression does not have.
-    #[allow(
-        dead_code,
-        reason = "read by the dashboard; the daemon's own output shows the expression"
+    #[cfg_attr(
+        not(feature = "dashboard"),
+        allow(dead_code, reason = "read by the dashboard only")
     )]
     pub fn describe(&self) -> String {
         describe(&self.expr)
