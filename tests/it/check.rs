@@ -81,6 +81,38 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             ],
         ),
         (
+            "bad dashboard address",
+            format!("{REDIS_SECTION}[daemon]\ndashboard_listen = \"localhost\"\n{JOB}"),
+            vec![
+                "jobs.toml:4:20",
+                "[daemon]",
+                "field `dashboard_listen`",
+                "invalid address \"localhost\"",
+                "\"127.0.0.1:9465\"",
+                "\"\" to turn it off",
+            ],
+        ),
+        (
+            "both dashboard token sources",
+            format!(
+                "{REDIS_SECTION}[daemon]\ndashboard_token_env = \"T\"\ndashboard_token_file = \"/etc/t\"\n{JOB}"
+            ),
+            vec![
+                "jobs.toml:5:24",
+                "field `dashboard_token_file`",
+                "both dashboard_token_env and dashboard_token_file are set",
+            ],
+        ),
+        (
+            "bad token variable name",
+            format!("{REDIS_SECTION}[daemon]\ndashboard_token_env = \"1-TOKEN\"\n{JOB}"),
+            vec![
+                "field `dashboard_token_env`",
+                "invalid environment variable name \"1-TOKEN\"",
+                "CRONLEASE_DASHBOARD_TOKEN",
+            ],
+        ),
+        (
             "bad cron field",
             format!(
                 "{REDIS_SECTION}[jobs.draw]\nschedule = \"61 12 * * *\"\ncommand = [\"true\"]\n"
