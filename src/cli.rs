@@ -553,6 +553,11 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
                 tracing::error!("refusing to start: {e}");
                 Exit::RedisConfig
             }
+            #[cfg(feature = "dashboard")]
+            Err(e @ crate::daemon::DaemonError::DashboardToken(_)) => {
+                tracing::error!("refusing to start: {e}");
+                Exit::InvalidInput
+            }
             Err(e) => {
                 tracing::error!("{e:#}");
                 Exit::Failure
