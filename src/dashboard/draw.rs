@@ -174,3 +174,66 @@ fn escape(text: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(replica: &str, job: &str, started_ms: i64, state: RunState) -> TimelineRun {
+        TimelineRun {
+            job: job.into(),
+            replica: replica.into(),
+            tick_ms: started_ms,
+            fence: 1,
+            started_ms,
+            finished_ms: started_ms + 1_000,
+            state,
+        }
+    }
+
+    #[test]
+    fn the_timeline_draws_each_run_in_its_replicas_lane() {
+        let now = 10_000_000;
+        let runs = [
+            run("a", "draw", now - 60_000, RunState::Ended(Status::Ok)),
+            run("b", "draw", now - 30_000, RunState::Ended(Status::Abandoned)),
+            run("c", "report<&>", now - 5_000, RunState::Running),
+            // Older than the span: not drawn.
+            run("a", "old", now - 7_200_000, RunState::Ended(Status::Ok)),
+        ];
+        let svg = timeline(&runs, &["a".into(), "b".into()], now, 3_600_000).into_string();
+        for lane in ["a", "b", "c"] {
+            assert!(svg.contains(&format!(r#"data-replica="{lane}""#)), "{svg}");
+        }
+        assert_eq!(svg.matches("<rect class=\"bar").count(), 3, "{svg}");
+        assert!(svg.contains("bar s-abandoned"));
+        assert!(svg.contains("bar running"));
+        assert!(svg.contains("report&lt;&amp;&gt;"), "names are escaped: {svg}");
+        assert!(!svg.contains("data-job=\"old\""));
+    }
+
+    #[test]
+    fn a_strip_reads_oldest_to_newest_and_says_what_it_shows() {
+        let entry = |status: Status, tick: &str| HistoryEntry {
+            id: "1-0".into(),
+            run_id: String::new(),
+            tick_ms: 0,
+            tick: tick.into(),
+            status,
+            replica: "a".into(),
+            fence: 1,
+            started_ms: 0,
+            finished_ms: 0,
+            duration_ms: 0,
+            exit_code: None,
+            signal: None,
+            attempts: 1,
+            trigger: crate::outcome::Trigger::Schedule,
+            stale: false,
+            output: None,
+        };
+        let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();
+        assert!(html.find("t1").unwrap() < html.find("t2").unwrap(), "{html}");
+        assert!(html.contains("last 2 outcomes: 1 failed, 1 ok"), "{html}");
+    }
+}

@@ -444,8 +444,27 @@ fn locks(status: &StatusReport) -> Markup {
     }
 }
 
+/// The replicas page's query: how much of the last hour the timeline
+/// spans, in minutes.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ReplicasQuery {
+    #[serde(default)]
+    minutes: Option<i64>,
+}
+
+/// The timeline's spans on offer, minutes.
+const SPANS: [i64; 4] = [5, 15, 30, 60];
+
 /// `GET /replicas`: the replicas and the last hour's timeline.
-pub(super) async fn replicas(State(dashboard): State<Arc<Dashboard>>, headers: HeaderMap) -> Response {
+pub(super) async fn replicas(
+    State(dashboard): State<Arc<Dashboard>>,
+    Query(query): Query<ReplicasQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let minutes = query
+        .minutes
+        .filter(|m| SPANS.contains(m))
+        .unwrap_or(TIMELINE_SPAN_MS / 60_000);
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
     let status = match dashboard.status(Fresh::Cached).await {
         Ok(status) => status,
@@ -479,9 +498,16 @@ pub(super) async fn replicas(State(dashboard): State<Arc<Dashboard>>, headers: H
                 }
             }
         }
-        h2 #timeline { "The last hour" }
-        p { "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence." }
-        (draw::timeline(&runs, &ids, status.now_ms, TIMELINE_SPAN_MS))
+        h2 #timeline { "The last " (minutes) " minutes" }
+        p {
+            "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence. Show the last "
+            @for m in SPANS {
+                @if m == minutes { strong { (m) } } @else { a href=(format!("/replicas?minutes={m}#timeline")) { (m) } }
+                " "
+            }
+            "minutes."
+        }
+        (draw::timeline(&runs, &ids, status.now_ms, minutes * 60_000))
         (legend())
     };
     respond(StatusCode::OK, layout(&dashboard, &visitor, "Replicas", status.now_ms, html! {}, main))
