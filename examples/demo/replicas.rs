@@ -196,6 +196,7 @@ heartbeat = "{HEARTBEAT}"
 shutdown_grace = "{SHUTDOWN_GRACE}"
 kill_grace = "{KILL_GRACE}"
 state_dir = {state_dir}
+dashboard_listen = ""            # three replicas on one host: no shared port
 
 [jobs.{JOB}]
 schedule = "{SCHEDULE}"        # every 2 seconds: a fast-ticking copy of the noon draw

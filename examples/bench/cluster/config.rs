@@ -46,6 +46,7 @@ command_timeout = "2s"
 replica_id = "{name}"
 state_dir = {state_dir}
 metrics_listen = "127.0.0.1:0"
+dashboard_listen = ""
 lease = "30s"
 heartbeat = "5s"
 shutdown_grace = "5s"

@@ -47,6 +47,7 @@ impl Replica {
              kill_grace = \"1s\"\n\
              state_dir = {state_dir}\n\
              metrics_listen = \"\"\n\
+             dashboard_listen = \"\"\n\
              # Keep every outcome of a long run for the checker.\n\
              history = 1000000\n",
             port = self.proxy_port,
