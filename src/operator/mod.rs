@@ -158,6 +158,10 @@ pub enum Locks<'a> {
     /// These, held or free (`status --lock NAME`).
     Named(&'a [String]),
     /// Every lock that exists in Redis now (found by SCAN: the dashboard).
+    #[cfg_attr(
+        not(feature = "dashboard"),
+        allow(dead_code, reason = "read by the dashboard only")
+    )]
     Existing,
 }
 
@@ -483,6 +487,10 @@ pub async fn history(
 /// time of their recording), its newest `per_job` at most, read
 /// [`READ_AHEAD`] jobs at a time. Unreadable entries are left out with a
 /// warning, as `history` does.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
 pub async fn runs_since(
     store: &Store,
     jobs: Vec<String>,
@@ -534,6 +542,10 @@ async fn record(store: &Store, job: &str, action: &str, who: &str, detail: &str)
 }
 
 /// The newest `count` operator actions on `job`, newest first.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
 pub async fn actions(store: &Store, job: &str, count: usize) -> Result<Vec<Action>, OperatorError> {
     Ok(store.actions(job, count).await?)
 }

@@ -654,6 +654,10 @@ impl Store {
 
     /// The newest `count` outcomes of a job recorded at or after
     /// `since_ms` (Redis time), newest first.
+    #[cfg_attr(
+        not(feature = "dashboard"),
+        allow(dead_code, reason = "read by the dashboard only")
+    )]
     pub async fn history_since(
         &self,
         job: &str,
