@@ -99,13 +99,15 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
         }
         svg.push_str("</g>");
     }
-    // The hour's axis: a tick every 10 minutes, labelled in minutes ago.
+    // The axis: five or six whole-minute marks, labelled in minutes ago.
     let axis_y = LANE_HEIGHT * lanes.len().max(1) as f64 + 14.0;
-    for step in 0..=6 {
-        let ms = start_ms + span_ms * step / 6;
-        let label = match 6 - step {
+    let minutes = (span_ms / 60_000).max(1);
+    let steps = if minutes % 6 == 0 { 6 } else { 5 };
+    for step in 0..=steps {
+        let ms = start_ms + span_ms * step / steps;
+        let label = match steps - step {
             0 => "now".to_string(),
-            n => format!("-{} min", n * span_ms / 6 / 60_000),
+            n => format!("-{} min", n * minutes / steps),
         };
         let _ = write!(
             svg,
