@@ -42,8 +42,11 @@ const SNAPSHOT_TTL: Duration = Duration::from_secs(2);
 const TIMELINE_TTL: Duration = Duration::from_secs(5);
 /// How far back the timeline reaches.
 const TIMELINE_SPAN_MS: i64 = 3_600_000;
-/// The most runs of one job the timeline reads (its newest in the hour).
-const TIMELINE_RUNS_PER_JOB: usize = 120;
+/// About how many runs the timeline reads in all: each job's newest in
+/// the hour, this many divided among the jobs (at least one each, at most
+/// [`TIMELINE_MAX_PER_JOB`]), so its cost stays bounded with many jobs.
+const TIMELINE_RUNS: usize = 5_000;
+const TIMELINE_MAX_PER_JOB: usize = 1_000;
 
 /// The live job table of the replica (replaced by a reload).
 pub type JobTable = BTreeMap<String, Arc<Job>>;
@@ -130,7 +133,8 @@ impl Dashboard {
         }
         let since_ms = status.now_ms - TIMELINE_SPAN_MS;
         let names: Vec<String> = status.jobs.iter().map(|j| j.name.clone()).collect();
-        let mut runs = operator::runs_since(&self.store, names, since_ms, TIMELINE_RUNS_PER_JOB)
+        let per_job = (TIMELINE_RUNS / names.len().max(1)).clamp(1, TIMELINE_MAX_PER_JOB);
+        let mut runs = operator::runs_since(&self.store, names, since_ms, per_job)
             .await?
             .into_iter()
             // Missed and skipped ticks ran nowhere: no bar.
