@@ -27,6 +27,9 @@ pub(super) enum ClaimEnd {
     Lapsed,
     /// Another replica has it.
     Taken,
+    /// Redis holds a state for the job that cronlease did not write: not
+    /// claimed, and logged; the next tick asks again.
+    Refused,
     /// The job is paused: the tick is skipped.
     Paused {
         previous: i64,
@@ -233,6 +236,14 @@ fn answer(
             count_claim(job, "expired");
             warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
             Answer::End(ClaimEnd::Late)
+        }
+        ClaimReply::Corrupt { field, value } => {
+            count_claim(job, "corrupt");
+            error!(
+                job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
+                "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
+            );
+            Answer::End(ClaimEnd::Refused)
         }
         ClaimReply::Lapsed => {
             count_claim(job, "lapsed");

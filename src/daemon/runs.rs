@@ -296,6 +296,12 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         if reply.abandoned > 0 {
             warn!(job = %job.name, abandoned = reply.abandoned, "recorded runs whose replica died as abandoned");
         }
+        if !reply.quarantined.is_empty() {
+            error!(
+                job = %job.name, run_ids = ?reply.quarantined, key = %ctx.store.keys().quarantine(&job.name),
+                "entries of the job's runs in flight that cronlease did not write were moved to its quarantine hash"
+            );
+        }
         let Some(rerun) = reply.rerun else {
             return reruns;
         };

@@ -49,7 +49,7 @@ pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: Cl
             record_missed(ctx, job, previous, tick_ms).await;
             Next::Done
         }
-        ClaimEnd::Taken => Next::Done,
+        ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
         ClaimEnd::Late => Next::Late,
         ClaimEnd::Cancelled => Next::Cancelled,
     }

@@ -84,7 +84,7 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
-        warn!(job = %request.job, run_id = %request.run_id, "trigger for a job this replica does not have; dropped");
+        warn!(job = %request.job, run_id = %request.run_id, id = %request.id, "trigger request for a job this replica does not have (or not one cronlease wrote); dropped");
         let _ = ctx.store.ack_trigger(&request.id).await;
         return;
     };
@@ -127,6 +127,12 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         }
         Ok(ManualReply::Duplicate) => {
             debug!(run_id = %request.run_id, "manual run already handled")
+        }
+        Ok(ManualReply::Corrupt { field, value }) => {
+            error!(
+                job = %job.name, run_id = %request.run_id, field, value, key = %ctx.store.keys().state(&job.name),
+                "manual run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it (the replicas re-seed it from what they remember)"
+            );
         }
         Err(e) => {
             // Left pending: taken over (by us or another replica) later.

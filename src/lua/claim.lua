@@ -31,8 +31,9 @@ local now = now_ms()
 -- the caller's watchdog may count it from when it sent this retry.
 local mine = redis.call('HGET', running, run_id)
 if mine then
-  local e = cjson.decode(mine)
-  if e.expires < now or redis.call('GET', e.lease_key) ~= run_id then
+  local e = read_entry(mine)
+  -- An entry that is no longer readable proves nothing: not ours to run.
+  if not e or e.expires < now or redis.call('GET', e.lease_key) ~= run_id then
     -- Won, but the lease lapsed before the winner heard of it: a sweep
     -- records the run abandoned.
     return {'lapsed'}
@@ -44,6 +45,8 @@ if mine then
   return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2}
 end
 if tick > now + tolerance then return {'early', tick - now} end
+local corrupt = corrupt_state(state)
+if corrupt then return corrupt end
 
 local stored = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
 local regressed = 0

@@ -16,6 +16,8 @@ local window_ms, window_count = tonumber(ARGV[9]), tonumber(ARGV[10])
 if redis.call('HEXISTS', running, run_id) == 1 or redis.call('HEXISTS', done, run_id) == 1 then
   return {'duplicate'}
 end
+local corrupt = corrupt_state(state)
+if corrupt then return corrupt end
 local now = now_ms()
 if overlap == 'skip' then
   local holder = redis.call('GET', lease)

@@ -6,7 +6,9 @@
 -- Returns how many were recorded.
 local state, runs = KEYS[1], KEYS[2]
 local recorder, host, maxlen = ARGV[1], ARGV[2], ARGV[3]
-local recorded_until = tonumber(redis.call('HGET', state, 'missed_until') or '-1')
+-- A value cronlease did not write counts as none: at worst a missed tick is
+-- recorded twice, never a run.
+local recorded_until = tonumber(redis.call('HGET', state, 'missed_until') or '-1') or -1
 local now = now_ms()
 local n, highest = 0, recorded_until
 for i = 4, #ARGV do

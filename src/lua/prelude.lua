@@ -58,6 +58,31 @@ local function remember_done(done, done_at, run_id, id, now, count, window_ms)
   redis.call('PEXPIRE', done_at, window_ms)
 end
 
+-- A `running` entry as start_run writes it, decoded; nil when it is not one
+-- (another writer, a bug, a partial restore). Readers skip such an entry and
+-- the sweep moves it to the job's quarantine hash.
+local function read_entry(raw)
+  local ok, e = pcall(cjson.decode, raw)
+  if not ok or type(e) ~= 'table' or type(e.tick) ~= 'number' or type(e.fence) ~= 'number'
+    or type(e.started) ~= 'number' or type(e.expires) ~= 'number'
+    or type(e.lease_key) ~= 'string' or type(e.replica) ~= 'string'
+    or type(e.host) ~= 'string' or type(e.trigger) ~= 'string' or type(e.rerun) ~= 'number' then
+    return nil
+  end
+  return e
+end
+
+-- {'corrupt', field, value} when the job's state hash holds a high-water
+-- mark or fence that is not a number (cronlease never writes one): the
+-- caller claims nothing rather than guess which ticks ran. Nil otherwise.
+local function corrupt_state(state)
+  for _, field in ipairs({'last_tick', 'fence'}) do
+    local raw = redis.call('HGET', state, field)
+    if raw and not tonumber(raw) then return {'corrupt', field, raw} end
+  end
+  return nil
+end
+
 -- The fence after `min_fence`, the highest this replica has seen: a Redis
 -- that lost state never hands out a fence that was already used.
 local function next_fence(state, min_fence)
@@ -89,13 +114,15 @@ end
 local function take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
                           run_id, min_fence, now)
   local pending = redis.call('HKEYS', reruns)
-  if #pending == 0 then return nil end
+  if #pending == 0 or corrupt_state(state) then return nil end
   if overlap == 'skip' and redis.call('EXISTS', lease) == 1 then return nil end
   local oldest, oldest_key = nil, nil
   for _, key in ipairs(pending) do
     local tick = tonumber(key)
-    if oldest == nil or tick < oldest then oldest, oldest_key = tick, key end
+    -- A key that is not a tick is not ours: left where it is.
+    if tick and (oldest == nil or tick < oldest) then oldest, oldest_key = tick, key end
   end
+  if oldest == nil then return nil end
   redis.call('HDEL', reruns, oldest_key)
   local fence, lease_key = start_run(state, running, lease, run_id, oldest, lease_ms, overlap,
     replica, host, 'rerun', 1, min_fence, now)
@@ -115,7 +142,9 @@ local function count_expired(running, now)
   local n = 0
   local entries = redis.call('HGETALL', running)
   for i = 2, #entries, 2 do
-    if cjson.decode(entries[i]).expires < now then n = n + 1 end
+    -- An unreadable entry also needs the sweep, which quarantines it.
+    local e = read_entry(entries[i])
+    if not e or e.expires < now then n = n + 1 end
   end
   return n
 end

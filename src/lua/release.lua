@@ -10,9 +10,10 @@ local state, running, base_lease = KEYS[1], KEYS[2], KEYS[3]
 local run_id, tick, previous = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local raw = redis.call('HGET', running, run_id)
 if not raw then return 0 end
-local e = cjson.decode(raw)
+local ok, e = pcall(cjson.decode, raw)
 redis.call('HDEL', running, run_id)
-local lease_key = e.lease_key or base_lease
+local lease_key = (ok and type(e) == 'table' and type(e.lease_key) == 'string' and e.lease_key)
+  or base_lease
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
 if previous ~= -2 and tonumber(redis.call('HGET', state, 'last_tick') or '-1') == tick then
   if previous == -1 then

@@ -7,8 +7,10 @@ local run_id, lease_ms = ARGV[1], tonumber(ARGV[2])
 if redis.call('GET', lease_key) ~= run_id then return 0 end
 local raw = redis.call('HGET', running, run_id)
 if not raw then return 0 end
+-- An entry someone else overwrote proves no lease: the run stops.
+local e = read_entry(raw)
+if not e then return 0 end
 redis.call('PEXPIRE', lease_key, lease_ms)
-local e = cjson.decode(raw)
 e.expires = now_ms() + lease_ms
 redis.call('HSET', running, run_id, cjson.encode(e))
 return 1

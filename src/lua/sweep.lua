@@ -3,21 +3,30 @@
 -- tick (unless it was itself a rerun) joins the job's pending reruns, and the
 -- oldest pending rerun is started for the caller if the lease is free;
 -- otherwise the finish of the run holding it starts the rerun.
--- KEYS: state, running, lease, runs, reruns
+-- An entry of `running` that is not one cronlease wrote (another writer, a
+-- bug, a partial restore) is moved to the job's quarantine hash as
+-- `running:<run id>` → the raw value, and named in the reply.
+-- KEYS: state, running, lease, runs, reruns, quarantine
 -- ARGV: recorder replica, host, maxlen, rerun ('1'/'0'), overlap, lease_ms,
 --       new run id (for a rerun), min_fence
--- Returns {n_abandoned, rerun_tick, fence, lease_key, started} (the last four
--- only when a rerun was started).
+-- Returns {n_abandoned, {quarantined run ids}, rerun_tick, fence, lease_key,
+-- started} (the last four only when a rerun was started).
 local state, running, lease, runs, reruns = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local quarantine = KEYS[6]
 local recorder, host, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local new_run_id, min_fence = ARGV[7], tonumber(ARGV[8])
 local now = now_ms()
-local abandoned = 0
+local abandoned, quarantined = 0, {}
 local entries = redis.call('HGETALL', running)
 for i = 1, #entries, 2 do
-  local run_id, e = entries[i], cjson.decode(entries[i + 1])
-  if e.expires < now then
+  local run_id, e = entries[i], read_entry(entries[i + 1])
+  if not e then
+    redis.call('HDEL', running, run_id)
+    redis.call('HSET', quarantine, 'running:' .. run_id, entries[i + 1])
+    redis.call('PEXPIRE', quarantine, 30 * 24 * 3600 * 1000)
+    quarantined[#quarantined + 1] = run_id
+  elseif e.expires < now then
     abandoned = abandoned + 1
     redis.call('HDEL', running, run_id)
     if redis.call('GET', e.lease_key) == run_id then redis.call('DEL', e.lease_key) end
@@ -33,6 +42,8 @@ end
 if rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, recorder, host,
     new_run_id, min_fence, now)
-  if started then return {abandoned, started[1], started[2], started[3], started[4]} end
+  if started then
+    return {abandoned, quarantined, started[1], started[2], started[3], started[4]}
+  end
 end
-return {abandoned}
+return {abandoned, quarantined}

@@ -198,7 +198,15 @@ pub async fn status<J: Borrow<Job>>(
     };
     let mut held = Vec::with_capacity(names.len());
     for name in names {
-        let holder = store.lock_holder(&name).await?;
+        let holder = match store.lock_holder(&name).await {
+            Ok(holder) => holder,
+            // A holder record cronlease did not write: named, left out.
+            Err(e @ StoreError::Protocol { .. }) => {
+                tracing::warn!(lock = %name, error = %e, "unreadable lock record in Redis; lock left out");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         held.push(LockStatus {
             holder: holder.as_ref().map(|h| h.holder.clone()),
             host: holder.as_ref().map(|h| h.host.clone()),
@@ -262,6 +270,7 @@ async fn job_status(
         .await?
         .into_iter()
         .collect();
+    warn_unreadable_state(&name, &state);
     let running = runs_in_flight(&store.hash(&store.keys().running(&name)).await?);
     let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
     let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
@@ -280,6 +289,34 @@ async fn job_status(
         config_drift,
         name,
     })
+}
+
+/// Names each field of a job's state hash that holds what cronlease never
+/// writes there (the report shows it as absent or zero).
+fn warn_unreadable_state(job: &str, state: &BTreeMap<String, String>) {
+    for field in [
+        "last_tick",
+        "fence",
+        "missed_total",
+        "missed_until",
+        "paused_at_ms",
+        "outcome_tick",
+        "outcome_fence",
+        "outcome_duration_ms",
+        "outcome_finished_ms",
+    ] {
+        if let Some(value) = state.get(field)
+            && value.parse::<i64>().is_err()
+        {
+            tracing::warn!(job, field, value = %value, "unreadable number in the job's state hash in Redis; shown as absent");
+        }
+    }
+    if let Some(value) = state.get("paused")
+        && value != "0"
+        && value != "1"
+    {
+        tracing::warn!(job, field = "paused", value = %value, "unreadable pause flag in the job's state hash in Redis; shown as not paused");
+    }
 }
 
 /// The job's last outcome as its state hash records it, if it has one; a
@@ -413,6 +450,26 @@ fn history_entry(
     };
     let status = Status::parse(&text("status"))
         .ok_or_else(|| unreadable(format!("unknown status {:?}", text("status"))))?;
+    // The numbers cronlease writes: a tick always, the others when present.
+    if fields.get("tick").is_none() {
+        return Err(unreadable("no tick".to_string()));
+    }
+    for name in [
+        "tick",
+        "fence",
+        "started_ms",
+        "finished_ms",
+        "duration_ms",
+        "exit_code",
+        "signal",
+        "attempts",
+    ] {
+        if let Some(value) = fields.get(name)
+            && value.parse::<i64>().is_err()
+        {
+            return Err(unreadable(format!("{name} {value:?} is not a number")));
+        }
+    }
     // Outcomes written before manual runs existed carry no trigger.
     let trigger = match fields.get("trigger") {
         None => Trigger::Schedule,

@@ -92,6 +92,10 @@ pub enum ClaimReply {
     /// An earlier attempt with this run id won, but its lease lapsed before
     /// we heard of it: the run must not start (a sweep records it).
     Lapsed,
+    /// The job's state hash holds a `field` that is not a number
+    /// (`last_tick` or `fence`: another writer, a bug, a partial restore):
+    /// nothing was claimed, since which ticks ran cannot be known.
+    Corrupt { field: String, value: String },
 }
 
 fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
@@ -128,6 +132,10 @@ fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
         },
         "expired" => ClaimReply::Expired { late_ms: r.int(1)? },
         "lapsed" => ClaimReply::Lapsed,
+        "corrupt" => ClaimReply::Corrupt {
+            field: r.string(1)?,
+            value: r.string_or_empty(2),
+        },
         _ => return Err(r.bad()),
     })
 }
@@ -144,6 +152,7 @@ impl ClaimReply {
             ClaimReply::Wait { .. } => "wait",
             ClaimReply::Expired { .. } => "expired",
             ClaimReply::Lapsed => "lapsed",
+            ClaimReply::Corrupt { .. } => "corrupt",
         }
     }
 }

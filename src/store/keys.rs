@@ -59,6 +59,13 @@ impl Keys {
         self.job_key(job, &format!("done:{run_id}"))
     }
 
+    /// Hash: records found in the job's keys that cronlease did not write
+    /// (`running:<run id>` → the raw entry), moved aside by the sweep and
+    /// kept 30 days for whoever investigates.
+    pub fn quarantine(&self, job: &str) -> String {
+        self.job_key(job, "quarantine")
+    }
+
     /// Hash: tick → fence of abandoned ticks waiting to be rerun
     /// (`on_holder_lost = "rerun"`).
     pub fn reruns(&self, job: &str) -> String {

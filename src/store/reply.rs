@@ -59,6 +59,14 @@ impl Reply {
         self.items.get(i).and_then(as_int).unwrap_or(default)
     }
 
+    /// Item `i` as a list of texts, empty when missing (or not a list).
+    pub(super) fn strings(&self, i: usize) -> Vec<String> {
+        match self.items.get(i) {
+            Some(Value::Array(items)) => items.iter().filter_map(as_string).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Item `i` is the flag 1.
     pub(super) fn flag(&self, i: usize) -> bool {
         self.int_or(i, 0) == 1

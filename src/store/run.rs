@@ -84,6 +84,9 @@ pub struct Rerun {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SweepReply {
     pub abandoned: u32,
+    /// Run ids whose `running` entry was not one cronlease wrote: moved to
+    /// the job's quarantine hash (`Keys::quarantine`).
+    pub quarantined: Vec<String>,
     pub rerun: Option<Rerun>,
 }
 
@@ -239,6 +242,7 @@ impl Store {
             .key(keys.lease(request.job))
             .key(keys.runs(request.job))
             .key(keys.reruns(request.job))
+            .key(keys.quarantine(request.job))
             .arg(request.claimant.replica)
             .arg(request.claimant.host)
             .arg(request.claimant.history)
@@ -254,15 +258,21 @@ impl Store {
                 let r = Reply::new(reply, "sweep")?;
                 Ok(SweepReply {
                     abandoned: u32::try_from(r.int(0)?).unwrap_or(0),
-                    rerun: parse_rerun(&r, 1)?,
+                    quarantined: r.strings(1),
+                    rerun: parse_rerun(&r, 2)?,
                 })
             })
             .await;
         // With `quorum` each master records the runs whose lease lapsed
         // there; reruns are not offered (the config refuses them).
         let answers = self.gather("sweep", answers)?;
+        let mut quarantined: Vec<String> =
+            answers.iter().flat_map(|a| a.quarantined.clone()).collect();
+        quarantined.sort();
+        quarantined.dedup();
         Ok(SweepReply {
             abandoned: answers.iter().map(|a| a.abandoned).max().unwrap_or(0),
+            quarantined,
             rerun: answers.into_iter().find_map(|a| a.rerun),
         })
     }

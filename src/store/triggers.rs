@@ -51,6 +51,9 @@ pub enum ManualReply {
     Busy { holder: String },
     /// This request was handled before.
     Duplicate,
+    /// The job's state hash holds a `field` that is not a number: not run
+    /// (see [`ClaimReply::Corrupt`](super::ClaimReply::Corrupt)).
+    Corrupt { field: String, value: String },
 }
 
 /// A connection of its own for blocking reads of the triggers stream.
@@ -282,6 +285,10 @@ impl Store {
                 holder: r.string_or_empty(1),
             }),
             "duplicate" => Ok(ManualReply::Duplicate),
+            "corrupt" => Ok(ManualReply::Corrupt {
+                field: r.string(1)?,
+                value: r.string_or_empty(2),
+            }),
             _ => Err(r.bad()),
         }
     }

@@ -15,6 +15,7 @@ mod embedded;
 mod embedded_processes;
 mod engine;
 mod harness;
+mod hostile;
 mod locks;
 mod metrics;
 mod operator;
