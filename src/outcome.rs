@@ -194,10 +194,13 @@ impl Tail {
         if self.limit == 0 {
             return;
         }
+        // Only the last `limit` bytes of a long line can stay.
+        let line = &line[line.len().saturating_sub(self.limit)..];
         self.bytes.extend(line);
         self.bytes.push_back(b'\n');
-        while self.bytes.len() > self.limit {
-            self.bytes.pop_front();
+        if self.bytes.len() > self.limit {
+            let excess = self.bytes.len() - self.limit;
+            self.bytes.drain(..excess);
         }
     }
 

@@ -14,6 +14,7 @@ mod daemon;
 mod embedded;
 mod embedded_processes;
 mod engine;
+mod flood;
 mod harness;
 mod hostile;
 mod locks;
