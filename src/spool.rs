@@ -57,7 +57,7 @@ impl Spool {
     }
 
     /// Every spooled outcome, oldest file name first. A file that cannot be
-    /// read or parsed is reported and left in place for an operator.
+    /// read or parsed comes with its error (see [`Spool::quarantine`]).
     pub fn pending(&self) -> Result<Vec<Spooled>, SpoolError> {
         let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)
             .map_err(at(&self.dir))?
@@ -81,6 +81,18 @@ impl Spool {
                 (path, outcome)
             })
             .collect())
+    }
+
+    /// Moves a spooled file that cannot be read (cut short by a power loss
+    /// mid-write on a file system that does not order the rename after the
+    /// data, a disk error, another writer) to `spool/quarantine/`, where it
+    /// is kept for an operator and no longer read; returns its new path.
+    pub fn quarantine(&self, path: &Path) -> Result<PathBuf, SpoolError> {
+        let dir = self.dir.join("quarantine");
+        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        let to = dir.join(path.file_name().unwrap_or_default());
+        fs::rename(path, &to).map_err(at(path))?;
+        Ok(to)
     }
 
     /// Removes a delivered outcome.

@@ -32,6 +32,7 @@ pub const LEASE_RENEWALS: &str = "cronlease_lease_renewals_total";
 pub const LOST_LEASES: &str = "cronlease_lost_leases_total";
 pub const REDIS_ERRORS: &str = "cronlease_redis_errors_total";
 pub const SPOOLED: &str = "cronlease_spooled_outcomes";
+pub const UNSPOOLED: &str = "cronlease_unspooled_outcomes";
 pub const STATE_LOSS: &str = "cronlease_state_loss_events_total";
 pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
 pub const MISSED_TICKS: &str = "cronlease_missed_ticks_total";
@@ -99,6 +100,10 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     );
     describe_counter!(REDIS_ERRORS, "Redis commands that failed.");
     describe_gauge!(SPOOLED, "Outcomes waiting in the spool for Redis.");
+    describe_gauge!(
+        UNSPOOLED,
+        "Outcomes held in memory: Redis was unreachable and the spool's disk refused them. Lost if the replica dies."
+    );
     describe_counter!(
         STATE_LOSS,
         "Redis state-loss events detected (epoch changed, high-water mark behind)."

@@ -85,7 +85,7 @@ mod tick;
 mod triggers;
 
 use claim::{ClaimEnd, claim, count_claim, record_missed};
-use courier::{count_spooled, spool_courier};
+use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
 use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
@@ -180,6 +180,9 @@ struct Ctx {
     redis_up: watch::Sender<bool>,
     /// Wakes the spool courier when an outcome was spooled or Redis is back.
     spooled: Notify,
+    /// Outcomes neither Redis nor the spool took (a full disk): the courier
+    /// retries both. Never held across an `.await`.
+    unspooled: std::sync::Mutex<Vec<Outcome>>,
     /// Wakes the heartbeat after a claim, so the runs it lists are fresh if
     /// this replica dies soon after (others sweep what it lists).
     heartbeat_now: Notify,
@@ -219,6 +222,7 @@ impl Ctx {
             claiming,
             redis_up: watch::Sender::new(true),
             spooled: Notify::new(),
+            unspooled: std::sync::Mutex::new(Vec::new()),
             heartbeat_now: Notify::new(),
             state_loss_events: AtomicU64::new(0),
             live,

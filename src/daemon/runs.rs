@@ -210,17 +210,7 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: Outcome) -> Option<Ru
             }
         }
     }
-    match ctx.spool.save(&outcome) {
-        Ok(path) => {
-            warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
-            count_spooled(ctx);
-            ctx.spooled.notify_one();
-        }
-        Err(e) => error!(
-            error = %e, outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
-            "cannot spool the outcome either; it is only in this log"
-        ),
-    }
+    spool_or_hold(ctx, outcome);
     None
 }
 
