@@ -479,7 +479,7 @@ pub(super) async fn replicas(State(dashboard): State<Arc<Dashboard>>, headers: H
                 }
             }
         }
-        h2 #timeline { "The last hour" }
+        h2 #timeline { "Runs of the last hour" }
         p { "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence." }
         (draw::timeline(&runs, &ids, status.now_ms, TIMELINE_SPAN_MS))
         (legend())
