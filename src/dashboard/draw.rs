@@ -47,9 +47,25 @@ const LABEL_WIDTH: f64 = 160.0;
 /// The most bars drawn (the newest): more would not be readable anyway.
 const MAX_BARS: usize = 4000;
 
+/// The windows the timeline zooms to, shortest first (ms).
+const TIMELINE_WINDOWS_MS: [i64; 7] = [60_000, 120_000, 300_000, 600_000, 900_000, 1_800_000, 3_600_000];
+
 /// One lane per replica, one bar per run from its start to its end (now,
-/// for a run in flight, drawn hatched), over the hour before `now_ms`.
+/// for a run in flight, drawn hatched), over the hour before `now_ms` —
+/// or over the shortest of [`TIMELINE_WINDOWS_MS`] that holds every run of
+/// that hour, so that a young cluster's runs are not slivers at the edge.
 pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, span_ms: i64) -> Markup {
+    let oldest_ms = runs
+        .iter()
+        .filter(|r| r.finished_ms >= now_ms - span_ms)
+        .map(|r| r.started_ms)
+        .min()
+        .unwrap_or(now_ms);
+    let span_ms = TIMELINE_WINDOWS_MS
+        .into_iter()
+        .find(|&w| w >= now_ms - oldest_ms)
+        .unwrap_or(span_ms)
+        .min(span_ms);
     let mut lanes: Vec<&str> = replicas.iter().map(String::as_str).collect();
     for run in runs {
         if !lanes.contains(&run.replica.as_str()) {
@@ -99,15 +115,15 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
         }
         svg.push_str("</g>");
     }
-    // The axis: five or six whole-minute marks, labelled in minutes ago.
+    // The axis: six steps, labelled in minutes (or seconds) ago.
     let axis_y = LANE_HEIGHT * lanes.len().max(1) as f64 + 14.0;
-    let minutes = (span_ms / 60_000).max(1);
-    let steps = if minutes % 6 == 0 { 6 } else { 5 };
-    for step in 0..=steps {
-        let ms = start_ms + span_ms * step / steps;
-        let label = match steps - step {
+    for step in 0..=6 {
+        let ms = start_ms + span_ms * step / 6;
+        let ago_ms = (6 - step) * span_ms / 6;
+        let label = match ago_ms {
             0 => "now".to_string(),
-            n => format!("-{} min", n * minutes / steps),
+            ms if ms % 60_000 == 0 => format!("-{} min", ms / 60_000),
+            ms => format!("-{} s", ms / 1000),
         };
         let _ = write!(
             svg,

@@ -498,9 +498,9 @@ pub(super) async fn replicas(
                 }
             }
         }
-        h2 #timeline { "The last " (minutes) " minutes" }
+        h2 #timeline { "Runs of the last " (minutes) " minutes" }
         p {
-            "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence. Show the last "
+            "One lane per replica; each run is a bar from its start to its end, coloured by its outcome (hatched: still running). Hover a bar for its job, tick and fence. The picture zooms in to the runs there are; show at most the last "
             @for m in SPANS {
                 @if m == minutes { strong { (m) } } @else { a href=(format!("/replicas?minutes={m}#timeline")) { (m) } }
                 " "

@@ -4,13 +4,15 @@
 //! `engine`, which runs replicas in process through `daemon::run` with
 //! in-process tasks. `embedded_processes` runs the library's schedulers and
 //! locks in processes of their own: this binary started again, each copy
-//! running one hidden test (`support::TestChild`).
+//! running one hidden test (`support::TestChild`). `dashboard` looks at the
+//! replicas' dashboards in a headless Chromium (`support::Browser`).
 
 mod bounds;
 mod check;
 mod cron_differential;
 mod cron_reference;
 mod daemon;
+mod dashboard;
 mod embedded;
 mod embedded_processes;
 mod engine;

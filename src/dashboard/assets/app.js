@@ -24,20 +24,32 @@
     }
   }
 
+  // Whether the visitor is filling in a form inside `live` (the login
+  // form): swapping it would wipe what they typed.
+  function typing(live) {
+    return [...live.querySelectorAll("input, textarea")].some(
+      (el) => el.type !== "hidden" && (el === document.activeElement || el.value !== el.defaultValue)
+    );
+  }
+
   // Swaps in a fresh <main>, keeping open <details> open.
   async function refresh() {
     if (document.visibilityState !== "visible") return;
     const live = document.querySelector("main[data-live]");
-    if (!live) return;
+    if (!live || typing(live)) return;
     try {
       const response = await fetch(location.href, { headers: { "X-Live": "1" }, credentials: "same-origin" });
       if (!response.ok) return;
       const page = new DOMParser().parseFromString(await response.text(), "text/html");
       const fresh = page.querySelector("main[data-live]");
-      if (!fresh) return;
+      if (!fresh || typing(live)) return;
       const open = new Set([...live.querySelectorAll("details[open]")].map((d) => d.id));
       for (const d of fresh.querySelectorAll("details")) if (open.has(d.id)) d.open = true;
       live.replaceChildren(...fresh.childNodes);
+      // The footer's Redis time too, so it says how fresh the page is.
+      const footer = document.querySelector("footer");
+      const freshFooter = page.querySelector("footer");
+      if (footer && freshFooter) footer.replaceWith(freshFooter);
       const now = Number(page.body.dataset.nowMs || 0);
       if (now > 0) document.body.dataset.nowMs = String(now);
       document.body.dataset.refreshedAt = String(Date.now());

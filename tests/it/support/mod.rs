@@ -5,7 +5,8 @@
 //! all of these together ([`Cluster`]); copies of this test binary running
 //! library code in processes of their own ([`TestChild`]); and Redis
 //! deployed other ways — TLS, Sentinel, Redis Cluster, a quorum of servers
-//! ([`Topology`]).
+//! ([`Topology`]); and a headless Chromium to look at the dashboard with
+//! ([`Browser`]).
 //!
 //! Every helper fails loudly: a missing `redis-server` or a daemon that does
 //! not come up is a panic that says what to do and shows the log, never a
@@ -15,6 +16,7 @@
 // today's tests is not dead code that clippy should reject.
 #![allow(dead_code)]
 
+mod browser;
 mod child;
 mod cluster;
 mod outcome;
@@ -27,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+pub use browser::Browser;
 pub use child::TestChild;
 
 /// Makes the process `command` starts die (SIGKILL) when the thread that
