@@ -23,6 +23,7 @@ mod locks;
 mod metrics;
 mod operator;
 mod quorum;
+mod spool;
 mod support;
 mod systemd;
 mod topology;

@@ -77,8 +77,10 @@ impl Replica {
             .unwrap_or_else(|_| binary.to_path_buf());
         let deadline = Instant::now() + WRAPPER_TIMEOUT;
         loop {
-            if let Some(pid) = descendants(self.spawned_pid())
-                .into_iter()
+            // The wrapper itself once it has exec'd the daemon (unshare,
+            // sh -c 'exec …'), or a child of it (faketime forks).
+            if let Some(pid) = std::iter::once(self.spawned_pid())
+                .chain(descendants(self.spawned_pid()))
                 .find(|&pid| runs(pid, &binary))
             {
                 return pid;
