@@ -35,6 +35,10 @@ pub struct Heartbeat {
     /// Its runs in flight.
     #[serde(default)]
     pub runs: Vec<RunInFlight>,
+    /// How it keeps each run's processes together: `cgroup` or
+    /// `process_group` (none yet: it has run no process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
 }
 
 /// A run in flight, as a heartbeat reports it.
@@ -101,6 +105,7 @@ mod tests {
             lease_ms,
             config_hash: BTreeMap::new(),
             runs: Vec::new(),
+            containment: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

@@ -11,8 +11,8 @@ use toml::Spanned;
 use super::checker::{Checker, is_name};
 use super::environment;
 use super::{
-    DEFAULT_DASHBOARD_LISTEN, DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, LogFormat,
-    RedisConfig, TokenSource,
+    ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR,
+    DaemonConfig, LogFormat, RedisConfig, TokenSource,
 };
 
 #[derive(Debug, Deserialize)]
@@ -29,6 +29,7 @@ pub(super) struct RawDaemon {
     log_format: Option<LogFormat>,
     metrics_listen: Option<Spanned<String>>,
     dashboard_listen: Option<Spanned<String>>,
+    containment: Option<ContainmentSetting>,
     dashboard_token_env: Option<Spanned<String>>,
     dashboard_token_file: Option<Spanned<String>>,
 }
@@ -47,6 +48,7 @@ impl RawDaemon {
             log_format: None,
             metrics_listen: None,
             dashboard_listen: None,
+            containment: None,
             dashboard_token_env: None,
             dashboard_token_file: None,
         }
@@ -130,6 +132,7 @@ pub(super) fn validate_daemon(
         metrics_listen,
         dashboard_listen,
         dashboard_token,
+        containment: raw.containment.unwrap_or_default(),
     })
 }
 

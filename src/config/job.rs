@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::checker::Checker;
 use super::daemon_section::MAX_GRACE;
 use super::document::Source;
-use super::{Command, Job, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
+use super::{Command, Job, Leftovers, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
 #[derive(Debug, Deserialize)]
@@ -31,6 +31,7 @@ pub(super) struct RawJob {
     retries: Option<Spanned<i64>>,
     retry_backoff: Option<Spanned<String>>,
     on_holder_lost: Option<OnHolderLost>,
+    leftovers: Option<Leftovers>,
     dst_gap: Option<Spanned<DstGap>>,
     dst_repeat: Option<Spanned<DstRepeat>>,
 }
@@ -141,6 +142,7 @@ pub(super) fn validate_job(
         retries: u32::try_from(retries).expect("retries was checked to be within 0..=100"),
         retry_backoff,
         on_holder_lost: raw.on_holder_lost.unwrap_or(OnHolderLost::Record),
+        leftovers: raw.leftovers.unwrap_or_default(),
     })
 }
 

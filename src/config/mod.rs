@@ -244,9 +244,26 @@ pub struct DaemonConfig {
     pub metrics_listen: Option<std::net::SocketAddr>,
     /// Where the dashboard is served; `None` turns it off.
     pub dashboard_listen: Option<std::net::SocketAddr>,
+    /// How runs' processes are kept together.
+    pub containment: ContainmentSetting,
     /// Where the dashboard's operator token comes from; `None` leaves the
     /// dashboard read-only.
     pub dashboard_token: Option<TokenSource>,
+}
+
+/// `[daemon] containment`: how a replica keeps each run's processes
+/// together so that none outlives the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainmentSetting {
+    /// A cgroup per run where the replica can make one, else process
+    /// groups (logged).
+    #[default]
+    Auto,
+    /// A cgroup per run, or the replica does not start.
+    Cgroup,
+    /// Process groups only (what leaves its group escapes).
+    ProcessGroup,
 }
 
 /// Where the dashboard's operator token is read from when the daemon
@@ -300,14 +317,36 @@ pub struct Job {
     pub retries: u32,
     pub retry_backoff: Duration,
     pub on_holder_lost: OnHolderLost,
+    /// What becomes of processes the command leaves behind in its cgroup
+    /// when it exits.
+    pub leftovers: Leftovers,
 }
+
+/// What a run's leftover processes get when its command exits (runs in
+/// cgroups only: without one they cannot all be found).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Leftovers {
+    /// Killed, and logged with their pids and command lines.
+    #[default]
+    Kill,
+    /// Waited for: the run ends when its cgroup is empty, or at the job's
+    /// timeout or a lost lease, which kill them.
+    Wait,
+}
+
 
 impl Job {
     /// A hash of the whole definition (FNV-1a of its debug form, so the same
     /// binary on every host computes the same value). Replicas publish it in
     /// their heartbeat; `cronlease status` names those that differ (drift).
     pub fn definition_hash(&self) -> String {
-        let text = format!("{self:?}");
+        // A setting added after the first release counts only when set, so
+        // replicas of two releases agree on the jobs that do not use it.
+        let mut text = format!("{self:?}");
+        if self.leftovers == Leftovers::default() {
+            text = text.replace(", leftovers: Kill", "");
+        }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
             hash ^= u64::from(byte);

@@ -105,6 +105,7 @@ async fn own_record(ctx: &Ctx) -> String {
         lease_ms: i64::try_from(ctx.config.daemon.lease.as_millis()).unwrap_or(i64::MAX / 8),
         config_hash,
         runs,
+        containment: ctx.containment_name().map(str::to_string),
     }
     .to_json()
 }

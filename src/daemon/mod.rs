@@ -118,6 +118,8 @@ pub enum DaemonError {
     },
     #[error("cannot use the state directory: {0}")]
     Spool(#[from] SpoolError),
+    #[error("[daemon] containment = \"cgroup\", but this replica cannot make cgroups: {0}")]
+    Containment(String),
     #[cfg(feature = "dashboard")]
     #[error(transparent)]
     DashboardToken(#[from] crate::dashboard::TokenError),
@@ -192,6 +194,10 @@ struct Ctx {
     live: LiveReplicas,
     /// Claims other replicas announced.
     announced: Announcements,
+    /// How runs' processes are kept together, found when the first
+    /// process job starts (an embedded scheduler never needs it).
+    #[cfg(feature = "process")]
+    containment: std::sync::OnceLock<crate::runner::Containment>,
 }
 
 /// What a replica's `Ctx` is made of besides its config.
@@ -227,7 +233,30 @@ impl Ctx {
             state_loss_events: AtomicU64::new(0),
             live,
             announced: Announcements::default(),
+            #[cfg(feature = "process")]
+            containment: std::sync::OnceLock::new(),
         }
+    }
+
+    /// How this replica contains its runs' processes (found once).
+    #[cfg(feature = "process")]
+    fn containment(&self) -> &crate::runner::Containment {
+        self.containment
+            .get_or_init(|| {
+                crate::runner::Containment::detect(
+                    &self.identity.replica,
+                    self.config.daemon.containment,
+                )
+            })
+    }
+
+    /// `cgroup` or `process_group` once the replica has found out (it has
+    /// process jobs), for its heartbeat.
+    fn containment_name(&self) -> Option<&'static str> {
+        #[cfg(feature = "process")]
+        return self.containment.get().map(crate::runner::Containment::as_str);
+        #[cfg(not(feature = "process"))]
+        None
     }
 
     /// This replica's place in the rendezvous order of `job`'s `tick` among
@@ -333,6 +362,15 @@ pub async fn run(
         watchdog,
     };
     let ctx = Arc::new(Ctx::new(config.clone(), parts, claiming.clone()));
+    // A replica that runs commands says at once how it contains them.
+    #[cfg(feature = "process")]
+    if ctx.config.jobs.values().any(|job| {
+        crate::runner::Process::argv(&job.command).is_some()
+            && ctx.tasks.read().is_ok_and(|tasks| tasks.registered(&job.name).is_none())
+    }) && let crate::runner::Containment::Unavailable(reason) = ctx.containment()
+    {
+        return Err(DaemonError::Containment(reason.clone()));
+    }
     measure_clock(&ctx).await;
 
     let background = TaskTracker::new();

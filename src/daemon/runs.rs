@@ -121,6 +121,8 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
         workdir: job.workdir.clone(),
         env,
         stdio: runner::StdioMode::Capture,
+        containment: ctx.containment().clone(),
+        leftovers: job.leftovers,
     }
 }
 

@@ -79,6 +79,12 @@ pub async fn run(
             ("CRONLEASE_RUN_ID".to_string(), guard.run_id.clone()),
         ],
         stdio: StdioMode::Inherit,
+        // The lock's holder: a cgroup of its own where there are cgroups.
+        containment: crate::runner::Containment::detect(
+            &format!("lock-{}", std::process::id()),
+            crate::config::ContainmentSetting::Auto,
+        ),
+        leftovers: crate::config::Leftovers::Kill,
     };
     let result = run_held(&guard, &options, &process, &shutdown).await;
     if let Err(e) = guard.release().await {

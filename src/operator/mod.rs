@@ -56,6 +56,10 @@ pub struct ReplicaStatus {
     /// ([`Heartbeat::is_alive`]).
     pub alive: bool,
     pub runs: Vec<RunInFlight>,
+    /// How it contains its runs' processes (`cgroup`, `process_group`),
+    /// once it has run a process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
     /// Per job: the hash of its definition on that replica.
     #[serde(skip)]
     pub config_hash: BTreeMap<String, String>,
@@ -148,6 +152,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         last_seen_ms: record.last_seen_ms,
         alive,
         runs: record.runs,
+        containment: record.containment,
         config_hash: record.config_hash,
     })
 }
@@ -701,6 +706,7 @@ mod tests {
             last_seen_ms: 0,
             alive: true,
             runs: Vec::new(),
+            containment: None,
             config_hash: [("j".to_string(), hash.to_string())].into(),
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];

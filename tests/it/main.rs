@@ -9,6 +9,7 @@
 
 mod bounds;
 mod check;
+mod containment;
 mod cron_differential;
 mod cron_reference;
 mod daemon;

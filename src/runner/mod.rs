@@ -21,9 +21,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::time::{Instant, sleep_until};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
-use crate::config::Command;
+use crate::config::{Command, ContainmentSetting, Leftovers};
 use crate::outcome::{Status, Tail};
 use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
@@ -44,7 +44,67 @@ const LOG_PER_SECOND: f64 = 50.0;
 /// After the command exits, how long to wait for the rest of its output.
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
-/// A job's command as a task: one process group per attempt.
+mod cgroup;
+mod tagged;
+
+pub use cgroup::Cgroups;
+use cgroup::RunCgroup;
+
+/// How long the processes of a run's cgroup may take to die once killed.
+const EMPTY_AFTER_KILL: Duration = Duration::from_secs(5);
+
+/// How a replica keeps each run's processes together, so that none
+/// outlives the run.
+#[derive(Debug, Clone)]
+pub enum Containment {
+    /// Every attempt in a cgroup of its own (see [`Cgroups`]): nothing it
+    /// starts can leave it.
+    Cgroup(std::sync::Arc<Cgroups>),
+    /// Every attempt in a process group of its own: what leaves the group
+    /// (`setsid`, a double fork, a daemonizing tool) escapes the kill.
+    ProcessGroup,
+    /// `containment = "cgroup"` and there is no cgroup to be had: every
+    /// attempt fails with this reason.
+    Unavailable(String),
+}
+
+impl Containment {
+    /// What `setting` gives on this host, logged with its reason: cgroups
+    /// where this process can make them (`auto`, `cgroup`), else process
+    /// groups (`auto`, `process_group`).
+    pub fn detect(replica: &str, setting: ContainmentSetting) -> Containment {
+        if setting == ContainmentSetting::ProcessGroup {
+            info!("runs are contained in process groups (containment = \"process_group\")");
+            return Containment::ProcessGroup;
+        }
+        match (Cgroups::detect(replica), setting) {
+            (Ok(cgroups), _) => {
+                info!(cgroup = %cgroups.base().display(), "runs are contained in cgroups: nothing a run starts outlives it");
+                Containment::Cgroup(std::sync::Arc::new(cgroups))
+            }
+            (Err(reason), ContainmentSetting::Cgroup) => {
+                error!(%reason, "containment = \"cgroup\", but this replica cannot make cgroups: no job command can run");
+                Containment::Unavailable(reason)
+            }
+            (Err(reason), _) => {
+                warn!(%reason, "runs are contained in process groups only: a process a run moves out of its group (setsid, double fork) survives it (see README, \"Runs that cannot escape\")");
+                Containment::ProcessGroup
+            }
+        }
+    }
+
+    /// The name `status` shows.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Containment::Cgroup(_) => "cgroup",
+            Containment::ProcessGroup => "process_group",
+            Containment::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+/// A job's command as a task: one process group per attempt, in a cgroup
+/// of its own where the replica has cgroups.
 #[derive(Debug, Clone)]
 pub struct Process {
     /// The program and its arguments (`argv[0]` is looked up in `PATH`);
@@ -54,6 +114,10 @@ pub struct Process {
     /// The complete extra environment: the job's `env` and `CRONLEASE_*`.
     pub env: Vec<(String, String)>,
     pub stdio: StdioMode,
+    pub containment: Containment,
+    /// What becomes of processes left in the attempt's cgroup when the
+    /// command exits.
+    pub leftovers: Leftovers,
 }
 
 impl Process {
@@ -133,28 +197,72 @@ fn build_command(spec: &Process) -> tokio::process::Command {
 async fn run_once(
     spec: &Process,
     run: &RunContext,
-    stop: StopSignal,
+    mut stop: StopSignal,
     tail: &mut Tail,
 ) -> AttemptEnd {
-    let mut child = match build_command(spec).spawn() {
-        Ok(child) => child,
-        Err(e) => {
-            let message = format!(
-                "[cronlease] cannot start {:?} in {}: {e}",
-                spec.argv,
-                spec.workdir.display()
+    let cgroup = match &spec.containment {
+        Containment::Cgroup(cgroups) => match cgroups.create(&run.run_id, run.attempt) {
+            Ok(cgroup) => Some(cgroup),
+            Err(e) => {
+                return cannot_start(run, tail, format!("[cronlease] cannot create the run's cgroup: {e}"));
+            }
+        },
+        Containment::ProcessGroup => None,
+        Containment::Unavailable(reason) => {
+            return cannot_start(
+                run,
+                tail,
+                format!("[cronlease] containment = \"cgroup\" and no cgroup can be made: {reason}"),
             );
-            warn!(job = %run.job, run_id = %run.run_id, "{message}");
-            tail.push_line(message.as_bytes());
-            return AttemptEnd::bare(Status::Failed);
         }
     };
-    let group = Group(
-        child
-            .id()
-            .and_then(|pid| i32::try_from(pid).ok())
-            .map(Pid::from_raw),
-    );
+    let mut command = build_command(spec);
+    if let Some(cgroup) = &cgroup {
+        let procs = match cgroup.procs_for_child() {
+            Ok(procs) => procs,
+            Err(e) => {
+                cgroup.remove();
+                return cannot_start(run, tail, format!("[cronlease] cannot open the run's cgroup: {e}"));
+            }
+        };
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only calls write(2) on a file opened before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                use std::io::Write as _;
+                (&procs).write_all(b"0")
+            });
+        }
+    }
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(cgroup) = &cgroup {
+                cgroup.remove();
+            }
+            return cannot_start(
+                run,
+                tail,
+                format!(
+                    "[cronlease] cannot start {:?} in {}: {e}",
+                    spec.argv,
+                    spec.workdir.display()
+                ),
+            );
+        }
+    };
+    let members = Members {
+        group: Group(
+            child
+                .id()
+                .and_then(|pid| i32::try_from(pid).ok())
+                .map(Pid::from_raw),
+        ),
+        scope: match &cgroup {
+            Some(cgroup) => Scope::Cgroup(cgroup),
+            None => Scope::Tagged(&run.run_id),
+        },
+    };
     info!(
         job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
         replica = %run.replica, pid = ?child.id(), "started"
@@ -164,11 +272,20 @@ async fn run_once(
         stderr: child.stderr.take().map(LineReader::new),
         budget: LogBudget::new(),
     };
-    let (exit, ending) = supervise(run, &mut child, group, stop, &mut output, tail).await;
-    // Whatever the command left behind in its group goes with it.
-    group.signal(Signal::SIGKILL);
+    let (exit, mut ending) = supervise(run, &mut child, members, &mut stop, &mut output, tail).await;
+    // Whatever the command left behind goes with it, or is waited for.
+    if spec.leftovers == Leftovers::Kill {
+        members.group.signal(Signal::SIGKILL);
+    }
+    if let Some(reason) = leftovers(run, members.scope, spec.leftovers, &mut stop, &mut output, tail).await {
+        ending = ending.or(Some(reason));
+    }
+    members.group.signal(Signal::SIGKILL);
     output.drain(run, tail).await;
     output.budget.report(run);
+    if let Some(cgroup) = &cgroup {
+        cgroup.remove();
+    }
     let (exit_code, signal) = match &exit {
         Ok(status) => (status.code(), status.signal()),
         Err(_) => (None, None),
@@ -194,6 +311,134 @@ async fn run_once(
     }
 }
 
+/// An attempt that could not start: `failed`, with the reason in the log
+/// and the tail.
+fn cannot_start(run: &RunContext, tail: &mut Tail, message: String) -> AttemptEnd {
+    warn!(job = %run.job, run_id = %run.run_id, "{message}");
+    tail.push_line(message.as_bytes());
+    AttemptEnd::bare(Status::Failed)
+}
+
+/// The processes the command left behind (in its cgroup, or carrying its
+/// run id) when it exited: killed (`leftovers = "kill"`, logged with their
+/// command lines) or waited for (`"wait"`, until none is left or a stop
+/// comes: timeout, lost lease, shutdown, which kills them and is
+/// returned). Either way none is left after, or the survivors are logged.
+async fn leftovers(
+    run: &RunContext,
+    cgroup: Scope<'_>,
+    policy: Leftovers,
+    stop: &mut StopSignal,
+    output: &mut Output,
+    tail: &mut Tail,
+) -> Option<Stop> {
+    let left = cgroup.members();
+    if left.is_empty() {
+        return None;
+    }
+    let described: Vec<String> = left.iter().map(|&pid| cgroup::describe(pid)).collect();
+    let mut ending = None;
+    match policy {
+        Leftovers::Kill => {
+            warn!(
+                job = %run.job, run_id = %run.run_id, processes = ?described,
+                "the command exited and left processes behind: killing them (leftovers = \"kill\")"
+            );
+            cgroup.signal(Signal::SIGKILL);
+        }
+        Leftovers::Wait => {
+            info!(
+                job = %run.job, run_id = %run.run_id, processes = ?described,
+                "the command exited; waiting for the processes it left (leftovers = \"wait\")"
+            );
+            loop {
+                tokio::select! {
+                    line = next_line(&mut output.stdout) => log_line(run, tail, "stdout", line, &mut output.stdout, &mut output.budget),
+                    line = next_line(&mut output.stderr) => log_line(run, tail, "stderr", line, &mut output.stderr, &mut output.budget),
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {
+                        if cgroup.members().is_empty() {
+                            return None;
+                        }
+                    }
+                    reason = stop.next() => {
+                        warn!(job = %run.job, run_id = %run.run_id, ?reason, "stopped while waiting for the processes the command left: killing them");
+                        ending = Some(reason);
+                        cgroup.signal(Signal::SIGKILL);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if !cgroup
+        .kill_until_empty(Instant::now() + EMPTY_AFTER_KILL)
+        .await
+    {
+        error!(
+            job = %run.job, run_id = %run.run_id, processes = ?cgroup.members(),
+            "processes the run left survive SIGKILL (uninterruptible sleep?)"
+        );
+    }
+    ending
+}
+
+/// Everything of one attempt a signal must reach: its process group, and
+/// the rest of its processes.
+#[derive(Debug, Clone, Copy)]
+struct Members<'a> {
+    group: Group,
+    scope: Scope<'a>,
+}
+
+impl Members<'_> {
+    fn signal(self, signal: Signal) {
+        self.group.signal(signal);
+        self.scope.signal(signal);
+    }
+}
+
+/// Where all of an attempt's processes are: its cgroup, or (without one)
+/// wherever its run id is in the environment.
+#[derive(Debug, Clone, Copy)]
+enum Scope<'a> {
+    Cgroup(&'a RunCgroup),
+    Tagged(&'a str),
+}
+
+impl Scope<'_> {
+    fn members(self) -> Vec<i32> {
+        match self {
+            Scope::Cgroup(cgroup) => cgroup.members(),
+            Scope::Tagged(run_id) => tagged::processes_of(run_id),
+        }
+    }
+
+    fn signal(self, signal: Signal) {
+        match self {
+            Scope::Cgroup(cgroup) => cgroup.signal(signal),
+            Scope::Tagged(run_id) => {
+                for pid in tagged::processes_of(run_id) {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(pid), signal);
+                }
+            }
+        }
+    }
+
+    /// SIGKILLs what is left until nothing is, at most until `deadline`.
+    async fn kill_until_empty(self, deadline: Instant) -> bool {
+        loop {
+            if self.members().is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            self.signal(Signal::SIGKILL);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// An attempt's process group.
 #[derive(Debug, Clone, Copy)]
 struct Group(Option<Pid>);
@@ -212,8 +457,8 @@ impl Group {
 async fn supervise(
     run: &RunContext,
     child: &mut tokio::process::Child,
-    group: Group,
-    mut stop: StopSignal,
+    group: Members<'_>,
+    stop: &mut StopSignal,
     output: &mut Output,
     tail: &mut Tail,
 ) -> (std::io::Result<ExitStatus>, Option<Stop>) {
@@ -438,6 +683,8 @@ mod tests {
             workdir: std::env::temp_dir(),
             env: vec![("GREETING".into(), "hello".into())],
             stdio: StdioMode::Capture,
+            containment: Containment::ProcessGroup,
+            leftovers: Leftovers::Kill,
         }
     }
 

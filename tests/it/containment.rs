@@ -1,0 +1,165 @@
+//! Runs that cannot escape: a job that moves a process out of its process
+//! group (`setsid`) has it killed at its timeout, at a lost lease, at
+//! shutdown and when the job's command exits (or waited for, with
+//! `leftovers = "wait"`) — in a cgroup per run, and without cgroups by the
+//! run id every process of the run inherits.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::{RedisServer, Replica, cronlease, read_outcomes, wait_until, write_config};
+
+/// A job that leaves a `sleep 60` in a session of its own, its pid in
+/// `DIR/NAME.pid`, then runs `then`.
+fn escaping(dir: &Path, name: &str, then: &str, extra: &str) -> String {
+    format!(
+        "[jobs.{name}]\nschedule = \"0 0 1 1 *\"\n\
+         shell = \"setsid sh -c 'echo $$ > {dir}/{name}.pid; exec sleep 60' & {then}\"\n{extra}\n",
+        dir = dir.display()
+    )
+}
+
+/// Whether `pid` is alive (a zombie is not).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// The pid the job's escaped process wrote.
+fn escaped_pid(dir: &Path, name: &str) -> i32 {
+    wait_until(
+        Duration::from_secs(30),
+        &format!("{name}'s escaped process"),
+        || {
+            std::fs::read_to_string(dir.join(format!("{name}.pid")))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        },
+    )
+}
+
+fn outcome_status(redis: &RedisServer, job: &str) -> String {
+    let mut conn = redis.client();
+    wait_until(Duration::from_secs(30), &format!("{job}'s outcome"), || {
+        read_outcomes(&mut conn, "cl", job)
+            .last()
+            .map(|o| o.status().to_string())
+    })
+}
+
+fn trigger(config: &str, job: &str) {
+    cronlease(["trigger", job, "--config", config]).expect_code(0);
+}
+
+fn nothing_escapes(mode: &str) {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let pids = tempfile::tempdir().unwrap();
+    let jobs = [
+        escaping(pids.path(), "timeout", "sleep 30", "timeout = \"2s\""),
+        escaping(pids.path(), "exits", "sleep 0.3", ""),
+        escaping(pids.path(), "lease", "sleep 30", ""),
+        escaping(pids.path(), "shutdown", "sleep 30", ""),
+        "[jobs.waits]\nschedule = \"0 0 1 1 *\"\nleftovers = \"wait\"\n\
+         shell = \"setsid sh -c 'sleep 1; echo late-words' & echo main-done\"\n"
+            .to_string(),
+    ]
+    .concat();
+    let config = write_config(
+        dir.path(),
+        &redis.url(),
+        &format!(
+            "metrics_listen = \"\"\ndashboard_listen = \"\"\nreplica_id = \"a\"\ncontainment = \"{mode}\""
+        ),
+        &jobs,
+    );
+    let config_arg = config.to_string_lossy().to_string();
+    let mut replica = Replica::start(&config, "a");
+    replica.wait_for_log("ready", Duration::from_secs(30));
+    let status = cronlease(["status", "--json", "--config", &config_arg]).expect_code(0);
+    let report: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
+    assert_eq!(
+        report["replicas"][0]["containment"],
+        mode,
+        "{}",
+        status.describe()
+    );
+
+    // At the timeout.
+    trigger(&config_arg, "timeout");
+    let pid = escaped_pid(pids.path(), "timeout");
+    assert_eq!(outcome_status(&redis, "timeout"), "timeout");
+    wait_until(
+        Duration::from_secs(10),
+        "the escaped process killed at the timeout",
+        || (!alive(pid)).then_some(()),
+    );
+
+    // When the command exits, leaving it behind.
+    trigger(&config_arg, "exits");
+    let pid = escaped_pid(pids.path(), "exits");
+    assert_eq!(outcome_status(&redis, "exits"), "ok");
+    wait_until(Duration::from_secs(10), "the leftover killed", || {
+        (!alive(pid)).then_some(())
+    });
+    replica.wait_for_log(
+        "left processes behind: killing them",
+        Duration::from_secs(10),
+    );
+
+    // Waited for, with leftovers = "wait": the run ends when it does, and
+    // its output is the run's.
+    trigger(&config_arg, "waits");
+    assert_eq!(outcome_status(&redis, "waits"), "ok");
+    let mut conn = redis.client();
+    let output = read_outcomes(&mut conn, "cl", "waits")
+        .last()
+        .and_then(|o| o.field("output").map(str::to_string))
+        .unwrap_or_default();
+    assert!(
+        output.contains("main-done") && output.contains("late-words"),
+        "{output:?}"
+    );
+
+    // At a lost lease (Redis silent past the 2 s lease).
+    trigger(&config_arg, "lease");
+    let pid = escaped_pid(pids.path(), "lease");
+    redis.pause_clients(4_000);
+    wait_until(
+        Duration::from_secs(10),
+        "the escaped process killed at the lost lease",
+        || (!alive(pid)).then_some(()),
+    );
+    assert_eq!(outcome_status(&redis, "lease"), "lost_lease");
+
+    // At shutdown (after the 5 s shutdown grace).
+    trigger(&config_arg, "shutdown");
+    let pid = escaped_pid(pids.path(), "shutdown");
+    replica.sigterm();
+    replica
+        .wait_exit(Duration::from_secs(30))
+        .expect("the replica stops");
+    wait_until(
+        Duration::from_secs(10),
+        "the escaped process killed at shutdown",
+        || (!alive(pid)).then_some(()),
+    );
+    assert_eq!(outcome_status(&redis, "shutdown"), "interrupted");
+    let log = replica.log();
+    assert!(!log.contains("survive SIGKILL"), "{log}");
+}
+
+#[test]
+fn nothing_a_run_starts_outlives_it_in_a_cgroup() {
+    nothing_escapes("cgroup");
+}
+
+#[test]
+fn nothing_a_run_starts_outlives_it_without_cgroups() {
+    nothing_escapes("process_group");
+}
