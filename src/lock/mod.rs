@@ -3,8 +3,8 @@
 //! them in [`command`].
 //!
 //! A lock is the keys of the pseudo-job `lock:NAME`, with a fence like any
-//! claim. Its holder's lease is renewed by a watchdog every lease/3 while
-//! the guard lives; [`LockGuard::lost`] resolves when the lease can no
+//! claim. Its holder's lease is renewed every lease/3 while the guard
+//! lives, by the cluster's one [`keeper`] task; [`LockGuard::lost`] resolves when the lease can no
 //! longer be proven (a renewal says it is gone, or none got through before
 //! the local deadline). Release compares the holder's token, so only the
 //! holder can release, and wakes the waiters through pub/sub. A waiter
@@ -14,19 +14,19 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{Keys, LockReply, Store, StoreError};
+use crate::store::{LockReply, Store, StoreError};
 use crate::task::{self, Stop};
-use crate::watchdog::{self, LeaseHold};
 
 #[cfg(feature = "cli")]
 pub mod command;
+pub(crate) mod keeper;
+
+use keeper::{HoldId, Keeper, NewHold};
 
 /// Why a lock could not be acquired, released or read.
 ///
@@ -109,6 +109,8 @@ impl From<StoreError> for LockError {
 #[derive(Clone)]
 pub struct LockBuilder {
     store: Store,
+    /// Renews the leases of the guards (the cluster's one task).
+    keeper: Keeper,
     name: String,
     /// Who re-enters; None: every acquisition is a new holder.
     owner: Option<String>,
@@ -119,10 +121,18 @@ pub struct LockBuilder {
 
 impl LockBuilder {
     /// The lock `name` in `store`, with a 30 s lease, held by `holder` on
-    /// `host` until [`LockBuilder::holder`] says otherwise.
-    pub(crate) fn new(store: Store, name: &str, holder: &str, host: &str) -> LockBuilder {
+    /// `host` until [`LockBuilder::holder`] says otherwise; `keeper` renews
+    /// its guards' leases.
+    pub(crate) fn new(
+        store: Store,
+        keeper: Keeper,
+        name: &str,
+        holder: &str,
+        host: &str,
+    ) -> LockBuilder {
         LockBuilder {
             store,
+            keeper,
             name: name.to_string(),
             owner: None,
             lease: Duration::from_secs(30),
@@ -340,33 +350,27 @@ impl LockBuilder {
         }
     }
 
-    /// The guard of a lock just acquired, its lease under a watchdog.
+    /// The guard of a lock just acquired, its lease under the keeper.
     fn hold(&self, run_id: String, fence: u64, lease_key: String, sent: Instant) -> LockGuard {
-        let service = CancellationToken::new();
-        let (watchdog, watchdog_task) =
-            watchdog::new(self.store.clone(), self.lease, service.clone());
-        let (stop_tx, stop_rx) = watch::channel(None);
-        watchdog.send(watchdog::Command::Hold(LeaseHold {
-            job: Keys::lock_job(&self.name),
-            run_id: run_id.clone(),
-            tick_ms: 0,
-            fence,
+        let (stop, _) = watch::channel(None);
+        let hold = self.keeper.hold(NewHold {
+            name: &self.name,
+            run_id: &run_id,
             lease_key,
-            replica: self.holder.clone(),
+            lease: self.lease,
             valid_from: sent,
-            stop: stop_tx,
-        }));
+            stop: stop.clone(),
+        });
         tracing::info!(lock = %self.name, fence, %run_id, "lock acquired");
         LockGuard {
             store: self.store.clone(),
+            keeper: self.keeper.clone(),
+            hold,
             name: self.name.clone(),
             holder: self.holder.clone(),
             run_id,
             fence,
-            watchdog,
-            service,
-            watchdog_task: Some(tokio::spawn(watchdog_task)),
-            stop: stop_rx,
+            stop,
         }
     }
 }
@@ -397,8 +401,9 @@ enum Wait {
 
 /// A held lock, until [`LockGuard::release`].
 ///
-/// A task on the tokio runtime renews its lease every third of it.
-/// Dropping the guard stops the renewals
+/// The cluster's lock keeper (one task on the tokio runtime for all its
+/// locks) renews its lease every third of it. Dropping the guard stops the
+/// renewals
 /// without releasing: the lock stays taken until its lease lapses. Work
 /// done under the lock should carry [`LockGuard::fence`] and stop when
 /// [`LockGuard::lost`] resolves.
@@ -416,14 +421,16 @@ enum Wait {
 /// ```
 pub struct LockGuard {
     store: Store,
+    keeper: Keeper,
+    /// This acquisition in the keeper's table.
+    hold: HoldId,
     name: String,
     holder: String,
     run_id: String,
     fence: u64,
-    watchdog: watchdog::Handle,
-    service: CancellationToken,
-    watchdog_task: Option<JoinHandle<()>>,
-    stop: watch::Receiver<Option<Stop>>,
+    /// Says when to stop: the keeper sends [`Stop::LostLease`] on it
+    /// (`cronlease lock` also [`Stop::Shutdown`]).
+    stop: watch::Sender<Option<Stop>>,
 }
 
 impl LockGuard {
@@ -475,7 +482,10 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        task::first_stop(&mut self.stop.clone(), |reason| reason == Stop::LostLease).await;
+        task::first_stop(&mut self.stop.subscribe(), |reason| {
+            reason == Stop::LostLease
+        })
+        .await;
     }
 
     /// Stops the renewals and releases this hold: `Ok(true)` if the lock
@@ -494,8 +504,8 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn release(mut self) -> Result<bool, LockError> {
-        self.stop_renewing().await;
+    pub async fn release(self) -> Result<bool, LockError> {
+        self.keeper.forget(self.hold);
         let released = self.store.lock_release(&self.name, &self.run_id).await?;
         if released {
             tracing::info!(lock = %self.name, "lock released");
@@ -505,24 +515,11 @@ impl LockGuard {
         Ok(released)
     }
 
-    /// Ends the renewals and waits until the watchdog has let go.
-    async fn stop_renewing(&mut self) {
-        let (done_tx, done_rx) = oneshot::channel();
-        self.watchdog.send(watchdog::Command::Release {
-            run_id: self.run_id.clone(),
-            done: done_tx,
-        });
-        let _ = done_rx.await;
-        self.service.cancel();
-        if let Some(task) = self.watchdog_task.take() {
-            let _ = task.await;
-        }
-    }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.service.cancel();
+        self.keeper.forget(self.hold);
     }
 }
 

@@ -174,6 +174,60 @@ fn lost_fires_when_the_lease_is_gone() {
 }
 
 #[test]
+fn one_keeper_renews_every_held_lock_and_reports_each_loss_alone() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let take = |name: &'static str, lease_ms: u64| {
+            let a = a.clone();
+            async move {
+                a.lock(name)
+                    .lease(Duration::from_millis(lease_ms))
+                    .try_acquire()
+                    .await
+                    .expect("Redis answers")
+                    .expect("the lock is free")
+            }
+        };
+        // Two leases, renewed by the cluster's one keeper at their own pace.
+        let (short, long) = (take("short", 1000).await, take("long", 1500).await);
+        let either_lost = || async {
+            tokio::select! {
+                () = short.lost() => "short",
+                () = long.lost() => "long",
+            }
+        };
+        let lost = tokio::time::timeout(Duration::from_secs(3), either_lost()).await;
+        assert!(lost.is_err(), "{lost:?} lost while both were renewed");
+        let pttl = |name: &str| {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(format!("{PREFIX}:{{lock:{name}}}:lease"))
+                .query(&mut redis.client())
+                .expect("PTTL");
+            ttl
+        };
+        // Three seconds on, past both leases: still there.
+        assert!(pttl("short") > 0 && pttl("long") > 0);
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{PREFIX}:{{lock:short}}:lease"))
+            .query(&mut redis.client())
+            .expect("DEL");
+        tokio::time::timeout(Duration::from_secs(3), short.lost())
+            .await
+            .expect("lost() fired for the lock whose lease was deleted");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), long.lost())
+                .await
+                .is_err(),
+            "the other lock was reported lost too"
+        );
+        assert!(pttl("long") > 0, "the other lock is still renewed");
+        assert!(!short.release().await.expect("Redis answers"));
+        assert!(long.release().await.expect("Redis answers"));
+    });
+}
+
+#[test]
 fn a_quorum_lock_holds_with_a_majority_and_is_refused_clearly_without_one() {
     let mut servers = [
         RedisServer::start(),
