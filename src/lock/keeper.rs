@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::store::{Keys, Renewal, Store};
+use crate::store::{LockRenewal, Store};
 use crate::task::Stop;
 use crate::telemetry;
 
@@ -65,10 +65,9 @@ struct Table {
 
 /// One acquisition the keeper renews.
 struct Held {
-    /// The lock's pseudo-job (`lock:NAME`), for the renewal and the log.
-    job: String,
+    /// The lock's name.
+    name: String,
     run_id: String,
-    lease_key: String,
     lease: Duration,
     next_renewal: Instant,
     /// The hold is lost at this instant unless a renewal succeeds first.
@@ -80,7 +79,6 @@ struct Held {
 pub(crate) struct NewHold<'a> {
     pub name: &'a str,
     pub run_id: &'a str,
-    pub lease_key: String,
     pub lease: Duration,
     /// When the acquisition was sent: the lease is valid for at least
     /// `lease` from then.
@@ -113,9 +111,8 @@ impl Keeper {
         let period = hold.lease / 3;
         let next_renewal = hold.valid_from + period;
         let held = Held {
-            job: Keys::lock_job(hold.name),
+            name: hold.name.to_string(),
             run_id: hold.run_id.to_string(),
-            lease_key: hold.lease_key,
             lease: hold.lease,
             next_renewal,
             deadline: hold.valid_from + hold.lease - hold.lease / MARGIN_DIVISOR,
@@ -196,20 +193,19 @@ fn expire(table: &mut Table, now: Instant) {
             return true;
         }
         tracing::error!(
-            lock = %h.job, run_id = %h.run_id,
+            lock = %h.name, run_id = %h.run_id,
             "lock lease could not be renewed before its deadline; it is lost"
         );
-        metrics::counter!(telemetry::LOST_LEASES, "job" => h.job.clone()).increment(1);
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.name)).increment(1);
         h.stop.send_replace(Some(Stop::LostLease));
         false
     });
 }
 
-/// A hold to renew now, and its lease.
+/// A hold to renew now.
 struct Due {
     id: u64,
-    renewal: Renewal,
-    lease: Duration,
+    renewal: LockRenewal,
 }
 
 /// The holds to renew now: none unless one is due, and then also those
@@ -225,47 +221,42 @@ fn due_renewals(table: &Table, now: Instant) -> Vec<Due> {
         .filter(|(_, h)| h.next_renewal <= now + h.lease / 6)
         .map(|(&id, h)| Due {
             id,
-            renewal: Renewal {
-                job: h.job.clone(),
+            renewal: LockRenewal {
+                name: h.name.clone(),
                 run_id: h.run_id.clone(),
-                lease_key: h.lease_key.clone(),
+                lease: h.lease,
             },
-            lease: h.lease,
         })
         .collect()
 }
 
-/// Renews `due` (one pipeline per distinct lease) and records what came
-/// back: a renewed hold's next renewal and deadline move on, a hold whose
-/// lease is no longer ours is stopped, and after an error the hold is
-/// retried sooner than its period.
-async fn renew(shared: &Shared, mut due: Vec<Due>) {
-    due.sort_by_key(|d| d.lease);
-    for batch in due.chunk_by(|a, b| a.lease == b.lease) {
-        let lease = batch[0].lease;
-        let sent = Instant::now();
-        let renewals: Vec<Renewal> = batch.iter().map(|d| d.renewal.clone()).collect();
-        let answer = shared.store.renew(&renewals, lease).await;
-        let mut table = shared.table();
-        match answer {
-            Ok(ours) => {
-                for (d, ours) in batch.iter().zip(ours) {
-                    record_renewal(&mut table, d.id, sent, ours);
-                }
+/// Renews `due` in one pipeline and records what came back: a renewed
+/// hold's next renewal and deadline move on, a hold whose lease is no
+/// longer ours is stopped, and after an error each hold is retried sooner
+/// than its period.
+async fn renew(shared: &Shared, due: Vec<Due>) {
+    let sent = Instant::now();
+    let renewals: Vec<LockRenewal> = due.iter().map(|d| d.renewal.clone()).collect();
+    let answer = shared.store.lock_renew(&renewals).await;
+    let mut table = shared.table();
+    match answer {
+        Ok(ours) => {
+            for (d, ours) in due.iter().zip(ours) {
+                record_renewal(&mut table, d.id, sent, ours);
             }
-            Err(error) => {
-                metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "error")
-                    .increment(batch.len() as u64);
-                metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
-                let retry = Instant::now() + (lease / 6).min(Duration::from_secs(1));
-                for d in batch {
-                    if let Some(h) = table.holds.get_mut(&d.id) {
-                        tracing::warn!(
-                            lock = %h.job, run_id = %h.run_id, %error,
-                            "cannot renew the lock's lease; retrying"
-                        );
-                        h.next_renewal = retry;
-                    }
+        }
+        Err(error) => {
+            metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "error")
+                .increment(due.len() as u64);
+            metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
+            let now = Instant::now();
+            for d in &due {
+                if let Some(h) = table.holds.get_mut(&d.id) {
+                    tracing::warn!(
+                        lock = %h.name, run_id = %h.run_id, %error,
+                        "cannot renew the lock's lease; retrying"
+                    );
+                    h.next_renewal = now + (h.lease / 6).min(Duration::from_secs(1));
                 }
             }
         }
@@ -283,8 +274,8 @@ fn record_renewal(table: &mut Table, id: u64, sent: Instant, ours: bool) {
         }
     } else if let Some(h) = table.holds.remove(&id) {
         metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
-        metrics::counter!(telemetry::LOST_LEASES, "job" => h.job.clone()).increment(1);
-        tracing::error!(lock = %h.job, run_id = %h.run_id, "the lock's lease is no longer ours");
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.name)).increment(1);
+        tracing::error!(lock = %h.name, run_id = %h.run_id, "the lock's lease is no longer ours");
         h.stop.send_replace(Some(Stop::LostLease));
     }
 }

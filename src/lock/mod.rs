@@ -19,7 +19,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{LockReply, Store, StoreError};
+use crate::store::{LockReply, Reentry, Store, StoreError};
 use crate::task::{self, Stop};
 
 #[cfg(feature = "cli")]
@@ -296,24 +296,28 @@ impl LockBuilder {
 
     async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
         self.check()?;
-        let run_id = match &self.owner {
-            Some(owner) => format!("owner:{owner}"),
-            None => uuid::Uuid::new_v4().to_string(),
+        let (run_id, reentry) = match &self.owner {
+            Some(owner) => (format!("owner:{owner}"), Reentry::Owner),
+            None => (uuid::Uuid::new_v4().to_string(), Reentry::Once),
         };
         let mut waiter = None;
         loop {
             let sent = Instant::now();
             let reply = self
                 .store
-                .lock_acquire(&self.name, &run_id, self.lease, &self.holder, &self.host)
+                .lock_acquire(
+                    &self.name,
+                    &run_id,
+                    reentry,
+                    self.lease,
+                    &self.holder,
+                    &self.host,
+                )
                 .await?;
             let (holder, ttl_ms) = match reply {
-                LockReply::Acquired { fence, lease_key }
-                | LockReply::Reentered {
-                    fence, lease_key, ..
-                } => {
+                LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => {
                     return Ok(Acquisition::Acquired(
-                        self.hold(run_id, fence, lease_key, sent),
+                        self.hold(run_id, reentry, fence, sent),
                     ));
                 }
                 LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
@@ -351,12 +355,11 @@ impl LockBuilder {
     }
 
     /// The guard of a lock just acquired, its lease under the keeper.
-    fn hold(&self, run_id: String, fence: u64, lease_key: String, sent: Instant) -> LockGuard {
+    fn hold(&self, run_id: String, reentry: Reentry, fence: u64, sent: Instant) -> LockGuard {
         let (stop, _) = watch::channel(None);
         let hold = self.keeper.hold(NewHold {
             name: &self.name,
             run_id: &run_id,
-            lease_key,
             lease: self.lease,
             valid_from: sent,
             stop: stop.clone(),
@@ -369,6 +372,7 @@ impl LockBuilder {
             name: self.name.clone(),
             holder: self.holder.clone(),
             run_id,
+            reentry,
             fence,
             stop,
         }
@@ -427,6 +431,7 @@ pub struct LockGuard {
     name: String,
     holder: String,
     run_id: String,
+    reentry: Reentry,
     fence: u64,
     /// Says when to stop: the keeper sends [`Stop::LostLease`] on it
     /// (`cronlease lock` also [`Stop::Shutdown`]).
@@ -506,7 +511,10 @@ impl LockGuard {
     /// ```
     pub async fn release(self) -> Result<bool, LockError> {
         self.keeper.forget(self.hold);
-        let released = self.store.lock_release(&self.name, &self.run_id).await?;
+        let released = self
+            .store
+            .lock_release(&self.name, &self.run_id, self.reentry)
+            .await?;
         if released {
             tracing::info!(lock = %self.name, "lock released");
         } else {

@@ -65,7 +65,7 @@ fn one_holder_at_a_time_with_rising_fences() {
 }
 
 #[test]
-fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
+fn a_vanished_holder_is_replaced_by_the_next_acquisition() {
     let redis = RedisServer::start();
     runtime().block_on(async {
         let (a, b) = (cluster(&redis).await, cluster(&redis).await);
@@ -78,7 +78,8 @@ fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
             .await
             .expect("Redis answers")
             .expect("the lock is free");
-        // Dropped without a release: the renewals stop, the entry stays
+        let vanished_fence = vanished.fence();
+        // Dropped without a release: the renewals stop, the record stays
         // until the lease lapses and someone takes the lock.
         drop(vanished);
         let next = b
@@ -88,18 +89,30 @@ fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
             .await
             .expect("Redis answers")
             .expect("the lease lapses");
-        let running: Vec<String> = redis::cmd("HKEYS")
-            .arg(format!("{PREFIX}:{{lock:report}}:running"))
-            .query(&mut redis.client())
-            .expect("HKEYS");
-        assert_eq!(running.len(), 1, "only the new holder runs: {running:?}");
+        assert!(next.fence() > vanished_fence);
         let info = b
             .lock("report")
             .info()
             .await
             .expect("Redis answers")
             .expect("held");
-        assert_eq!((info.holder.as_str(), info.fence), ("b", next.fence()));
+        assert_eq!(
+            (info.holder.as_str(), info.fence, info.holds),
+            ("b", next.fence(), 1)
+        );
+        // A lock is its lease and its state; nothing of it in `running`.
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{PREFIX}:{{lock:report}}:*"))
+            .query(&mut redis.client())
+            .expect("KEYS");
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                format!("{PREFIX}:{{lock:report}}:lease"),
+                format!("{PREFIX}:{{lock:report}}:state")
+            ]
+        );
         next.release().await.expect("Redis answers");
     });
 }
