@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::store::{LockRenewal, Store};
+use crate::store::{LockKeys, LockRenewal, Store};
 use crate::task::Stop;
 use crate::telemetry;
 
@@ -65,8 +65,8 @@ struct Table {
 
 /// One acquisition the keeper renews.
 struct Held {
-    /// The lock's name.
-    name: String,
+    /// The lock's name and keys.
+    lock: Arc<LockKeys>,
     run_id: String,
     lease: Duration,
     next_renewal: Instant,
@@ -77,7 +77,7 @@ struct Held {
 
 /// A lock just acquired, for [`Keeper::hold`].
 pub(crate) struct NewHold<'a> {
-    pub name: &'a str,
+    pub lock: Arc<LockKeys>,
     pub run_id: &'a str,
     pub lease: Duration,
     /// When the acquisition was sent: the lease is valid for at least
@@ -111,7 +111,7 @@ impl Keeper {
         let period = hold.lease / 3;
         let next_renewal = hold.valid_from + period;
         let held = Held {
-            name: hold.name.to_string(),
+            lock: hold.lock,
             run_id: hold.run_id.to_string(),
             lease: hold.lease,
             next_renewal,
@@ -193,10 +193,10 @@ fn expire(table: &mut Table, now: Instant) {
             return true;
         }
         tracing::error!(
-            lock = %h.name, run_id = %h.run_id,
+            lock = %h.lock.name(), run_id = %h.run_id,
             "lock lease could not be renewed before its deadline; it is lost"
         );
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.name)).increment(1);
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.lock.name())).increment(1);
         h.stop.send_replace(Some(Stop::LostLease));
         false
     });
@@ -222,7 +222,7 @@ fn due_renewals(table: &Table, now: Instant) -> Vec<Due> {
         .map(|(&id, h)| Due {
             id,
             renewal: LockRenewal {
-                name: h.name.clone(),
+                keys: h.lock.clone(),
                 run_id: h.run_id.clone(),
                 lease: h.lease,
             },
@@ -253,7 +253,7 @@ async fn renew(shared: &Shared, due: Vec<Due>) {
             for d in &due {
                 if let Some(h) = table.holds.get_mut(&d.id) {
                     tracing::warn!(
-                        lock = %h.name, run_id = %h.run_id, %error,
+                        lock = %h.lock.name(), run_id = %h.run_id, %error,
                         "cannot renew the lock's lease; retrying"
                     );
                     h.next_renewal = now + (h.lease / 6).min(Duration::from_secs(1));
@@ -274,8 +274,8 @@ fn record_renewal(table: &mut Table, id: u64, sent: Instant, ours: bool) {
         }
     } else if let Some(h) = table.holds.remove(&id) {
         metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.name)).increment(1);
-        tracing::error!(lock = %h.name, run_id = %h.run_id, "the lock's lease is no longer ours");
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.lock.name())).increment(1);
+        tracing::error!(lock = %h.lock.name(), run_id = %h.run_id, "the lock's lease is no longer ours");
         h.stop.send_replace(Some(Stop::LostLease));
     }
 }

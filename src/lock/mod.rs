@@ -11,6 +11,8 @@
 //! sleeps until a release is published or the holder's lease would lapse
 //! (a holder that died publishes nothing), never polling.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -19,7 +21,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{LockReply, Reentry, Store, StoreError};
+use crate::store::{LockKeys, LockReply, Reentry, Store, StoreError};
 use crate::task::{self, Stop};
 
 #[cfg(feature = "cli")]
@@ -298,15 +300,16 @@ impl LockBuilder {
         self.check()?;
         let (run_id, reentry) = match &self.owner {
             Some(owner) => (format!("owner:{owner}"), Reentry::Owner),
-            None => (uuid::Uuid::new_v4().to_string(), Reentry::Once),
+            None => (fresh_run_id(), Reentry::Once),
         };
+        let lock = Arc::new(self.store.lock_keys(&self.name));
         let mut waiter = None;
         loop {
             let sent = Instant::now();
             let reply = self
                 .store
                 .lock_acquire(
-                    &self.name,
+                    &lock,
                     &run_id,
                     reentry,
                     self.lease,
@@ -317,7 +320,7 @@ impl LockBuilder {
             let (holder, ttl_ms) = match reply {
                 LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => {
                     return Ok(Acquisition::Acquired(
-                        self.hold(run_id, reentry, fence, sent),
+                        self.hold(lock, run_id, reentry, fence, sent),
                     ));
                 }
                 LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
@@ -355,10 +358,17 @@ impl LockBuilder {
     }
 
     /// The guard of a lock just acquired, its lease under the keeper.
-    fn hold(&self, run_id: String, reentry: Reentry, fence: u64, sent: Instant) -> LockGuard {
+    fn hold(
+        &self,
+        lock: Arc<LockKeys>,
+        run_id: String,
+        reentry: Reentry,
+        fence: u64,
+        sent: Instant,
+    ) -> LockGuard {
         let (stop, _) = watch::channel(None);
         let hold = self.keeper.hold(NewHold {
-            name: &self.name,
+            lock: lock.clone(),
             run_id: &run_id,
             lease: self.lease,
             valid_from: sent,
@@ -369,7 +379,7 @@ impl LockBuilder {
             store: self.store.clone(),
             keeper: self.keeper.clone(),
             hold,
-            name: self.name.clone(),
+            lock,
             holder: self.holder.clone(),
             run_id,
             reentry,
@@ -377,6 +387,20 @@ impl LockBuilder {
             stop,
         }
     }
+}
+
+/// A fresh run id for an acquisition without an owner, without a system
+/// call: a UUID v4 whose random bits are drawn once per process, with a
+/// counter of acquisitions XORed into its low 56 bits. Two acquisitions of
+/// one process never share it, and two processes only if their random
+/// bits happened to match (a 1 in 2^66 chance for any two).
+fn fresh_run_id() -> String {
+    static BASE: OnceLock<u128> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| uuid::Uuid::new_v4().as_u128());
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed) & ((1 << 56) - 1);
+    // The version and variant bits lie above bit 56, untouched.
+    uuid::Uuid::from_u128(base ^ u128::from(count)).to_string()
 }
 
 /// How an acquisition ended.
@@ -428,7 +452,8 @@ pub struct LockGuard {
     keeper: Keeper,
     /// This acquisition in the keeper's table.
     hold: HoldId,
-    name: String,
+    /// The lock's name and keys.
+    lock: Arc<LockKeys>,
     holder: String,
     run_id: String,
     reentry: Reentry,
@@ -466,7 +491,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.lock.name()
     }
 
     /// Resolves when the lease can no longer be proven: a renewal found it
@@ -513,12 +538,12 @@ impl LockGuard {
         self.keeper.forget(self.hold);
         let released = self
             .store
-            .lock_release(&self.name, &self.run_id, self.reentry)
+            .lock_release(&self.lock, &self.run_id, self.reentry)
             .await?;
         if released {
-            tracing::info!(lock = %self.name, "lock released");
+            tracing::info!(lock = %self.name(), "lock released");
         } else {
-            tracing::warn!(lock = %self.name, "the lock was no longer ours to release");
+            tracing::warn!(lock = %self.name(), "the lock was no longer ours to release");
         }
         Ok(released)
     }
@@ -546,7 +571,7 @@ impl std::fmt::Debug for LockBuilder {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("holder", &self.holder)
             .field("fence", &self.fence)
             .field("run_id", &self.run_id)

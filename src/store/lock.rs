@@ -4,6 +4,7 @@
 //! `lease` (the holder's run id, with the lease as its TTL) and its
 //! `state` (the fence and the holder's record, see `lock_acquire.lua`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::time::Instant;
@@ -93,15 +94,42 @@ impl Reentry {
     }
 }
 
+/// The names of one lock and its keys, made once per acquisition and
+/// shared by its renewals and release.
+#[derive(Debug)]
+pub struct LockKeys {
+    name: String,
+    state: String,
+    lease: String,
+    channel: String,
+}
+
+impl LockKeys {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
 /// One held lock's renewal, as the lock keeper sends it.
 #[derive(Debug, Clone)]
 pub struct LockRenewal {
-    pub name: String,
+    pub keys: Arc<LockKeys>,
     pub run_id: String,
     pub lease: Duration,
 }
 
 impl Store {
+    /// The key names of lock `name`.
+    pub fn lock_keys(&self, name: &str) -> LockKeys {
+        LockKeys {
+            name: name.to_string(),
+            state: self.keys.lock_key(name, "state"),
+            lease: self.keys.lock_key(name, "lease"),
+            channel: self.keys.lock_channel(name),
+        }
+    }
+
     /// Tries to take lock `name`. With `quorum`, the lock holds only if a
     /// majority of the masters granted it while its lease still had time
     /// left (RedLock's rule, the claim's rule): the fence is then raised
@@ -109,7 +137,7 @@ impl Store {
     /// where they landed.
     pub async fn lock_acquire(
         &self,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
         reentry: Reentry,
         lease: Duration,
@@ -120,7 +148,7 @@ impl Store {
         let replies = self
             .on_all_until_majority(
                 |conn| async move {
-                    self.lock_acquire_on(conn, name, run_id, lease, holder, host)
+                    self.lock_acquire_on(conn, lock, run_id, lease, holder, host)
                         .await
                 },
                 |reply| reply.granted().is_some(),
@@ -132,14 +160,14 @@ impl Store {
                 .next()
                 .unwrap_or_else(|| Err(unanswered()));
         }
-        self.lock_quorum(name, run_id, reentry, lease, sent, replies)
+        self.lock_quorum(lock, run_id, reentry, lease, sent, replies)
             .await
     }
 
     /// The majority's verdict on a quorum lock's grants.
     async fn lock_quorum(
         &self,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
         reentry: Reentry,
         lease: Duration,
@@ -152,13 +180,13 @@ impl Store {
             .collect();
         if granted.len() >= self.majority() && lease_still_valid(lease, sent) {
             let fence = granted.iter().copied().max().unwrap_or(0);
-            let raised = self.raise_fence(&Keys::lock_job(name), fence).await;
+            let raised = self.raise_fence(&Keys::lock_job(&lock.name), fence).await;
             if raised.is_ok() && lease_still_valid(lease, sent) {
                 return Ok(LockReply::Acquired { fence });
             }
         }
         // Undo the grants where they landed, so the lock is free again.
-        let _ = self.lock_release(name, run_id, reentry).await;
+        let _ = self.lock_release(lock, run_id, reentry).await;
         let held: Vec<(&str, i64)> = replies
             .iter()
             .filter_map(|r| match r {
@@ -178,7 +206,8 @@ impl Store {
             what: "lock",
             reachable: answered >= self.majority(),
             detail: format!(
-                "lock {name:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
+                "lock {:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
+                lock.name,
                 granted.len(),
                 self.nodes.len(),
                 answered,
@@ -203,18 +232,17 @@ impl Store {
     async fn lock_acquire_on(
         &self,
         mut conn: Conn,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
         lease: Duration,
         holder: &str,
         host: &str,
     ) -> Result<LockReply, StoreError> {
-        let job = Keys::lock_job(name);
         let reply: Value = self
             .scripts
             .lock_acquire
-            .key(self.keys.state(&job))
-            .key(self.keys.lease(&job))
+            .key(&lock.state)
+            .key(&lock.lease)
             .arg(run_id)
             .arg(duration_ms(lease))
             .arg(holder)
@@ -242,14 +270,11 @@ impl Store {
     /// frees it and wakes the waiters. False if it was no longer ours.
     pub async fn lock_release(
         &self,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
         reentry: Reentry,
     ) -> Result<bool, StoreError> {
-        let job = Keys::lock_job(name);
-        let (lease, state) = (self.keys.lease(&job), self.keys.state(&job));
-        let channel = self.keys.lock_channel(name);
-        let (lease, state, channel) = (&lease, &state, &channel);
+        let (lease, state, channel) = (&lock.lease, &lock.state, &lock.channel);
         let answers = self
             .on_all(|mut conn| async move {
                 let released: i64 = self
@@ -298,12 +323,11 @@ impl Store {
         let build = || {
             let mut pipe = redis::pipe();
             for renewal in renewals {
-                let job = Keys::lock_job(&renewal.name);
                 pipe.cmd("EVALSHA")
                     .arg(self.scripts.lock_renew.get_hash())
                     .arg(2)
-                    .arg(self.keys.lease(&job))
-                    .arg(self.keys.state(&job))
+                    .arg(&renewal.keys.lease)
+                    .arg(&renewal.keys.state)
                     .arg(&renewal.run_id)
                     .arg(duration_ms(renewal.lease))
                     .arg(idle_ms);

@@ -37,7 +37,7 @@ pub use run::{
 };
 
 pub use keys::Keys;
-pub use lock::{LockHolder, LockRenewal, LockReply, Reentry};
+pub use lock::{LockHolder, LockKeys, LockRenewal, LockReply, Reentry};
 pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");

@@ -321,6 +321,7 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
         .expect("HSET");
     let fences = runtime().block_on(async {
         let store = store(&server).await;
+        let lock = store.lock_keys("nightly");
         let mut fences = Vec::new();
         for round in 0..4 {
             // Rounds 0 and 1: one acquisition. Rounds 2 and 3: a busy lock,
@@ -330,14 +331,7 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
             for i in 0..acquisitions {
                 let run_id = format!("{round}-{i}");
                 let reply = store
-                    .lock_acquire(
-                        "nightly",
-                        &run_id,
-                        Reentry::Once,
-                        LEASE,
-                        "test",
-                        "localhost",
-                    )
+                    .lock_acquire(&lock, &run_id, Reentry::Once, LEASE, "test", "localhost")
                     .await
                     .expect("lock");
                 let LockReply::Acquired { fence } = reply else {
@@ -346,7 +340,7 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
                 fences.push(fence);
                 assert!(
                     store
-                        .lock_release("nightly", &run_id, Reentry::Once)
+                        .lock_release(&lock, &run_id, Reentry::Once)
                         .await
                         .expect("release")
                 );
