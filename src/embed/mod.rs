@@ -56,6 +56,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
+use crate::lock::keeper::Keeper;
 use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
 use crate::daemon::{self, DaemonError, Reload, World};
 use crate::outcome::{Status, Tail};
@@ -325,6 +326,9 @@ fn duration(d: Duration) -> toml::Value {
 pub struct Cluster {
     redis: toml::Table,
     store: Store,
+    /// Renews the leases of every lock taken through this cluster (and
+    /// its clones): one task for all of them.
+    keeper: Keeper,
     /// This process as a lock holder (`<host>-<pid>`), and its host.
     holder: String,
     host: String,
@@ -351,6 +355,7 @@ impl Cluster {
         let identity = crate::daemon::Identity::new(None);
         Ok(Cluster {
             redis: settings.table,
+            keeper: Keeper::new(store.clone()),
             store,
             holder: format!("{}-{}", identity.host, identity.pid),
             host: identity.host,
@@ -373,7 +378,13 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> crate::lock::LockBuilder {
-        crate::lock::LockBuilder::new(self.store.clone(), name, &self.holder, &self.host)
+        crate::lock::LockBuilder::new(
+            self.store.clone(),
+            self.keeper.clone(),
+            name,
+            &self.holder,
+            &self.host,
+        )
     }
 
     /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].

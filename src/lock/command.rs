@@ -7,13 +7,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::keeper::Keeper;
 use super::{Acquisition, LockBuilder, LockError, LockGuard, Wait};
 use crate::exit::Exit;
 use crate::outcome::Status;
 use crate::runner::{Process, StdioMode};
 use crate::store::{Keys, Store};
 use crate::task::{self, Attempts, RunContext, RunResult, Stop};
-use crate::watchdog;
 
 /// Why `cronlease lock` could not run its command.
 #[derive(Debug, thiserror::Error)]
@@ -50,8 +50,15 @@ pub async fn run(
 ) -> Result<Exit, CommandError> {
     // Read before the lock is taken: an error then leaves nothing held.
     let workdir = std::env::current_dir().map_err(CommandError::Workdir)?;
-    let builder =
-        LockBuilder::new(store, &options.name, &options.holder, &options.host).lease(options.lease);
+    let keeper = Keeper::new(store.clone());
+    let builder = LockBuilder::new(
+        store,
+        keeper,
+        &options.name,
+        &options.holder,
+        &options.host,
+    )
+    .lease(options.lease);
     let wait = match options.wait {
         None => Wait::No,
         Some(wait) => Wait::Until(Instant::now() + wait),
@@ -130,12 +137,12 @@ async fn run_held(
         retry_backoff: Duration::ZERO,
         output_tail_bytes: 0,
     };
-    let run = task::execute(process, context, once, guard.stop.clone());
+    let run = task::execute(process, context, once, guard.stop.subscribe());
     tokio::pin!(run);
     tokio::select! {
         result = &mut run => result,
         () = shutdown.cancelled() => {
-            guard.watchdog.send(watchdog::Command::StopAll(Stop::Shutdown));
+            guard.stop.send_replace(Some(Stop::Shutdown));
             run.await
         }
     }

@@ -3,30 +3,32 @@
 //! them in [`command`].
 //!
 //! A lock is the keys of the pseudo-job `lock:NAME`, with a fence like any
-//! claim. Its holder's lease is renewed by a watchdog every lease/3 while
-//! the guard lives; [`LockGuard::lost`] resolves when the lease can no
+//! claim. Its holder's lease is renewed every lease/3 while the guard
+//! lives, by the cluster's one [`keeper`] task; [`LockGuard::lost`] resolves when the lease can no
 //! longer be proven (a renewal says it is gone, or none got through before
 //! the local deadline). Release compares the holder's token, so only the
 //! holder can release, and wakes the waiters through pub/sub. A waiter
 //! sleeps until a release is published or the holder's lease would lapse
 //! (a holder that died publishes nothing), never polling.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::{oneshot, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
-use tokio_util::sync::CancellationToken;
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{Keys, LockReply, Store, StoreError};
+use crate::store::{LockKeys, LockReply, Reentry, Store, StoreError};
 use crate::task::{self, Stop};
-use crate::watchdog::{self, LeaseHold};
 
 #[cfg(feature = "cli")]
 pub mod command;
+pub(crate) mod keeper;
+
+use keeper::{HoldId, Keeper, NewHold};
 
 /// Why a lock could not be acquired, released or read.
 ///
@@ -109,6 +111,8 @@ impl From<StoreError> for LockError {
 #[derive(Clone)]
 pub struct LockBuilder {
     store: Store,
+    /// Renews the leases of the guards (the cluster's one task).
+    keeper: Keeper,
     name: String,
     /// Who re-enters; None: every acquisition is a new holder.
     owner: Option<String>,
@@ -119,10 +123,18 @@ pub struct LockBuilder {
 
 impl LockBuilder {
     /// The lock `name` in `store`, with a 30 s lease, held by `holder` on
-    /// `host` until [`LockBuilder::holder`] says otherwise.
-    pub(crate) fn new(store: Store, name: &str, holder: &str, host: &str) -> LockBuilder {
+    /// `host` until [`LockBuilder::holder`] says otherwise; `keeper` renews
+    /// its guards' leases.
+    pub(crate) fn new(
+        store: Store,
+        keeper: Keeper,
+        name: &str,
+        holder: &str,
+        host: &str,
+    ) -> LockBuilder {
         LockBuilder {
             store,
+            keeper,
             name: name.to_string(),
             owner: None,
             lease: Duration::from_secs(30),
@@ -286,24 +298,29 @@ impl LockBuilder {
 
     async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
         self.check()?;
-        let run_id = match &self.owner {
-            Some(owner) => format!("owner:{owner}"),
-            None => uuid::Uuid::new_v4().to_string(),
+        let (run_id, reentry) = match &self.owner {
+            Some(owner) => (format!("owner:{owner}"), Reentry::Owner),
+            None => (fresh_run_id(), Reentry::Once),
         };
+        let lock = Arc::new(self.store.lock_keys(&self.name));
         let mut waiter = None;
         loop {
             let sent = Instant::now();
             let reply = self
                 .store
-                .lock_acquire(&self.name, &run_id, self.lease, &self.holder, &self.host)
+                .lock_acquire(
+                    &lock,
+                    &run_id,
+                    reentry,
+                    self.lease,
+                    &self.holder,
+                    &self.host,
+                )
                 .await?;
             let (holder, ttl_ms) = match reply {
-                LockReply::Acquired { fence, lease_key }
-                | LockReply::Reentered {
-                    fence, lease_key, ..
-                } => {
+                LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => {
                     return Ok(Acquisition::Acquired(
-                        self.hold(run_id, fence, lease_key, sent),
+                        self.hold(lock, run_id, reentry, fence, sent),
                     ));
                 }
                 LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
@@ -340,35 +357,50 @@ impl LockBuilder {
         }
     }
 
-    /// The guard of a lock just acquired, its lease under a watchdog.
-    fn hold(&self, run_id: String, fence: u64, lease_key: String, sent: Instant) -> LockGuard {
-        let service = CancellationToken::new();
-        let (watchdog, watchdog_task) =
-            watchdog::new(self.store.clone(), self.lease, service.clone());
-        let (stop_tx, stop_rx) = watch::channel(None);
-        watchdog.send(watchdog::Command::Hold(LeaseHold {
-            job: Keys::lock_job(&self.name),
-            run_id: run_id.clone(),
-            tick_ms: 0,
-            fence,
-            lease_key,
-            replica: self.holder.clone(),
+    /// The guard of a lock just acquired, its lease under the keeper.
+    fn hold(
+        &self,
+        lock: Arc<LockKeys>,
+        run_id: String,
+        reentry: Reentry,
+        fence: u64,
+        sent: Instant,
+    ) -> LockGuard {
+        let (stop, _) = watch::channel(None);
+        let hold = self.keeper.hold(NewHold {
+            lock: lock.clone(),
+            run_id: &run_id,
+            lease: self.lease,
             valid_from: sent,
-            stop: stop_tx,
-        }));
+            stop: stop.clone(),
+        });
         tracing::info!(lock = %self.name, fence, %run_id, "lock acquired");
         LockGuard {
             store: self.store.clone(),
-            name: self.name.clone(),
+            keeper: self.keeper.clone(),
+            hold,
+            lock,
             holder: self.holder.clone(),
             run_id,
+            reentry,
             fence,
-            watchdog,
-            service,
-            watchdog_task: Some(tokio::spawn(watchdog_task)),
-            stop: stop_rx,
+            stop,
         }
     }
+}
+
+/// A fresh run id for an acquisition without an owner, without a system
+/// call: a UUID v4 whose random bits are drawn once per process, with a
+/// counter of acquisitions XORed into its low 56 bits. Two acquisitions of
+/// one process never share it, and two processes only if their random
+/// bits happened to match (a 1 in 2^66 chance for any two).
+fn fresh_run_id() -> String {
+    static BASE: OnceLock<u128> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let base = *BASE.get_or_init(|| uuid::Uuid::new_v4().as_u128());
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed) & ((1 << 56) - 1);
+    // The version and variant bits lie above bit 56, untouched.
+    uuid::Uuid::from_u128(base ^ u128::from(count)).to_string()
 }
 
 /// How an acquisition ended.
@@ -397,8 +429,9 @@ enum Wait {
 
 /// A held lock, until [`LockGuard::release`].
 ///
-/// A task on the tokio runtime renews its lease every third of it.
-/// Dropping the guard stops the renewals
+/// The cluster's lock keeper (one task on the tokio runtime for all its
+/// locks) renews its lease every third of it. Dropping the guard stops the
+/// renewals
 /// without releasing: the lock stays taken until its lease lapses. Work
 /// done under the lock should carry [`LockGuard::fence`] and stop when
 /// [`LockGuard::lost`] resolves.
@@ -416,14 +449,18 @@ enum Wait {
 /// ```
 pub struct LockGuard {
     store: Store,
-    name: String,
+    keeper: Keeper,
+    /// This acquisition in the keeper's table.
+    hold: HoldId,
+    /// The lock's name and keys.
+    lock: Arc<LockKeys>,
     holder: String,
     run_id: String,
+    reentry: Reentry,
     fence: u64,
-    watchdog: watchdog::Handle,
-    service: CancellationToken,
-    watchdog_task: Option<JoinHandle<()>>,
-    stop: watch::Receiver<Option<Stop>>,
+    /// Says when to stop: the keeper sends [`Stop::LostLease`] on it
+    /// (`cronlease lock` also [`Stop::Shutdown`]).
+    stop: watch::Sender<Option<Stop>>,
 }
 
 impl LockGuard {
@@ -454,7 +491,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        &self.name
+        self.lock.name()
     }
 
     /// Resolves when the lease can no longer be proven: a renewal found it
@@ -475,7 +512,10 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        task::first_stop(&mut self.stop.clone(), |reason| reason == Stop::LostLease).await;
+        task::first_stop(&mut self.stop.subscribe(), |reason| {
+            reason == Stop::LostLease
+        })
+        .await;
     }
 
     /// Stops the renewals and releases this hold: `Ok(true)` if the lock
@@ -494,35 +534,25 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn release(mut self) -> Result<bool, LockError> {
-        self.stop_renewing().await;
-        let released = self.store.lock_release(&self.name, &self.run_id).await?;
+    pub async fn release(self) -> Result<bool, LockError> {
+        self.keeper.forget(self.hold);
+        let released = self
+            .store
+            .lock_release(&self.lock, &self.run_id, self.reentry)
+            .await?;
         if released {
-            tracing::info!(lock = %self.name, "lock released");
+            tracing::info!(lock = %self.name(), "lock released");
         } else {
-            tracing::warn!(lock = %self.name, "the lock was no longer ours to release");
+            tracing::warn!(lock = %self.name(), "the lock was no longer ours to release");
         }
         Ok(released)
     }
 
-    /// Ends the renewals and waits until the watchdog has let go.
-    async fn stop_renewing(&mut self) {
-        let (done_tx, done_rx) = oneshot::channel();
-        self.watchdog.send(watchdog::Command::Release {
-            run_id: self.run_id.clone(),
-            done: done_tx,
-        });
-        let _ = done_rx.await;
-        self.service.cancel();
-        if let Some(task) = self.watchdog_task.take() {
-            let _ = task.await;
-        }
-    }
 }
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.service.cancel();
+        self.keeper.forget(self.hold);
     }
 }
 
@@ -541,7 +571,7 @@ impl std::fmt::Debug for LockBuilder {
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
-            .field("name", &self.name)
+            .field("name", &self.name())
             .field("holder", &self.holder)
             .field("fence", &self.fence)
             .field("run_id", &self.run_id)

@@ -120,6 +120,12 @@ impl Keys {
 
     /// Pub/sub channel on which a lock's release is announced.
     pub fn lock_channel(&self, name: &str) -> String {
-        format!("{}:{{lock:{name}}}:released", self.prefix)
+        self.lock_key(name, "released")
+    }
+
+    /// Key `part` of lock NAME: [`Keys::state`] and the like of its
+    /// pseudo-job [`Keys::lock_job`], made in one step.
+    pub fn lock_key(&self, name: &str, part: &str) -> String {
+        format!("{}:{{lock:{name}}}:{part}", self.prefix)
     }
 }

@@ -1,7 +1,10 @@
-//! The cluster locks of `cronlease lock NAME`: acquire and release scripts
-//! (a lock is the pseudo-job `lock:NAME`), and the release channel waiters
-//! sleep on.
+//! The cluster locks of `cronlease lock NAME` and the library: acquire,
+//! renew and release scripts, the release channel waiters sleep on, and
+//! who holds a lock. A lock is two keys of the pseudo-job `lock:NAME`: its
+//! `lease` (the holder's run id, with the lease as its TTL) and its
+//! `state` (the fence and the holder's record, see `lock_acquire.lua`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::time::Instant;
@@ -50,35 +53,84 @@ pub struct LockHolder {
 pub enum LockReply {
     Acquired {
         fence: u64,
-        lease_key: String,
     },
     /// Its holder asked again with the same run id (an owner): one more
     /// hold, the same fence.
     Reentered {
         fence: u64,
-        lease_key: String,
         holds: u32,
     },
     Held {
+        /// The holder's run id.
         holder: String,
         ttl_ms: i64,
     },
 }
 
 impl LockReply {
-    /// The fence and lease key of a grant (acquired or re-entered).
-    pub fn granted(&self) -> Option<(u64, &str)> {
+    /// The fence of a grant (acquired or re-entered).
+    pub fn granted(&self) -> Option<u64> {
         match self {
-            LockReply::Acquired { fence, lease_key }
-            | LockReply::Reentered {
-                fence, lease_key, ..
-            } => Some((*fence, lease_key)),
+            LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => Some(*fence),
             LockReply::Held { .. } => None,
         }
     }
 }
 
+/// Whether a run id can hold a lock more than once: an owner's
+/// ([`LockBuilder::owner`](crate::LockBuilder::owner)) re-enters and
+/// counts its holds, any other run id is fresh for each acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reentry {
+    Owner,
+    Once,
+}
+
+impl Reentry {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Reentry::Owner => "owner",
+            Reentry::Once => "once",
+        }
+    }
+}
+
+/// The names of one lock and its keys, made once per acquisition and
+/// shared by its renewals and release.
+#[derive(Debug)]
+pub struct LockKeys {
+    name: String,
+    state: String,
+    lease: String,
+    channel: String,
+}
+
+impl LockKeys {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// One held lock's renewal, as the lock keeper sends it.
+#[derive(Debug, Clone)]
+pub struct LockRenewal {
+    pub keys: Arc<LockKeys>,
+    pub run_id: String,
+    pub lease: Duration,
+}
+
 impl Store {
+    /// The key names of lock `name`.
+    pub fn lock_keys(&self, name: &str) -> LockKeys {
+        LockKeys {
+            name: name.to_string(),
+            state: self.keys.lock_key(name, "state"),
+            lease: self.keys.lock_key(name, "lease"),
+            channel: self.keys.lock_channel(name),
+        }
+    }
+
     /// Tries to take lock `name`. With `quorum`, the lock holds only if a
     /// majority of the masters granted it while its lease still had time
     /// left (RedLock's rule, the claim's rule): the fence is then raised
@@ -86,8 +138,9 @@ impl Store {
     /// where they landed.
     pub async fn lock_acquire(
         &self,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
+        reentry: Reentry,
         lease: Duration,
         holder: &str,
         host: &str,
@@ -96,7 +149,7 @@ impl Store {
         let replies = self
             .on_all_until_majority(
                 |conn| async move {
-                    self.lock_acquire_on(conn, name, run_id, lease, holder, host)
+                    self.lock_acquire_on(conn, lock, run_id, lease, holder, host)
                         .await
                 },
                 |reply| reply.granted().is_some(),
@@ -108,32 +161,33 @@ impl Store {
                 .next()
                 .unwrap_or_else(|| Err(unanswered()));
         }
-        self.lock_quorum(name, run_id, lease, sent, replies).await
+        self.lock_quorum(lock, run_id, reentry, lease, sent, replies)
+            .await
     }
 
     /// The majority's verdict on a quorum lock's grants.
     async fn lock_quorum(
         &self,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
+        reentry: Reentry,
         lease: Duration,
         sent: Instant,
         replies: Vec<Result<LockReply, StoreError>>,
     ) -> Result<LockReply, StoreError> {
-        let granted: Vec<(u64, &str)> = replies
+        let granted: Vec<u64> = replies
             .iter()
             .filter_map(|r| r.as_ref().ok()?.granted())
             .collect();
         if granted.len() >= self.majority() && lease_still_valid(lease, sent) {
-            let fence = granted.iter().map(|(f, _)| *f).max().unwrap_or(0);
-            let lease_key = granted[0].1.to_string();
-            let raised = self.raise_fence(&Keys::lock_job(name), fence).await;
+            let fence = granted.iter().copied().max().unwrap_or(0);
+            let raised = self.raise_fence(&Keys::lock_job(&lock.name), fence).await;
             if raised.is_ok() && lease_still_valid(lease, sent) {
-                return Ok(LockReply::Acquired { fence, lease_key });
+                return Ok(LockReply::Acquired { fence });
             }
         }
         // Undo the grants where they landed, so the lock is free again.
-        let _ = self.lock_release(name, run_id).await;
+        let _ = self.lock_release(lock, run_id, reentry).await;
         let held: Vec<(&str, i64)> = replies
             .iter()
             .filter_map(|r| match r {
@@ -153,7 +207,8 @@ impl Store {
             what: "lock",
             reachable: answered >= self.majority(),
             detail: format!(
-                "lock {name:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
+                "lock {:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
+                lock.name,
                 granted.len(),
                 self.nodes.len(),
                 answered,
@@ -178,37 +233,30 @@ impl Store {
     async fn lock_acquire_on(
         &self,
         mut conn: Conn,
-        name: &str,
+        lock: &LockKeys,
         run_id: &str,
         lease: Duration,
         holder: &str,
         host: &str,
     ) -> Result<LockReply, StoreError> {
-        let job = Keys::lock_job(name);
         let reply: Value = self
             .scripts
             .lock_acquire
-            .key(self.keys.state(&job))
-            .key(self.keys.running(&job))
-            .key(self.keys.lease(&job))
+            .key(&lock.state)
+            .key(&lock.lease)
             .arg(run_id)
             .arg(duration_ms(lease))
             .arg(holder)
             .arg(host)
             .arg(duration_ms(LOCK_IDLE_TTL))
-            .arg(duration_ms(LOCK_IDLE_TTL + lease))
             .invoke_async(&mut conn)
             .await?;
         let r = Reply::new(reply, "lock")?;
         match r.string(0)?.as_str() {
-            "acquired" => Ok(LockReply::Acquired {
-                fence: r.fence(1)?,
-                lease_key: r.string(2)?,
-            }),
+            "acquired" => Ok(LockReply::Acquired { fence: r.fence(1)? }),
             "reentered" => Ok(LockReply::Reentered {
                 fence: r.fence(1)?,
-                lease_key: r.string(2)?,
-                holds: u32::try_from(r.int(3)?).map_err(|_| r.bad())?,
+                holds: u32::try_from(r.int(2)?).map_err(|_| r.bad())?,
             }),
             "held" => Ok(LockReply::Held {
                 holder: r.string_or_empty(1),
@@ -221,21 +269,23 @@ impl Store {
     /// Releases one hold of lock `name` if `run_id` holds it (with
     /// `quorum`: on every master, counting with a majority); the last hold
     /// frees it and wakes the waiters. False if it was no longer ours.
-    pub async fn lock_release(&self, name: &str, run_id: &str) -> Result<bool, StoreError> {
-        let job = Keys::lock_job(name);
-        let (running, lease) = (self.keys.running(&job), self.keys.lease(&job));
-        let (state, channel) = (self.keys.state(&job), self.keys.lock_channel(name));
-        let (running, lease, state, channel) = (&running, &lease, &state, &channel);
+    pub async fn lock_release(
+        &self,
+        lock: &LockKeys,
+        run_id: &str,
+        reentry: Reentry,
+    ) -> Result<bool, StoreError> {
+        let (lease, state, channel) = (&lock.lease, &lock.state, &lock.channel);
         let answers = self
             .on_all(|mut conn| async move {
                 let released: i64 = self
                     .scripts
                     .lock_release
-                    .key(running)
                     .key(lease)
                     .key(state)
                     .arg(run_id)
                     .arg(channel)
+                    .arg(reentry.as_arg())
                     .invoke_async(&mut conn)
                     .await?;
                 // 1: freed; 2: one hold of a re-entered lock released.
@@ -263,48 +313,102 @@ impl Store {
         Err(last.map_or_else(unanswered, StoreError::from))
     }
 
-    /// Who holds lock `name` now; None when it is free. An entry that does
-    /// not parse is an error that names it.
+    /// Renews every lock in `renewals` in one pipeline (with `quorum`: on
+    /// every master, counting with a majority); `true` where the lease was
+    /// still ours and now runs a whole lease again.
+    pub async fn lock_renew(&self, renewals: &[LockRenewal]) -> Result<Vec<bool>, StoreError> {
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let idle_ms = duration_ms(LOCK_IDLE_TTL);
+        let build = || {
+            let mut pipe = redis::pipe();
+            for renewal in renewals {
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.lock_renew.get_hash())
+                    .arg(2)
+                    .arg(&renewal.keys.lease)
+                    .arg(&renewal.keys.state)
+                    .arg(&renewal.run_id)
+                    .arg(duration_ms(renewal.lease))
+                    .arg(idle_ms);
+            }
+            pipe
+        };
+        let build = &build;
+        let answers = self
+            .on_all(|conn| async move {
+                let replies = self
+                    .query_with_script(conn, &self.scripts.lock_renew, build)
+                    .await?;
+                Ok(replies
+                    .iter()
+                    .map(|r| as_int(r) == Some(1))
+                    .collect::<Vec<bool>>())
+            })
+            .await;
+        let answers = self.gather("lock renew", answers)?;
+        Ok((0..renewals.len())
+            .map(|i| {
+                answers
+                    .iter()
+                    .filter(|held| held.get(i) == Some(&true))
+                    .count()
+                    >= self.majority()
+            })
+            .collect())
+    }
+
+    /// Who holds lock `name` now; None when it is free. A holder's record
+    /// that does not parse, or is not the lease holder's, is an error that
+    /// names it.
     pub async fn lock_holder(&self, name: &str) -> Result<Option<LockHolder>, StoreError> {
         let job = Keys::lock_job(name);
-        // One round trip: the lease's run id, what is left of it, the hold
-        // count and the runs in flight (a lock has one at most).
+        // One round trip: the lease's run id, what is left of it, and the
+        // holder's record in the state.
         let mut pipe = redis::pipe();
         pipe.cmd("GET")
             .arg(self.keys.lease(&job))
             .cmd("PTTL")
             .arg(self.keys.lease(&job))
-            .cmd("HGET")
+            .cmd("HMGET")
             .arg(self.keys.state(&job))
-            .arg("holds")
-            .cmd("HGETALL")
-            .arg(self.keys.running(&job));
+            .arg(&[
+                "run_id", "holder", "host", "fence", "since_s", "since_us", "holds",
+            ]);
         let pipe = &pipe;
-        type Read = (Option<String>, i64, Option<u32>, Vec<(String, String)>);
-        let (run_id, ttl_ms, holds, running): Read = self
+        type Record = [Option<String>; 7];
+        let (run_id, ttl_ms, record): (Option<String>, i64, Record) = self
             .read(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await?;
         let Some(run_id) = run_id else {
             return Ok(None);
         };
-        let entry = running
-            .into_iter()
-            .find_map(|(id, entry)| (id == run_id).then_some(entry));
         let bad = |detail: &str| StoreError::Protocol {
             what: "lock holder",
             reply: format!("lock {name:?}, run {run_id}: {detail}"),
         };
-        let entry = entry.ok_or_else(|| bad("the lease has no entry in `running`"))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&entry).map_err(|e| bad(&format!("{e}: {entry}")))?;
-        let text = |field: &str| value[field].as_str().unwrap_or_default().to_string();
+        let [holder_run, holder, host, fence, since_s, since_us, holds] = record;
+        if holder_run.as_deref() != Some(run_id.as_str()) {
+            return Err(bad(
+                "the lock's state has no record of this holder (taken by an older cronlease, which kept it in `running`?)",
+            ));
+        }
+        let number = |field: &str, value: Option<String>| -> Result<i64, StoreError> {
+            let value = value.unwrap_or_default();
+            value
+                .parse()
+                .map_err(|_| bad(&format!("{field} is {value:?}, not a number")))
+        };
+        let fence = u64::try_from(number("fence", fence)?).map_err(|_| bad("a negative fence"))?;
+        let since_ms = number("since_s", since_s)? * 1000 + number("since_us", since_us)? / 1000;
         Ok(Some(LockHolder {
-            holder: text("replica"),
-            host: text("host"),
-            fence: value["fence"].as_u64().ok_or_else(|| bad("no fence"))?,
-            since_ms: value["started"].as_i64().unwrap_or(0),
+            holder: holder.unwrap_or_default(),
+            host: host.unwrap_or_default(),
+            fence,
+            since_ms,
             ttl_ms: ttl_ms.max(0),
-            holds: holds.unwrap_or(1),
+            holds: u32::try_from(number("holds", holds)?).map_err(|_| bad("negative holds"))?,
         }))
     }
 }

@@ -39,7 +39,7 @@ pub use run::{
 };
 
 pub use keys::Keys;
-pub use lock::{LockHolder, LockReply};
+pub use lock::{LockHolder, LockKeys, LockRenewal, LockReply, Reentry};
 pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
@@ -52,6 +52,7 @@ struct Scripts {
     manual: Script,
     lock_acquire: Script,
     lock_release: Script,
+    lock_renew: Script,
     forget_replica: Script,
     pause: Script,
     missed: Script,
@@ -70,6 +71,7 @@ impl Scripts {
             manual: script(include_str!("../lua/manual.lua")),
             lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
             lock_release: Script::new(include_str!("../lua/lock_release.lua")),
+            lock_renew: Script::new(include_str!("../lua/lock_renew.lua")),
             forget_replica: Script::new(include_str!("../lua/forget_replica.lua")),
             pause: Script::new(include_str!("../lua/pause.lua")),
             missed: script(include_str!("../lua/missed.lua")),

@@ -12,8 +12,8 @@ use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockReply, Recorded, Store, WhenBusy,
-    dedup_entries,
+    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockReply, Recorded, Reentry, Store,
+    WhenBusy, dedup_entries,
 };
 
 use crate::support::{
@@ -305,24 +305,46 @@ fn a_replica_silent_for_a_day_is_forgotten_with_its_trigger_consumer() {
 fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
     let server = RedisServer::start();
     let state = format!("{PREFIX}:{{lock:nightly}}:state");
+    let forget = || {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&state)
+            .query(&mut server.client())
+            .expect("DEL");
+    };
+    // A fence an older cronlease handed out: its restart rule began from
+    // the Redis time in ms, and a busy lock ran ahead of it.
+    let _: i64 = redis::cmd("HSET")
+        .arg(&state)
+        .arg("fence")
+        .arg(now_ms() + 1_000_000_000)
+        .query(&mut server.client())
+        .expect("HSET");
     let fences = runtime().block_on(async {
         let store = store(&server).await;
+        let lock = store.lock_keys("nightly");
         let mut fences = Vec::new();
-        for run_id in ["a", "b"] {
-            let reply = store
-                .lock_acquire("nightly", run_id, LEASE, "test", "localhost")
-                .await
-                .expect("lock");
-            let LockReply::Acquired { fence, .. } = reply else {
-                panic!("a free lock: expected acquired, got {reply:?}");
-            };
-            fences.push(fence);
-            assert!(
-                store
-                    .lock_release("nightly", run_id)
+        for round in 0..4 {
+            // Rounds 0 and 1: one acquisition. Rounds 2 and 3: a busy lock,
+            // 300 acquisitions in a few ms (more than one a ms: the fence
+            // runs ahead of the time in ms, not of the time in µs).
+            let acquisitions = if round < 2 { 1 } else { 300 };
+            for i in 0..acquisitions {
+                let run_id = format!("{round}-{i}");
+                let reply = store
+                    .lock_acquire(&lock, &run_id, Reentry::Once, LEASE, "test", "localhost")
                     .await
-                    .expect("release")
-            );
+                    .expect("lock");
+                let LockReply::Acquired { fence } = reply else {
+                    panic!("a free lock: expected acquired, got {reply:?}");
+                };
+                fences.push(fence);
+                assert!(
+                    store
+                        .lock_release(&lock, &run_id, Reentry::Once)
+                        .await
+                        .expect("release")
+                );
+            }
             // The keys expire 30 days after the last acquisition.
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(&state)
@@ -332,18 +354,21 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
                 ttl > 29 * 24 * 3_600_000,
                 "the lock state expires in {ttl} ms"
             );
-            // Simulate those 30 days passing (and time moving on: a
-            // forgotten lock's fence starts from the Redis time in ms).
-            let _: i64 = redis::cmd("DEL")
-                .arg(&state)
-                .query(&mut server.client())
-                .expect("DEL");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Simulate those 30 days passing.
+            forget();
         }
         fences
     });
     assert!(
-        fences[1] > fences[0] && fences[0] as i64 > now_ms() - 60_000,
-        "fences {fences:?}: a forgotten lock's fence starts from Redis time, above the last"
+        fences.windows(2).all(|pair| pair[1] > pair[0]),
+        "fences {fences:?}: each above the last, across forgotten keys"
+    );
+    // After the first expiry, a forgotten lock's fence starts from the
+    // Redis time in µs.
+    let now_us = now_ms() * 1000;
+    assert!(
+        (now_us - 60_000_000..now_us).contains(&(fences[1] as i64)),
+        "fence {} after the keys expired",
+        fences[1]
     );
 }

@@ -65,7 +65,7 @@ fn one_holder_at_a_time_with_rising_fences() {
 }
 
 #[test]
-fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
+fn a_vanished_holder_is_replaced_by_the_next_acquisition() {
     let redis = RedisServer::start();
     runtime().block_on(async {
         let (a, b) = (cluster(&redis).await, cluster(&redis).await);
@@ -78,7 +78,8 @@ fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
             .await
             .expect("Redis answers")
             .expect("the lock is free");
-        // Dropped without a release: the renewals stop, the entry stays
+        let vanished_fence = vanished.fence();
+        // Dropped without a release: the renewals stop, the record stays
         // until the lease lapses and someone takes the lock.
         drop(vanished);
         let next = b
@@ -88,18 +89,30 @@ fn a_vanished_holders_entry_is_dropped_by_the_next_acquisition() {
             .await
             .expect("Redis answers")
             .expect("the lease lapses");
-        let running: Vec<String> = redis::cmd("HKEYS")
-            .arg(format!("{PREFIX}:{{lock:report}}:running"))
-            .query(&mut redis.client())
-            .expect("HKEYS");
-        assert_eq!(running.len(), 1, "only the new holder runs: {running:?}");
+        assert!(next.fence() > vanished_fence);
         let info = b
             .lock("report")
             .info()
             .await
             .expect("Redis answers")
             .expect("held");
-        assert_eq!((info.holder.as_str(), info.fence), ("b", next.fence()));
+        assert_eq!(
+            (info.holder.as_str(), info.fence, info.holds),
+            ("b", next.fence(), 1)
+        );
+        // A lock is its lease and its state; nothing of it in `running`.
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{PREFIX}:{{lock:report}}:*"))
+            .query(&mut redis.client())
+            .expect("KEYS");
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                format!("{PREFIX}:{{lock:report}}:lease"),
+                format!("{PREFIX}:{{lock:report}}:state")
+            ]
+        );
         next.release().await.expect("Redis answers");
     });
 }
@@ -170,6 +183,60 @@ fn lost_fires_when_the_lease_is_gone() {
             !guard.release().await.expect("Redis answers"),
             "released a lock it had lost"
         );
+    });
+}
+
+#[test]
+fn one_keeper_renews_every_held_lock_and_reports_each_loss_alone() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let take = |name: &'static str, lease_ms: u64| {
+            let a = a.clone();
+            async move {
+                a.lock(name)
+                    .lease(Duration::from_millis(lease_ms))
+                    .try_acquire()
+                    .await
+                    .expect("Redis answers")
+                    .expect("the lock is free")
+            }
+        };
+        // Two leases, renewed by the cluster's one keeper at their own pace.
+        let (short, long) = (take("short", 1000).await, take("long", 1500).await);
+        let either_lost = || async {
+            tokio::select! {
+                () = short.lost() => "short",
+                () = long.lost() => "long",
+            }
+        };
+        let lost = tokio::time::timeout(Duration::from_secs(3), either_lost()).await;
+        assert!(lost.is_err(), "{lost:?} lost while both were renewed");
+        let pttl = |name: &str| {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(format!("{PREFIX}:{{lock:{name}}}:lease"))
+                .query(&mut redis.client())
+                .expect("PTTL");
+            ttl
+        };
+        // Three seconds on, past both leases: still there.
+        assert!(pttl("short") > 0 && pttl("long") > 0);
+        let _: () = redis::cmd("DEL")
+            .arg(format!("{PREFIX}:{{lock:short}}:lease"))
+            .query(&mut redis.client())
+            .expect("DEL");
+        tokio::time::timeout(Duration::from_secs(3), short.lost())
+            .await
+            .expect("lost() fired for the lock whose lease was deleted");
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), long.lost())
+                .await
+                .is_err(),
+            "the other lock was reported lost too"
+        );
+        assert!(pttl("long") > 0, "the other lock is still renewed");
+        assert!(!short.release().await.expect("Redis answers"));
+        assert!(long.release().await.expect("Redis answers"));
     });
 }
 
