@@ -121,7 +121,10 @@ impl Drop for Cgroups {
 }
 
 /// Removes the runs' cgroups of replicas that died without removing them
-/// (`cronlease.<replica>.<pid>` whose pid is gone), where they are empty.
+/// (`cronlease.<replica>.<pid>` whose pid is gone), killing what their runs
+/// left: a replica killed with -9 takes its commands with it
+/// (`PR_SET_PDEATHSIG`), but not what they moved out of their group.
+/// (Under systemd, the unit's own stop does this for the delegated cgroup.)
 fn remove_stale(mount: &Path) {
     let Ok(entries) = fs::read_dir(mount) else {
         return;
@@ -140,7 +143,13 @@ fn remove_stale(mount: &Path) {
         }
         if let Ok(runs) = fs::read_dir(entry.path()) {
             for run in runs.flatten().filter(|r| r.path().is_dir()) {
-                let _ = fs::remove_dir(run.path());
+                let _ = fs::write(run.path().join("cgroup.kill"), b"1");
+                for _ in 0..100 {
+                    if fs::remove_dir(run.path()).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
             }
         }
         let _ = fs::remove_dir(entry.path());
