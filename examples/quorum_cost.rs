@@ -93,6 +93,8 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         output: String::new(),
         trigger: Trigger::Schedule,
         lease_key,
+        cpu_ms: None,
+        peak_memory_kb: None,
     };
     store.finish(&outcome, 100, None).await?;
     Ok(())

@@ -141,6 +141,14 @@ pub struct Outcome {
     pub trigger: Trigger,
     /// The lease key the run held, so the finish script can release it.
     pub lease_key: String,
+    /// CPU time of all the run's processes, where measured (a cgroup per
+    /// run); absent from spool files written before it existed.
+    #[serde(default)]
+    pub cpu_ms: Option<u64>,
+    /// Peak memory of the run's processes, where measured (the memory
+    /// controller).
+    #[serde(default)]
+    pub peak_memory_kb: Option<u64>,
 }
 
 impl Outcome {
@@ -167,6 +175,12 @@ impl Outcome {
             fields.push(("signal", signal.to_string()));
         }
         fields.push(("attempts", self.attempts.to_string()));
+        if let Some(cpu_ms) = self.cpu_ms {
+            fields.push(("cpu_ms", cpu_ms.to_string()));
+        }
+        if let Some(kb) = self.peak_memory_kb {
+            fields.push(("peak_memory_kb", kb.to_string()));
+        }
         fields.push(("output", self.output.clone()));
         fields.push(("trigger", self.trigger.as_str().to_string()));
         fields
@@ -257,6 +271,8 @@ mod tests {
             output: "boom\n".into(),
             trigger: Trigger::Schedule,
             lease_key: "k".into(),
+            cpu_ms: None,
+            peak_memory_kb: None,
         };
         let names: Vec<&str> = outcome.stream_fields().iter().map(|(n, _)| *n).collect();
         assert_eq!(

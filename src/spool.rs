@@ -150,6 +150,8 @@ mod tests {
             output: "out\n".into(),
             trigger: Trigger::Schedule,
             lease_key: "k".into(),
+            cpu_ms: None,
+            peak_memory_kb: None,
         };
         let path = spool.save(&outcome).unwrap();
         spool.save(&outcome).unwrap();

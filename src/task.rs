@@ -140,6 +140,8 @@ pub struct AttemptEnd {
     pub exit_code: Option<i32>,
     /// The signal that ended a process, when one did.
     pub signal: Option<i32>,
+    /// What the attempt used, where it can be measured.
+    pub usage: Usage,
 }
 
 impl AttemptEnd {
@@ -149,6 +151,30 @@ impl AttemptEnd {
             status,
             exit_code: None,
             signal: None,
+            usage: Usage::default(),
+        }
+    }
+}
+
+/// The CPU time and peak memory of a run's processes, where the replica
+/// can measure them (a cgroup per run: `cpu.stat`, and `memory.peak` where
+/// the memory controller is enabled); `None` where it cannot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub cpu_us: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+}
+
+impl Usage {
+    /// Two attempts' usage together: CPU adds up, the peak is the higher.
+    pub fn and(self, other: Usage) -> Usage {
+        let sum = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        Usage {
+            cpu_us: sum(self.cpu_us, other.cpu_us),
+            peak_memory_bytes: self.peak_memory_bytes.max(other.peak_memory_bytes),
         }
     }
 }
@@ -187,6 +213,7 @@ impl Task for Noop {
             status: Status::Ok,
             exit_code: Some(0),
             signal: None,
+            usage: Usage::default(),
         }))
     }
 }
@@ -284,6 +311,8 @@ pub struct RunResult {
     pub attempts: u32,
     /// The tail of the output of every attempt, attempt markers included.
     pub output: String,
+    /// What every attempt used together.
+    pub usage: Usage,
 }
 
 /// Runs `task` to the end: attempts until one succeeds, the retries are
@@ -295,6 +324,7 @@ pub async fn execute(
     mut stop: watch::Receiver<Option<Stop>>,
 ) -> RunResult {
     let mut tail = Tail::new(attempts.output_tail_bytes);
+    let mut usage = Usage::default();
     loop {
         run.attempt += 1;
         if run.attempt > 1 {
@@ -308,6 +338,7 @@ pub async fn execute(
             );
         }
         let end = attempt(task, &run, attempts.timeout, &mut stop, &mut tail).await;
+        usage = usage.and(end.usage);
         let retryable = matches!(end.status, Status::Failed | Status::Timeout);
         let result = |status| RunResult {
             status,
@@ -315,6 +346,7 @@ pub async fn execute(
             signal: end.signal,
             attempts: run.attempt,
             output: tail.text(),
+            usage,
         };
         if !retryable || run.attempt > attempts.retries {
             return result(end.status);

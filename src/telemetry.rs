@@ -27,6 +27,7 @@ pub const RUNS: &str = "cronlease_runs_total";
 pub const CLAIMS: &str = "cronlease_claims_total";
 pub const TICK_LATENESS: &str = "cronlease_tick_lateness_seconds";
 pub const RUN_DURATION: &str = "cronlease_run_duration_seconds";
+pub const RUN_CPU: &str = "cronlease_run_cpu_seconds";
 pub const LEASES_HELD: &str = "cronlease_leases_held";
 pub const LEASE_RENEWALS: &str = "cronlease_lease_renewals_total";
 pub const LOST_LEASES: &str = "cronlease_lost_leases_total";
@@ -66,6 +67,7 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Full(TICK_LATENESS.to_string()), &latency)?
         .set_buckets_for_metric(Matcher::Full(RUN_DURATION.to_string()), &durations)?
+        .set_buckets_for_metric(Matcher::Full(RUN_CPU.to_string()), &durations)?
         .install_recorder()?;
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
@@ -85,6 +87,11 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
         RUN_DURATION,
         Unit::Seconds,
         "Duration of runs finished by this replica."
+    );
+    describe_histogram!(
+        RUN_CPU,
+        Unit::Seconds,
+        "CPU time of the processes of runs finished by this replica (runs in cgroups only)."
     );
     describe_gauge!(
         LEASES_HELD,

@@ -134,6 +134,10 @@ fn count_finished(outcome: &Outcome) {
         attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
     );
     metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
+    if let Some(cpu_ms) = outcome.cpu_ms {
+        metrics::histogram!(telemetry::RUN_CPU, "job" => outcome.job.clone())
+            .record(cpu_ms as f64 / 1000.0);
+    }
     metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
         .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
     if outcome.status == Status::Ok {
@@ -160,6 +164,8 @@ fn outcome(ctx: &Ctx, job: &Job, start: RunStart, finished_ms: i64, result: RunR
         output: result.output,
         trigger: start.trigger,
         lease_key: start.lease_key,
+        cpu_ms: result.usage.cpu_us.map(|us| us / 1000),
+        peak_memory_kb: result.usage.peak_memory_bytes.map(|b| b / 1024),
     }
 }
 
@@ -176,6 +182,7 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
         output: format!(
             "[cronlease] the claim reached {acked} of {wanted} Redis replicas within ack_timeout; not run\n"
         ),
+        usage: crate::task::Usage::default(),
     };
     outcome(ctx, job, start, finished_ms, result)
 }

@@ -243,6 +243,8 @@ mod tests {
             started_ms: 0,
             finished_ms: 0,
             duration_ms: 0,
+            cpu_ms: None,
+            peak_memory_kb: None,
             exit_code: None,
             signal: None,
             attempts: 1,

@@ -631,7 +631,7 @@ pub(super) async fn job(
         h2 { "History" }
         @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
             table.history {
-                thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
+                thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "CPU" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
                 tbody {
                     @for e in &history {
                         tr data-run=(e.run_id) {
@@ -640,6 +640,7 @@ pub(super) async fn job(
                             td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
                             td.num { (e.fence) }
                             td.num { (duration(e.duration_ms)) }
+                            td.num title=(e.peak_memory_kb.map(|kb| format!("peak memory {kb} kB")).unwrap_or_default()) { (e.cpu_ms.map(|ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))).unwrap_or_else(|| "–".into())) }
                             td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
                             td { (e.trigger.as_str()) }
                             td {

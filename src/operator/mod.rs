@@ -406,6 +406,12 @@ pub struct HistoryEntry {
     pub started_ms: i64,
     pub finished_ms: i64,
     pub duration_ms: i64,
+    /// CPU time of the run's processes and their peak memory, where the
+    /// replica measured them (a cgroup per run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_kb: Option<u64>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub attempts: u32,
@@ -465,6 +471,8 @@ fn history_entry(
         "started_ms",
         "finished_ms",
         "duration_ms",
+        "cpu_ms",
+        "peak_memory_kb",
         "exit_code",
         "signal",
         "attempts",
@@ -493,6 +501,8 @@ fn history_entry(
         started_ms: int("started_ms").unwrap_or(0),
         finished_ms: int("finished_ms").unwrap_or(0),
         duration_ms: int("duration_ms").unwrap_or(0),
+        cpu_ms: int("cpu_ms").and_then(|v| u64::try_from(v).ok()),
+        peak_memory_kb: int("peak_memory_kb").and_then(|v| u64::try_from(v).ok()),
         exit_code: int("exit_code").and_then(|v| i32::try_from(v).ok()),
         signal: int("signal").and_then(|v| i32::try_from(v).ok()),
         attempts: int("attempts")

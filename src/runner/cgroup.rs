@@ -201,6 +201,26 @@ impl RunCgroup {
         }
     }
 
+    /// What the cgroup's processes used: CPU from `cpu.stat` (always there
+    /// in cgroup v2), the peak memory from `memory.peak` (only with the
+    /// memory controller enabled for it, and Linux 5.19).
+    pub fn usage(&self) -> crate::task::Usage {
+        let cpu_us = fs::read_to_string(self.dir.join("cpu.stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec "))
+                    .and_then(|v| v.trim().parse().ok())
+            });
+        let peak_memory_bytes = fs::read_to_string(self.dir.join("memory.peak"))
+            .ok()
+            .and_then(|v| v.trim().parse().ok());
+        crate::task::Usage {
+            cpu_us,
+            peak_memory_bytes,
+        }
+    }
+
     /// Removes the (empty) cgroup.
     pub fn remove(&self) {
         // The last members may take a moment to be reaped by the kernel.

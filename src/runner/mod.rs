@@ -283,6 +283,7 @@ async fn run_once(
     members.group.signal(Signal::SIGKILL);
     output.drain(run, tail).await;
     output.budget.report(run);
+    let usage = cgroup.as_ref().map(RunCgroup::usage).unwrap_or_default();
     if let Some(cgroup) = &cgroup {
         cgroup.remove();
     }
@@ -308,6 +309,7 @@ async fn run_once(
         status,
         exit_code,
         signal,
+        usage,
     }
 }
 

@@ -111,12 +111,21 @@ fn nothing_escapes(mode: &str) {
         "left processes behind: killing them",
         Duration::from_secs(10),
     );
+    // Its processes' CPU time is in the outcome where a cgroup measured it.
+    let mut conn = redis.client();
+    let cpu = read_outcomes(&mut conn, "cl", "exits")
+        .last()
+        .and_then(|o| o.field("cpu_ms").map(str::to_string));
+    assert_eq!(
+        cpu.is_some(),
+        mode == "cgroup",
+        "cpu_ms {cpu:?} in mode {mode}"
+    );
 
     // Waited for, with leftovers = "wait": the run ends when it does, and
     // its output is the run's.
     trigger(&config_arg, "waits");
     assert_eq!(outcome_status(&redis, "waits"), "ok");
-    let mut conn = redis.client();
     let output = read_outcomes(&mut conn, "cl", "waits")
         .last()
         .and_then(|o| o.field("output").map(str::to_string))

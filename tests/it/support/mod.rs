@@ -186,6 +186,8 @@ pub fn ok_outcome(
         output: "winners: 4 8 15 16 23 42\n".into(),
         trigger: Trigger::Schedule,
         lease_key,
+        cpu_ms: None,
+        peak_memory_kb: None,
     }
 }
 
