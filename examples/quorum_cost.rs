@@ -95,6 +95,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         lease_key,
         cpu_ms: None,
         peak_memory_kb: None,
+        oom_kills: None,
     };
     store.finish(&outcome, 100, None).await?;
     Ok(())

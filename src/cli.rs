@@ -553,6 +553,10 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
                 tracing::error!("refusing to start: {e}");
                 Exit::RedisConfig
             }
+            Err(e @ crate::daemon::DaemonError::Limits(_)) => {
+                tracing::error!("refusing to start: {e}");
+                Exit::InvalidInput
+            }
             #[cfg(feature = "dashboard")]
             Err(e @ crate::daemon::DaemonError::DashboardToken(_)) => {
                 tracing::error!("refusing to start: {e}");

@@ -149,6 +149,9 @@ pub struct Outcome {
     /// controller).
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
+    /// Processes of the run the kernel's OOM killer killed (`memory_max`).
+    #[serde(default)]
+    pub oom_kills: Option<u64>,
 }
 
 impl Outcome {
@@ -180,6 +183,9 @@ impl Outcome {
         }
         if let Some(kb) = self.peak_memory_kb {
             fields.push(("peak_memory_kb", kb.to_string()));
+        }
+        if let Some(kills) = self.oom_kills {
+            fields.push(("oom_kills", kills.to_string()));
         }
         fields.push(("output", self.output.clone()));
         fields.push(("trigger", self.trigger.as_str().to_string()));
@@ -273,6 +279,7 @@ mod tests {
             lease_key: "k".into(),
             cpu_ms: None,
             peak_memory_kb: None,
+            oom_kills: None,
         };
         let names: Vec<&str> = outcome.stream_fields().iter().map(|(n, _)| *n).collect();
         assert_eq!(

@@ -152,6 +152,7 @@ mod tests {
             lease_key: "k".into(),
             cpu_ms: None,
             peak_memory_kb: None,
+            oom_kills: None,
         };
         let path = spool.save(&outcome).unwrap();
         spool.save(&outcome).unwrap();

@@ -163,6 +163,8 @@ impl AttemptEnd {
 pub struct Usage {
     pub cpu_us: Option<u64>,
     pub peak_memory_bytes: Option<u64>,
+    /// Processes the kernel's OOM killer killed (`memory_max` reached).
+    pub oom_kills: Option<u64>,
 }
 
 impl Usage {
@@ -175,6 +177,7 @@ impl Usage {
         Usage {
             cpu_us: sum(self.cpu_us, other.cpu_us),
             peak_memory_bytes: self.peak_memory_bytes.max(other.peak_memory_bytes),
+            oom_kills: sum(self.oom_kills, other.oom_kills),
         }
     }
 }

@@ -11,7 +11,7 @@ use toml::Spanned;
 use super::checker::Checker;
 use super::daemon_section::MAX_GRACE;
 use super::document::Source;
-use super::{Command, Job, Leftovers, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
+use super::{Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
 #[derive(Debug, Deserialize)]
@@ -32,6 +32,9 @@ pub(super) struct RawJob {
     retry_backoff: Option<Spanned<String>>,
     on_holder_lost: Option<OnHolderLost>,
     leftovers: Option<Leftovers>,
+    memory_max: Option<Spanned<String>>,
+    cpu_max: Option<Spanned<String>>,
+    tasks_max: Option<Spanned<i64>>,
     dst_gap: Option<Spanned<DstGap>>,
     dst_repeat: Option<Spanned<DstRepeat>>,
 }
@@ -129,6 +132,7 @@ pub(super) fn validate_job(
         MAX_GRACE,
     );
     let retries = checker.integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
+    let limits = job_limits(checker, section, &raw.memory_max, &raw.cpu_max, &raw.tasks_max);
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -143,6 +147,7 @@ pub(super) fn validate_job(
         retry_backoff,
         on_holder_lost: raw.on_holder_lost.unwrap_or(OnHolderLost::Record),
         leftovers: raw.leftovers.unwrap_or_default(),
+        limits,
     })
 }
 
@@ -319,4 +324,78 @@ fn job_env(
         }
     }
     env
+}
+
+/// `memory_max` ("512M", "2G", a number of bytes), `cpu_max` ("50%",
+/// "150%": of one CPU) and `tasks_max` (processes and threads), each
+/// optional.
+fn job_limits(
+    checker: &mut Checker<'_>,
+    section: &str,
+    memory_max: &Option<Spanned<String>>,
+    cpu_max: &Option<Spanned<String>>,
+    tasks_max: &Option<Spanned<i64>>,
+) -> Limits {
+    let memory_max_bytes = memory_max.as_ref().and_then(|text| {
+        let parsed = parse_bytes(text.get_ref()).filter(|&b| b >= 1024 * 1024);
+        if parsed.is_none() {
+            checker.problem(
+                Some(text.span()),
+                Some(section),
+                Some("memory_max"),
+                format!(
+                    "invalid memory limit {:?}: expected at least 1M, as bytes or with K, M, G or T (\"512M\", \"2G\")",
+                    text.get_ref()
+                ),
+            );
+        }
+        parsed
+    });
+    let cpu_max_percent = cpu_max.as_ref().and_then(|text| {
+        let parsed = text
+            .get_ref()
+            .trim()
+            .strip_suffix('%')
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .filter(|n| (1..=100_000).contains(n));
+        if parsed.is_none() {
+            checker.problem(
+                Some(text.span()),
+                Some(section),
+                Some("cpu_max"),
+                format!(
+                    "invalid CPU limit {:?}: expected a percentage of one CPU from 1% up, such as \"50%\" or \"200%\" (two CPUs)",
+                    text.get_ref()
+                ),
+            );
+        }
+        parsed
+    });
+    let tasks_max = tasks_max.as_ref().map(|given| {
+        let n = checker.integer(section, "tasks_max", Some(given), 0, 1..4_194_305);
+        u32::try_from(n).unwrap_or(u32::MAX)
+    });
+    Limits {
+        memory_max_bytes,
+        cpu_max_percent,
+        tasks_max,
+    }
+}
+
+/// "512M" → 536870912; plain digits are bytes.
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, ""),
+    };
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "K" | "KB" | "KiB" => 10,
+        "M" | "MB" | "MiB" => 20,
+        "G" | "GB" | "GiB" => 30,
+        "T" | "TB" | "TiB" => 40,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }

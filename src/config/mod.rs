@@ -320,6 +320,36 @@ pub struct Job {
     /// What becomes of processes the command leaves behind in its cgroup
     /// when it exits.
     pub leftovers: Leftovers,
+    /// Resource limits of each attempt's cgroup.
+    pub limits: Limits,
+}
+
+/// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each
+/// attempt's cgroup (`memory.max`, `cpu.max`, `pids.max`). Each needs runs
+/// in cgroups and its controller; a replica without them refuses the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Limits {
+    pub memory_max_bytes: Option<u64>,
+    /// Percent of one CPU (150: one and a half).
+    pub cpu_max_percent: Option<u32>,
+    pub tasks_max: Option<u32>,
+}
+
+impl Limits {
+    /// The cgroup controllers these limits need.
+    pub fn controllers(&self) -> Vec<&'static str> {
+        let mut needed = Vec::new();
+        if self.memory_max_bytes.is_some() {
+            needed.push("memory");
+        }
+        if self.cpu_max_percent.is_some() {
+            needed.push("cpu");
+        }
+        if self.tasks_max.is_some() {
+            needed.push("pids");
+        }
+        needed
+    }
 }
 
 /// What a run's leftover processes get when its command exits (runs in
@@ -346,6 +376,12 @@ impl Job {
         let mut text = format!("{self:?}");
         if self.leftovers == Leftovers::default() {
             text = text.replace(", leftovers: Kill", "");
+        }
+        if self.limits == Limits::default() {
+            text = text.replace(
+                ", limits: Limits { memory_max_bytes: None, cpu_max_percent: None, tasks_max: None }",
+                "",
+            );
         }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {

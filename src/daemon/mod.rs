@@ -120,6 +120,8 @@ pub enum DaemonError {
     Spool(#[from] SpoolError),
     #[error("[daemon] containment = \"cgroup\", but this replica cannot make cgroups: {0}")]
     Containment(String),
+    #[error("{0}")]
+    Limits(String),
     #[cfg(feature = "dashboard")]
     #[error(transparent)]
     DashboardToken(#[from] crate::dashboard::TokenError),
@@ -250,6 +252,22 @@ impl Ctx {
             })
     }
 
+    /// Whether every job of `table` with resource limits can have them
+    /// here; the first that cannot, and why.
+    fn check_limits(&self, table: &JobTable) -> Result<(), String> {
+        #[cfg(feature = "process")]
+        for job in table.values() {
+            if job.limits != crate::config::Limits::default() {
+                self.containment().check_limits(&job.limits).map_err(|reason| {
+                    format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
+                })?;
+            }
+        }
+        #[cfg(not(feature = "process"))]
+        let _ = table;
+        Ok(())
+    }
+
     /// `cgroup` or `process_group` once the replica has found out (it has
     /// process jobs), for its heartbeat.
     fn containment_name(&self) -> Option<&'static str> {
@@ -367,9 +385,13 @@ pub async fn run(
     if ctx.config.jobs.values().any(|job| {
         crate::runner::Process::argv(&job.command).is_some()
             && ctx.tasks.read().is_ok_and(|tasks| tasks.registered(&job.name).is_none())
-    }) && let crate::runner::Containment::Unavailable(reason) = ctx.containment()
-    {
-        return Err(DaemonError::Containment(reason.clone()));
+    }) {
+        if let crate::runner::Containment::Unavailable(reason) = ctx.containment() {
+            return Err(DaemonError::Containment(reason.clone()));
+        }
+        if let Err(e) = ctx.check_limits(&job_table(&ctx.config)) {
+            return Err(DaemonError::Limits(e));
+        }
     }
     measure_clock(&ctx).await;
 

@@ -123,6 +123,7 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
         stdio: runner::StdioMode::Capture,
         containment: ctx.containment().clone(),
         leftovers: job.leftovers,
+        limits: job.limits,
     }
 }
 
@@ -165,6 +166,7 @@ fn outcome(ctx: &Ctx, job: &Job, start: RunStart, finished_ms: i64, result: RunR
         trigger: start.trigger,
         lease_key: start.lease_key,
         cpu_ms: result.usage.cpu_us.map(|us| us / 1000),
+        oom_kills: result.usage.oom_kills.filter(|&n| n > 0),
         peak_memory_kb: result.usage.peak_memory_bytes.map(|b| b / 1024),
     }
 }

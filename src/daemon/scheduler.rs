@@ -82,6 +82,13 @@ pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reloa
             ))
         }
     };
+    let table = table.filter(|table| match ctx.check_limits(table) {
+        Ok(()) => true,
+        Err(e) => {
+            error!("reload rejected, keeping the old job table: {e}");
+            false
+        }
+    });
     if let Some(table) = table {
         let (added, removed, changed) = scheduler.apply(ctx, &table);
         ctx.jobs.send_replace(table);

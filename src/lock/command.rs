@@ -92,6 +92,7 @@ pub async fn run(
             crate::config::ContainmentSetting::Auto,
         ),
         leftovers: crate::config::Leftovers::Kill,
+        limits: crate::config::Limits::default(),
     };
     let result = run_held(&guard, &options, &process, &shutdown).await;
     if let Err(e) = guard.release().await {

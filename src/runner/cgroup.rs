@@ -93,14 +93,69 @@ impl Cgroups {
         &self.base
     }
 
-    /// A new cgroup for one attempt of run `run_id`.
-    pub fn create(&self, run_id: &str, attempt: u32) -> std::io::Result<RunCgroup> {
+    /// Makes `controllers` available to the runs' cgroups (enables them in
+    /// the parent's `cgroup.subtree_control`, and in the root's first when
+    /// the parent is this replica's own child of the root); the reason
+    /// when one cannot be.
+    pub fn enable(&self, controllers: &[&str]) -> Result<(), String> {
+        let read = |path: PathBuf| fs::read_to_string(path).unwrap_or_default();
+        let has = |text: &str, c: &str| text.split_whitespace().any(|w| w == c);
+        for &controller in controllers {
+            if has(&read(self.base.join("cgroup.subtree_control")), controller) {
+                continue;
+            }
+            if !has(&read(self.base.join("cgroup.controllers")), controller)
+                && self.owned == Owned::Replica
+                && let Some(root) = self.base.parent()
+            {
+                let _ = fs::write(root.join("cgroup.subtree_control"), format!("+{controller}"));
+            }
+            let available = read(self.base.join("cgroup.controllers"));
+            if !has(&available, controller) {
+                return Err(format!(
+                    "the {controller} controller is not available to the runs' cgroups under {} (available there: {})",
+                    self.base.display(),
+                    if available.trim().is_empty() { "none" } else { available.trim() }
+                ));
+            }
+            fs::write(self.base.join("cgroup.subtree_control"), format!("+{controller}")).map_err(|e| {
+                format!(
+                    "cannot enable the {controller} controller for the runs' cgroups under {}: {e}",
+                    self.base.display()
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// A new cgroup for one attempt of run `run_id`, with `limits`.
+    pub fn create(
+        &self,
+        run_id: &str,
+        attempt: u32,
+        limits: &crate::config::Limits,
+    ) -> std::io::Result<RunCgroup> {
         let dir = self.base.join(format!("run-{run_id}-{attempt}"));
         match fs::create_dir_all(&dir) {
             Ok(()) => {}
             // Left by an attempt of the same run id that ended abnormally.
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
+        }
+        let set = |file: &str, value: String| {
+            fs::write(dir.join(file), value).map_err(|e| {
+                std::io::Error::new(e.kind(), format!("cannot set {file} of {}: {e}", dir.display()))
+            })
+        };
+        if let Some(bytes) = limits.memory_max_bytes {
+            set("memory.max", bytes.to_string())?;
+        }
+        if let Some(percent) = limits.cpu_max_percent {
+            // A quota per 100 ms period: 1% of one CPU is 1 ms.
+            set("cpu.max", format!("{} 100000", u64::from(percent) * 1000))?;
+        }
+        if let Some(tasks) = limits.tasks_max {
+            set("pids.max", tasks.to_string())?;
         }
         let procs = OpenOptions::new()
             .write(true)
@@ -215,9 +270,18 @@ impl RunCgroup {
         let peak_memory_bytes = fs::read_to_string(self.dir.join("memory.peak"))
             .ok()
             .and_then(|v| v.trim().parse().ok());
+        let oom_kills = fs::read_to_string(self.dir.join("memory.events"))
+            .ok()
+            .and_then(|events| {
+                events
+                    .lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|v| v.trim().parse().ok())
+            });
         crate::task::Usage {
             cpu_us,
             peak_memory_bytes,
+            oom_kills,
         }
     }
 

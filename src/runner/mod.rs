@@ -23,7 +23,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::time::{Instant, sleep_until};
 use tracing::{error, info, warn};
 
-use crate::config::{Command, ContainmentSetting, Leftovers};
+use crate::config::{Command, ContainmentSetting, Leftovers, Limits};
 use crate::outcome::{Status, Tail};
 use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
@@ -93,6 +93,23 @@ impl Containment {
         }
     }
 
+    /// Whether runs can have `limits` here: their controllers enabled for
+    /// the runs' cgroups; the reason when not.
+    pub fn check_limits(&self, limits: &Limits) -> Result<(), String> {
+        let controllers = limits.controllers();
+        if controllers.is_empty() {
+            return Ok(());
+        }
+        match self {
+            Containment::Cgroup(cgroups) => cgroups.enable(&controllers),
+            Containment::ProcessGroup => Err(
+                "limits need runs in cgroups, and this replica runs them in process groups (see its log for why)"
+                    .to_string(),
+            ),
+            Containment::Unavailable(reason) => Err(reason.clone()),
+        }
+    }
+
     /// The name `status` shows.
     pub fn as_str(&self) -> &'static str {
         match self {
@@ -118,6 +135,9 @@ pub struct Process {
     /// What becomes of processes left in the attempt's cgroup when the
     /// command exits.
     pub leftovers: Leftovers,
+    /// The attempt's cgroup's resource limits (checked against the
+    /// replica's cgroups by [`Containment::check_limits`]).
+    pub limits: Limits,
 }
 
 impl Process {
@@ -201,7 +221,7 @@ async fn run_once(
     tail: &mut Tail,
 ) -> AttemptEnd {
     let cgroup = match &spec.containment {
-        Containment::Cgroup(cgroups) => match cgroups.create(&run.run_id, run.attempt) {
+        Containment::Cgroup(cgroups) => match cgroups.create(&run.run_id, run.attempt, &spec.limits) {
             Ok(cgroup) => Some(cgroup),
             Err(e) => {
                 return cannot_start(run, tail, format!("[cronlease] cannot create the run's cgroup: {e}"));
@@ -284,6 +304,13 @@ async fn run_once(
     output.drain(run, tail).await;
     output.budget.report(run);
     let usage = cgroup.as_ref().map(RunCgroup::usage).unwrap_or_default();
+    if let Some(kills) = usage.oom_kills.filter(|&n| n > 0) {
+        let line = format!(
+            "[cronlease] the kernel's OOM killer killed {kills} process(es) of this run: memory_max reached"
+        );
+        warn!(job = %run.job, run_id = %run.run_id, oom_kills = kills, "{line}");
+        tail.push_line(line.as_bytes());
+    }
     if let Some(cgroup) = &cgroup {
         cgroup.remove();
     }
@@ -687,6 +714,7 @@ mod tests {
             stdio: StdioMode::Capture,
             containment: Containment::ProcessGroup,
             leftovers: Leftovers::Kill,
+            limits: Limits::default(),
         }
     }
 

@@ -81,6 +81,29 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             ],
         ),
         (
+            "bad memory limit",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\nmemory_max = \"lots\"\n"
+            ),
+            vec![
+                "job \"draw\"",
+                "field `memory_max`",
+                "invalid memory limit \"lots\"",
+                "\"512M\"",
+            ],
+        ),
+        (
+            "bad cpu limit",
+            format!(
+                "{REDIS_SECTION}[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\ncpu_max = \"1.5\"\n"
+            ),
+            vec![
+                "field `cpu_max`",
+                "invalid CPU limit \"1.5\"",
+                "\"200%\" (two CPUs)",
+            ],
+        ),
+        (
             "bad dashboard address",
             format!("{REDIS_SECTION}[daemon]\ndashboard_listen = \"localhost\"\n{JOB}"),
             vec![

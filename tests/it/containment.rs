@@ -172,3 +172,80 @@ fn nothing_a_run_starts_outlives_it_in_a_cgroup() {
 fn nothing_a_run_starts_outlives_it_without_cgroups() {
     nothing_escapes("process_group");
 }
+
+/// Whether the cgroup v2 root of this host offers `controller`.
+fn v2_offers(controller: &str) -> bool {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Some(mount) = mountinfo.lines().find_map(|l| {
+        let (left, right) = l.split_once(" - ")?;
+        (right.split_whitespace().next()? == "cgroup2")
+            .then(|| left.split_whitespace().nth(4).map(str::to_string))?
+    }) else {
+        return false;
+    };
+    std::fs::read_to_string(format!("{mount}/cgroup.controllers"))
+        .is_ok_and(|c| c.split_whitespace().any(|w| w == controller))
+}
+
+/// A replica with a job limited to 64 MB that wants 200 MB.
+fn limited(dir: &Path, redis: &RedisServer, mode: &str) -> std::path::PathBuf {
+    write_config(
+        dir,
+        &redis.url(),
+        &format!("metrics_listen = \"\"\ndashboard_listen = \"\"\ncontainment = \"{mode}\""),
+        "[jobs.hog]\nschedule = \"0 0 1 1 *\"\nmemory_max = \"64M\"\n\
+         command = [\"python3\", \"-c\", \"x = bytearray(200 * 1024 * 1024)\"]\n",
+    )
+}
+
+#[test]
+fn limits_are_refused_where_their_controller_is_missing_and_enforced_where_it_is() {
+    let redis = RedisServer::start();
+    // Without cgroups a limit cannot be had: the replica says so and stops.
+    let dir = tempfile::tempdir().unwrap();
+    let run = cronlease([
+        "run".to_string(),
+        "--config".to_string(),
+        limited(dir.path(), &redis, "process_group")
+            .to_string_lossy()
+            .to_string(),
+    ])
+    .expect_code(2);
+    assert!(
+        run.stderr().contains("job \"hog\": its memory_max, cpu_max or tasks_max cannot be applied: limits need runs in cgroups"),
+        "{}",
+        run.describe()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = limited(dir.path(), &redis, "cgroup");
+    if !v2_offers("memory") {
+        // This host's memory controller is cgroup v1's (a hybrid host).
+        let run = cronlease([
+            "run".to_string(),
+            "--config".to_string(),
+            config.to_string_lossy().to_string(),
+        ])
+        .expect_code(2);
+        assert!(
+            run.stderr()
+                .contains("the memory controller is not available to the runs' cgroups under"),
+            "{}",
+            run.describe()
+        );
+        return;
+    }
+    // Where it is: the run is killed by the OOM killer, and says so.
+    let config_arg = config.to_string_lossy().to_string();
+    let replica = Replica::start(&config, "a");
+    replica.wait_for_log("ready", Duration::from_secs(30));
+    trigger(&config_arg, "hog");
+    assert_eq!(outcome_status(&redis, "hog"), "failed");
+    let mut conn = redis.client();
+    let hog = read_outcomes(&mut conn, "cl", "hog");
+    let last = hog.last().expect("an outcome");
+    assert!(
+        last.field("oom_kills").is_some_and(|n| n != "0"),
+        "{:?}",
+        last.fields
+    );
+}

@@ -188,6 +188,7 @@ pub fn ok_outcome(
         lease_key,
         cpu_ms: None,
         peak_memory_kb: None,
+        oom_kills: None,
     }
 }
 
