@@ -478,7 +478,7 @@ pub(super) async fn replicas(
     let main = html! {
         h1 { "Replicas" }
         table.replicas {
-            thead { tr { th scope="col" { "Replica" } th scope="col" { "State" } th scope="col" { "Host" } th scope="col" { "Version" } th scope="col" { "Started" } th scope="col" { "Last seen" } th scope="col" { "Runs in flight" } th scope="col" { "Jobs with another definition" } } }
+            thead { tr { th scope="col" { "Replica" } th scope="col" { "State" } th scope="col" { "Host" } th scope="col" { "Version" } th scope="col" { "Started" } th scope="col" { "Last seen" } th scope="col" { "Runs in flight" } th scope="col" { "Runs contained in" } th scope="col" { "Jobs with another definition" } } }
             tbody {
                 @for r in &status.replicas {
                     @let drift: Vec<&str> = status.jobs.iter().filter(|j| j.config_drift.contains(&r.id)).map(|j| j.name.as_str()).collect();
@@ -493,6 +493,7 @@ pub(super) async fn replicas(
                             (r.runs.len())
                             @for run in &r.runs { br; small { a href=(format!("/jobs/{}", run.job)) { (run.job) } " tick " (clock(run.tick_ms)) " fence " (run.fence) } }
                         }
+                        td { (r.containment.as_deref().unwrap_or("–")) }
                         td { @if drift.is_empty() { span.muted { "–" } } @else { span.warn { (drift.join(", ")) } } }
                     }
                 }

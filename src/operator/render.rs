@@ -164,6 +164,7 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             "last seen",
             "state",
             "runs",
+            "contained in",
         ]
         .map(String::from)
         .to_vec(),
@@ -177,6 +178,7 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             ago(report.now_ms, r.last_seen_ms),
             if r.alive { "alive" } else { "dead" }.to_string(),
             r.runs.len().to_string(),
+            r.containment.clone().unwrap_or_else(|| "-".to_string()),
         ]);
     }
     rows
