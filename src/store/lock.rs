@@ -335,28 +335,8 @@ impl Store {
             }
             pipe
         };
-        let build = &build;
-        let answers = self
-            .on_all(|conn| async move {
-                let replies = self
-                    .query_with_script(conn, &self.scripts.lock_renew, build)
-                    .await?;
-                Ok(replies
-                    .iter()
-                    .map(|r| as_int(r) == Some(1))
-                    .collect::<Vec<bool>>())
-            })
-            .await;
-        let answers = self.gather("lock renew", answers)?;
-        Ok((0..renewals.len())
-            .map(|i| {
-                answers
-                    .iter()
-                    .filter(|held| held.get(i) == Some(&true))
-                    .count()
-                    >= self.majority()
-            })
-            .collect())
+        self.renew_all("lock renew", &self.scripts.lock_renew, renewals.len(), build)
+            .await
     }
 
     /// Who holds lock `name` now; None when it is free. A holder's record

@@ -121,6 +121,39 @@ fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
 }
 
 impl Store {
+    /// Sends `build`'s pipeline (one `script` call per lease, `count` of
+    /// them) to every node; for each lease, whether a majority of the nodes
+    /// said it is still held (1). The daemon's runs and the library's
+    /// locks renew this way.
+    pub(super) async fn renew_all(
+        &self,
+        what: &'static str,
+        script: &Script,
+        count: usize,
+        build: impl Fn() -> redis::Pipeline,
+    ) -> Result<Vec<bool>, StoreError> {
+        let build = &build;
+        let answers = self
+            .on_all(|conn| async move {
+                let replies = self.query_with_script(conn, script, build).await?;
+                Ok(replies
+                    .iter()
+                    .map(|r| as_int(r) == Some(1))
+                    .collect::<Vec<bool>>())
+            })
+            .await;
+        let answers = self.gather(what, answers)?;
+        Ok((0..count)
+            .map(|i| {
+                answers
+                    .iter()
+                    .filter(|held| held.get(i) == Some(&true))
+                    .count()
+                    >= self.majority()
+            })
+            .collect())
+    }
+
     /// Renews every lease in `renewals` in one pipeline; `true` where the
     /// lease is still ours (with `quorum`: on a majority of the masters).
     pub async fn renew(
@@ -145,28 +178,8 @@ impl Store {
             }
             pipe
         };
-        let build = &build;
-        let answers = self
-            .on_all(|conn| async move {
-                let replies = self
-                    .query_with_script(conn, &self.scripts.renew, build)
-                    .await?;
-                Ok(replies
-                    .iter()
-                    .map(|r| as_int(r) == Some(1))
-                    .collect::<Vec<bool>>())
-            })
-            .await;
-        let answers = self.gather("renew", answers)?;
-        Ok((0..renewals.len())
-            .map(|i| {
-                answers
-                    .iter()
-                    .filter(|held| held.get(i) == Some(&true))
-                    .count()
-                    >= self.majority()
-            })
-            .collect())
+        self.renew_all("renew", &self.scripts.renew, renewals.len(), build)
+            .await
     }
 
     /// Runs the finish script for `outcome`; with `rerun`, a pending rerun

@@ -747,53 +747,35 @@ fn an_ended_job_is_logged_when_a_replica_starts() {
 fn a_dashboard_token_that_cannot_be_read_stops_the_replica_with_the_reason() {
     let redis = crate::support::RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let config = crate::support::write_config(
-        dir.path(),
-        &redis.url(),
-        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"CRONLEASE_TEST_NO_SUCH_TOKEN\"",
-        "[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\n",
-    );
-    let run = crate::support::cronlease_with_env(
-        [
-            OsString::from("run"),
-            "--config".into(),
-            config.into_os_string(),
-        ],
-        &[],
-    )
-    .expect_code(2);
-    assert!(
-        run.stderr().contains(
-            "[daemon] dashboard_token_env: the environment variable CRONLEASE_TEST_NO_SUCH_TOKEN is not set or empty"
-        ),
-        "{}",
-        run.describe()
-    );
-    // A token too short to resist guessing is refused the same way.
+    // A token too short to resist guessing is refused like a missing one.
     let short = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(short.path(), "secret\n").unwrap();
-    let config = crate::support::write_config(
-        dir.path(),
-        &redis.url(),
-        &format!(
-            "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_file = {}",
-            crate::support::toml_string(&short.path().to_string_lossy())
+    let cases = [
+        (
+            "dashboard_token_env = \"CRONLEASE_TEST_NO_SUCH_TOKEN\"".to_string(),
+            "[daemon] dashboard_token_env: the environment variable CRONLEASE_TEST_NO_SUCH_TOKEN is not set or empty",
         ),
-        "[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\n",
-    );
-    let run = crate::support::cronlease_with_env(
-        [
+        (
+            format!(
+                "dashboard_token_file = {}",
+                crate::support::toml_string(&short.path().to_string_lossy())
+            ),
+            "the token is 6 bytes long; expected at least 16",
+        ),
+    ];
+    for (setting, expected) in cases {
+        let config = crate::support::write_config(
+            dir.path(),
+            &redis.url(),
+            &format!("metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n{setting}"),
+            "[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\n",
+        );
+        let args = [
             OsString::from("run"),
             "--config".into(),
             config.into_os_string(),
-        ],
-        &[],
-    )
-    .expect_code(2);
-    assert!(
-        run.stderr()
-            .contains("the token is 6 bytes long; expected at least 16"),
-        "{}",
-        run.describe()
-    );
+        ];
+        let run = crate::support::cronlease_with_env(args, &[]).expect_code(2);
+        assert!(run.stderr().contains(expected), "{}", run.describe());
+    }
 }

@@ -103,15 +103,7 @@ impl Dashboards {
 
 /// The address a replica's log says it serves its dashboard on.
 fn dashboard_addr(replica: &Replica) -> String {
-    let log = replica.wait_for_log("dashboard on http://", PATIENCE);
-    let rest = log
-        .split("dashboard on http://")
-        .nth(1)
-        .expect("the line is there");
-    rest.split('/')
-        .next()
-        .expect("an address before the path")
-        .to_string()
+    replica.logged_address("dashboard on http://", PATIENCE)
 }
 
 /// Polls `f` every 200 ms until it returns `Some`, and returns that value.

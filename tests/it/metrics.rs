@@ -13,15 +13,7 @@ const METRICS: &str = "metrics_listen = \"127.0.0.1:0\"";
 
 /// The address a replica's log says it serves metrics on.
 fn metrics_addr(replica: &Replica) -> String {
-    let log = replica.wait_for_log("metrics listening on http://", Duration::from_secs(20));
-    let rest = log
-        .split("metrics listening on http://")
-        .nth(1)
-        .expect("the line is there");
-    rest.split('/')
-        .next()
-        .expect("an address before the path")
-        .to_string()
+    replica.logged_address("metrics listening on http://", Duration::from_secs(20))
 }
 
 /// GET `path` from `addr`: (status code, body).

@@ -64,12 +64,7 @@ fn a_corrupt_spooled_file_is_quarantined_and_the_rest_delivered() {
 
 /// `metrics_listen` on a free port: the address the replica logs.
 fn metrics_addr(replica: &Replica) -> String {
-    let log = replica.wait_for_log("metrics listening on http://", Duration::from_secs(20));
-    let rest = log
-        .split("metrics listening on http://")
-        .nth(1)
-        .expect("the line is there");
-    rest.split('/').next().expect("an address").to_string()
+    replica.logged_address("metrics listening on http://", Duration::from_secs(20))
 }
 
 /// The value of a metric without labels on `addr`'s `/metrics`.

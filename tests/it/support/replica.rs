@@ -106,6 +106,19 @@ impl Replica {
     }
 }
 
+impl Replica {
+    /// The `host:port` this replica logs after `prefix` (`"metrics
+    /// listening on http://"`, `"dashboard on http://"`), once it has.
+    pub fn logged_address(&self, prefix: &str, timeout: Duration) -> String {
+        let log = self.wait_for_log(prefix, timeout);
+        let rest = log.split(prefix).nth(1).expect("the line is there");
+        rest.split('/')
+            .next()
+            .expect("an address before the path")
+            .to_string()
+    }
+}
+
 impl Deref for Replica {
     type Target = LoggedProcess;
 
