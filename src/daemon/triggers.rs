@@ -80,12 +80,57 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
 }
 
+/// How long a replica waits before it hands back a request for a job it
+/// does not have: replicas that all lack it cannot pass it around faster.
+const HAND_BACK_AFTER: Duration = Duration::from_millis(200);
+
+/// A request for a job this replica does not have (its job table differs
+/// from another replica's, as during a rolling change of the table): handed
+/// back to the group while a live replica has the job, dropped with a
+/// warning when none has (a request cronlease did not write, or a job no
+/// replica runs).
+async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
+    let now_ms = ctx.clock.now_ms();
+    let holders: Vec<String> = match ctx.store.hash(&ctx.store.keys().replicas()).await {
+        Ok(records) => records
+            .into_iter()
+            .filter(|(id, _)| *id != ctx.identity.replica)
+            .filter(|(_, raw)| {
+                Heartbeat::parse(raw).is_ok_and(|beat| {
+                    beat.is_alive(now_ms) && beat.config_hash.contains_key(&request.job)
+                })
+            })
+            .map(|(id, _)| id)
+            .collect(),
+        Err(e) => {
+            // Left pending: taken over later, by this replica or another.
+            debug!(error = %e, "cannot read the replicas to hand a trigger on");
+            return;
+        }
+    };
+    if holders.is_empty() {
+        warn!(
+            job = %request.job, run_id = %request.run_id, id = %request.id,
+            "trigger request for a job no live replica has (or not one cronlease wrote); dropped"
+        );
+        let _ = ctx.store.ack_trigger(&request.id).await;
+        return;
+    }
+    sleep(HAND_BACK_AFTER).await;
+    match ctx.store.requeue_trigger(request).await {
+        Ok(()) => info!(
+            job = %request.job, run_id = %request.run_id, replicas = ?holders,
+            "trigger for a job this replica does not have: handed back for the replicas that have it"
+        ),
+        Err(e) => debug!(error = %e, "cannot hand a trigger back; it is taken over later"),
+    }
+}
+
 /// Starts one manual run (or records why not) and acknowledges the request.
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
-        warn!(job = %request.job, run_id = %request.run_id, id = %request.id, "trigger request for a job this replica does not have (or not one cronlease wrote); dropped");
-        let _ = ctx.store.ack_trigger(&request.id).await;
+        not_ours(ctx, &request).await;
         return;
     };
     let sent = Instant::now();

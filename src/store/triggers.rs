@@ -327,3 +327,16 @@ impl Store {
         Ok(())
     }
 }
+
+impl Store {
+    /// Hands a request back to the group: the same request as a new entry
+    /// (which any consumer may read), then the old one acknowledged. A
+    /// replica that does not have the job does this so that one that has
+    /// it runs it; should the acknowledgement fail, the run id still makes
+    /// the copy run at most once.
+    pub async fn requeue_trigger(&self, request: &TriggerRequest) -> Result<(), StoreError> {
+        self.enqueue_trigger(&request.job, &request.run_id, &request.requested_by)
+            .await?;
+        self.ack_trigger(&request.id).await
+    }
+}

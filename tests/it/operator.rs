@@ -1540,3 +1540,56 @@ fn operator_errors_are_one_line_with_the_documented_status() {
     assert_eq!(run.code(), Some(2), "{}", run.describe());
     assert!(run.stderr().starts_with("error: "), "{}", run.describe());
 }
+
+#[test]
+fn a_trigger_read_by_a_replica_without_the_job_runs_on_one_that_has_it() {
+    // A rolling change of the job table: `fresh` is on a only. Every
+    // trigger of it runs once, whichever replica reads the request.
+    let redis = RedisServer::start();
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let common = "[jobs.common]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n";
+    let fresh = "[jobs.fresh]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n";
+    let daemon =
+        |id: &str| format!("metrics_listen = \"\"\ndashboard_listen = \"\"\nreplica_id = \"{id}\"");
+    let config_a = write_config(
+        dir_a.path(),
+        &redis.url(),
+        &daemon("a"),
+        &format!("{common}{fresh}"),
+    );
+    let config_b = write_config(dir_b.path(), &redis.url(), &daemon("b"), common);
+    let a = crate::support::Replica::start(&config_a, "a");
+    let b = crate::support::Replica::start(&config_b, "b");
+    for replica in [&a, &b] {
+        replica.wait_for_log("ready", Duration::from_secs(30));
+    }
+    // Both heartbeats are in, so each knows what the other runs.
+    std::thread::sleep(Duration::from_secs(2));
+    let run_ids: Vec<String> = (0..6)
+        .map(|_| run_id_of(&op(with_config(&["trigger", "fresh"], &config_a)).expect_code(0)))
+        .collect();
+    let mut conn = redis.client();
+    wait_until(
+        Duration::from_secs(60),
+        "every trigger of fresh ran",
+        || {
+            let recorded = crate::support::read_outcomes(&mut conn, "cl", "fresh");
+            run_ids
+                .iter()
+                .all(|id| {
+                    recorded
+                        .iter()
+                        .filter(|o| o.field("run_id") == Some(id))
+                        .count()
+                        == 1
+                })
+                .then_some(())
+        },
+    );
+    let log_b = b.log();
+    assert!(!log_b.contains("dropped"), "{log_b}");
+    eprintln!(
+        "b handed back {} of the 6 requests",
+        log_b.matches("handed back for the replicas that have it").count()
+    );
+}
