@@ -451,7 +451,7 @@ fn history_entry(
     let status = Status::parse(&text("status"))
         .ok_or_else(|| unreadable(format!("unknown status {:?}", text("status"))))?;
     // The numbers cronlease writes: a tick always, the others when present.
-    if fields.get("tick").is_none() {
+    if !fields.contains_key("tick") {
         return Err(unreadable("no tick".to_string()));
     }
     for name in [
