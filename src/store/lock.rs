@@ -78,6 +78,62 @@ impl LockReply {
     }
 }
 
+/// The lock script's reply.
+pub(super) fn parse_lock(reply: Value) -> Result<LockReply, StoreError> {
+    let r = Reply::new(reply, "lock")?;
+    match r.string(0)?.as_str() {
+        "acquired" => Ok(LockReply::Acquired {
+            fence: r.fence(1)?,
+            lease_key: r.string(2)?,
+        }),
+        "reentered" => Ok(LockReply::Reentered {
+            fence: r.fence(1)?,
+            lease_key: r.string(2)?,
+            holds: u32::try_from(r.int(3)?).map_err(|_| r.bad())?,
+        }),
+        "held" => Ok(LockReply::Held {
+            holder: r.string_or_empty(1),
+            ttl_ms: r.int_or(2, 0),
+        }),
+        _ => Err(r.bad()),
+    }
+}
+
+/// Who holds lock `name`, from the lease's run id, its time left, the hold
+/// count and the lock's `running` hash as `lock_holder` reads them; None
+/// when the lease is gone, an error naming the lock when the entry does
+/// not parse.
+pub(super) fn parse_lock_holder(
+    name: &str,
+    run_id: Option<String>,
+    ttl_ms: i64,
+    holds: Option<u32>,
+    running: Vec<(String, String)>,
+) -> Result<Option<LockHolder>, StoreError> {
+    let Some(run_id) = run_id else {
+        return Ok(None);
+    };
+    let entry = running
+        .into_iter()
+        .find_map(|(id, entry)| (id == run_id).then_some(entry));
+    let bad = |detail: &str| StoreError::Protocol {
+        what: "lock holder",
+        reply: format!("lock {name:?}, run {run_id}: {detail}"),
+    };
+    let entry = entry.ok_or_else(|| bad("the lease has no entry in `running`"))?;
+    let value: serde_json::Value =
+        serde_json::from_str(&entry).map_err(|e| bad(&format!("{e}: {entry}")))?;
+    let text = |field: &str| value[field].as_str().unwrap_or_default().to_string();
+    Ok(Some(LockHolder {
+        holder: text("replica"),
+        host: text("host"),
+        fence: value["fence"].as_u64().ok_or_else(|| bad("no fence"))?,
+        since_ms: value["started"].as_i64().unwrap_or(0),
+        ttl_ms: ttl_ms.max(0),
+        holds: holds.unwrap_or(1),
+    }))
+}
+
 impl Store {
     /// Tries to take lock `name`. With `quorum`, the lock holds only if a
     /// majority of the masters granted it while its lease still had time
@@ -199,23 +255,7 @@ impl Store {
             .arg(duration_ms(LOCK_IDLE_TTL + lease))
             .invoke_async(&mut conn)
             .await?;
-        let r = Reply::new(reply, "lock")?;
-        match r.string(0)?.as_str() {
-            "acquired" => Ok(LockReply::Acquired {
-                fence: r.fence(1)?,
-                lease_key: r.string(2)?,
-            }),
-            "reentered" => Ok(LockReply::Reentered {
-                fence: r.fence(1)?,
-                lease_key: r.string(2)?,
-                holds: u32::try_from(r.int(3)?).map_err(|_| r.bad())?,
-            }),
-            "held" => Ok(LockReply::Held {
-                holder: r.string_or_empty(1),
-                ttl_ms: r.int_or(2, 0),
-            }),
-            _ => Err(r.bad()),
-        }
+        parse_lock(reply)
     }
 
     /// Releases one hold of lock `name` if `run_id` holds it (with
@@ -284,28 +324,7 @@ impl Store {
         let (run_id, ttl_ms, holds, running): Read = self
             .read(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await?;
-        let Some(run_id) = run_id else {
-            return Ok(None);
-        };
-        let entry = running
-            .into_iter()
-            .find_map(|(id, entry)| (id == run_id).then_some(entry));
-        let bad = |detail: &str| StoreError::Protocol {
-            what: "lock holder",
-            reply: format!("lock {name:?}, run {run_id}: {detail}"),
-        };
-        let entry = entry.ok_or_else(|| bad("the lease has no entry in `running`"))?;
-        let value: serde_json::Value =
-            serde_json::from_str(&entry).map_err(|e| bad(&format!("{e}: {entry}")))?;
-        let text = |field: &str| value[field].as_str().unwrap_or_default().to_string();
-        Ok(Some(LockHolder {
-            holder: text("replica"),
-            host: text("host"),
-            fence: value["fence"].as_u64().ok_or_else(|| bad("no fence"))?,
-            since_ms: value["started"].as_i64().unwrap_or(0),
-            ttl_ms: ttl_ms.max(0),
-            holds: holds.unwrap_or(1),
-        }))
+        parse_lock_holder(name, run_id, ttl_ms, holds, running)
     }
 }
 
@@ -409,7 +428,7 @@ async fn scan_node(conn: Conn, pattern: &str) -> Result<Vec<String>, StoreError>
 
 /// The masters' addresses in a `CLUSTER NODES` reply (`id host:port@bus
 /// flags …`; a line that does not read so is skipped).
-fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+pub(super) fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
     nodes
         .lines()
         .filter_map(|line| {
