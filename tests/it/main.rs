@@ -22,6 +22,7 @@ mod hostile;
 mod locks;
 mod metrics;
 mod operator;
+mod properties;
 mod quorum;
 mod spool;
 mod support;
