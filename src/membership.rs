@@ -73,14 +73,30 @@ impl Heartbeat {
 
     /// How long the replica may be silent and still count as alive: three
     /// heartbeats, or its lease if that is longer (a run it holds is valid
-    /// for that long).
+    /// for that long). Saturating: a record is read from Redis, where any
+    /// writer may have put any number.
     pub fn dead_after_ms(&self) -> i64 {
-        (3 * self.heartbeat_ms).max(self.lease_ms)
+        self.heartbeat_ms.saturating_mul(3).max(self.lease_ms)
     }
 
-    /// How long it has been silent at Redis time `now_ms`.
+    /// How long it has been silent at Redis time `now_ms` (saturating, as
+    /// [`Heartbeat::dead_after_ms`]).
     pub fn silent_for_ms(&self, now_ms: i64) -> i64 {
-        now_ms - self.last_seen_ms
+        now_ms.saturating_sub(self.last_seen_ms)
+    }
+
+    /// How long a silent replica's runs are still swept after its last
+    /// heartbeat: from [`Heartbeat::dead_after_ms`] until two more of its
+    /// leases and heartbeats and two of ours (`own_heartbeat_ms`) have
+    /// passed. Saturating, as [`Heartbeat::dead_after_ms`].
+    pub fn sweep_until_ms(&self, own_heartbeat_ms: i64) -> i64 {
+        self.dead_after_ms()
+            .saturating_add(
+                self.lease_ms
+                    .saturating_add(self.heartbeat_ms)
+                    .saturating_mul(2),
+            )
+            .saturating_add(own_heartbeat_ms.saturating_mul(2))
     }
 
     /// Heard from within [`Heartbeat::dead_after_ms`] of `now_ms`.
@@ -119,6 +135,26 @@ mod tests {
         check(5_000, 30_000, 30_001, false);
         check(20_000, 30_000, 60_000, true);
         check(20_000, 30_000, 60_001, false);
+    }
+
+    #[test]
+    fn records_with_extreme_numbers_are_judged_without_overflow() {
+        // Found by the `heartbeat` fuzz target: a record is read from Redis,
+        // where any writer may have put any number.
+        let old = r#"{"host":"old","pid":1,"version":"0.0.9","started_ms":0,"last_seen_ms":1000}"#;
+        let record = Heartbeat::parse(old).unwrap();
+        assert_eq!(record.silent_for_ms(i64::MIN), i64::MIN);
+        assert!(record.is_alive(i64::MIN));
+        let extreme = Heartbeat {
+            last_seen_ms: i64::MIN,
+            heartbeat_ms: i64::MAX,
+            lease_ms: i64::MAX,
+            ..record
+        };
+        assert_eq!(extreme.dead_after_ms(), i64::MAX);
+        assert_eq!(extreme.sweep_until_ms(i64::MAX), i64::MAX);
+        assert_eq!(extreme.silent_for_ms(1_767_225_600_000), i64::MAX);
+        assert!(extreme.is_alive(1_767_225_600_000));
     }
 
     #[test]

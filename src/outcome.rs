@@ -167,7 +167,10 @@ impl Outcome {
             ("finished_ms", self.finished_ms.to_string()),
             (
                 "duration_ms",
-                (self.finished_ms - self.started_ms).max(0).to_string(),
+                self.finished_ms
+                    .saturating_sub(self.started_ms)
+                    .max(0)
+                    .to_string(),
             ),
             ("status", self.status.as_str().to_string()),
         ];
@@ -257,6 +260,25 @@ mod tests {
         check(4, &["hello", "yo"], "\nyo\n");
         check(3, &["\u{e9}\u{e9}"], "\u{e9}\n");
         check(0, &["anything"], "");
+    }
+
+    #[test]
+    fn the_duration_of_a_run_with_extreme_times_does_not_overflow() {
+        // Found by the `spool` fuzz target: a spooled file may hold any
+        // numbers.
+        let json = r#"{"job":"draw","tick_ms":0,"fence":18446744073709551615,"run_id":"r","replica":"r","host":"h","started_ms":-9223372036854775808,"finished_ms":9223372036854775807,"status":"timeout","exit_code":null,"signal":9,"attempts":4294967295,"output":"","trigger":"manual","lease_key":""}"#;
+        let outcome: Outcome = serde_json::from_str(json).unwrap();
+        let fields = outcome.stream_fields();
+        let duration = fields.iter().find(|(name, _)| *name == "duration_ms");
+        assert_eq!(duration.unwrap().1, i64::MAX.to_string());
+        let backwards = Outcome {
+            started_ms: i64::MAX,
+            finished_ms: i64::MIN,
+            ..outcome
+        };
+        let fields = backwards.stream_fields();
+        let duration = fields.iter().find(|(name, _)| *name == "duration_ms");
+        assert_eq!(duration.unwrap().1, "0");
     }
 
     #[test]

@@ -47,7 +47,7 @@ impl Spool {
 
     /// Writes `outcome` durably. Saving the same run twice keeps one file.
     pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SpoolError> {
-        let path = self.dir.join(format!("{}.json", outcome.run_id));
+        let path = self.dir.join(file_name(&outcome.run_id));
         let json = serde_json::to_vec(outcome).map_err(|e| SpoolError {
             path: path.clone(),
             source: std::io::Error::other(e),
@@ -105,6 +105,46 @@ impl Spool {
     }
 }
 
+/// The spool file of run `run_id`: the id itself when it is letters,
+/// digits, `-` and `_` (a replica's run ids, UUIDs), else with every other
+/// byte written `%XX`. A run id comes from Redis for a manual run (the
+/// triggers stream, which anyone with write access can fill): one such as
+/// `../../etc/x` or `/etc/x` must name a file in the spool, not elsewhere.
+/// A name that would be too long for the file system (255 bytes, with the
+/// writer's `.` and `.tmp`) keeps its first [`NAME_KEPT`] bytes and ends
+/// with a hash of the whole id. The empty id is `%`. One run id, one name.
+fn file_name(run_id: &str) -> String {
+    if run_id.is_empty() {
+        // Not `.json`: the reader skips hidden files (the writer's temporary
+        // ones). No encoded id is a lone `%`.
+        return "%.json".to_string();
+    }
+    let mut name = String::with_capacity(run_id.len() + 5);
+    for byte in run_id.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            name.push(char::from(byte));
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    if name.len() > NAME_KEPT + 17 {
+        // FNV-1a: the same on every host and release.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in run_id.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        name.truncate(NAME_KEPT);
+        name.push_str(&format!("~{hash:016x}"));
+    }
+    name.push_str(".json");
+    name
+}
+
+/// How much of a long run id's file name is kept before its hash (ASCII:
+/// any cut is at a character boundary).
+const NAME_KEPT: usize = 160;
+
 /// Replaces `path` with `bytes` so that after return the new content
 /// survives a crash and a reader never sees half of it: a temporary file,
 /// fsync, rename, fsync of the directory.
@@ -130,11 +170,8 @@ mod tests {
     use super::*;
     use crate::outcome::{Status, Trigger};
 
-    #[test]
-    fn save_pending_remove() {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
-        let outcome = Outcome {
+    fn outcome() -> Outcome {
+        Outcome {
             job: "j".into(),
             tick_ms: 1,
             fence: 2,
@@ -153,7 +190,14 @@ mod tests {
             cpu_ms: None,
             peak_memory_kb: None,
             oom_kills: None,
-        };
+        }
+    }
+
+    #[test]
+    fn save_pending_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let outcome = outcome();
         let path = spool.save(&outcome).unwrap();
         spool.save(&outcome).unwrap();
         let pending = spool.pending().unwrap();
@@ -162,5 +206,48 @@ mod tests {
         spool.remove(&path).unwrap();
         spool.remove(&path).unwrap();
         assert!(spool.pending().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_run_id_names_a_file_in_the_spool_whatever_it_holds() {
+        // Found writing the `spool` fuzz target: a run id is a file name.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path()).unwrap();
+        let in_spool = dir.path().join("spool");
+        let mut saved = Vec::new();
+        for run_id in [
+            "0b4c4c52-8f8e-4b8e-9a53-2f6c1d7e0a11",
+            "../../escaped",
+            "/tmp/absolute",
+            "..",
+            ".hidden",
+            "a/b",
+            "a%2Fb",
+            "",
+            "\u{e9}t\u{e9}",
+            "\u{1d53d}".repeat(100).as_str(),
+            "x".repeat(300).as_str(),
+            format!("{}y", "x".repeat(299)).as_str(),
+        ] {
+            let outcome = Outcome {
+                run_id: run_id.to_string(),
+                ..outcome()
+            };
+            let path = spool.save(&outcome).unwrap();
+            assert_eq!(
+                path.parent(),
+                Some(in_spool.as_path()),
+                "{run_id:?}: {path:?}"
+            );
+            saved.push(path);
+        }
+        assert_eq!(
+            saved[0],
+            in_spool.join("0b4c4c52-8f8e-4b8e-9a53-2f6c1d7e0a11.json")
+        );
+        let pending = spool.pending().unwrap();
+        assert_eq!(pending.len(), saved.len(), "one file per run id");
+        assert!(pending.iter().all(|(_, read)| read.is_ok()));
+        assert!(!dir.path().join("escaped.json").exists());
     }
 }

@@ -171,8 +171,7 @@ async fn tend_silent(ctx: &Arc<Ctx>, replica: &str, record: &Heartbeat, server_m
         return;
     }
     let dead_after = record.dead_after_ms();
-    let sweep_until =
-        dead_after + 2 * (record.lease_ms + record.heartbeat_ms) + 2 * own_heartbeat_ms(ctx);
+    let sweep_until = record.sweep_until_ms(own_heartbeat_ms(ctx));
     if silent_for <= dead_after || silent_for > sweep_until {
         return;
     }

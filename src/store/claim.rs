@@ -3,7 +3,6 @@
 //! raised everywhere to the highest, and a claim without a majority undone
 //! where it landed.
 
-
 use redis::Value;
 
 use super::*;
@@ -98,7 +97,7 @@ pub enum ClaimReply {
     Corrupt { field: String, value: String },
 }
 
-fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
+pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
     let r = Reply::new(reply, "claim")?;
     Ok(match r.string(0)?.as_str() {
         "claimed" => ClaimReply::Claimed {

@@ -43,6 +43,19 @@ pub struct Epoch {
     pub created: bool,
 }
 
+/// A `TIME` reply, `[seconds, microseconds]`, as µs since the epoch; None
+/// when it does not read so.
+pub(super) fn parse_time(reply: Value) -> Option<i64> {
+    match reply {
+        Value::Array(parts) if parts.len() == 2 => {
+            let secs = as_int(&parts[0]).unwrap_or(0);
+            let micros = as_int(&parts[1]).unwrap_or(0);
+            time_us(secs, micros)
+        }
+        _ => None,
+    }
+}
+
 impl Store {
     /// Writes this replica's heartbeat, reads the epoch (creating it if
     /// missing), every replica's heartbeat and, with [`ServerTime::Read`],
@@ -128,14 +141,7 @@ impl Store {
                 .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
             None => Vec::new(),
         };
-        let server_us = match time {
-            Some(Value::Array(parts)) if parts.len() == 2 => {
-                let secs = as_int(&parts[0]).unwrap_or(0);
-                let micros = as_int(&parts[1]).unwrap_or(0);
-                Some(secs * 1_000_000 + micros)
-            }
-            _ => None,
-        };
+        let server_us = time.and_then(parse_time);
         let (epoch, created_epoch) = match replies.pop().as_ref().and_then(as_string) {
             Some(epoch) => (epoch, false),
             None => {
@@ -205,5 +211,27 @@ impl Store {
             self.drop_trigger_consumer(replica).await?;
         }
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(text: &str) -> Value {
+        Value::BulkString(text.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn a_time_reply_that_does_not_fit_is_no_time() {
+        // Found by the `replies` fuzz target (an overflow panic before).
+        let time =
+            |secs: &str, micros: &str| parse_time(Value::Array(vec![bulk(secs), bulk(micros)]));
+        assert_eq!(time("1767268800", "123456"), Some(1_767_268_800_123_456));
+        assert_eq!(time("9223372036854775807", "999999"), None);
+        assert_eq!(time("9223372036854", "999999"), None);
+        assert_eq!(time("-9223372036854775808", "0"), None);
+        assert_eq!(parse_time(Value::Array(vec![bulk("1")])), None);
+        assert_eq!(parse_time(Value::Nil), None);
     }
 }

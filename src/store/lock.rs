@@ -120,6 +120,70 @@ pub struct LockRenewal {
     pub lease: Duration,
 }
 
+
+/// The lock script's reply.
+pub(super) fn parse_lock(reply: Value) -> Result<LockReply, StoreError> {
+    let r = Reply::new(reply, "lock")?;
+    match r.string(0)?.as_str() {
+        "acquired" => Ok(LockReply::Acquired { fence: r.fence(1)? }),
+        "reentered" => Ok(LockReply::Reentered {
+            fence: r.fence(1)?,
+            holds: u32::try_from(r.int(2)?).map_err(|_| r.bad())?,
+        }),
+        "held" => Ok(LockReply::Held {
+            holder: r.string_or_empty(1),
+            ttl_ms: r.int_or(2, 0),
+        }),
+        _ => Err(r.bad()),
+    }
+}
+
+/// A lock's holder record in its `state` hash: run id, holder, host, fence,
+/// since (s, µs) and holds, as `lock_holder` reads them.
+pub(super) type HolderRecord = [Option<String>; 7];
+
+/// Who holds lock `name`, from the lease's run id, its time left and the
+/// holder record; None when the lease is gone, an error naming the lock
+/// when the record is not the holder's or does not read.
+pub(super) fn parse_lock_holder(
+    name: &str,
+    run_id: Option<String>,
+    ttl_ms: i64,
+    record: HolderRecord,
+) -> Result<Option<LockHolder>, StoreError> {
+    let Some(run_id) = run_id else {
+        return Ok(None);
+    };
+    let bad = |detail: &str| StoreError::Protocol {
+        what: "lock holder",
+        reply: format!("lock {name:?}, run {run_id}: {detail}"),
+    };
+    let [holder_run, holder, host, fence, since_s, since_us, holds] = record;
+    if holder_run.as_deref() != Some(run_id.as_str()) {
+        return Err(bad(
+            "the lock's state has no record of this holder (taken by an older cronlease, which kept it in `running`?)",
+        ));
+    }
+    let number = |field: &str, value: Option<String>| -> Result<i64, StoreError> {
+        let value = value.unwrap_or_default();
+        value
+            .parse()
+            .map_err(|_| bad(&format!("{field} is {value:?}, not a number")))
+    };
+    let fence = u64::try_from(number("fence", fence)?).map_err(|_| bad("a negative fence"))?;
+    let since_ms = number("since_s", since_s)?
+        .saturating_mul(1000)
+        .saturating_add(number("since_us", since_us)? / 1000);
+    Ok(Some(LockHolder {
+        holder: holder.unwrap_or_default(),
+        host: host.unwrap_or_default(),
+        fence,
+        since_ms,
+        ttl_ms: ttl_ms.max(0),
+        holds: u32::try_from(number("holds", holds)?).map_err(|_| bad("negative holds"))?,
+    }))
+}
+
 impl Store {
     /// The key names of lock `name`.
     pub fn lock_keys(&self, name: &str) -> LockKeys {
@@ -251,19 +315,7 @@ impl Store {
             .arg(duration_ms(LOCK_IDLE_TTL))
             .invoke_async(&mut conn)
             .await?;
-        let r = Reply::new(reply, "lock")?;
-        match r.string(0)?.as_str() {
-            "acquired" => Ok(LockReply::Acquired { fence: r.fence(1)? }),
-            "reentered" => Ok(LockReply::Reentered {
-                fence: r.fence(1)?,
-                holds: u32::try_from(r.int(2)?).map_err(|_| r.bad())?,
-            }),
-            "held" => Ok(LockReply::Held {
-                holder: r.string_or_empty(1),
-                ttl_ms: r.int_or(2, 0),
-            }),
-            _ => Err(r.bad()),
-        }
+        parse_lock(reply)
     }
 
     /// Releases one hold of lock `name` if `run_id` holds it (with
@@ -357,39 +409,10 @@ impl Store {
                 "run_id", "holder", "host", "fence", "since_s", "since_us", "holds",
             ]);
         let pipe = &pipe;
-        type Record = [Option<String>; 7];
-        let (run_id, ttl_ms, record): (Option<String>, i64, Record) = self
+        let (run_id, ttl_ms, record): (Option<String>, i64, HolderRecord) = self
             .read(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await?;
-        let Some(run_id) = run_id else {
-            return Ok(None);
-        };
-        let bad = |detail: &str| StoreError::Protocol {
-            what: "lock holder",
-            reply: format!("lock {name:?}, run {run_id}: {detail}"),
-        };
-        let [holder_run, holder, host, fence, since_s, since_us, holds] = record;
-        if holder_run.as_deref() != Some(run_id.as_str()) {
-            return Err(bad(
-                "the lock's state has no record of this holder (taken by an older cronlease, which kept it in `running`?)",
-            ));
-        }
-        let number = |field: &str, value: Option<String>| -> Result<i64, StoreError> {
-            let value = value.unwrap_or_default();
-            value
-                .parse()
-                .map_err(|_| bad(&format!("{field} is {value:?}, not a number")))
-        };
-        let fence = u64::try_from(number("fence", fence)?).map_err(|_| bad("a negative fence"))?;
-        let since_ms = number("since_s", since_s)? * 1000 + number("since_us", since_us)? / 1000;
-        Ok(Some(LockHolder {
-            holder: holder.unwrap_or_default(),
-            host: host.unwrap_or_default(),
-            fence,
-            since_ms,
-            ttl_ms: ttl_ms.max(0),
-            holds: u32::try_from(number("holds", holds)?).map_err(|_| bad("negative holds"))?,
-        }))
+        parse_lock_holder(name, run_id, ttl_ms, record)
     }
 }
 
@@ -493,7 +516,7 @@ async fn scan_node(conn: Conn, pattern: &str) -> Result<Vec<String>, StoreError>
 
 /// The masters' addresses in a `CLUSTER NODES` reply (`id host:port@bus
 /// flags …`; a line that does not read so is skipped).
-fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+pub(super) fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
     nodes
         .lines()
         .filter_map(|line| {

@@ -93,7 +93,7 @@ pub struct SweepReply {
 /// A rerun started by a script: four items from `from` on, if present.
 /// The rerun a finish or a sweep claimed for us: four items from `from`,
 /// or none.
-fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, StoreError> {
+pub(super) fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, StoreError> {
     if r.len() < from + 4 {
         return Ok(None);
     }
@@ -105,7 +105,7 @@ fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, StoreError> {
     }))
 }
 
-fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
+pub(super) fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
     let r = Reply::new(reply, "finish")?;
     let recorded = match r.string(0)?.as_str() {
         "current" => Recorded::Current,
@@ -118,6 +118,23 @@ fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
         id: r.string_or_empty(1),
         rerun: parse_rerun(&r, 2)?,
     })
+}
+
+/// The sweep script's reply: how many runs it recorded abandoned, the run
+/// ids it quarantined, and the rerun it started for us, if any.
+pub(super) fn parse_sweep(reply: Value) -> Result<SweepReply, StoreError> {
+    let r = Reply::new(reply, "sweep")?;
+    Ok(SweepReply {
+        abandoned: u32::try_from(r.int(0)?).unwrap_or(0),
+        quarantined: r.strings(1),
+        rerun: parse_rerun(&r, 2)?,
+    })
+}
+
+/// The renew pipeline's replies: `true` where the script answered 1 (the
+/// lease is still ours); anything else is a lease lost.
+pub(super) fn parse_renewals(replies: &[Value]) -> Vec<bool> {
+    replies.iter().map(|r| as_int(r) == Some(1)).collect()
 }
 
 impl Store {
@@ -136,10 +153,7 @@ impl Store {
         let answers = self
             .on_all(|conn| async move {
                 let replies = self.query_with_script(conn, script, build).await?;
-                Ok(replies
-                    .iter()
-                    .map(|r| as_int(r) == Some(1))
-                    .collect::<Vec<bool>>())
+                Ok(parse_renewals(&replies))
             })
             .await;
         let answers = self.gather(what, answers)?;
@@ -268,12 +282,7 @@ impl Store {
         let answers = self
             .on_all(|mut conn| async move {
                 let reply: Value = invocation.invoke_async(&mut conn).await?;
-                let r = Reply::new(reply, "sweep")?;
-                Ok(SweepReply {
-                    abandoned: u32::try_from(r.int(0)?).unwrap_or(0),
-                    quarantined: r.strings(1),
-                    rerun: parse_rerun(&r, 2)?,
-                })
+                parse_sweep(reply)
             })
             .await;
         // With `quorum` each master records the runs whose lease lapsed

@@ -79,26 +79,13 @@ impl TriggerReader {
             .arg(">")
             .query_async(&mut self.conn)
             .await?;
-        // [[stream, [[id, [field, value, …]], …]]] or nil
-        let Value::Array(streams) = reply else {
-            return Ok(Vec::new());
-        };
-        let mut requests = Vec::new();
-        for stream in streams {
-            let Value::Array(mut parts) = stream else {
-                continue;
-            };
-            if parts.len() == 2
-                && let Value::Array(entries) = parts.remove(1)
-            {
-                requests.extend(entries.into_iter().filter_map(parse_trigger_entry));
-            }
-        }
-        Ok(requests)
+        Ok(parse_read_group(reply))
     }
 }
 
-fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
+/// One stream entry, `[id, [field, value, …]]`, as a request; None when it
+/// does not read so.
+pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
     let Value::Array(mut parts) = entry else {
         return None;
     };
@@ -133,6 +120,64 @@ fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
         run_id,
         requested_by,
     })
+}
+
+/// An `XREADGROUP` reply, `[[stream, [[id, [field, value, …]], …]]]` or
+/// nil: the requests it holds (an entry that does not read so is skipped).
+pub(super) fn parse_read_group(reply: Value) -> Vec<TriggerRequest> {
+    let Value::Array(streams) = reply else {
+        return Vec::new();
+    };
+    let mut requests = Vec::new();
+    for stream in streams {
+        let Value::Array(mut parts) = stream else {
+            continue;
+        };
+        if parts.len() == 2
+            && let Value::Array(entries) = parts.remove(1)
+        {
+            requests.extend(entries.into_iter().filter_map(parse_trigger_entry));
+        }
+    }
+    requests
+}
+
+/// An `XAUTOCLAIM` reply, `[next, [entry, …], …]`: the requests taken over.
+pub(super) fn parse_auto_claim(reply: Value) -> Result<Vec<TriggerRequest>, StoreError> {
+    let Value::Array(mut parts) = reply else {
+        return Err(protocol("XAUTOCLAIM", &reply));
+    };
+    if parts.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let Value::Array(entries) = parts.remove(1) else {
+        return Ok(Vec::new());
+    };
+    Ok(entries
+        .into_iter()
+        .filter_map(parse_trigger_entry)
+        .collect())
+}
+
+/// The manual-run script's reply.
+pub(super) fn parse_manual(reply: Value) -> Result<ManualReply, StoreError> {
+    let r = Reply::new(reply, "manual")?;
+    match r.string(0)?.as_str() {
+        "claimed" => Ok(ManualReply::Claimed {
+            fence: r.fence(1)?,
+            started_ms: r.int(2)?,
+            lease_key: r.string(3)?,
+        }),
+        "busy" => Ok(ManualReply::Busy {
+            holder: r.string_or_empty(1),
+        }),
+        "duplicate" => Ok(ManualReply::Duplicate),
+        "corrupt" => Ok(ManualReply::Corrupt {
+            field: r.string(1)?,
+            value: r.string_or_empty(2),
+        }),
+        _ => Err(r.bad()),
+    }
 }
 
 impl Store {
@@ -192,19 +237,7 @@ impl Store {
             .arg(100)
             .query_async(&mut conn)
             .await?;
-        let Value::Array(mut parts) = reply else {
-            return Err(protocol("XAUTOCLAIM", &reply));
-        };
-        if parts.len() < 2 {
-            return Ok(Vec::new());
-        }
-        let Value::Array(entries) = parts.remove(1) else {
-            return Ok(Vec::new());
-        };
-        Ok(entries
-            .into_iter()
-            .filter_map(parse_trigger_entry)
-            .collect())
+        parse_auto_claim(reply)
     }
 
     /// Acknowledges a handled request.
@@ -274,23 +307,7 @@ impl Store {
             .arg(dedup_entries(manual.claimant.history))
             .invoke_async(&mut conn)
             .await?;
-        let r = Reply::new(reply, "manual")?;
-        match r.string(0)?.as_str() {
-            "claimed" => Ok(ManualReply::Claimed {
-                fence: r.fence(1)?,
-                started_ms: r.int(2)?,
-                lease_key: r.string(3)?,
-            }),
-            "busy" => Ok(ManualReply::Busy {
-                holder: r.string_or_empty(1),
-            }),
-            "duplicate" => Ok(ManualReply::Duplicate),
-            "corrupt" => Ok(ManualReply::Corrupt {
-                field: r.string(1)?,
-                value: r.string_or_empty(2),
-            }),
-            _ => Err(r.bad()),
-        }
+        parse_manual(reply)
     }
 
     /// Deletes `consumer` from the replicas' group on the triggers stream,

@@ -23,6 +23,7 @@ mod hostile;
 mod locks;
 mod metrics;
 mod operator;
+mod properties;
 mod quorum;
 mod spool;
 mod support;

@@ -1590,6 +1590,8 @@ fn a_trigger_read_by_a_replica_without_the_job_runs_on_one_that_has_it() {
     assert!(!log_b.contains("dropped"), "{log_b}");
     eprintln!(
         "b handed back {} of the 6 requests",
-        log_b.matches("handed back for the replicas that have it").count()
+        log_b
+            .matches("handed back for the replicas that have it")
+            .count()
     );
 }
