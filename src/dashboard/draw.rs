@@ -63,7 +63,7 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
         .unwrap_or(now_ms);
     let span_ms = TIMELINE_WINDOWS_MS
         .into_iter()
-        .find(|&w| w >= now_ms - oldest_ms)
+        .find(|&w| w >= now_ms.saturating_sub(oldest_ms))
         .unwrap_or(span_ms)
         .min(span_ms);
     let mut lanes: Vec<&str> = replicas.iter().map(String::as_str).collect();
@@ -74,7 +74,7 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
     }
     lanes.sort_unstable();
     let start_ms = now_ms - span_ms;
-    let x = |ms: i64| LABEL_WIDTH + (ms - start_ms).clamp(0, span_ms) as f64 / span_ms as f64 * TIMELINE_WIDTH;
+    let x = |ms: i64| LABEL_WIDTH + ms.saturating_sub(start_ms).clamp(0, span_ms) as f64 / span_ms as f64 * TIMELINE_WIDTH;
     let height = LANE_HEIGHT * lanes.len().max(1) as f64 + 24.0;
     let mut newest: Vec<&TimelineRun> = runs.iter().filter(|r| r.finished_ms >= start_ms).collect();
     newest.sort_unstable_by_key(|r| std::cmp::Reverse(r.started_ms));
@@ -110,7 +110,7 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
                 tick = super::pages::utc(run.tick_ms),
                 fence = run.fence,
                 r = escape(lane),
-                dur = super::pages::duration(run.finished_ms - run.started_ms),
+                dur = super::pages::duration(run.finished_ms.saturating_sub(run.started_ms)),
             );
         }
         svg.push_str("</g>");

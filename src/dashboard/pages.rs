@@ -561,7 +561,7 @@ pub(super) async fn job(
     let upcoming = definition.map(|d| d.schedule.upcoming(now, UPCOMING)).unwrap_or_default();
     let ran: Vec<&operator::HistoryEntry> = history.iter().rev().filter(|e| e.started_ms > 0 && !e.replica.is_empty()).collect();
     let durations: Vec<(i64, String, Status)> = ran.iter().map(|e| (e.duration_ms, format!("{} on {}", e.tick, e.replica), e.status)).collect();
-    let lateness: Vec<(i64, String, Status)> = ran.iter().map(|e| ((e.started_ms - e.tick_ms).max(0), format!("{} on {}", e.tick, e.replica), e.status)).collect();
+    let lateness: Vec<(i64, String, Status)> = ran.iter().map(|e| (e.started_ms.saturating_sub(e.tick_ms).max(0), format!("{} on {}", e.tick, e.replica), e.status)).collect();
     let csrf = dashboard.token.as_ref().map(|t| t.csrf()).unwrap_or_default();
     let main = html! {
         h1 { (name) }
@@ -888,11 +888,11 @@ fn ago(now_ms: i64, ms: i64) -> String {
     if ms <= 0 {
         return "–".to_string();
     }
-    format!("{} ago", duration(now_ms - ms))
+    format!("{} ago", duration(now_ms.saturating_sub(ms)))
 }
 
 fn until(now_ms: i64, ms: i64) -> String {
-    format!("in {}", duration(ms - now_ms))
+    format!("in {}", duration(ms.saturating_sub(now_ms)))
 }
 
 #[cfg(test)]
