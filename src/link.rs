@@ -128,7 +128,7 @@ fn clone_certificates(certificates: &TlsCertificates) -> TlsCertificates {
 /// The TLS files, read now (the config checked they are readable at load).
 fn certificates(tls: &Tls) -> Result<Option<TlsCertificates>, LinkError> {
     let read = |what: &'static str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|source| LinkError::File {
+        crate::config::read_bounded(path, crate::config::MAX_PEM_FILE).map_err(|source| LinkError::File {
             what,
             path: path.display().to_string(),
             source,

@@ -61,10 +61,36 @@ pub(super) fn non_empty_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|value| !value.is_empty())
 }
 
+/// The most a password file may hold: a bigger one (or `/dev/zero`) is
+/// not a password, and is refused before it fills the memory.
+const MAX_PASSWORD_FILE: u64 = 64 * 1024;
+/// The most a TLS PEM file may hold.
+pub(crate) const MAX_PEM_FILE: u64 = 1024 * 1024;
+
+/// The bytes of the file at `path`, or an error (`InvalidData`) when it
+/// holds more than `limit`: read at most `limit + 1` bytes, whatever the
+/// file is.
+pub(crate) fn read_bounded(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {limit} bytes"),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The password in the file at `path` (`password_file`): its text without
 /// trailing line ends; `Ok(None)` when nothing else is left.
 pub(super) fn read_password_file(path: &str) -> std::io::Result<Option<String>> {
-    let text = std::fs::read_to_string(path)?;
+    let bytes = read_bounded(std::path::Path::new(path), MAX_PASSWORD_FILE)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
     let password = text.trim_end_matches(['\r', '\n']);
     Ok((!password.is_empty()).then(|| password.to_string()))
 }
@@ -72,5 +98,5 @@ pub(super) fn read_password_file(path: &str) -> std::io::Result<Option<String>> 
 /// Whether the file at `path` can be read (a TLS PEM file: read again, and
 /// parsed, when the connection is made).
 pub(super) fn check_readable(path: &str) -> std::io::Result<()> {
-    std::fs::read(path).map(drop)
+    read_bounded(std::path::Path::new(path), MAX_PEM_FILE).map(drop)
 }

@@ -37,6 +37,7 @@ mod daemon_section;
 mod document;
 mod duplicates;
 mod environment;
+pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
 mod redis_section;
 

@@ -81,6 +81,14 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             ],
         ),
         (
+            "endless password file",
+            format!("{REDIS_SECTION}password_file = \"/dev/zero\"\n{JOB}"),
+            vec![
+                "field `password_file`",
+                "cannot read /dev/zero: larger than 65536 bytes",
+            ],
+        ),
+        (
             "bad memory limit",
             format!(
                 "{REDIS_SECTION}[jobs.draw]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\nmemory_max = \"lots\"\n"
