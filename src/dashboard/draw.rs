@@ -107,10 +107,10 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
                 y1 = y + 2.0,
                 w = (x1 - x0).max(1.5),
                 h = LANE_HEIGHT - 8.0,
-                tick = super::pages::utc(run.tick_ms),
+                tick = super::format::utc(run.tick_ms),
                 fence = run.fence,
                 r = escape(lane),
-                dur = super::pages::duration(run.finished_ms.saturating_sub(run.started_ms)),
+                dur = super::format::duration(run.finished_ms.saturating_sub(run.started_ms)),
             );
         }
         svg.push_str("</g>");
@@ -157,7 +157,7 @@ pub(super) fn chart(title: &str, values: &[(i64, String, Status)]) -> Markup {
         r#"<text class="axis" x="{x}" y="12">{max}</text><text class="axis" x="{x}" y="{b}">0</text><line class="axis-line" x1="0" x2="{CHART_WIDTH}" y1="{CHART_HEIGHT}" y2="{CHART_HEIGHT}"/>"#,
         x = CHART_WIDTH + 6.0,
         b = CHART_HEIGHT,
-        max = super::pages::duration(max),
+        max = super::format::duration(max),
     );
     for (i, (value, label, status)) in values.iter().enumerate() {
         let h = (*value).max(0) as f64 / max as f64 * (CHART_HEIGHT - 4.0);
@@ -170,7 +170,7 @@ pub(super) fn chart(title: &str, values: &[(i64, String, Status)]) -> Markup {
             w = (step * 0.8).max(1.0),
             h = h.max(1.0),
             label = escape(label),
-            v = super::pages::duration(*value),
+            v = super::format::duration(*value),
         );
     }
     svg.push_str("</svg>");

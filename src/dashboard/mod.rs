@@ -14,8 +14,10 @@
 //! one does. `auth` decides who may act; `pages` draws the pages and
 //! `draw` their SVG (outcome strips, the timeline, charts).
 
+mod actions;
 mod auth;
 mod draw;
+mod format;
 mod pages;
 
 use std::collections::BTreeMap;
@@ -199,9 +201,9 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/", get(pages::overview))
         .route("/replicas", get(pages::replicas))
         .route("/jobs/{name}", get(pages::job))
-        .route("/jobs/{name}/{action}", post(pages::act))
-        .route("/login", get(pages::login_form).post(pages::login))
-        .route("/logout", post(pages::logout))
+        .route("/jobs/{name}/{action}", post(actions::act))
+        .route("/login", get(actions::login_form).post(actions::login))
+        .route("/logout", post(actions::logout))
         .route("/assets/style.css", get(pages::style))
         .route("/assets/app.js", get(pages::script))
         .with_state(dashboard)

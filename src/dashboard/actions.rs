@@ -1,0 +1,200 @@
+//! The dashboard's actions — run now, pause, resume — and logging in and
+//! out: every action through `auth::authorize` and then `operator`, as
+//! the command line takes them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, Form, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::auth::{self, Refusal, Visitor};
+use super::pages::{error_page, layout, respond};
+use super::{Dashboard, Fresh};
+use crate::operator::{self, OperatorError};
+
+/// An action form: only its CSRF token.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ActionForm {
+    #[serde(default)]
+    csrf: Option<String>,
+}
+
+/// What an action does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Action {
+    Trigger,
+    Pause,
+    Resume,
+}
+
+impl Action {
+    fn parse(text: &str) -> Option<Action> {
+        match text {
+            "trigger" => Some(Action::Trigger),
+            "pause" => Some(Action::Pause),
+            "resume" => Some(Action::Resume),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::Trigger => "trigger",
+            Action::Pause => "pause",
+            Action::Resume => "resume",
+        }
+    }
+}
+
+/// Whether the request came from a script with a bearer token (answered
+/// in plain text) or from the page's form (answered with a redirect).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Caller {
+    Script,
+    Browser,
+}
+
+/// `POST /jobs/{name}/{action}`: run now, pause or resume. Refused with
+/// 403 and no change unless `auth::authorize` accepts the request.
+pub(super) async fn act(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path((name, action)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<ActionForm>, FormRejection>,
+) -> Response {
+    // A request that is not a form is refused like any other without its
+    // CSRF token (403, not 415: it changes nothing either way).
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let who = match auth::authorize(dashboard.token.as_ref(), &headers, form.csrf.as_deref(), peer, &dashboard.replica) {
+        Ok(who) => who,
+        Err(refusal) => {
+            tracing::warn!(job = %name, action, peer = %peer, reason = %refusal, "dashboard action refused");
+            return refused(&dashboard, &visitor, &refusal);
+        }
+    };
+    let caller = if headers.contains_key(header::AUTHORIZATION) { Caller::Script } else { Caller::Browser };
+    let Some(action) = Action::parse(&action) else {
+        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no action {action:?}: expected trigger, pause or resume"));
+    };
+    let known = dashboard.job_table().contains_key(&name);
+    let known = known || dashboard.store.job_exists(&name).await.unwrap_or(false);
+    if !known {
+        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?}"));
+    }
+    let result = match action {
+        Action::Trigger => operator::trigger(&dashboard.store, &name, &who).await,
+        Action::Pause => operator::pause(&dashboard.store, &name, &who).await.map(|_| String::new()),
+        Action::Resume => operator::resume(&dashboard.store, &name, &who).await.map(|_| String::new()),
+    };
+    dashboard.invalidate().await;
+    match result {
+        Ok(run) => {
+            tracing::info!(job = %name, action = action.as_str(), %who, run = %run, "dashboard action");
+            // Read the state again now, so the next page shows the change.
+            let _ = dashboard.status(Fresh::Now).await;
+            match caller {
+                Caller::Script => (StatusCode::OK, format!("{} {name} {run}\n", action.as_str())).into_response(),
+                Caller::Browser => Redirect::to(&format!("/jobs/{name}?done={}&run={}", action.as_str(), auth::percent_encode(&run))).into_response(),
+            }
+        }
+        Err(OperatorError::Paused(job)) => error_page(&dashboard, &visitor, StatusCode::CONFLICT, &format!("{job} is paused: resume it first")),
+        Err(e) => error_page(&dashboard, &visitor, StatusCode::SERVICE_UNAVAILABLE, &format!("{} {name} failed: {e}", action.as_str())),
+    }
+}
+
+fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
+    error_page(dashboard, visitor, StatusCode::FORBIDDEN, &format!("Refused, nothing changed: {refusal}."))
+}
+
+/// `GET /login`'s query.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct LoginQuery {
+    #[serde(default)]
+    next: String,
+}
+
+/// `GET /login`: the token form.
+pub(super) async fn login_form(
+    State(dashboard): State<Arc<Dashboard>>,
+    Query(query): Query<LoginQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    if visitor == Visitor::ReadOnly {
+        return refused(&dashboard, &visitor, &Refusal::NoToken);
+    }
+    respond(StatusCode::OK, login_page(&dashboard, &visitor, &query.next, None))
+}
+
+fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Option<&str>) -> Markup {
+    layout(dashboard, visitor, "Log in", 0, html! {}, html! {
+        h1 { "Log in" }
+        p { "The operator token is the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ". Your name is recorded with every action you take." }
+        @if let Some(error) = error { p.error role="alert" { (error) } }
+        form.login method="post" action="/login" {
+            input type="hidden" name="next" value=(next);
+            label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
+            label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
+            button #login type="submit" { "Log in" }
+        }
+    })
+}
+
+/// `POST /login`'s form.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct LoginForm {
+    #[serde(default)]
+    token: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `POST /login`: sets the session cookie when the token is right.
+pub(super) async fn login(
+    State(dashboard): State<Arc<Dashboard>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<LoginForm>, FormRejection>,
+) -> Response {
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    if let Err(refusal) = auth::login(dashboard.token.as_ref(), &headers, &form.token) {
+        tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
+        return respond(StatusCode::FORBIDDEN, login_page(&dashboard, &visitor, &form.next, Some(&format!("Refused: {refusal}."))));
+    }
+    let Some(token) = dashboard.token.as_ref() else {
+        return refused(&dashboard, &visitor, &Refusal::NoToken);
+    };
+    let name: String = form.name.trim().chars().filter(|c| !c.is_control()).take(64).collect();
+    let name = if name.is_empty() { "operator".to_string() } else { name };
+    tracing::info!(peer = %peer, operator = %name, "dashboard login");
+    // Only a path on this site: never an open redirect.
+    let next = if form.next.starts_with('/') && !form.next.starts_with("//") { form.next } else { "/".to_string() };
+    let mut response = Redirect::to(&next).into_response();
+    for cookie in auth::login_cookies(token, &name) {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+/// `POST /logout`: forgets the session.
+pub(super) async fn logout() -> Response {
+    let mut response = Redirect::to("/").into_response();
+    for cookie in auth::logout_cookies() {
+        if let Ok(value) = HeaderValue::from_str(&cookie) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
