@@ -79,6 +79,7 @@ mod heartbeat;
 mod rendezvous;
 mod runs;
 mod scheduler;
+mod serve;
 mod state;
 mod systemd;
 mod tick;
@@ -89,6 +90,7 @@ use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
 use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
+use serve::{dashboard_token, start_dashboard, start_metrics};
 pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
 use tick::job_loop;
@@ -536,115 +538,6 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
 
 /// How often the supervisor loop turns (health beat, systemd pings).
 const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
-
-/// Installs the metrics recorder and serves `/metrics` and `/healthz`. A
-/// port that cannot be bound is logged, not fatal: claims matter more.
-#[cfg(feature = "metrics-server")]
-async fn start_metrics(
-    addr: std::net::SocketAddr,
-    health: Arc<telemetry::Health>,
-    tasks: &TaskTracker,
-    cancel: &CancellationToken,
-) {
-    let handle = match telemetry::install() {
-        Ok(handle) => handle,
-        Err(e) => {
-            error!(error = %e, "metrics are off");
-            return;
-        }
-    };
-    match telemetry::bind(addr).await {
-        Ok(listener) => {
-            let bound = listener
-                .local_addr()
-                .map_or_else(|_| addr.to_string(), |a| a.to_string());
-            info!(addr = %bound, "metrics listening on http://{bound}/metrics");
-            tasks.spawn(telemetry::serve(listener, handle, health, cancel.clone()));
-        }
-        Err(e) => error!(error = %e, "metrics and /healthz are not served"),
-    }
-}
-
-/// Built without the `metrics-server` feature: nothing is served.
-#[cfg(not(feature = "metrics-server"))]
-async fn start_metrics(
-    addr: std::net::SocketAddr,
-    _health: Arc<telemetry::Health>,
-    _tasks: &TaskTracker,
-    _cancel: &CancellationToken,
-) {
-    warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
-}
-
-/// Serves the dashboard. Like the metrics, a port that cannot be bound is
-/// logged, not fatal: claims matter more.
-#[cfg(feature = "dashboard")]
-async fn start_dashboard(
-    addr: std::net::SocketAddr,
-    ctx: &Arc<Ctx>,
-    token: DashboardToken,
-    tasks: &TaskTracker,
-    cancel: &CancellationToken,
-) {
-    let listener = match crate::dashboard::bind(addr).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            error!(%addr, error = %e, "the dashboard is not served: cannot listen");
-            return;
-        }
-    };
-    let bound = listener
-        .local_addr()
-        .map_or_else(|_| addr.to_string(), |a| a.to_string());
-    let mode = if token.is_some() { "actions need the operator token" } else { "read-only (no dashboard token)" };
-    info!(addr = %bound, mode, "dashboard on http://{bound}/");
-    let dashboard = crate::dashboard::Dashboard::new(
-        ctx.store.clone(),
-        ctx.jobs.subscribe(),
-        &ctx.identity.replica,
-        &ctx.config.redis.key_prefix,
-        token,
-    );
-    tasks.spawn(crate::dashboard::serve(
-        listener,
-        Arc::new(dashboard),
-        cancel.clone(),
-    ));
-}
-
-/// Built without the `dashboard` feature: nothing is served.
-#[cfg(not(feature = "dashboard"))]
-async fn start_dashboard(
-    addr: std::net::SocketAddr,
-    _ctx: &Arc<Ctx>,
-    _token: DashboardToken,
-    _tasks: &TaskTracker,
-    _cancel: &CancellationToken,
-) {
-    warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
-}
-
-/// The operator token the dashboard's actions need, read at start-up.
-#[cfg(feature = "dashboard")]
-type DashboardToken = Option<crate::dashboard::Token>;
-#[cfg(not(feature = "dashboard"))]
-type DashboardToken = Option<()>;
-
-/// Reads the dashboard's token where the config says, before anything
-/// else starts: a token that was asked for and cannot be read stops the
-/// replica with the reason (the operator expects actions to work).
-#[cfg(feature = "dashboard")]
-fn dashboard_token(config: &Config) -> Result<DashboardToken, DaemonError> {
-    match (&config.daemon.dashboard_listen, &config.daemon.dashboard_token) {
-        (Some(_), Some(source)) => Ok(Some(crate::dashboard::Token::load(source)?)),
-        _ => Ok(None),
-    }
-}
-
-#[cfg(not(feature = "dashboard"))]
-fn dashboard_token(_config: &Config) -> Result<DashboardToken, DaemonError> {
-    Ok(None)
-}
 
 /// The jobs by name, shared with the tasks that look jobs up.
 type JobTable = BTreeMap<String, Arc<Job>>;

@@ -1,0 +1,115 @@
+//! What a replica serves over HTTP besides claiming: `/metrics` and
+//! `/healthz` (`telemetry`), and the dashboard (`dashboard`), each on its
+//! own listener, each logged and skipped (never fatal) when its port
+//! cannot be bound.
+
+use super::*;
+
+/// Installs the metrics recorder and serves `/metrics` and `/healthz`. A
+/// port that cannot be bound is logged, not fatal: claims matter more.
+#[cfg(feature = "metrics-server")]
+pub(super) async fn start_metrics(
+    addr: std::net::SocketAddr,
+    health: Arc<telemetry::Health>,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let handle = match telemetry::install() {
+        Ok(handle) => handle,
+        Err(e) => {
+            error!(error = %e, "metrics are off");
+            return;
+        }
+    };
+    match telemetry::bind(addr).await {
+        Ok(listener) => {
+            let bound = listener
+                .local_addr()
+                .map_or_else(|_| addr.to_string(), |a| a.to_string());
+            info!(addr = %bound, "metrics listening on http://{bound}/metrics");
+            tasks.spawn(telemetry::serve(listener, handle, health, cancel.clone()));
+        }
+        Err(e) => error!(error = %e, "metrics and /healthz are not served"),
+    }
+}
+
+/// Built without the `metrics-server` feature: nothing is served.
+#[cfg(not(feature = "metrics-server"))]
+pub(super) async fn start_metrics(
+    addr: std::net::SocketAddr,
+    _health: Arc<telemetry::Health>,
+    _tasks: &TaskTracker,
+    _cancel: &CancellationToken,
+) {
+    warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
+}
+
+/// Serves the dashboard. Like the metrics, a port that cannot be bound is
+/// logged, not fatal: claims matter more.
+#[cfg(feature = "dashboard")]
+pub(super) async fn start_dashboard(
+    addr: std::net::SocketAddr,
+    ctx: &Arc<Ctx>,
+    token: DashboardToken,
+    tasks: &TaskTracker,
+    cancel: &CancellationToken,
+) {
+    let listener = match crate::dashboard::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            error!(%addr, error = %e, "the dashboard is not served: cannot listen");
+            return;
+        }
+    };
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| addr.to_string(), |a| a.to_string());
+    let mode = if token.is_some() { "actions need the operator token" } else { "read-only (no dashboard token)" };
+    info!(addr = %bound, mode, "dashboard on http://{bound}/");
+    let dashboard = crate::dashboard::Dashboard::new(
+        ctx.store.clone(),
+        ctx.jobs.subscribe(),
+        &ctx.identity.replica,
+        &ctx.config.redis.key_prefix,
+        token,
+    );
+    tasks.spawn(crate::dashboard::serve(
+        listener,
+        Arc::new(dashboard),
+        cancel.clone(),
+    ));
+}
+
+/// Built without the `dashboard` feature: nothing is served.
+#[cfg(not(feature = "dashboard"))]
+pub(super) async fn start_dashboard(
+    addr: std::net::SocketAddr,
+    _ctx: &Arc<Ctx>,
+    _token: DashboardToken,
+    _tasks: &TaskTracker,
+    _cancel: &CancellationToken,
+) {
+    warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
+}
+
+/// The operator token the dashboard's actions need, read at start-up.
+#[cfg(feature = "dashboard")]
+pub(super) type DashboardToken = Option<crate::dashboard::Token>;
+#[cfg(not(feature = "dashboard"))]
+pub(super) type DashboardToken = Option<()>;
+
+/// Reads the dashboard's token where the config says, before anything
+/// else starts: a token that was asked for and cannot be read stops the
+/// replica with the reason (the operator expects actions to work).
+#[cfg(feature = "dashboard")]
+pub(super) fn dashboard_token(config: &Config) -> Result<DashboardToken, DaemonError> {
+    match (&config.daemon.dashboard_listen, &config.daemon.dashboard_token) {
+        (Some(_), Some(source)) => Ok(Some(crate::dashboard::Token::load(source)?)),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "dashboard"))]
+pub(super) fn dashboard_token(_config: &Config) -> Result<DashboardToken, DaemonError> {
+    Ok(None)
+}

@@ -1,0 +1,71 @@
+//! Every reader of a Redis reply, callable on a reply built by hand (see
+//! the module's declaration in `store`).
+
+use redis::Value;
+
+pub use super::run::SweepReply;
+use super::*;
+
+/// The claim script's reply.
+pub fn claim(reply: Value) -> Result<ClaimReply, StoreError> {
+    claim::parse_claim(reply)
+}
+
+/// The finish script's reply.
+pub fn finish(reply: Value) -> Result<FinishReply, StoreError> {
+    run::parse_finish(reply)
+}
+
+/// The sweep script's reply.
+pub fn sweep(reply: Value) -> Result<SweepReply, StoreError> {
+    run::parse_sweep(reply)
+}
+
+/// The renew pipeline's replies, one per lease.
+pub fn renewals(replies: &[Value]) -> Vec<bool> {
+    run::parse_renewals(replies)
+}
+
+/// The manual-run script's reply.
+pub fn manual(reply: Value) -> Result<ManualReply, StoreError> {
+    triggers::parse_manual(reply)
+}
+
+/// One entry of the triggers stream.
+pub fn trigger_entry(entry: Value) -> Option<TriggerRequest> {
+    triggers::parse_trigger_entry(entry)
+}
+
+/// An `XREADGROUP` reply on the triggers stream.
+pub fn trigger_read(reply: Value) -> Vec<TriggerRequest> {
+    triggers::parse_read_group(reply)
+}
+
+/// An `XAUTOCLAIM` reply on the triggers stream.
+pub fn trigger_auto_claim(reply: Value) -> Result<Vec<TriggerRequest>, StoreError> {
+    triggers::parse_auto_claim(reply)
+}
+
+/// The lock script's reply.
+pub fn lock(reply: Value) -> Result<LockReply, StoreError> {
+    lock::parse_lock(reply)
+}
+
+/// The lock holder's pipeline reply (`GET`, `PTTL`, `HMGET` of the
+/// holder record), converted as `Store::lock_holder` converts it.
+pub fn lock_holder(name: &str, reply: Value) -> Result<Option<LockHolder>, StoreError> {
+    type Read = (Option<String>, i64, lock::HolderRecord);
+    let (run_id, ttl_ms, record): Read = redis::from_redis_value(reply)
+        .map_err(|e| protocol("lock holder", &Value::SimpleString(e.to_string())))?;
+    lock::parse_lock_holder(name, run_id, ttl_ms, record)
+}
+
+/// A `CLUSTER NODES` reply: the masters' addresses.
+pub fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
+    lock::cluster_masters(nodes)
+}
+
+/// A `TIME` reply, as the heartbeat reads it.
+pub fn time(reply: Value) -> Option<i64> {
+    heartbeat::parse_time(reply)
+}
