@@ -136,6 +136,19 @@ pub(super) fn error_page(dashboard: &Dashboard, visitor: &Visitor, status: Statu
     )
 }
 
+/// Who is looking, and the shared status snapshot every page starts from;
+/// the "cannot read from Redis" page when there is none.
+async fn looking(
+    dashboard: &Dashboard,
+    headers: &HeaderMap,
+) -> Result<(Visitor, Arc<StatusReport>), Response> {
+    let visitor = Visitor::of(dashboard.token.as_ref(), headers);
+    match dashboard.status(Fresh::Cached).await {
+        Ok(status) => Ok((visitor, status)),
+        Err(e) => Err(unavailable(dashboard, &visitor, &e)),
+    }
+}
+
 fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &OperatorError) -> Response {
     error_page(
         dashboard,
@@ -229,10 +242,9 @@ pub(super) async fn overview(
     Query(query): Query<OverviewQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
-    let status = match dashboard.status(Fresh::Cached).await {
-        Ok(status) => status,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    let (visitor, status) = match looking(&dashboard, &headers).await {
+        Ok(seen) => seen,
+        Err(page) => return page,
     };
     let filter = StateFilter::parse(&query.state);
     let needle = query.q.trim().to_lowercase();
@@ -464,10 +476,9 @@ pub(super) async fn replicas(
         .minutes
         .filter(|m| SPANS.contains(m))
         .unwrap_or(TIMELINE_SPAN_MS / 60_000);
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
-    let status = match dashboard.status(Fresh::Cached).await {
-        Ok(status) => status,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    let (visitor, status) = match looking(&dashboard, &headers).await {
+        Ok(seen) => seen,
+        Err(page) => return page,
     };
     let runs = match dashboard.timeline(&status).await {
         Ok(runs) => runs,
@@ -538,10 +549,9 @@ pub(super) async fn job(
     Query(query): Query<JobQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
-    let status = match dashboard.status(Fresh::Cached).await {
-        Ok(status) => status,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    let (visitor, status) = match looking(&dashboard, &headers).await {
+        Ok(seen) => seen,
+        Err(page) => return page,
     };
     let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
         return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?} in this replica's job table"));

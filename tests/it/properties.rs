@@ -194,17 +194,7 @@ fn heartbeat() -> impl Strategy<Value = Heartbeat> {
 }
 
 fn outcome() -> impl Strategy<Value = Outcome> {
-    let status = prop::sample::select(vec![
-        Status::Ok,
-        Status::Failed,
-        Status::Timeout,
-        Status::LostLease,
-        Status::Interrupted,
-        Status::Abandoned,
-        Status::SkippedOverlap,
-        Status::NotDurable,
-        Status::Missed,
-    ]);
+    let status = prop::sample::select(Status::ALL.to_vec());
     let trigger = prop::sample::select(vec![
         Trigger::Schedule,
         Trigger::Misfire,
