@@ -14,6 +14,11 @@ use std::sync::Arc;
 use clap::Parser;
 use cronlease::task::{Noop, Tasks};
 
+/// The same allocator as the `cronlease` binary (`src/main.rs`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = cronlease::cli::Cli::parse();
     cronlease::cli::run_with(cli, Tasks::every_job(Arc::new(Noop))).into()
