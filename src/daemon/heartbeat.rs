@@ -19,6 +19,10 @@ struct Beats {
     count: u64,
     /// Replicas whose record did not parse, named once each in the log.
     unreadable: std::collections::HashSet<String>,
+    /// The definition hash of each job of the table they were computed
+    /// for: computed again only when a reload replaces the table, not at
+    /// every beat (100,000 jobs take about a second to hash).
+    hashes: Option<(Arc<JobTable>, BTreeMap<String, String>)>,
 }
 
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
@@ -29,6 +33,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         epoch_seen: HashMap::new(),
         count: 0,
         unreadable: std::collections::HashSet::new(),
+        hashes: None,
     };
     loop {
         tokio::select! {
@@ -42,7 +47,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 
 /// One heartbeat: send ours, read everyone's, act on what they say.
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
-    let record = own_record(ctx).await;
+    let record = own_record(ctx, beats).await;
     let sent = local_now_us();
     // The clock offset drifts slowly: measure it every few heartbeats (an
     // idle replica sends as few commands as it can).
@@ -87,14 +92,20 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
 }
 
 /// This replica's heartbeat record, as JSON.
-async fn own_record(ctx: &Ctx) -> String {
+async fn own_record(ctx: &Ctx, beats: &mut Beats) -> String {
     let runs = ctx.watchdog.list().await;
-    let config_hash = ctx
-        .jobs
-        .borrow()
-        .values()
-        .map(|job| (job.name.clone(), job.definition_hash()))
-        .collect();
+    let table = ctx.jobs.borrow().clone();
+    let config_hash = match &beats.hashes {
+        Some((hashed, hashes)) if Arc::ptr_eq(hashed, &table) => hashes.clone(),
+        _ => {
+            let hashes: BTreeMap<String, String> = table
+                .values()
+                .map(|job| (job.name.clone(), job.definition_hash()))
+                .collect();
+            beats.hashes = Some((table, hashes.clone()));
+            hashes
+        }
+    };
     Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),
