@@ -508,6 +508,14 @@ pub enum Conn {
     Cluster(ClusterConnection),
 }
 
+impl Conn {
+    /// Whether calls on this connection may carry the keys of several jobs
+    /// (not Cluster, where they sit in different slots).
+    pub fn batches(&self) -> bool {
+        !matches!(self, Conn::Cluster(_))
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {

@@ -138,7 +138,7 @@ impl Failures {
         run_id: &str,
         e: &StoreError,
     ) -> Option<Duration> {
-        count_claim(job, "error");
+        ctx.meters.job(&job.name).claim(ClaimCount::Error).increment(1);
         // Quorum masters that answered but split between racing replicas
         // are not an outage.
         if !matches!(
@@ -203,6 +203,7 @@ fn answer(
             acked,
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.outbox.add(&job.name, tick_ms, fence);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -221,24 +222,24 @@ fn answer(
             Answer::End(won(ctx, job, start, facts))
         }
         ClaimReply::Early { ms } => {
-            count_claim(job, "early");
+            ctx.meters.job(&job.name).claim(ClaimCount::Early).increment(1);
             debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
             Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
         }
         ClaimReply::Wait { ms } => {
-            count_claim(job, "wait");
+            ctx.meters.job(&job.name).claim(ClaimCount::Wait).increment(1);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
             Answer::Again(Duration::from_millis(
                 u64::try_from(ms).unwrap_or(100).clamp(20, 1000),
             ))
         }
         ClaimReply::Expired { late_ms } => {
-            count_claim(job, "expired");
+            ctx.meters.job(&job.name).claim(ClaimCount::Expired).increment(1);
             warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
             Answer::End(ClaimEnd::Late)
         }
         ClaimReply::Corrupt { field, value } => {
-            count_claim(job, "corrupt");
+            ctx.meters.job(&job.name).claim(ClaimCount::Corrupt).increment(1);
             error!(
                 job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
                 "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
@@ -246,7 +247,7 @@ fn answer(
             Answer::End(ClaimEnd::Refused)
         }
         ClaimReply::Lapsed => {
-            count_claim(job, "lapsed");
+            ctx.meters.job(&job.name).claim(ClaimCount::Lapsed).increment(1);
             warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
             Answer::End(ClaimEnd::Lapsed)
         }
@@ -261,7 +262,7 @@ fn answer(
                     "the job's high-water mark in Redis was behind what this replica saw",
                 );
             }
-            count_claim(job, "taken");
+            ctx.meters.job(&job.name).claim(ClaimCount::Taken).increment(1);
             ctx.marks.note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
             Answer::End(ClaimEnd::Taken)
@@ -269,8 +270,9 @@ fn answer(
         ClaimReply::Paused {
             previous, fence, ..
         } => {
-            count_claim(job, "paused");
+            ctx.meters.job(&job.name).claim(ClaimCount::Paused).increment(1);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.outbox.add(&job.name, tick_ms, fence);
             info!(job = %job.name, %tick, "job is paused; tick skipped");
             Answer::End(ClaimEnd::Paused { previous })
         }
@@ -280,8 +282,9 @@ fn answer(
             fence,
             ..
         } => {
-            count_claim(job, "busy");
+            ctx.meters.job(&job.name).claim(ClaimCount::Busy).increment(1);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.outbox.add(&job.name, tick_ms, fence);
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             Answer::End(ClaimEnd::Busy { previous })
         }
@@ -311,13 +314,15 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
     let wanted = ctx.config.redis.min_replicas_ack;
     if let Some(acked) = acked.filter(|&acked| acked < wanted) {
-        count_claim(job, "not_durable");
+        ctx.meters.job(&job.name).claim(ClaimCount::NotDurable).increment(1);
         warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
         return ClaimEnd::NotDurable { start, acked };
     }
-    count_claim(job, "claimed");
+    ctx.meters.job(&job.name).claim(ClaimCount::Claimed).increment(1);
     let lateness_ms = start.started_ms - start.tick_ms;
-    metrics::histogram!(telemetry::TICK_LATENESS, "job" => job.name.clone())
+    ctx.meters
+        .job(&job.name)
+        .lateness()
         .record(lateness_ms.max(0) as f64 / 1000.0);
     if regressed {
         ctx.state_loss(
@@ -331,11 +336,6 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
         previous,
         expired,
     }
-}
-
-pub(super) fn count_claim(job: &Job, result: &'static str) {
-    metrics::counter!(telemetry::CLAIMS, "job" => job.name.clone(), "result" => result)
-        .increment(1);
 }
 
 /// At most this many missed ticks are recorded one by one after a gap.
@@ -375,7 +375,7 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
     {
         Ok(0) => {}
         Ok(n) => {
-            metrics::counter!(telemetry::MISSED_TICKS, "job" => job.name.clone()).increment(n);
+            ctx.meters.job(&job.name).missed().increment(n);
             warn!(
                 job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
                 "ticks nobody claimed recorded as missed"

@@ -76,6 +76,7 @@ use systemd::Notice;
 mod claim;
 mod courier;
 mod heartbeat;
+mod meters;
 mod rendezvous;
 mod runs;
 mod scheduler;
@@ -85,10 +86,11 @@ mod systemd;
 mod tick;
 mod triggers;
 
-use claim::{ClaimEnd, claim, count_claim, record_missed};
+use claim::{ClaimEnd, claim, record_missed};
+use meters::{ClaimCount, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
-use rendezvous::{MAX_RANK_WAIT, RANK_STEP, claims_listener, rendezvous_score};
+use rendezvous::{MAX_RANK_WAIT, Outbox, RANK_STEP, announcer, claims_listener, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
 use serve::{dashboard_token, start_dashboard, start_metrics};
 pub use scheduler::Reload;
@@ -198,6 +200,10 @@ struct Ctx {
     live: LiveReplicas,
     /// Claims other replicas announced.
     announced: Announcements,
+    /// Each job's metric handles.
+    meters: Meters,
+    /// This replica's claims, to be announced.
+    outbox: Outbox,
     /// How runs' processes are kept together, found when the first
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]
@@ -237,6 +243,8 @@ impl Ctx {
             state_loss_events: AtomicU64::new(0),
             live,
             announced: Announcements::default(),
+            meters: Meters::default(),
+            outbox: Outbox::default(),
             #[cfg(feature = "process")]
             containment: std::sync::OnceLock::new(),
         }
@@ -414,6 +422,7 @@ pub async fn run(
     background.spawn(spool_courier(ctx.clone(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
+    background.spawn(announcer(ctx.clone(), service.clone()));
     // Manual runs need one stream all replicas read: not with `quorum`
     // (`cronlease trigger` says so).
     if !ctx.store.is_quorum() {

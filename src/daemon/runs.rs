@@ -69,7 +69,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
         let _ = done_rx.await;
         let finished_ms = ctx.clock.now_ms();
         let outcome = outcome(&ctx, &job, start, finished_ms, result);
-        count_finished(&outcome);
+        count_finished(&ctx, &outcome);
         if let Some(rerun) = deliver(&ctx, &job, outcome).await {
             start_reruns(&ctx, &job, vec![rerun]);
         }
@@ -128,22 +128,22 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
 }
 
 /// The finish log line and the run metrics.
-fn count_finished(outcome: &Outcome) {
+fn count_finished(ctx: &Ctx, outcome: &Outcome) {
     info!(
         job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
         replica = %outcome.replica, status = %outcome.status, exit_code = outcome.exit_code,
         attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
     );
-    metrics::counter!(telemetry::RUNS, "job" => outcome.job.clone(), "status" => outcome.status.as_str()).increment(1);
+    let meters = ctx.meters.job(&outcome.job);
+    meters.run(outcome.status).increment(1);
     if let Some(cpu_ms) = outcome.cpu_ms {
-        metrics::histogram!(telemetry::RUN_CPU, "job" => outcome.job.clone())
-            .record(cpu_ms as f64 / 1000.0);
+        meters.cpu().record(cpu_ms as f64 / 1000.0);
     }
-    metrics::histogram!(telemetry::RUN_DURATION, "job" => outcome.job.clone())
+    meters
+        .duration()
         .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
     if outcome.status == Status::Ok {
-        metrics::gauge!(telemetry::LAST_SUCCESS, "job" => outcome.job.clone())
-            .set(outcome.finished_ms as f64 / 1000.0);
+        meters.last_success().set(outcome.finished_ms as f64 / 1000.0);
     }
 }
 

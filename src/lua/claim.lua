@@ -4,26 +4,19 @@
 --       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
 --       recording skipped_overlap, for catch-up of missed ticks),
---       channel and job name: when the high-water mark moves, "<job> <tick>"
---       is published there, so replicas waiting their turn need not ask,
 --       deadline_ms (Redis time after which this claim must not take effect;
 --       -1: none)
+-- Every answer that moves the high-water mark (claimed, paused, busy)
+-- carries the job's fence; the replica announces "<job> <tick> <fence>" on
+-- the claims channel itself, many claims per message (daemon/rendezvous.rs),
+-- so replicas waiting their turn need not ask.
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
-local channel, job = ARGV[13], ARGV[14]
-local deadline = tonumber(ARGV[15])
--- The job's current fence: every answer carries it, so each replica knows
--- the highest fence handed out even for ticks it did not win.
-local function current_fence()
-  return tonumber(redis.call('HGET', state, 'fence') or '0')
-end
-local function announce()
-  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. current_fence())
-end
+local deadline = tonumber(ARGV[13])
 
 local now = now_ms()
 -- A retry after an ambiguous reply: the first attempt may have won. The
@@ -45,10 +38,14 @@ if mine then
   return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2}
 end
 if tick > now + tolerance then return {'early', tick - now} end
-local corrupt = corrupt_state(state)
+-- The job's state in one read. Every answer carries its fence, so each
+-- replica knows the highest fence handed out even for ticks it did not win.
+local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused')
+local corrupt = corrupt_values(fields[1], fields[2])
 if corrupt then return corrupt end
+local current_fence = tonumber(fields[2] or '0')
 
-local stored = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
+local stored = tonumber(fields[1] or '-1')
 local regressed = 0
 if stored < min_tick then
   -- Redis forgot ticks this replica saw claimed: state was lost. Re-seed.
@@ -56,7 +53,7 @@ if stored < min_tick then
   redis.call('HSET', state, 'last_tick', min_tick)
   stored = min_tick
 end
-if tick <= stored then return {'taken', stored, regressed, current_fence()} end
+if tick <= stored then return {'taken', stored, regressed, current_fence} end
 -- Past the caller's deadline (an attempt that sat in a paused or slow Redis,
 -- or a retry after the caller stopped waiting): take no effect. Redis runs
 -- scripts one at a time, so once a retry hears this, no earlier attempt of
@@ -66,10 +63,9 @@ if deadline >= 0 and now > deadline then return {'expired', now - tick} end
 -- this one were never claimed (the caller records them as missed).
 local previous = stored
 
-if redis.call('HGET', state, 'paused') == '1' then
+if fields[3] == '1' then
   redis.call('HSET', state, 'last_tick', tick)
-  announce()
-  return {'paused', regressed, previous, current_fence()}
+  return {'paused', regressed, previous, current_fence}
 end
 
 if overlap ~= 'allow' then
@@ -78,15 +74,15 @@ if overlap ~= 'allow' then
     if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
     redis.call('HSET', state, 'last_tick', tick)
     record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
-    announce()
-    return {'busy', holder, regressed, previous, current_fence()}
+    return {'busy', holder, regressed, previous, current_fence}
   end
   -- overlap == 'replace': the new lease overwrites the old one, whose holder
   -- sees its next renewal fail and stops its run.
 end
 
+-- Counted before this run's entry is added, which has not lapsed.
+local expired = count_expired(running, now)
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, min_fence, now)
 redis.call('HSET', state, 'last_tick', tick)
-announce()
-return {'claimed', fence, now, lease_key, count_expired(running, now), regressed, previous}
+return {'claimed', fence, now, lease_key, expired, regressed, previous}

@@ -20,9 +20,8 @@ local may_rerun, overlap, lease_ms = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
 local new_run_id, min_fence, replica, host = ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11]
 local previous = redis.call('HGET', done, run_id)
 if previous then return {'duplicate', previous} end
-local stale = not redis.call('HGET', running, run_id)
+local stale = redis.call('HDEL', running, run_id) == 0
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
-redis.call('HDEL', running, run_id)
 local fields = {}
 for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = record_outcome(state, runs, maxlen, fields, stale)

@@ -75,12 +75,14 @@ end
 -- {'corrupt', field, value} when the job's state hash holds a high-water
 -- mark or fence that is not a number (cronlease never writes one): the
 -- caller claims nothing rather than guess which ticks ran. Nil otherwise.
-local function corrupt_state(state)
-  for _, field in ipairs({'last_tick', 'fence'}) do
-    local raw = redis.call('HGET', state, field)
-    if raw and not tonumber(raw) then return {'corrupt', field, raw} end
-  end
+local function corrupt_values(last_tick, fence)
+  if last_tick and not tonumber(last_tick) then return {'corrupt', 'last_tick', last_tick} end
+  if fence and not tonumber(fence) then return {'corrupt', 'fence', fence} end
   return nil
+end
+local function corrupt_state(state)
+  local values = redis.call('HMGET', state, 'last_tick', 'fence')
+  return corrupt_values(values[1], values[2])
 end
 
 -- The fence after `min_fence`, the highest this replica has seen: a Redis
@@ -139,6 +141,7 @@ end
 -- How many runs in flight have not been renewed within their lease: their
 -- holder is gone, and a sweep should record them.
 local function count_expired(running, now)
+  if redis.call('HLEN', running) == 0 then return 0 end
   local n = 0
   local entries = redis.call('HGETALL', running)
   for i = 2, #entries, 2 do

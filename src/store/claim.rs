@@ -286,6 +286,14 @@ impl Store {
         if self.is_quorum() {
             return self.claim_quorum(request).await;
         }
+        if let Some(conn) = self.batching("claim").await? {
+            let reply = self
+                .scripts
+                .claims
+                .call(conn, self.claim_args(request), 4)
+                .await?;
+            return parse_claim(reply);
+        }
         self.claim_on(self.single("claim").await?, request).await
     }
 
@@ -431,39 +439,43 @@ impl Store {
         }
     }
 
+    /// The claim script's keys (4) and arguments for `request`.
+    fn claim_args(&self, request: &ClaimRequest<'_>) -> redis::Cmd {
+        let keys = &self.keys;
+        let mut args = redis::Cmd::new();
+        args.arg(keys.state(request.job))
+            .arg(keys.running(request.job))
+            .arg(keys.lease(request.job))
+            .arg(keys.runs(request.job))
+            .arg(request.tick_ms)
+            .arg(request.run_id)
+            .arg(duration_ms(request.claimant.lease))
+            .arg(request.claimant.overlap.as_str())
+            .arg(request.claimant.replica)
+            .arg(request.claimant.host)
+            .arg(EARLY_TOLERANCE_MS)
+            .arg(request.claimant.history)
+            .arg(request.min_tick)
+            .arg(request.claimant.min_fence)
+            .arg(request.trigger.as_str())
+            .arg(match request.when_busy {
+                WhenBusy::Skip => "0",
+                WhenBusy::Wait => "1",
+            })
+            .arg(request.deadline_ms);
+        args
+    }
+
     async fn claim_on(
         &self,
         conn: Conn,
         request: &ClaimRequest<'_>,
     ) -> Result<ClaimReply, StoreError> {
-        let keys = &self.keys;
+        let args = self.claim_args(request);
         let build = || {
             let mut pipe = redis::pipe();
-            pipe.cmd("EVALSHA")
-                .arg(self.scripts.claim.get_hash())
-                .arg(4)
-                .arg(keys.state(request.job))
-                .arg(keys.running(request.job))
-                .arg(keys.lease(request.job))
-                .arg(keys.runs(request.job))
-                .arg(request.tick_ms)
-                .arg(request.run_id)
-                .arg(duration_ms(request.claimant.lease))
-                .arg(request.claimant.overlap.as_str())
-                .arg(request.claimant.replica)
-                .arg(request.claimant.host)
-                .arg(EARLY_TOLERANCE_MS)
-                .arg(request.claimant.history)
-                .arg(request.min_tick)
-                .arg(request.claimant.min_fence)
-                .arg(request.trigger.as_str())
-                .arg(match request.when_busy {
-                    WhenBusy::Skip => "0",
-                    WhenBusy::Wait => "1",
-                })
-                .arg(keys.claims_channel())
-                .arg(request.job)
-                .arg(request.deadline_ms);
+            pipe.cmd("EVALSHA").arg(self.scripts.claim.get_hash()).arg(4);
+            append(&mut pipe, &args);
             if let Some((replicas, timeout)) = self.wait_replicas {
                 pipe.cmd("WAIT").arg(replicas).arg(duration_ms(timeout));
             }

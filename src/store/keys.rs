@@ -101,7 +101,8 @@ impl Keys {
         format!("{}:epoch", self.prefix)
     }
 
-    /// Pub/sub channel on which every claim announces `<job> <tick> <fence>`.
+    /// Pub/sub channel on which replicas announce their claims, one
+    /// `<job> <tick> <fence>` line each.
     pub fn claims_channel(&self) -> String {
         format!("{}:claimed", self.prefix)
     }

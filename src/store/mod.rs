@@ -19,6 +19,7 @@ use crate::membership::Heartbeat;
 use crate::outcome::{Outcome, Trigger};
 
 mod audit;
+mod batch;
 mod claim;
 mod heartbeat;
 mod keys;
@@ -55,6 +56,9 @@ const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 struct Scripts {
     claim: Script,
+    /// The claim's and the finish's batch forms (see `batch`).
+    claims: batch::Batcher,
+    finishes: batch::Batcher,
     renew: Script,
     finish: Script,
     sweep: Script,
@@ -74,6 +78,8 @@ impl Scripts {
         let script = |body: &str| Script::new(&format!("{PRELUDE}\n{body}"));
         Scripts {
             claim: script(include_str!("../lua/claim.lua")),
+            claims: batch::Batcher::new(include_str!("../lua/claim.lua")),
+            finishes: batch::Batcher::new(include_str!("../lua/finish.lua")),
             renew: script(include_str!("../lua/renew.lua")),
             finish: script(include_str!("../lua/finish.lua")),
             sweep: script(include_str!("../lua/sweep.lua")),
@@ -564,6 +570,17 @@ impl Store {
         }
     }
 
+    /// The connection for a call of a script that batches (the claim,
+    /// the finish), when its calls can share a batch: one node (not
+    /// `quorum`), not Cluster, and no `WAIT` after each call.
+    async fn batching(&self, what: &'static str) -> Result<Option<Conn>, StoreError> {
+        if self.is_quorum() || self.wait_replicas.is_some() {
+            return Ok(None);
+        }
+        let conn = self.single(what).await?;
+        Ok(conn.batches().then_some(conn))
+    }
+
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
@@ -713,6 +730,26 @@ impl Store {
         Ok(n > 0)
     }
 
+    /// Announces claims on the claims channel: one `<job> <tick> <fence>`
+    /// line per claim, many in one message. With `quorum`, on every master
+    /// (subscribers listen on one). Best effort: a lost announcement only
+    /// costs the replicas waiting their turn a claim.
+    pub async fn announce_claims(&self, lines: &str) -> Result<(), StoreError> {
+        let channel = self.keys.claims_channel();
+        let (channel, lines) = (&channel, lines);
+        let sent = self
+            .on_all(|mut conn| async move {
+                let _receivers: i64 = redis::cmd("PUBLISH")
+                    .arg(channel)
+                    .arg(lines)
+                    .query_async(&mut conn)
+                    .await?;
+                Ok(())
+            })
+            .await;
+        self.gather("announce claims", sent).map(|_| ())
+    }
+
     /// A pub/sub connection subscribed to the claims channel.
     ///
     /// With `quorum`, on the first master that accepts: every claim is
@@ -731,6 +768,15 @@ impl Store {
         let mut pubsub = last.link.pubsub().await?;
         pubsub.subscribe(self.keys.claims_channel()).await?;
         Ok(pubsub)
+    }
+}
+
+/// Appends the arguments `args` holds to `pipe`'s last command.
+fn append(pipe: &mut redis::Pipeline, args: &redis::Cmd) {
+    for arg in args.args_iter() {
+        if let redis::Arg::Simple(bytes) = arg {
+            pipe.arg(bytes);
+        }
     }
 }
 

@@ -8,6 +8,10 @@ use redis::Value;
 
 use super::*;
 
+/// The finish script's keys: state, running, the run's lease, runs, done,
+/// the job's lease, reruns, done_at.
+const FINISH_KEYS: usize = 8;
+
 /// The dedup window's age limit: a second delivery of an outcome (a retry
 /// after a lost reply, a spooled copy) recorded less than this long ago is
 /// recognised as a duplicate. See [`dedup_entries`] for the count limit.
@@ -196,32 +200,30 @@ impl Store {
             .await
     }
 
-    /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
-    /// of the job may be started for the caller.
-    pub async fn finish(
+    /// The finish script's keys ([`FINISH_KEYS`]) and arguments.
+    fn finish_args(
         &self,
         outcome: &Outcome,
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
-    ) -> Result<FinishReply, StoreError> {
+    ) -> redis::Cmd {
         let keys = &self.keys;
         let job = outcome.job.as_str();
-        let mut invocation = self.scripts.finish.prepare_invoke();
-        invocation
-            .key(keys.state(job))
-            .key(keys.running(job))
-            .key(&outcome.lease_key)
-            .key(keys.runs(job))
-            .key(keys.done(job))
-            .key(keys.lease(job))
-            .key(keys.reruns(job))
-            .key(keys.done_at(job))
+        let mut args = redis::Cmd::new();
+        args.arg(keys.state(job))
+            .arg(keys.running(job))
+            .arg(&outcome.lease_key)
+            .arg(keys.runs(job))
+            .arg(keys.done(job))
+            .arg(keys.lease(job))
+            .arg(keys.reruns(job))
+            .arg(keys.done_at(job))
             .arg(&outcome.run_id)
             .arg(history)
             .arg(duration_ms(DEDUP_WINDOW))
             .arg(dedup_entries(history));
         match rerun {
-            Some(offer) => invocation
+            Some(offer) => args
                 .arg("1")
                 .arg(offer.claimant.overlap.as_str())
                 .arg(duration_ms(offer.claimant.lease))
@@ -229,7 +231,7 @@ impl Store {
                 .arg(offer.claimant.min_fence)
                 .arg(offer.claimant.replica)
                 .arg(offer.claimant.host),
-            None => invocation
+            None => args
                 .arg("0")
                 .arg("skip")
                 .arg(0)
@@ -239,12 +241,41 @@ impl Store {
                 .arg(""),
         };
         for (name, value) in outcome.stream_fields() {
-            invocation.arg(name).arg(value);
+            args.arg(name).arg(value);
         }
-        let invocation = &invocation;
+        args
+    }
+
+    /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
+    /// of the job may be started for the caller.
+    pub async fn finish(
+        &self,
+        outcome: &Outcome,
+        history: u32,
+        rerun: Option<&RerunOffer<'_>>,
+    ) -> Result<FinishReply, StoreError> {
+        let args = self.finish_args(outcome, history, rerun);
+        if let Some(conn) = self.batching("finish").await? {
+            let reply = self.scripts.finishes.call(conn, args, FINISH_KEYS).await?;
+            return parse_finish(reply);
+        }
+        let args = &args;
         let answers = self
-            .on_all(|mut conn| async move {
-                let reply: Value = invocation.invoke_async(&mut conn).await?;
+            .on_all(|conn| async move {
+                let build = || {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("EVALSHA")
+                        .arg(self.scripts.finish.get_hash())
+                        .arg(FINISH_KEYS);
+                    append(&mut pipe, args);
+                    pipe
+                };
+                let reply = self
+                    .query_with_script(conn, &self.scripts.finish, build)
+                    .await?
+                    .into_iter()
+                    .next()
+                    .unwrap_or(Value::Nil);
                 parse_finish(reply)
             })
             .await;

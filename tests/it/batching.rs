@@ -1,0 +1,173 @@
+//! Claims and finishes made at the same moment share one script call
+//! (`store/batch.rs`), and each still gets its own answer: driven through
+//! the library's `Store` against a real `redis-server`, with Redis's own
+//! command counts as the evidence.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cronlease::config::{Config, Overlap};
+use cronlease::outcome::Trigger;
+use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Recorded, Store, WhenBusy};
+use futures_util::future::join_all;
+
+use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, runtime};
+
+const PREFIX: &str = "b";
+const JOBS: usize = 300;
+
+async fn store(server: &RedisServer) -> Store {
+    let text = format!(
+        "[redis]\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\ncommand_timeout = \"5s\"\n\
+         [jobs.j]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
+        server.url()
+    );
+    let config = Config::parse(&text, Path::new("batching-test.toml"))
+        .unwrap_or_else(|e| panic!("the test config is valid: {e}\n{text}"));
+    Store::connect(&config.redis)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+}
+
+fn request<'a>(job: &'a str, run_id: &'a str, tick_ms: i64) -> ClaimRequest<'a> {
+    ClaimRequest {
+        job,
+        tick_ms,
+        run_id,
+        claimant: Claimant {
+            replica: "test",
+            host: "localhost",
+            lease: Duration::from_secs(30),
+            overlap: Overlap::Skip,
+            history: 100,
+            min_fence: 0,
+        },
+        min_tick: -1,
+        trigger: Trigger::Schedule,
+        when_busy: WhenBusy::Skip,
+        deadline_ms: -1,
+    }
+}
+
+/// How many times Redis ran `EVALSHA` so far.
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.client())
+        .expect("INFO commandstats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() {
+    let server = RedisServer::start();
+    let jobs: Vec<String> = (0..JOBS).map(|i| format!("job-{i}")).collect();
+    let run_ids: Vec<String> = (0..JOBS).map(|i| format!("run-{i}")).collect();
+    let tick = now_ms() - 10;
+    let before = evalsha_calls(&server);
+    let claimed = runtime().block_on(async {
+        let store = store(&server).await;
+        let requests: Vec<ClaimRequest> = jobs
+            .iter()
+            .zip(&run_ids)
+            .map(|(job, run_id)| request(job, run_id, tick))
+            .collect();
+        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let mut claimed = Vec::new();
+        for ((job, run_id), reply) in jobs.iter().zip(&run_ids).zip(replies) {
+            match reply {
+                Ok(ClaimReply::Claimed {
+                    fence, lease_key, ..
+                }) => {
+                    assert_eq!(fence, 1, "{job}: the first claim of a job has fence 1");
+                    claimed.push(ok_outcome(job, run_id, tick, fence, lease_key));
+                }
+                other => panic!("{job}: expected claimed, got {other:?}"),
+            }
+        }
+        // A second claim of the same ticks, again all at once: each job's
+        // own answer is `taken`.
+        let again: Vec<String> = (0..JOBS).map(|i| format!("again-{i}")).collect();
+        let requests: Vec<ClaimRequest> = jobs
+            .iter()
+            .zip(&again)
+            .map(|(job, run_id)| request(job, run_id, tick))
+            .collect();
+        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        for (job, reply) in jobs.iter().zip(replies) {
+            assert!(
+                matches!(reply, Ok(ClaimReply::Taken { last_tick, fence: 1, .. }) if last_tick == tick),
+                "{job}: expected taken at fence 1, got {reply:?}"
+            );
+        }
+        let finishes = claimed.iter().map(|outcome| store.finish(outcome, 100, None));
+        for (outcome, reply) in claimed.iter().zip(join_all(finishes).await) {
+            let reply = reply.unwrap_or_else(|e| panic!("{}: finish failed: {e}", outcome.job));
+            assert_eq!(reply.recorded, Recorded::Current, "{}", outcome.job);
+        }
+        claimed
+    });
+    let calls = evalsha_calls(&server) - before;
+    let scripts_run = 3 * JOBS as u64;
+    assert!(
+        calls < scripts_run / 2,
+        "{scripts_run} claims and finishes took {calls} EVALSHA calls: they were not batched"
+    );
+    let mut redis = server.client();
+    for outcome in &claimed {
+        let recorded = read_outcomes(&mut redis, PREFIX, &outcome.job);
+        assert_eq!(recorded.len(), 1, "{}: {recorded:?}", outcome.job);
+        assert_eq!(recorded[0].run_id(), outcome.run_id, "{}", outcome.job);
+    }
+}
+
+#[test]
+fn a_call_that_fails_in_a_batch_fails_alone() {
+    let server = RedisServer::start();
+    // Another writer made one job's state hash a string: its claim's
+    // HMGET fails with WRONGTYPE inside the batch.
+    let _: () = redis::cmd("SET")
+        .arg(format!("{PREFIX}:{{broken}}:state"))
+        .arg("not a hash")
+        .query(&mut server.client())
+        .expect("SET");
+    let tick = now_ms() - 10;
+    runtime().block_on(async {
+        let store = store(&server).await;
+        let jobs: Vec<String> = (0..50)
+            .map(|i| {
+                if i == 25 {
+                    "broken".to_string()
+                } else {
+                    format!("job-{i}")
+                }
+            })
+            .collect();
+        let run_ids: Vec<String> = (0..50).map(|i| format!("run-{i}")).collect();
+        let requests: Vec<ClaimRequest> = jobs
+            .iter()
+            .zip(&run_ids)
+            .map(|(job, run_id)| request(job, run_id, tick))
+            .collect();
+        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        for (job, reply) in jobs.iter().zip(replies) {
+            if job == "broken" {
+                let error = reply.expect_err("a claim of a job whose state is not a hash fails");
+                assert!(
+                    error.to_string().contains("WRONGTYPE"),
+                    "the error names what Redis said: {error}"
+                );
+                assert!(!error.is_ambiguous(), "a script error is definite: {error}");
+            } else {
+                assert!(
+                    matches!(reply, Ok(ClaimReply::Claimed { fence: 1, .. })),
+                    "{job}: expected claimed beside the broken job, got {reply:?}"
+                );
+            }
+        }
+    });
+}
