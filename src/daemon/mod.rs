@@ -102,6 +102,10 @@ use triggers::trigger_consumer;
 /// unclaimed ticks are missed and go to the misfire policy.
 const LATE_MS: i64 = 1_000;
 
+/// At most this many jobs read their state and sweep at once when they
+/// catch up (at start, or when Redis is back).
+const CATCHING_UP: usize = 256;
+
 /// At most this many missed ticks are caught up by `misfire = "run_all"`
 /// (the most recent ones).
 pub const MAX_CATCH_UP: usize = 100;
@@ -204,6 +208,8 @@ struct Ctx {
     meters: Meters,
     /// This replica's claims, to be announced.
     outbox: Outbox,
+    /// Permits for the jobs catching up at once (see `tick::catch_up`).
+    catching_up: tokio::sync::Semaphore,
     /// How runs' processes are kept together, found when the first
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]
@@ -245,6 +251,7 @@ impl Ctx {
             announced: Announcements::default(),
             meters: Meters::default(),
             outbox: Outbox::default(),
+            catching_up: tokio::sync::Semaphore::new(CATCHING_UP),
             #[cfg(feature = "process")]
             containment: std::sync::OnceLock::new(),
         }

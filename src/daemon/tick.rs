@@ -121,8 +121,16 @@ pub(super) async fn catch_up(
     job: &Arc<Job>,
     cancel: &CancellationToken,
 ) -> Option<i64> {
+    // A start (or Redis back after an outage) sends every job here at
+    // once: a bounded number read and sweep at a time, so 100,000 jobs do
+    // not hold 100,000 requests in memory together.
+    let permit = tokio::select! {
+        () = cancel.cancelled() => return None,
+        permit = ctx.catching_up.acquire() => permit.ok(),
+    };
     let stored = last_tick(ctx, job, cancel).await?;
     start_reruns(ctx, job, sweep(ctx, job).await);
+    drop(permit);
     let now = ctx.clock.now_ms();
     let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),

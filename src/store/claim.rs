@@ -283,8 +283,11 @@ impl Store {
     /// in the same pipeline on the same connection. With `quorum`, on every
     /// master at once: see `Store::claim_quorum`.
     pub async fn claim(&self, request: &ClaimRequest<'_>) -> Result<ClaimReply, StoreError> {
+        // The paths that do not batch are boxed: under load thousands of
+        // claims wait in the batcher at once, each in a future only as big
+        // as the batcher's.
         if self.is_quorum() {
-            return self.claim_quorum(request).await;
+            return Box::pin(self.claim_quorum(request)).await;
         }
         if let Some(conn) = self.batching("claim").await? {
             let reply = self
@@ -294,7 +297,7 @@ impl Store {
                 .await?;
             return parse_claim(reply);
         }
-        self.claim_on(self.single("claim").await?, request).await
+        Box::pin(self.claim_on(self.single("claim").await?, request)).await
     }
 
     /// The claim over a quorum (the Redlock idea). Sent to every master at

@@ -259,9 +259,9 @@ impl Store {
             let reply = self.scripts.finishes.call(conn, args, FINISH_KEYS).await?;
             return parse_finish(reply);
         }
+        // Boxed, as the claim's paths that do not batch are.
         let args = &args;
-        let answers = self
-            .on_all(|conn| async move {
+        let answers = Box::pin(self.on_all(|conn| async move {
                 let build = || {
                     let mut pipe = redis::pipe();
                     pipe.cmd("EVALSHA")
@@ -277,7 +277,7 @@ impl Store {
                     .next()
                     .unwrap_or(Value::Nil);
                 parse_finish(reply)
-            })
+            }))
             .await;
         // With `quorum`: the outcome is recorded once a majority has it (a
         // retry or the spool sends it again; the done marker makes that a
