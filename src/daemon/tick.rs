@@ -67,10 +67,20 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
             // only its cursor and its timer (~300 bytes, not the ~5 KB of
             // the deepest path), which is most of an idle replica's memory
             // per job (README "Benchmark", idle).
-            None => match Box::pin(catch_up(&ctx, &job, &cancel)).await {
-                Some(after) => after,
-                None => return,
-            },
+            None => {
+                // A start (or Redis back after an outage) sends every job
+                // here at once: a bounded number catch up at a time, and a
+                // job's catch-up is allocated only when its turn comes, so
+                // 100,000 jobs do not hold 100,000 requests in memory.
+                let turn = tokio::select! {
+                    () = cancel.cancelled() => return,
+                    turn = ctx.catching_up.acquire() => turn.ok(),
+                };
+                match Box::pin(catch_up(&ctx, &job, &cancel, turn)).await {
+                    Some(after) => after,
+                    None => return,
+                }
+            }
         };
         let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
             info!(job = %job.name, "the schedule has no more ticks");
@@ -120,17 +130,13 @@ pub(super) async fn catch_up(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
+    turn: Option<tokio::sync::SemaphorePermit<'_>>,
 ) -> Option<i64> {
-    // A start (or Redis back after an outage) sends every job here at
-    // once: a bounded number read and sweep at a time, so 100,000 jobs do
-    // not hold 100,000 requests in memory together.
-    let permit = tokio::select! {
-        () = cancel.cancelled() => return None,
-        permit = ctx.catching_up.acquire() => permit.ok(),
-    };
     let stored = last_tick(ctx, job, cancel).await?;
     start_reruns(ctx, job, sweep(ctx, job).await);
-    drop(permit);
+    // The turn covers the reads and the sweep, not the claims below (nor
+    // `run_all` waiting for its runs).
+    drop(turn);
     let now = ctx.clock.now_ms();
     let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
