@@ -3,7 +3,6 @@
 //! every problem collected on the way ([`Config::load`], [`Config::parse`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::Range;
 use std::path::Path;
 
 use toml::Spanned;
@@ -75,7 +74,7 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, source: Source) -> Opt
         syntax_problems(checker, errors);
         return None;
     }
-    let sections = read_sections(checker, &root);
+    let sections = read_sections(checker, root.into_inner());
     let redis = match sections.redis {
         None => {
             checker.problem(
@@ -138,56 +137,40 @@ fn syntax_problems(checker: &mut Checker<'_>, errors: Vec<TomlError>) {
     }
 }
 
-/// A job as the jobs table names it: its name, the name's place in the
-/// file, and its raw table if that deserialized.
-type RawJobEntry = (String, Range<usize>, Option<RawJob>);
-
 /// The document's top-level sections, deserialized one by one. A section
 /// is `None` when the file lacks it, `Some(None)` when it did not
 /// deserialize (its problems are recorded).
-struct Sections {
+struct Sections<'i> {
     redis: Option<Option<RawRedis>>,
     daemon: Option<Option<RawDaemon>>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
-    jobs: Vec<RawJobEntry>,
+    /// The `jobs` table as parsed: each job is read and validated in turn
+    /// and its part of the document dropped, so a table of 100,000 jobs
+    /// is never in memory three times over (document, raw, validated).
+    jobs: Option<Spanned<DeValue<'i>>>,
 }
 
 /// Deserializes `[redis]`, `[daemon]` and each `[jobs.<name>]` on its own;
 /// any other top-level key is a problem.
-fn read_sections(checker: &mut Checker<'_>, root: &Spanned<DeTable<'_>>) -> Sections {
+fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'i> {
     let mut sections = Sections {
         redis: None,
         daemon: None,
         saw_jobs: false,
-        jobs: Vec::new(),
+        jobs: None,
     };
-    for (key, value) in root.get_ref() {
+    for (key, value) in root {
         match key.get_ref().as_ref() {
             "redis" => {
-                sections.redis = Some(checker.deserialize_table::<RawRedis>("redis", value));
+                sections.redis = Some(checker.deserialize_table::<RawRedis>("redis", &value));
             }
             "daemon" => {
-                sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", value));
+                sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", &value));
             }
             "jobs" => {
                 sections.saw_jobs = true;
-                let DeValue::Table(jobs) = value.get_ref() else {
-                    checker.problem(
-                        Some(value.span()),
-                        Some("jobs"),
-                        None,
-                        "expected a table of jobs: [jobs.<name>]".into(),
-                    );
-                    continue;
-                };
-                for (name, job) in jobs {
-                    let section = format!("jobs.{}", name.get_ref());
-                    let raw = checker.deserialize_table::<RawJob>(&section, job);
-                    sections
-                        .jobs
-                        .push((name.get_ref().to_string(), name.span(), raw));
-                }
+                sections.jobs = Some(value);
             }
             other => checker.problem(
                 Some(key.span()),
@@ -205,15 +188,30 @@ fn read_sections(checker: &mut Checker<'_>, root: &Spanned<DeTable<'_>>) -> Sect
 /// out (their problems are recorded).
 fn validate_jobs(
     checker: &mut Checker<'_>,
-    jobs_raw: Vec<RawJobEntry>,
+    table: Option<Spanned<DeValue<'_>>>,
     redis: Option<&RedisConfig>,
     base_dir: &Path,
     source: Source,
 ) -> BTreeMap<String, Job> {
     let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
     let mut jobs = BTreeMap::new();
-    for (name, name_span, raw) in jobs_raw {
+    let Some(table) = table else {
+        return jobs;
+    };
+    let span = table.span();
+    let DeValue::Table(table) = table.into_inner() else {
+        checker.problem(
+            Some(span),
+            Some("jobs"),
+            None,
+            "expected a table of jobs: [jobs.<name>]".into(),
+        );
+        return jobs;
+    };
+    for (name, raw) in table {
+        let (name_span, name) = (name.span(), name.into_inner().into_owned());
         let section = format!("jobs.{name}");
+        let raw = checker.deserialize_table::<RawJob>(&section, &raw);
         if !is_name(&name, 128) {
             checker.problem(
                 Some(name_span.clone()),
