@@ -23,7 +23,7 @@ pub(super) fn read_config_file(path: &Path) -> Result<String, String> {
         .map_err(|e| format!("cannot read config file: {e}"))?;
     if bytes.len() as u64 > MAX_CONFIG_BYTES {
         return Err(format!(
-            "config file is larger than {MAX_CONFIG_BYTES} bytes (1 MiB): is this the right file?"
+            "config file is larger than {MAX_CONFIG_BYTES} bytes (64 MiB): is this the right file?"
         ));
     }
     String::from_utf8(bytes).map_err(|e| {

@@ -49,8 +49,9 @@ pub(crate) use document::Source;
 use crate::schedule::Schedule;
 
 /// Files larger than this are refused before parsing: a job table is a few
-/// kilobytes, and a huge file is a mistake (or `/dev/zero`).
-pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+/// kilobytes, 100,000 jobs about 6 MB, and a file of 64 MiB is a mistake
+/// (or `/dev/zero`).
+pub const MAX_CONFIG_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The Redis key prefix when the config names none.
 pub const DEFAULT_KEY_PREFIX: &str = "cronlease";

@@ -383,11 +383,11 @@ fn unusable_files_are_rejected() {
 
     let big = ConfigFile::new(&format!(
         "{REDIS_SECTION}{JOB}# {}\n",
-        "x".repeat(1024 * 1024)
+        "x".repeat(64 * 1024 * 1024)
     ));
     let run = check_file(big.path(), &[]).expect_code(2);
     assert!(
-        run.stderr().contains("larger than 1048576 bytes"),
+        run.stderr().contains("larger than 67108864 bytes"),
         "{}",
         run.describe()
     );
