@@ -151,7 +151,8 @@ pub struct Outcome {
     /// Peak memory of the run (the highest of its attempts'): its cgroup's
     /// `memory.peak` where the memory controller gives one, else the
     /// largest resident set of any one of its waited-for processes
-    /// (`ru_maxrss`), not their sum.
+    /// (`ru_maxrss`), not their sum, and never below the replica's private
+    /// memory that the fork copied (README, "Usage").
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
     /// Processes of the run the kernel's OOM killer killed (`memory_max`).

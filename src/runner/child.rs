@@ -76,7 +76,10 @@ pub(super) struct ProcessUsage {
     /// User and system CPU time together.
     pub cpu_us: u64,
     /// The largest resident set of any one of those processes, not their
-    /// sum (`ru_maxrss`, KiB).
+    /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
+    /// memory of the replica's that the fork copied too (it keeps the
+    /// highest resident set across `exec`), so this is never below the
+    /// replica's private memory at the fork.
     pub max_rss_kb: u64,
 }
 
