@@ -16,8 +16,8 @@
 //! A [`Child`] looks at every SIGCHLD the replica gets (tokio's signal
 //! stream: how tokio reaps its own children where there is no pidfd; the
 //! stream is made before the fork, so no SIGCHLD of this child is missed),
-//! or every [`POLL_WITHOUT_SIGNALS`] where the runtime has no signal
-//! driver.
+//! or every [`POLL_WITHOUT_SIGNALS`] where SIGCHLD cannot be listened to.
+//! Like tokio's own processes, it needs a runtime with I/O enabled.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -29,6 +29,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::process::{ChildStderr, ChildStdout};
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
 
 use crate::task::Usage;
 
@@ -41,8 +42,22 @@ const POLL_WITHOUT_SIGNALS: Duration = Duration::from_millis(20);
 pub(super) struct Child {
     pid: Pid,
     state: State,
-    /// The replica's SIGCHLDs, None where the runtime gives none.
+    /// The replica's SIGCHLDs, None where they cannot be listened to.
     sigchld: Option<tokio::signal::unix::Signal>,
+    /// Whether a SIGCHLD came (or the poll is due) since `wait4` last
+    /// found the process running: only then is it asked again, so a
+    /// `select!` that polls [`Child::wait`] once per line of output costs
+    /// no system call per line.
+    look: Look,
+    /// When to look next without SIGCHLD.
+    next_poll: Instant,
+}
+
+/// Whether to ask `wait4` about the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    Now,
+    AtNextSignal,
 }
 
 /// Where a [`Child`]'s process is.
@@ -98,6 +113,8 @@ impl Child {
             pid,
             state: State::Running,
             sigchld,
+            look: Look::Now,
+            next_poll: Instant::now(),
         };
         let stdout = started.stdout.take().map(ChildStdout::from_std).transpose()?;
         let stderr = started.stderr.take().map(ChildStderr::from_std).transpose()?;
@@ -113,12 +130,19 @@ impl Child {
         self.pid
     }
 
-    /// Waits until the process exits and reaps it. Cancel-safe: once
-    /// reaped, every later call returns the same exit.
+    /// Waits until the process exits and reaps it. Cancel-safe: what a
+    /// cancelled call saw is kept, and once reaped, every later call
+    /// returns the same exit.
     pub(super) async fn wait(&mut self) -> io::Result<Exit> {
         loop {
-            if let Some(exit) = self.try_wait()? {
+            if let State::Exited(exit) = self.state {
                 return Ok(exit);
+            }
+            if self.look == Look::Now {
+                self.look = Look::AtNextSignal;
+                if let Some(exit) = self.try_wait()? {
+                    return Ok(exit);
+                }
             }
             match &mut self.sigchld {
                 Some(sigchld) => {
@@ -127,8 +151,12 @@ impl Child {
                         self.sigchld = None;
                     }
                 }
-                None => tokio::time::sleep(POLL_WITHOUT_SIGNALS).await,
+                None => {
+                    sleep_until(self.next_poll).await;
+                    self.next_poll = Instant::now() + POLL_WITHOUT_SIGNALS;
+                }
             }
+            self.look = Look::Now;
         }
     }
 
@@ -212,5 +240,23 @@ pub(super) fn attempt_usage(cgroup: Usage, reaped: Option<ProcessUsage>) -> Usag
             .peak_memory_bytes
             .or(reaped.map(|u| u.max_rss_kb.saturating_mul(1024))),
         oom_kills: cgroup.oom_kills,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_signals_the_exit_is_found_by_polling_and_kept() {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "sleep 0.1; exit 3"]);
+        let Spawned { mut child, .. } = Child::spawn(&mut command).expect("sh starts");
+        // As where SIGCHLD cannot be listened to (`signal` failed).
+        child.sigchld = None;
+        let exit = child.wait().await.expect("sh is reaped");
+        assert_eq!(exit.status.code(), Some(3));
+        let again = child.wait().await.expect("the exit is kept");
+        assert_eq!(again.status.code(), Some(3));
     }
 }
