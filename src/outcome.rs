@@ -141,12 +141,18 @@ pub struct Outcome {
     pub trigger: Trigger,
     /// The lease key the run held, so the finish script can release it.
     pub lease_key: String,
-    /// CPU time of all the run's processes, where measured (a cgroup per
-    /// run); absent from spool files written before it existed.
+    /// CPU time (user and system) of the run's processes, every attempt
+    /// together: all that were in its cgroup, or without one the command's
+    /// process and the descendants it waited for. None where nothing was
+    /// measured (a handler, no attempt started), and in spool files written
+    /// before it existed.
     #[serde(default)]
     pub cpu_ms: Option<u64>,
-    /// Peak memory of the run's processes, where measured (the memory
-    /// controller).
+    /// Peak memory of the run (the highest of its attempts'): its cgroup's
+    /// `memory.peak` where the memory controller gives one, else the
+    /// largest resident set of any one of its waited-for processes
+    /// (`ru_maxrss`), not their sum, and never below the replica's private
+    /// memory that the fork copied (README, "Usage").
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
     /// Processes of the run the kernel's OOM killer killed (`memory_max`).

@@ -156,12 +156,17 @@ impl AttemptEnd {
     }
 }
 
-/// The CPU time and peak memory of a run's processes, where the replica
-/// can measure them (a cgroup per run: `cpu.stat`, and `memory.peak` where
-/// the memory controller is enabled); `None` where it cannot.
+/// The CPU time and peak memory of a run's processes, where the task can
+/// measure them (the process task always does: from its cgroup's
+/// `cpu.stat` and `memory.peak`, else from `wait4`); `None` where it
+/// cannot (a handler, an attempt that did not start).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Usage {
+    /// User and system CPU time.
     pub cpu_us: Option<u64>,
+    /// The memory of all the run's processes together (`memory.peak`), or
+    /// where there is no such figure the largest resident set of any one
+    /// of them (`ru_maxrss`).
     pub peak_memory_bytes: Option<u64>,
     /// Processes the kernel's OOM killer killed (`memory_max` reached).
     pub oom_kills: Option<u64>,

@@ -406,8 +406,8 @@ pub struct HistoryEntry {
     pub started_ms: i64,
     pub finished_ms: i64,
     pub duration_ms: i64,
-    /// CPU time of the run's processes and their peak memory, where the
-    /// replica measured them (a cgroup per run).
+    /// CPU time of the run's processes and their peak memory (see
+    /// [`crate::outcome::Outcome`]), where the replica measured them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

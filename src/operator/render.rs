@@ -97,6 +97,26 @@ fn duration(ms: i64) -> String {
     }
 }
 
+/// An amount of memory given in KiB, in the largest unit that keeps it
+/// at 1 or more: "812 KiB", "3.2 MiB", "100 MiB", "1.5 GiB".
+fn memory(kb: u64) -> String {
+    const UNITS: [&str; 3] = ["MiB", "GiB", "TiB"];
+    if kb < 1024 {
+        return format!("{kb} KiB");
+    }
+    let mut value = kb as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value < 10.0 {
+        format!("{value:.1} {}", UNITS[unit])
+    } else {
+        format!("{value:.0} {}", UNITS[unit])
+    }
+}
+
 /// The text of `cronlease status`: the replicas, the jobs, and the jobs'
 /// warnings if any.
 pub fn render_status(report: &StatusReport, colour: Colour) -> String {
@@ -281,6 +301,7 @@ pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
             "fence",
             "duration",
             "cpu",
+            "peak mem",
             "exit",
             "trigger",
             "run id",
@@ -306,6 +327,7 @@ pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
             o.fence.to_string(),
             duration(o.duration_ms),
             o.cpu_ms.map_or_else(|| "-".to_string(), |ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))),
+            o.peak_memory_kb.map_or_else(|| "-".to_string(), memory),
             exit,
             o.trigger.as_str().to_string(),
             o.id.clone(),
@@ -354,6 +376,21 @@ mod tests {
             table(&rows, Colour::Off),
             "a    bb  c\n\u{e9}\u{e9}\u{e9}  x   y\n"
         );
+    }
+
+    #[test]
+    fn memory_reads_in_its_largest_unit() {
+        for (kb, text) in [
+            (0, "0 KiB"),
+            (812, "812 KiB"),
+            (1024, "1.0 MiB"),
+            (3277, "3.2 MiB"),
+            (102_688, "100 MiB"),
+            (1_572_864, "1.5 GiB"),
+            (5 * 1024 * 1024 * 1024, "5.0 TiB"),
+        ] {
+            assert_eq!(memory(kb), text, "{kb} KiB");
+        }
     }
 
     #[test]

@@ -11,10 +11,15 @@
 //! set to SIGKILL (a replica killed with -9 does not leave its job running
 //! without a lease). When the command exits, what is left of its group is
 //! killed too: cronlease never leaves work running that no lease covers.
+//!
+//! The runner reaps each attempt's process itself (`runner/child.rs`), so
+//! that every outcome has that attempt's CPU time and peak memory, never
+//! another run's: the cgroup's figures where it has them, else those the
+//! kernel gives with the process's exit.
 
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -27,11 +32,13 @@ use crate::outcome::{Status, Tail};
 use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
 mod cgroup;
+mod child;
 mod output;
 mod tagged;
 
 pub use cgroup::Cgroups;
 use cgroup::RunCgroup;
+use child::{Child, Spawned};
 use output::Output;
 
 /// How long the processes of a run's cgroup may take to die once killed.
@@ -161,13 +168,15 @@ pub enum StdioMode {
     Inherit,
 }
 
-fn build_command(spec: &Process) -> tokio::process::Command {
+/// The command of an attempt: std's, so that no one but [`Child`] reaps
+/// its process (see `runner/child.rs`).
+fn build_command(spec: &Process) -> std::process::Command {
     let (program, args) = match spec.argv.split_first() {
         Some((program, args)) => (program.as_str(), args),
         // Refused by the config and by `cronlease lock`; spawning fails.
         None => ("", &[][..]),
     };
-    let mut command = tokio::process::Command::new(program);
+    let mut command = std::process::Command::new(program);
     command.args(args);
     command
         .current_dir(&spec.workdir)
@@ -176,8 +185,7 @@ fn build_command(spec: &Process) -> tokio::process::Command {
         .env_remove("NOTIFY_SOCKET")
         .env_remove("WATCHDOG_USEC")
         .env_remove("WATCHDOG_PID")
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
     match spec.stdio {
         StdioMode::Capture => command
             .stdin(Stdio::null())
@@ -238,8 +246,12 @@ async fn run_once(
             });
         }
     }
-    let mut child = match command.spawn() {
-        Ok(child) => child,
+    let Spawned {
+        mut child,
+        stdout,
+        stderr,
+    } = match Child::spawn(&mut command) {
+        Ok(spawned) => spawned,
         Err(e) => {
             if let Some(cgroup) = &cgroup {
                 cgroup.remove();
@@ -256,12 +268,7 @@ async fn run_once(
         }
     };
     let members = Members {
-        group: Group(
-            child
-                .id()
-                .and_then(|pid| i32::try_from(pid).ok())
-                .map(Pid::from_raw),
-        ),
+        group: Group(child.pid()),
         scope: match &cgroup {
             Some(cgroup) => Scope::Cgroup(cgroup),
             None => Scope::Tagged(&run.run_id),
@@ -269,9 +276,9 @@ async fn run_once(
     };
     info!(
         job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
-        replica = %run.replica, pid = ?child.id(), "started"
+        replica = %run.replica, pid = child.pid().as_raw(), "started"
     );
-    let mut output = Output::new(child.stdout.take(), child.stderr.take());
+    let mut output = Output::new(stdout, stderr);
     let (exit, mut ending) = supervise(run, &mut child, members, &mut stop, &mut output, tail).await;
     // Whatever the command left behind goes with it, or is waited for.
     if spec.leftovers == Leftovers::Kill {
@@ -283,7 +290,10 @@ async fn run_once(
     members.group.signal(Signal::SIGKILL);
     output.drain(run, tail).await;
     output.report(run);
-    let usage = cgroup.as_ref().map(RunCgroup::usage).unwrap_or_default();
+    let usage = child::attempt_usage(
+        cgroup.as_ref().map(RunCgroup::usage).unwrap_or_default(),
+        exit.as_ref().ok().map(|exit| exit.usage),
+    );
     if let Some(kills) = usage.oom_kills.filter(|&n| n > 0) {
         let line = format!(
             "[cronlease] the kernel's OOM killer killed {kills} process(es) of this run: memory_max reached"
@@ -295,7 +305,7 @@ async fn run_once(
         cgroup.remove();
     }
     let (exit_code, signal) = match &exit {
-        Ok(status) => (status.code(), status.signal()),
+        Ok(exit) => (exit.status.code(), exit.status.signal()),
         Err(_) => (None, None),
     };
     let status = ending.map_or(
@@ -449,14 +459,12 @@ impl Scope<'_> {
 
 /// An attempt's process group.
 #[derive(Debug, Clone, Copy)]
-struct Group(Option<Pid>);
+struct Group(Pid);
 
 impl Group {
     fn signal(self, signal: Signal) {
-        if let Some(pgid) = self.0 {
-            // ESRCH: the group is already gone, which is what we wanted.
-            let _ = killpg(pgid, signal);
-        }
+        // ESRCH: the group is already gone, which is what we wanted.
+        let _ = killpg(self.0, signal);
     }
 }
 
@@ -464,12 +472,12 @@ impl Group {
 /// as the stop signal says. Returns the exit and the stop that ended it.
 async fn supervise(
     run: &RunContext,
-    child: &mut tokio::process::Child,
+    child: &mut Child,
     group: Members<'_>,
     stop: &mut StopSignal,
     output: &mut Output,
     tail: &mut Tail,
-) -> (std::io::Result<ExitStatus>, Option<Stop>) {
+) -> (std::io::Result<child::Exit>, Option<Stop>) {
     let mut ending: Option<Stop> = None;
     let mut kill_at: Option<Instant> = None;
     let exit = loop {
@@ -652,6 +660,22 @@ mod tests {
             assert_eq!(result.status, status);
             assert_eq!(result.signal, Some(signal as i32));
         }
+    }
+
+    #[tokio::test]
+    async fn each_attempt_has_its_own_cpu_time_and_peak_memory() {
+        // One attempt burns CPU and holds about 50 MB while another sleeps
+        // beside it, and ends after it: neither sees the other's usage.
+        let busy = process(shell(
+            "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; perl -e '$x = \"a\" x 50_000_000'",
+        ));
+        let idle = process(shell("sleep 1"));
+        let (busy, idle) = tokio::join!(run_with(&busy, once()), run_with(&idle, once()));
+        assert_eq!((busy.status, idle.status), (Status::Ok, Status::Ok));
+        let (cpu, peak) = (busy.usage.cpu_us.unwrap_or(0), busy.usage.peak_memory_bytes.unwrap_or(0));
+        assert!(cpu >= 100_000 && peak >= 40_000 * 1024, "{:?}", busy.usage);
+        let (cpu, peak) = (idle.usage.cpu_us.unwrap_or(u64::MAX), idle.usage.peak_memory_bytes.unwrap_or(u64::MAX));
+        assert!(cpu < 50_000 && peak < 20_000 * 1024, "{:?}", idle.usage);
     }
 
     /// A task that panics, for the engine's side of the boundary.

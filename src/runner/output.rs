@@ -166,6 +166,11 @@ impl Output {
     /// the budget allows); pending forever once both are closed, so it can
     /// race the command's exit or a stop in a `select!`. Cancel-safe.
     pub(super) async fn next(&mut self, run: &RunContext, tail: &mut Tail) {
+        // A line is one unit of the task's cooperative budget: most lines
+        // come out of the reader's buffer without touching the pipe (which
+        // is what counts otherwise), and a flooding command would keep its
+        // worker for a second or more, stalling the leases' renewals.
+        tokio::task::consume_budget().await;
         tokio::select! {
             line = next_line(&mut self.stdout) => log_line(run, tail, "stdout", line, &mut self.stdout, &mut self.budget),
             line = next_line(&mut self.stderr) => log_line(run, tail, "stderr", line, &mut self.stderr, &mut self.budget),

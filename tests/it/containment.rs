@@ -2,12 +2,15 @@
 //! group (`setsid`) has it killed at its timeout, at a lost lease, at
 //! shutdown and when the job's command exits (or waited for, with
 //! `leftovers = "wait"`) — in a cgroup per run, and without cgroups by the
-//! run id every process of the run inherits.
+//! run id every process of the run inherits. And in both modes every
+//! outcome has its own run's CPU time and peak memory.
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::{RedisServer, Replica, cronlease, read_outcomes, wait_until, write_config};
+use crate::support::{
+    Outcome, RedisServer, Replica, cronlease, read_outcomes, wait_until, write_config,
+};
 
 /// A job that leaves a `sleep 60` in a session of its own, its pid in
 /// `DIR/NAME.pid`, then runs `then`.
@@ -111,15 +114,16 @@ fn nothing_escapes(mode: &str) {
         "left processes behind: killing them",
         Duration::from_secs(10),
     );
-    // Its processes' CPU time is in the outcome where a cgroup measured it.
+    // Its processes' CPU time and peak memory are in the outcome, in
+    // either mode (`usage_is_each_runs_own` checks the figures).
     let mut conn = redis.client();
-    let cpu = read_outcomes(&mut conn, "cl", "exits")
+    let exits = read_outcomes(&mut conn, "cl", "exits");
+    let usage = exits
         .last()
-        .and_then(|o| o.field("cpu_ms").map(str::to_string));
-    assert_eq!(
-        cpu.is_some(),
-        mode == "cgroup",
-        "cpu_ms {cpu:?} in mode {mode}"
+        .map(|o| (o.field("cpu_ms"), o.field("peak_memory_kb")));
+    assert!(
+        matches!(usage, Some((Some(_), Some(_)))),
+        "cpu_ms and peak_memory_kb {usage:?} in mode {mode}"
     );
 
     // Waited for, with leftovers = "wait": the run ends when it does, and
@@ -171,6 +175,89 @@ fn nothing_a_run_starts_outlives_it_in_a_cgroup() {
 #[test]
 fn nothing_a_run_starts_outlives_it_without_cgroups() {
     nothing_escapes("process_group");
+}
+
+/// A job that burns about 0.3 s of CPU, then holds about 100 MB (perl
+/// builds a 50 MB string by way of a copy), then says so through the FIFO
+/// `fifo`; and one that sleeps on that FIFO beside it (no CPU), and one
+/// second more, so it ends after the busy one was reaped.
+fn busy_and_idle(fifo: &Path) -> String {
+    format!(
+        r#"[jobs.busy]
+schedule = "0 0 1 1 *"
+timeout = "60s"
+shell = "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; perl -e '$x = \"a\" x 50_000_000'; echo done > {fifo}"
+
+[jobs.idle]
+schedule = "0 0 1 1 *"
+timeout = "60s"
+shell = "read word < {fifo}; sleep 1"
+"#,
+        fifo = fifo.display()
+    )
+}
+
+/// The outcome's `field`, a number.
+fn number(outcome: Option<&Outcome>, field: &str) -> Option<u64> {
+    outcome?.field(field)?.parse().ok()
+}
+
+/// Every outcome records its run's CPU time and peak memory, and only its
+/// own: two runs side by side, one busy, one idle.
+fn usage_is_each_runs_own(mode: &str) {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}: {made}", fifo.display());
+    let config = write_config(
+        dir.path(),
+        &redis.url(),
+        &format!("metrics_listen = \"\"\ndashboard_listen = \"\"\ncontainment = \"{mode}\""),
+        &busy_and_idle(&fifo),
+    );
+    let config_arg = config.to_string_lossy().to_string();
+    let replica = Replica::start(&config, "a");
+    replica.wait_for_log("ready", Duration::from_secs(30));
+    trigger(&config_arg, "idle");
+    trigger(&config_arg, "busy");
+    assert_eq!(outcome_status(&redis, "busy"), "ok");
+    assert_eq!(outcome_status(&redis, "idle"), "ok");
+    let mut conn = redis.client();
+    let (busy, idle) = (
+        read_outcomes(&mut conn, "cl", "busy"),
+        read_outcomes(&mut conn, "cl", "idle"),
+    );
+    let figures = |outcomes: &[Outcome]| {
+        (
+            number(outcomes.last(), "cpu_ms"),
+            number(outcomes.last(), "peak_memory_kb"),
+        )
+    };
+    let (busy, idle) = (figures(&busy), figures(&idle));
+    // CPU time, unlike wall time, does not stretch on a busy machine: the
+    // loop takes about 300 ms of it, the sleeping shell a few.
+    assert!(
+        matches!(busy, (Some(cpu), Some(kb)) if cpu >= 100 && kb > 40_000),
+        "busy: (cpu_ms, peak_memory_kb) {busy:?} in mode {mode}"
+    );
+    assert!(
+        matches!(idle, (Some(cpu), Some(kb)) if cpu < 50 && kb < 20_000),
+        "idle: (cpu_ms, peak_memory_kb) {idle:?} beside busy {busy:?} in mode {mode}"
+    );
+}
+
+#[test]
+fn usage_is_each_runs_own_in_a_cgroup() {
+    usage_is_each_runs_own("cgroup");
+}
+
+#[test]
+fn usage_is_each_runs_own_without_cgroups() {
+    usage_is_each_runs_own("process_group");
 }
 
 /// Whether the cgroup v2 root of this host offers `controller`.

@@ -867,7 +867,7 @@ fn history_lists_the_newest_outcomes_first_with_their_output() {
     let lines: Vec<&str> = stdout.lines().filter(|l| !l.trim().is_empty()).collect();
     let header = lines.first().copied().unwrap_or("");
     for column in [
-        "tick", "status", "replica", "fence", "duration", "exit", "trigger",
+        "tick", "status", "replica", "fence", "duration", "cpu", "peak mem", "exit", "trigger",
     ] {
         assert!(
             header.contains(column),

@@ -1,0 +1,262 @@
+//! An attempt's main process: started with std's `Command` (not tokio's)
+//! and reaped here with `wait4(2)`, which gives, with its exit status, the
+//! resource usage of that one process and of the descendants it waited
+//! for. That is one run's usage, whatever else runs beside it:
+//! `getrusage(RUSAGE_CHILDREN)` would add up every child the replica ever
+//! reaped, concurrent runs included.
+//!
+//! tokio's `Child` cannot be used for this: it reaps its process itself (in
+//! `wait`, or from its orphan queue once dropped unwaited), and a second
+//! reaper would race it — or, once the pid is reused, reap another run's
+//! process. Nothing else in the replica waits for a child by its pid or for
+//! any child (`waitpid(-1)`), so a [`Child`] is its process's one reaper;
+//! until it reaps, the process stays (at worst a zombie) and its pid
+//! cannot name another, so signalling it is safe.
+//!
+//! A [`Child`] looks at every SIGCHLD the replica gets (tokio's signal
+//! stream: how tokio reaps its own children where there is no pidfd; the
+//! stream is made before the fork, so no SIGCHLD of this child is missed),
+//! or every [`POLL_WITHOUT_SIGNALS`] where SIGCHLD cannot be listened to.
+//! Like tokio's own processes, it needs a runtime with I/O enabled.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use nix::libc;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::process::{ChildStderr, ChildStdout};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::time::{Instant, sleep_until};
+
+use crate::task::Usage;
+
+/// How often to look for the exit when SIGCHLD cannot be listened to.
+const POLL_WITHOUT_SIGNALS: Duration = Duration::from_millis(20);
+
+/// A started process, reaped by [`Child::wait`] (or killed when dropped
+/// before).
+#[derive(Debug)]
+pub(super) struct Child {
+    pid: Pid,
+    state: State,
+    /// The replica's SIGCHLDs, None where they cannot be listened to.
+    sigchld: Option<tokio::signal::unix::Signal>,
+    /// Whether a SIGCHLD came (or the poll is due) since `wait4` last
+    /// found the process running: only then is it asked again, so a
+    /// `select!` that polls [`Child::wait`] once per line of output costs
+    /// no system call per line.
+    look: Look,
+    /// When to look next without SIGCHLD.
+    next_poll: Instant,
+}
+
+/// Whether to ask `wait4` about the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    Now,
+    AtNextSignal,
+}
+
+/// Where a [`Child`]'s process is.
+#[derive(Debug, Clone, Copy)]
+enum State {
+    /// Not reaped yet (running, or a zombie): its pid is still its own.
+    Running,
+    /// Reaped: this is how it ended (the pid may be another's now).
+    Exited(Exit),
+    /// `wait4` failed for it: not ours to signal or reap any more.
+    Lost,
+}
+
+/// A started process and its captured output streams.
+pub(super) struct Spawned {
+    pub child: Child,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+}
+
+/// How a process ended, and what it used.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Exit {
+    pub status: ExitStatus,
+    pub usage: ProcessUsage,
+}
+
+/// What `wait4` says a process and the descendants it waited for used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct ProcessUsage {
+    /// User and system CPU time together.
+    pub cpu_us: u64,
+    /// The largest resident set of any one of those processes, not their
+    /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
+    /// memory of the replica's that the fork copied too (it keeps the
+    /// highest resident set across `exec`), so this is never below the
+    /// replica's private memory at the fork.
+    pub max_rss_kb: u64,
+}
+
+impl Child {
+    /// Starts `command`; its stdout and stderr (where piped) as tokio
+    /// streams.
+    pub(super) fn spawn(command: &mut std::process::Command) -> io::Result<Spawned> {
+        let sigchld = signal(SignalKind::child()).ok();
+        let mut started = command.spawn()?;
+        // std's id is the kernel's pid_t, cast to u32: casting back is
+        // lossless.
+        let pid = Pid::from_raw(started.id() as libc::pid_t);
+        // From here on the process is this Child's: dropping it (an error
+        // below) kills it. std's handle neither waits nor kills when dropped.
+        let child = Child {
+            pid,
+            state: State::Running,
+            sigchld,
+            look: Look::Now,
+            next_poll: Instant::now(),
+        };
+        let stdout = started.stdout.take().map(ChildStdout::from_std).transpose()?;
+        let stderr = started.stderr.take().map(ChildStderr::from_std).transpose()?;
+        Ok(Spawned {
+            child,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// The process's pid (also its process group's).
+    pub(super) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Waits until the process exits and reaps it. Cancel-safe: what a
+    /// cancelled call saw is kept, and once reaped, every later call
+    /// returns the same exit.
+    pub(super) async fn wait(&mut self) -> io::Result<Exit> {
+        loop {
+            if let State::Exited(exit) = self.state {
+                return Ok(exit);
+            }
+            if self.look == Look::Now {
+                self.look = Look::AtNextSignal;
+                if let Some(exit) = self.try_wait()? {
+                    return Ok(exit);
+                }
+            }
+            match &mut self.sigchld {
+                Some(sigchld) => {
+                    if sigchld.recv().await.is_none() {
+                        // The runtime's signal driver is gone.
+                        self.sigchld = None;
+                    }
+                }
+                None => {
+                    sleep_until(self.next_poll).await;
+                    self.next_poll = Instant::now() + POLL_WITHOUT_SIGNALS;
+                }
+            }
+            self.look = Look::Now;
+        }
+    }
+
+    /// Reaps the process if it has exited.
+    fn try_wait(&mut self) -> io::Result<Option<Exit>> {
+        match self.state {
+            State::Exited(exit) => return Ok(Some(exit)),
+            State::Lost => {
+                return Err(io::Error::other(
+                    "the command's process was already found unwaitable",
+                ));
+            }
+            State::Running => {}
+        }
+        let mut status: libc::c_int = 0;
+        // SAFETY: rusage is a C struct of integers, for which all zeros is
+        // a valid value.
+        let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: wait4 writes only through the two pointers, which
+            // point to locals that outlive the call.
+            let reaped = unsafe {
+                libc::wait4(self.pid.as_raw(), &mut status, libc::WNOHANG, &mut rusage)
+            };
+            if reaped == 0 {
+                return Ok(None);
+            }
+            if reaped == self.pid.as_raw() {
+                let exit = Exit {
+                    status: ExitStatus::from_raw(status),
+                    usage: ProcessUsage::of(&rusage),
+                };
+                self.state = State::Exited(exit);
+                return Ok(Some(exit));
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                self.state = State::Lost;
+                return Err(error);
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    /// An attempt dropped before its process was reaped (the runtime going
+    /// away under it, or an error right after the fork): the process is
+    /// killed, as tokio's `kill_on_drop` did, and reaped if it is dead
+    /// already; otherwise it stays a zombie until the replica exits.
+    fn drop(&mut self) {
+        if let State::Running = self.state {
+            let _ = kill(self.pid, Signal::SIGKILL);
+            let _ = self.try_wait();
+        }
+    }
+}
+
+impl ProcessUsage {
+    fn of(rusage: &libc::rusage) -> ProcessUsage {
+        let micros = |t: libc::timeval| {
+            u64::try_from(t.tv_sec)
+                .unwrap_or(0)
+                .saturating_mul(1_000_000)
+                .saturating_add(u64::try_from(t.tv_usec).unwrap_or(0))
+        };
+        ProcessUsage {
+            cpu_us: micros(rusage.ru_utime).saturating_add(micros(rusage.ru_stime)),
+            max_rss_kb: u64::try_from(rusage.ru_maxrss).unwrap_or(0),
+        }
+    }
+}
+
+/// An attempt's usage: the cgroup's figures where it has them (its CPU
+/// time counts every process that was in it, waited for or not;
+/// `memory.peak` is their memory together), else the main process's
+/// (`reaped`: it and the descendants it waited for).
+pub(super) fn attempt_usage(cgroup: Usage, reaped: Option<ProcessUsage>) -> Usage {
+    Usage {
+        cpu_us: cgroup.cpu_us.or(reaped.map(|u| u.cpu_us)),
+        peak_memory_bytes: cgroup
+            .peak_memory_bytes
+            .or(reaped.map(|u| u.max_rss_kb.saturating_mul(1024))),
+        oom_kills: cgroup.oom_kills,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn without_signals_the_exit_is_found_by_polling_and_kept() {
+        let mut command = std::process::Command::new("sh");
+        command.args(["-c", "sleep 0.1; exit 3"]);
+        let Spawned { mut child, .. } = Child::spawn(&mut command).expect("sh starts");
+        // As where SIGCHLD cannot be listened to (`signal` failed).
+        child.sigchld = None;
+        let exit = child.wait().await.expect("sh is reaped");
+        assert_eq!(exit.status.code(), Some(3));
+        let again = child.wait().await.expect("the exit is kept");
+        assert_eq!(again.status.code(), Some(3));
+    }
+}
