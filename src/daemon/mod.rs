@@ -227,10 +227,15 @@ struct Parts {
 }
 
 impl Ctx {
-    fn new(config: Arc<Config>, parts: Parts, claiming: CancellationToken) -> Ctx {
+    fn new(
+        config: Arc<Config>,
+        jobs: Arc<JobTable>,
+        parts: Parts,
+        claiming: CancellationToken,
+    ) -> Ctx {
         let live = LiveReplicas::new(&parts.identity.replica);
         Ctx {
-            jobs: watch::Sender::new(job_table(&config)),
+            jobs: watch::Sender::new(jobs),
             marks: MarkBook::load(config.daemon.state_dir.join("marks.json")),
             config,
             store: parts.store,
@@ -368,12 +373,16 @@ pub async fn run(
     shutdown: CancellationToken,
     mut reload: mpsc::UnboundedReceiver<Reload>,
 ) -> Result<(), DaemonError> {
+    // The jobs move to the job table: the config keeps its sections, so a
+    // large table is held once, not twice.
+    let mut config = config;
+    let jobs = job_table(std::mem::take(&mut config.jobs));
     let config = Arc::new(config);
     let identity = Identity::new(config.daemon.replica_id.as_deref());
     let spool = Spool::open(&config.daemon.state_dir)?;
     let dashboard_token = dashboard_token(&config)?;
     info!(
-        replica = %identity.replica, host = %identity.host, jobs = config.jobs.len(),
+        replica = %identity.replica, host = %identity.host, jobs = jobs.len(),
         redis = %config.redis.describe(), "starting"
     );
     let World {
@@ -396,17 +405,17 @@ pub async fn run(
         spool,
         watchdog,
     };
-    let ctx = Arc::new(Ctx::new(config.clone(), parts, claiming.clone()));
+    let ctx = Arc::new(Ctx::new(config.clone(), jobs.clone(), parts, claiming.clone()));
     // A replica that runs commands says at once how it contains them.
     #[cfg(feature = "process")]
-    if ctx.config.jobs.values().any(|job| {
+    if jobs.values().any(|job| {
         crate::runner::Process::argv(&job.command).is_some()
             && ctx.tasks.read().is_ok_and(|tasks| tasks.registered(&job.name).is_none())
     }) {
         if let crate::runner::Containment::Unavailable(reason) = ctx.containment() {
             return Err(DaemonError::Containment(reason.clone()));
         }
-        if let Err(e) = ctx.check_limits(&job_table(&ctx.config)) {
+        if let Err(e) = ctx.check_limits(&jobs) {
             return Err(DaemonError::Limits(e));
         }
     }
@@ -558,12 +567,10 @@ const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
 /// The jobs by name, shared with the tasks that look jobs up.
 type JobTable = BTreeMap<String, Arc<Job>>;
 
-fn job_table(config: &Config) -> Arc<JobTable> {
+fn job_table(jobs: BTreeMap<String, Job>) -> Arc<JobTable> {
     Arc::new(
-        config
-            .jobs
-            .iter()
-            .map(|(name, job)| (name.clone(), Arc::new(job.clone())))
+        jobs.into_iter()
+            .map(|(name, job)| (name, Arc::new(job)))
             .collect(),
     )
 }

@@ -113,7 +113,7 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
                     "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
                 );
             }
-            Some(job_table(&new))
+            Some(job_table(new.jobs))
         }
         Ok(Err(e)) => {
             error!("reload rejected, keeping the old job table: {e}");
