@@ -22,6 +22,13 @@ pub struct Snapshot {
     /// Per replica index: claims by result (None: not running).
     pub claims: Vec<Option<BTreeMap<String, u64>>>,
     pub cpu: Vec<Option<f64>>,
+    /// Each replica's CPU again once its `/metrics` were scraped: the
+    /// difference is what the scrape cost it, its other work meanwhile
+    /// included.
+    pub cpu_after_scrape: Vec<Option<f64>>,
+    /// When `cpu` and `cpu_after_scrape` were read.
+    pub cpu_read: Instant,
+    pub scraped: Instant,
     pub redis_cpu: Option<f64>,
 }
 
@@ -95,13 +102,23 @@ impl Cluster<'_> {
             .map(|r| r.running_pid().and_then(|pid| proc_cpu_s(pid, clk)))
             .collect();
         let redis_cpu = proc_cpu_s(self.redis.pid(), clk);
+        let cpu_read = Instant::now();
         let claims = self.scrape_all()?;
+        let cpu_after_scrape = self
+            .replicas
+            .iter()
+            .map(|r| r.running_pid().and_then(|pid| proc_cpu_s(pid, clk)))
+            .collect();
+        let scraped = Instant::now();
         Ok(Snapshot {
             commands,
             issued_before_info,
             issued_after_info,
             claims,
             cpu,
+            cpu_after_scrape,
+            cpu_read,
+            scraped,
             redis_cpu,
         })
     }

@@ -166,6 +166,44 @@ pub fn finish_single(
     Report { json, pass }
 }
 
+/// Every due tick of the window ran (`ok`), none missed.
+pub fn all_started_target(f: &Figures) -> Target {
+    Target::new(
+        "all started",
+        format!(
+            "{} of {} ({} missed)",
+            f.ticks.runs_started, f.ticks.due, f.ticks.missed
+        ),
+        "every due tick",
+        f.ticks.missed == 0 && f.ticks.runs_started >= f.ticks.due && f.ticks.due > 0,
+    )
+}
+
+/// p99 tick-to-claim lateness within `bound_ms`.
+pub fn lateness_target(f: &Figures, bound_ms: i64) -> Target {
+    let bound = format!("≤ {bound_ms} ms");
+    match f.lateness {
+        Some(l) => Target::new(
+            "p99 lateness",
+            format!("{} ms", l.p99),
+            &bound,
+            l.p99 <= bound_ms,
+        ),
+        None => Target::new("p99 lateness", "no run".into(), &bound, false),
+    }
+}
+
+/// The highest peak RSS (`VmHWM`) of the replicas within `bound_mb`.
+pub fn peak_rss_target(replicas: &[ReplicaStats], bound_mb: f64) -> Target {
+    let peak = replicas.iter().filter_map(|r| r.hwm_kb).max().unwrap_or(0);
+    Target::new(
+        "peak RSS per replica (max)",
+        format!("{:.1} MB", peak as f64 / 1024.0),
+        &format!("≤ {bound_mb} MB"),
+        peak > 0 && peak as f64 / 1024.0 <= bound_mb,
+    )
+}
+
 pub fn duplicates_target(f: &Figures) -> Target {
     Target::new(
         "duplicates",
