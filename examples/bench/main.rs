@@ -174,6 +174,8 @@ enum Scenario {
     Latency,
     /// 10,000 jobs every second, 3 replicas: all started, cost, ceiling.
     Throughput,
+    /// 10,000 jobs all due at the same instant every 10 s, 3 replicas.
+    Burst,
     /// 1,000 hourly jobs, 3 replicas, no tick in the window: idle cost.
     Idle,
     /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
@@ -191,6 +193,7 @@ impl Scenario {
         match self {
             Scenario::Latency => "latency",
             Scenario::Throughput => "throughput",
+            Scenario::Burst => "burst",
             Scenario::Idle => "idle",
             Scenario::Scaling => "scaling",
             Scenario::Soak => "soak",
@@ -205,6 +208,7 @@ impl Scenario {
             Scenario::All => vec![
                 Scenario::Latency,
                 Scenario::Throughput,
+                Scenario::Burst,
                 Scenario::Idle,
                 Scenario::Scaling,
             ],
@@ -228,6 +232,7 @@ impl Scenario {
         match self {
             Scenario::Latency => scenarios::latency::run(env),
             Scenario::Throughput => scenarios::throughput::run(env),
+            Scenario::Burst => scenarios::burst::run(env),
             Scenario::Idle => scenarios::idle::run(env),
             Scenario::Scaling => scenarios::scaling::run(env),
             Scenario::Soak => scenarios::soak::run(env),

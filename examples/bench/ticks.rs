@@ -11,6 +11,9 @@ use crate::cluster::Rec;
 pub enum Schedule {
     /// `* * * * * *`
     EverySecond,
+    /// `*/N * * * * *` (N divides 60): every job due at the same instant
+    /// once every N seconds, the burst scenario.
+    EveryNSeconds { n: u32 },
     /// `M * * * *`
     Hourly { minute: u32 },
 }
@@ -19,16 +22,28 @@ impl Schedule {
     pub fn cron(self) -> String {
         match self {
             Schedule::EverySecond => "* * * * * *".to_string(),
+            Schedule::EveryNSeconds { n } => format!("*/{n} * * * * *"),
             Schedule::Hourly { minute } => format!("{minute} * * * *"),
         }
     }
 
     /// The ticks in `[from, to)`, ms of Redis time (UTC: the jobs use UTC).
+    /// The period of the ticks, ms (the burst scenario's windows are
+    /// aligned on it).
+    pub fn period_ms(self) -> i64 {
+        match self {
+            Schedule::EverySecond => 1_000,
+            Schedule::EveryNSeconds { n } => i64::from(n) * 1_000,
+            Schedule::Hourly { .. } => 3_600_000,
+        }
+    }
+
     pub fn ticks(self, from: i64, to: i64) -> Vec<i64> {
-        let (offset, period) = match self {
-            Schedule::EverySecond => (0, 1_000),
-            Schedule::Hourly { minute } => (i64::from(minute) * 60_000, 3_600_000),
+        let offset = match self {
+            Schedule::EverySecond | Schedule::EveryNSeconds { .. } => 0,
+            Schedule::Hourly { minute } => i64::from(minute) * 60_000,
         };
+        let period = self.period_ms();
         let first = ceil_to(from - offset, period) + offset;
         (first..to).step_by(period as usize).collect()
     }

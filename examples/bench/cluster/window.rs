@@ -50,8 +50,22 @@ pub struct Window {
 impl Cluster<'_> {
     /// Measures `seconds` whole seconds of ticks.
     pub fn window(&mut self, label: &str, seconds: u64) -> Result<Window> {
+        self.window_aligned(label, seconds, 1_000, 0)
+    }
+
+    /// Measures `seconds` whole seconds of ticks from `lead_ms` before a
+    /// multiple of `align_ms` of Redis time (the burst scenario's windows
+    /// start between bursts, so that the snapshots' scrapes do not meet
+    /// one).
+    pub fn window_aligned(
+        &mut self,
+        label: &str,
+        seconds: u64,
+        align_ms: i64,
+        lead_ms: i64,
+    ) -> Result<Window> {
         let now = self.redis_time()?;
-        let t0 = ceil_to(now + 700, 1_000);
+        let t0 = ceil_to(now + 700 + lead_ms, align_ms) - lead_ms;
         let t1 = t0 + seconds as i64 * 1_000;
         self.sleep_until_redis(t0 - 500, label)?;
         let taken = Instant::now();

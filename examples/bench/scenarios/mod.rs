@@ -1,6 +1,7 @@
 //! The scenarios, one module each, and what the single-window ones
 //! (latency, throughput, idle) share: one cluster, one window, one table.
 
+pub mod burst;
 pub mod idle;
 pub mod latency;
 pub mod scaling;
@@ -19,7 +20,7 @@ use crate::handler::HandlerFigures;
 use crate::machine::loadavg;
 use crate::replica_stats::{ReplicaStats, print_replicas};
 use crate::targets::{Target, print_targets, target_rows};
-use crate::ticks::Schedule;
+use crate::ticks::{Schedule, ceil_to};
 
 /// After the end of the last window, before the replicas are stopped: the
 /// outcomes of the last ticks of a loaded window land in this time.
@@ -72,7 +73,24 @@ pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<Single
     let mut cluster = Cluster::start(env, name, k, schedule)?;
     cluster.add_replicas(r)?;
     cluster.warm_up()?;
-    let window = cluster.window(name, seconds)?;
+    if let Schedule::EveryNSeconds { .. } = schedule {
+        // One burst before the window, as a daemon that has run for a
+        // while has seen: the first one also makes every job's metrics.
+        let now = cluster.redis_time()?;
+        let next = ceil_to(now + 1, schedule.period_ms());
+        cluster.sleep_until_redis(next + 2_000, "warm-up burst")?;
+    }
+    // A burst's window starts half a period (at most half the window)
+    // before a burst: the snapshots (and their /metrics scrapes) fall
+    // between bursts.
+    let (align_ms, lead_ms) = match schedule {
+        Schedule::EveryNSeconds { .. } => {
+            let period = schedule.period_ms();
+            (period, (period / 2).min(seconds as i64 / 2 * 1_000))
+        }
+        Schedule::EverySecond | Schedule::Hourly { .. } => (1_000, 0),
+    };
+    let window = cluster.window_aligned(name, seconds, align_ms, lead_ms)?;
     let end = cluster.stop(window.t1 + GRACE_MS)?;
     let outcomes = cluster.read_outcomes(window.t0 - 1_000)?;
     let handler = if env.kind.notes_handler_calls() {
