@@ -178,6 +178,8 @@ enum Scenario {
     Burst,
     /// 1,000 hourly jobs, 3 replicas, no tick in the window: idle cost.
     Idle,
+    /// 10,000 then 100,000 idle jobs, 3 replicas: start-up time and RSS.
+    Footprint,
     /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
     Scaling,
     /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
@@ -195,6 +197,7 @@ impl Scenario {
             Scenario::Throughput => "throughput",
             Scenario::Burst => "burst",
             Scenario::Idle => "idle",
+            Scenario::Footprint => "footprint",
             Scenario::Scaling => "scaling",
             Scenario::Soak => "soak",
             Scenario::All => "all",
@@ -210,6 +213,7 @@ impl Scenario {
                 Scenario::Throughput,
                 Scenario::Burst,
                 Scenario::Idle,
+                Scenario::Footprint,
                 Scenario::Scaling,
             ],
             one => vec![one],
@@ -234,6 +238,7 @@ impl Scenario {
             Scenario::Throughput => scenarios::throughput::run(env),
             Scenario::Burst => scenarios::burst::run(env),
             Scenario::Idle => scenarios::idle::run(env),
+            Scenario::Footprint => scenarios::footprint::run(env),
             Scenario::Scaling => scenarios::scaling::run(env),
             Scenario::Soak => scenarios::soak::run(env),
             Scenario::All => unreachable!("expanded before it runs"),
@@ -259,8 +264,9 @@ struct Args {
     /// What each job of daemon replicas runs.
     #[arg(long, value_enum, default_value_t = JobKind::Noop)]
     job_kind: JobKind,
-    /// Override the number of jobs of every scenario (for a quick check).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    /// Override the number of jobs of every scenario (for a quick check;
+    /// `footprint` measures this one size instead of its two).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=200_000))]
     jobs: Option<u64>,
     /// Where bench-<scenario>.json goes (default: bench/ in the target dir).
     #[arg(long)]

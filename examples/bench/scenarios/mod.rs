@@ -2,6 +2,7 @@
 //! (latency, throughput, idle) share: one cluster, one window, one table.
 
 pub mod burst;
+pub mod footprint;
 pub mod idle;
 pub mod latency;
 pub mod scaling;
