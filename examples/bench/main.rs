@@ -143,6 +143,7 @@ mod ceiling;
 mod clock;
 mod cluster;
 mod figures;
+mod floor;
 mod handler;
 mod machine;
 mod replica_stats;
@@ -180,6 +181,8 @@ enum Scenario {
     Idle,
     /// 10,000 then 100,000 idle jobs, 3 replicas: start-up time and RSS.
     Footprint,
+    /// 1,000 `true` jobs every second, 3 replicas, against the spawn floor.
+    Processes,
     /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
     Scaling,
     /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
@@ -198,6 +201,7 @@ impl Scenario {
             Scenario::Burst => "burst",
             Scenario::Idle => "idle",
             Scenario::Footprint => "footprint",
+            Scenario::Processes => "processes",
             Scenario::Scaling => "scaling",
             Scenario::Soak => "soak",
             Scenario::All => "all",
@@ -214,6 +218,7 @@ impl Scenario {
                 Scenario::Burst,
                 Scenario::Idle,
                 Scenario::Footprint,
+                Scenario::Processes,
                 Scenario::Scaling,
             ],
             one => vec![one],
@@ -239,6 +244,7 @@ impl Scenario {
             Scenario::Burst => scenarios::burst::run(env),
             Scenario::Idle => scenarios::idle::run(env),
             Scenario::Footprint => scenarios::footprint::run(env),
+            Scenario::Processes => scenarios::processes::run(env),
             Scenario::Scaling => scenarios::scaling::run(env),
             Scenario::Soak => scenarios::soak::run(env),
             Scenario::All => unreachable!("expanded before it runs"),
@@ -408,8 +414,11 @@ fn prepare(args: &Args) -> Result<Env> {
 /// `latency`, or `latency-embedded` for embedded replicas.
 fn report_name(scenario: Scenario, kind: JobKind) -> String {
     match kind.replica_kind() {
-        ReplicaKind::Daemon => scenario.name().to_string(),
-        ReplicaKind::Embedded => format!("{}-embedded", scenario.name()),
+        // `processes` runs daemon replicas whatever --replica-kind says.
+        ReplicaKind::Embedded if scenario != Scenario::Processes => {
+            format!("{}-embedded", scenario.name())
+        }
+        _ => scenario.name().to_string(),
     }
 }
 

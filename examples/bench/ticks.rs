@@ -105,6 +105,9 @@ pub struct TickStats {
     /// Outcomes in the window with another status than `ok`.
     pub other: BTreeMap<String, u64>,
     pub lateness_ms: Vec<i64>,
+    /// Tick to the end of the run (`finished_ms` − tick) of each `ok`
+    /// outcome: for processes, after the process exited.
+    pub finished_ms: Vec<i64>,
 }
 
 impl TickStats {
@@ -123,6 +126,9 @@ impl TickStats {
                     stats.runs_started += 1;
                     if let Some(started) = rec.started_ms {
                         stats.lateness_ms.push(started - rec.tick);
+                    }
+                    if let Some(finished) = rec.finished_ms {
+                        stats.finished_ms.push(finished - rec.tick);
                     }
                 } else {
                     *stats.other.entry(rec.status.clone()).or_default() += 1;

@@ -5,6 +5,7 @@ pub mod burst;
 pub mod footprint;
 pub mod idle;
 pub mod latency;
+pub mod processes;
 pub mod scaling;
 pub mod soak;
 pub mod throughput;
@@ -127,6 +128,26 @@ pub fn finish_single(
     run: &SingleRun,
     targets: Vec<Target>,
 ) -> Report {
+    finish_single_with(env, name, title, run, targets, Extra::default())
+}
+
+/// What a scenario adds to the single-window table and report: rows
+/// before the targets, fields of the JSON.
+#[derive(Default)]
+pub struct Extra {
+    pub rows: Vec<Vec<String>>,
+    pub json: serde_json::Map<String, Value>,
+}
+
+/// [`finish_single`] with the scenario's own rows and JSON fields.
+pub fn finish_single_with(
+    env: &Env,
+    name: &str,
+    title: &str,
+    run: &SingleRun,
+    targets: Vec<Target>,
+    extra: Extra,
+) -> Report {
     println!("\n{title}");
     let f = &run.figures;
     let mut rows: Vec<Vec<String>> = figures_rows(std::slice::from_ref(f), &run.ceiling)
@@ -140,6 +161,7 @@ pub fn finish_single(
     if let Some(handler) = &run.handler {
         rows.extend(handler.rows());
     }
+    rows.extend(extra.rows);
     // The targets next to their figures.
     rows.extend(target_rows(&targets));
     for row in &mut rows {
@@ -165,7 +187,7 @@ pub fn finish_single(
     }
     let pass = targets.iter().all(|t| t.pass);
     print_targets(&targets);
-    let json = json!({
+    let mut json = json!({
         "scenario": name,
         "title": title,
         "machine": env.machine,
@@ -182,6 +204,9 @@ pub fn finish_single(
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
         "pass": pass,
     });
+    if let Value::Object(fields) = &mut json {
+        fields.extend(extra.json);
+    }
     Report { json, pass }
 }
 
