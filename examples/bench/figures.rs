@@ -96,6 +96,10 @@ impl Figures {
         (self.ticks.runs_started > 0).then(|| cpu / self.ticks.runs_started as f64 * 1e6)
     }
 
+    pub fn commands_per_run(&self) -> Option<f64> {
+        self.commands_per_run
+    }
+
     fn cpu_text(&self) -> String {
         if self.cpu.is_empty() {
             return "-".to_string();

@@ -146,6 +146,7 @@ mod figures;
 mod floor;
 mod handler;
 mod machine;
+mod peer;
 mod replica_stats;
 mod scenarios;
 mod scrape;
@@ -227,12 +228,29 @@ impl Scenario {
 
     /// The scenarios this one stands for, each with what its jobs run:
     /// `kind`, and for `all` the latency of embedded replicas as well
-    /// (issue 18), right after the latency of `kind`.
-    fn plan(self, kind: JobKind) -> Vec<(Scenario, JobKind)> {
-        let mut plan: Vec<(Scenario, JobKind)> =
-            self.expand().into_iter().map(|s| (s, kind)).collect();
+    /// (issue 18), right after the latency of `kind`; and whether it runs
+    /// the BullMQ peer (`peer` unless its jobs are processes, and not twice
+    /// for one scenario in `all`).
+    fn plan(self, kind: JobKind, peer: bool) -> Vec<Step> {
+        let peer = peer && kind != JobKind::True;
+        let mut plan: Vec<Step> = self
+            .expand()
+            .into_iter()
+            .map(|scenario| Step {
+                scenario,
+                kind,
+                peer,
+            })
+            .collect();
         if self == Scenario::All && kind != JobKind::Embedded {
-            plan.insert(1, (Scenario::Latency, JobKind::Embedded));
+            plan.insert(
+                1,
+                Step {
+                    scenario: Scenario::Latency,
+                    kind: JobKind::Embedded,
+                    peer: false,
+                },
+            );
         }
         plan
     }
@@ -252,6 +270,14 @@ impl Scenario {
     }
 }
 
+/// One scenario of a run, with what its jobs run and whether the BullMQ
+/// peer runs after it.
+struct Step {
+    scenario: Scenario,
+    kind: JobKind,
+    peer: bool,
+}
+
 /// Benchmark cronlease replicas against a private Redis.
 #[derive(Debug, Parser)]
 #[command(name = "bench")]
@@ -259,8 +285,9 @@ struct Args {
     /// Which scenario to run.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Length of each measured window (default 30 s; 60 s for `idle`; for
-    /// `soak` the whole run, default 300 s).
+    /// Length of each measured window (default 30 s; 60 s for `idle`, 15 s
+    /// of idling for `footprint`, 20 s for the BullMQ peer; for `soak` the
+    /// whole run, default 300 s).
     #[arg(long, value_parser = clap::value_parser!(u64).range(5..=600))]
     seconds: Option<u64>,
     /// What the replicas are: `cronlease run` or a program built on
@@ -274,6 +301,10 @@ struct Args {
     /// `footprint` measures this one size instead of its two).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=200_000))]
     jobs: Option<u64>,
+    /// Leave out the BullMQ peer row (run where `node` and `npm` are found
+    /// after `latency` and `throughput`).
+    #[arg(long)]
+    no_peer: bool,
     /// Where bench-<scenario>.json goes (default: bench/ in the target dir).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -306,6 +337,8 @@ struct Env {
     args_seconds: Option<u64>,
     jobs: Option<usize>,
     kind: JobKind,
+    /// Whether the BullMQ peer runs after this scenario.
+    peer: bool,
     rust_log: String,
     machine: Value,
     clk_tck: f64,
@@ -327,15 +360,25 @@ impl Env {
             ..self.clone()
         }
     }
+
+    /// The environment of one step of the plan.
+    fn for_step(&self, step: &Step) -> Env {
+        Env {
+            kind: step.kind,
+            peer: step.peer,
+            ..self.clone()
+        }
+    }
 }
 
 fn run(args: &Args) -> Result<bool> {
     let env = prepare(args)?;
     let started = Instant::now();
     let mut verdicts = Vec::new();
-    for (scenario, kind) in args.scenario.plan(env.kind) {
-        let env = env.with_kind(kind);
-        let name = report_name(scenario, kind);
+    for step in args.scenario.plan(env.kind, env.peer) {
+        let env = env.for_step(&step);
+        let scenario = step.scenario;
+        let name = report_name(scenario, env.kind);
         let report = scenario.run(&env).map_err(|e| {
             e.context(format!(
                 "scenario {name} failed; configs and logs are kept in {}",
@@ -404,6 +447,7 @@ fn prepare(args: &Args) -> Result<Env> {
         args_seconds: args.seconds,
         jobs: args.jobs.map(|k| k as usize),
         kind,
+        peer: !args.no_peer,
         rust_log: args.rust_log.clone(),
         machine,
         clk_tck: measure::clk_tck(),

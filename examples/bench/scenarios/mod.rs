@@ -49,6 +49,13 @@ pub struct SingleRun {
     schedule: Schedule,
 }
 
+impl SingleRun {
+    /// The window's length.
+    pub fn seconds(&self) -> u64 {
+        self.seconds
+    }
+}
+
 /// The shape of a single-window scenario: `r` replicas on `k` jobs, one
 /// window of `seconds`.
 pub struct SingleShape {

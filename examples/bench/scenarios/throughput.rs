@@ -3,7 +3,7 @@
 //! attempts per tick ≤ 1.1, replica CPU ≤ 25 µs per run (all replicas
 //! summed over the runs), redis-server CPU ≤ 25 µs per run, peak RSS
 //! ≤ 60 MB per replica. The EVALSHA ceiling is printed as context, not a
-//! target.
+//! target. With BullMQ where Node is found: the peer row.
 
 use anyhow::Result;
 
@@ -13,6 +13,7 @@ use super::{
 };
 use crate::Env;
 use crate::figures::show_us_per_run;
+use crate::peer;
 use crate::targets::Target;
 use crate::ticks::Schedule;
 
@@ -37,7 +38,9 @@ pub fn run(env: &Env) -> Result<Report> {
     };
     let run = single_window(env, "throughput", shape)?;
     let targets = targets(&run);
-    Ok(finish_single(env, "throughput", &title, &run, targets))
+    let mut report = finish_single(env, "throughput", &title, &run, targets);
+    peer::attach(env, "throughput", &run, k, &mut report);
+    Ok(report)
 }
 
 fn targets(run: &SingleRun) -> Vec<Target> {
