@@ -32,6 +32,10 @@ pub struct Figures {
     pub claims_per_s: f64,
     /// Per replica (name, CPU seconds in the window).
     cpu: Vec<(String, f64)>,
+    /// The replicas' CPU while their `/metrics` were scraped, summed, other
+    /// work meanwhile included: at the start and at the end (both outside
+    /// `cpu`).
+    scrape_cpu: [Option<f64>; 2],
     redis_cpu: Option<f64>,
     pub snapshot_ms: [u64; 2],
 }
@@ -66,6 +70,7 @@ impl Figures {
             claims_by_result,
             claim_attempts,
             cpu,
+            scrape_cpu: [scrape_cpu(window, start), scrape_cpu(window, end)],
             snapshot_ms: window.snapshot_ms,
             redis_cpu: match (start.redis_cpu, end.redis_cpu) {
                 (Some(a), Some(b)) => Some(b - a),
@@ -75,13 +80,24 @@ impl Figures {
         }
     }
 
-    /// The replicas' CPU in the window over the runs started in it.
-    fn cpu_per_run_text(&self) -> String {
+    /// The replicas' CPU in the window, all replicas summed, over the runs
+    /// started in it, µs.
+    pub fn cpu_per_run_us(&self) -> Option<f64> {
         if self.cpu.is_empty() || self.ticks.runs_started == 0 {
-            return "-".to_string();
+            return None;
         }
         let total: f64 = self.cpu.iter().map(|(_, s)| s).sum();
-        format!("{:.3} ms", total / self.ticks.runs_started as f64 * 1000.0)
+        Some(total / self.ticks.runs_started as f64 * 1e6)
+    }
+
+    /// redis-server's CPU in the window over the runs started in it, µs.
+    pub fn redis_cpu_per_run_us(&self) -> Option<f64> {
+        let cpu = self.redis_cpu?;
+        (self.ticks.runs_started > 0).then(|| cpu / self.ticks.runs_started as f64 * 1e6)
+    }
+
+    pub fn commands_per_run(&self) -> Option<f64> {
+        self.commands_per_run
     }
 
     fn cpu_text(&self) -> String {
@@ -122,7 +138,10 @@ impl Figures {
             "claims_per_s": self.claims_per_s,
             "replica_cpu_s_in_window": self.cpu.iter().map(|(n, s)| json!({"replica": n, "cpu_s": s})).collect::<Vec<_>>(),
             "redis_server_cpu_s_in_window": self.redis_cpu,
+            "replica_cpu_us_per_run": self.cpu_per_run_us(),
+            "redis_server_cpu_us_per_run": self.redis_cpu_per_run_us(),
             "snapshot_ms": self.snapshot_ms,
+            "replica_cpu_s_while_scraped": self.scrape_cpu,
         })
     }
 }
@@ -147,8 +166,22 @@ fn command_deltas(start: &Snapshot, end: &Snapshot) -> (u64, BTreeMap<String, u6
     (commands, commands_by_name)
 }
 
-/// The claims by result of the window's replicas, summed, and each one's
-/// CPU seconds, between the two snapshots.
+/// The window's replicas' CPU during the scrapes of one snapshot, summed.
+fn scrape_cpu(window: &Window, snapshot: &Snapshot) -> Option<f64> {
+    let mut total = 0.0;
+    for &i in &window.replicas {
+        total += snapshot.cpu_after_scrape.get(i).copied().flatten()?
+            - snapshot.cpu.get(i).copied().flatten()?;
+    }
+    Some(total)
+}
+
+/// The claims by result of the window's replicas, summed, between the two
+/// snapshots; and each one's CPU seconds in the window without what the
+/// first snapshot's `/metrics` scrape cost: from the end of that scrape to
+/// the second snapshot (which reads CPU before it scrapes), scaled to the
+/// window's length (a steady load's CPU). With 10,000 jobs a scrape costs
+/// the replicas seconds of CPU, which would count several µs per run.
 fn replica_deltas(window: &Window) -> (BTreeMap<String, u64>, Vec<(String, f64)>) {
     let (start, end) = (&window.start, &window.end);
     let mut claims_by_result: BTreeMap<String, u64> = BTreeMap::new();
@@ -160,8 +193,21 @@ fn replica_deltas(window: &Window) -> (BTreeMap<String, u64>, Vec<(String, f64)>
                 *claims_by_result.entry(result.clone()).or_default() += n.saturating_sub(before);
             }
         }
-        if let (Some(Some(a)), Some(Some(b))) = (start.cpu.get(i), end.cpu.get(i)) {
-            cpu.push((window.names[i].clone(), b - a));
+        let whole = end.cpu_read.saturating_duration_since(start.cpu_read);
+        let measured = end.cpu_read.saturating_duration_since(start.scraped);
+        let scraped_cpu = start.cpu_after_scrape.get(i).copied().flatten();
+        let end_cpu = end.cpu.get(i).copied().flatten();
+        let cpu_s = match (scraped_cpu, end_cpu) {
+            (Some(a), Some(b)) if !measured.is_zero() => {
+                Some((b - a) * whole.as_secs_f64() / measured.as_secs_f64())
+            }
+            // A scrape as long as the window: the CPU as read.
+            _ => end_cpu
+                .zip(start.cpu.get(i).copied().flatten())
+                .map(|(b, a)| b - a),
+        };
+        if let Some(cpu_s) = cpu_s {
+            cpu.push((window.names[i].clone(), cpu_s));
         }
     }
     (claims_by_result, cpu)
@@ -217,15 +263,31 @@ pub fn figures_rows(figures: &[Figures], ceiling: &Ceiling) -> Vec<(String, Vec<
         }),
         row("replica CPU in window (mean / max)", &|f| f.cpu_text()),
         row("replica CPU per run (all replicas)", &|f| {
-            f.cpu_per_run_text()
+            show_us_per_run(f.cpu_per_run_us())
         }),
         row("snapshots took (start / end)", &|f| {
             format!("{} / {} ms", f.snapshot_ms[0], f.snapshot_ms[1])
         }),
+        row(
+            "  replica CPU while scraped (start, left out / end)",
+            &|f| {
+                let s = |cpu: Option<f64>| cpu.map_or("-".to_string(), |s| format!("{s:.2} s"));
+                format!("{} / {}", s(f.scrape_cpu[0]), s(f.scrape_cpu[1]))
+            },
+        ),
         row("redis-server CPU in window", &|f| {
             f.redis_cpu.map_or("-".to_string(), |s| {
                 format!("{:.1} %", s / f.seconds * 100.0)
             })
         }),
+        row("redis-server CPU per run", &|f| {
+            show_us_per_run(f.redis_cpu_per_run_us())
+        }),
     ]
+}
+
+/// A CPU time per run, µs (CPU times come from `/proc` in clock ticks,
+/// 10 ms each: over a window of thousands of runs the rounding is small).
+pub fn show_us_per_run(us: Option<f64>) -> String {
+    us.map_or("-".to_string(), |us| format!("{us:.1} µs"))
 }

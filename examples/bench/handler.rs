@@ -127,7 +127,7 @@ pub fn show_us(p: Option<Percentiles>) -> String {
     })
 }
 
-fn json_us(p: Option<Percentiles>) -> Value {
+pub fn json_us(p: Option<Percentiles>) -> Value {
     p.map_or(
         Value::Null,
         |p| json!({"p50_us": p.p50, "p99_us": p.p99, "max_us": p.max, "count": p.count}),

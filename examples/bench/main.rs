@@ -1,11 +1,16 @@
-//! The benchmark of issue 8: how late, how costly and how far from Redis's
-//! ceiling cronlease's claims are.
+//! The benchmark of issues 8 and 21: how late, how costly and how far from
+//! Redis's ceiling cronlease's claims are, beside BullMQ where Node is
+//! found.
 //!
 //! ```sh
-//! scripts/bench all                      # every scenario but soak, about 6 minutes
+//! scripts/bench all                      # every scenario but soak, about 10 minutes
 //! scripts/bench latency --seconds 10     # one scenario, shorter windows
 //! scripts/bench latency --replica-kind embedded   # replicas embed the library
 //! scripts/bench throughput --job-kind true --jobs 20   # real processes, few jobs
+//! scripts/bench burst --seconds 10       # one burst of 10,000 ticks
+//! scripts/bench footprint                # start-up and RSS at 10,000 and 100,000 idle jobs
+//! scripts/bench processes --seconds 10   # 1,000 `true` a second against the spawn floor
+//! scripts/bench throughput --no-peer     # without the BullMQ peer row
 //! scripts/bench soak                     # Redis keys and memory over 5 minutes
 //! ```
 //!
@@ -16,20 +21,56 @@
 //! jobs, lets them warm up (every replica ready, plus 3 s), measures a
 //! window of S seconds aligned on whole seconds of Redis time, stops the
 //! replicas with SIGTERM and reads what they recorded. Then, against the same Redis, `redis-benchmark` runs
-//! `EVALSHA` of `return 1`: the ceiling the claims are compared with.
+//! `EVALSHA` of `return 1`: the ceiling the claims are compared with
+//! (printed as context; no target since issue 21).
 //!
-//! Scenarios (S defaults to 30 s, 60 s for `idle`, 300 s for `soak`;
-//! `--seconds` sets it for all of them):
+//! Scenarios (S defaults to 30 s, 60 s for `idle`, 15 s for `footprint`,
+//! 300 s for `soak`, 20 s for the BullMQ peer; `--seconds` sets it for all
+//! of them):
 //!
 //! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-claim
 //!   lateness ≤ 10 ms; with embedded replicas (issue 18), p99
 //!   tick-to-handler lateness ≤ 5 ms and no tick's handler called twice.
-//! - `throughput`: 10,000 jobs every second, 3 replicas; targets: every due
-//!   tick started, no duplicate, p99 lateness ≤ 100 ms, claims/s ≥ 50 % of the
-//!   ceiling, peak RSS ≤ 30 MB per replica.
+//!   Then the BullMQ peer row (below).
+//! - `throughput`: 10,000 jobs every second, 3 replicas; targets (issue
+//!   21): every due tick started, no duplicate, p99 lateness ≤ 100 ms,
+//!   claim attempts per tick ≤ 1.1, replica CPU ≤ 25 µs per run (all
+//!   replicas' CPU in the window summed, over the runs started in it),
+//!   redis-server CPU ≤ 25 µs per run (its CPU in the window from `/proc`
+//!   over the runs), peak RSS ≤ 60 MB per replica. Then the BullMQ peer
+//!   row. Works with `--replica-kind embedded` too.
+//! - `burst` (issue 21's top-of-the-hour peak): 10,000 jobs on
+//!   `*/10 * * * * *`, so all 10,000 are due at the same instant every
+//!   10 s and none in between, 3 replicas; after one burst of warm-up, the
+//!   window starts 5 s before a burst (30 s: three bursts; `--seconds 10`:
+//!   one), so that its snapshots fall between bursts. Targets: every due
+//!   tick started, no duplicate, p99 tick-to-claim lateness ≤ 250 ms.
 //! - `idle`: 1,000 hourly jobs (`0 * * * *`, or `30 * * * *` etc. when the
 //!   run could reach the full hour: no tick is ever due), 3 replicas; target
-//!   ≤ 1 Redis command per second per replica, and no run.
+//!   ≤ 1 Redis command per second per replica, and no run. `--jobs` up to
+//!   200,000.
+//! - `footprint` (issue 21): 10,000 and then 100,000 jobs never due in the
+//!   run (hourly, as `idle`), 3 replicas each time started one after
+//!   another (each once the one before is ready, so their start-ups do not
+//!   share the two CPUs); per replica its start-up (spawn until `READY=1`,
+//!   polled every 10 ms: config load, Redis, the job loops' start), and
+//!   after 3 s of warm-up and S seconds of idling its RSS and peak RSS (`VmHWM`; no `/metrics`
+//!   scrape, so the peak is the replica's own), its CPU while idle, Redis's
+//!   commands per second per replica and `used_memory`. Targets: peak RSS
+//!   ≤ 30 MB per replica at 10,000 jobs, ≤ 150 MB at 100,000; start-up
+//!   ≤ 2 s at 100,000 (the slowest replica). `--jobs K` measures K alone.
+//! - `processes` (issue 21): 1,000 jobs every second running `true` (the
+//!   `cronlease` binary, `command = ["true"]`; whatever `--job-kind` and
+//!   `--replica-kind` say), 3 replicas; then, replicas and Redis stopped,
+//!   the spawn floor `examples/bench_spawn_floor.rs` starts as many `true`
+//!   processes at each whole second for as long (one thread per CPU,
+//!   `std::process::Command` with stdio on `/dev/null`: `posix_spawn`) and
+//!   notes, per process, when its spawn returned and when it was reaped.
+//!   Targets: every due tick started, no duplicate, cronlease's p99
+//!   tick-to-claim lateness ≤ 2× the floor's p99 tick → spawned. Also
+//!   printed: tick → run end (the outcome's `finished_ms`, when the replica
+//!   saw the process exit) against the floor's tick → reaped, the one
+//!   comparison that includes cronlease's own spawning.
 //! - `scaling`: 1,000 jobs every second with 1, then 3, then 5 replicas (the
 //!   new ones join the running cluster); target ≤ 1.2 claim attempts per tick
 //!   at 5. Then one replica is killed with SIGKILL and the lateness of the
@@ -52,10 +93,34 @@
 //!   `all`: it takes 5 minutes of its own, and no window or ceiling is
 //!   measured.
 //!
-//! `all` runs latency, throughput, idle and scaling with the replicas of
-//! `--replica-kind` (default daemon), and after the first latency the
-//! latency of embedded replicas too (`bench-latency-embedded.json`), unless
-//! they were embedded already.
+//! `all` runs latency, throughput, burst, idle, footprint, processes and
+//! scaling with the replicas of `--replica-kind` (default daemon), and
+//! after the first latency the latency of embedded replicas too
+//! (`bench-latency-embedded.json`, no peer row), unless they were embedded
+//! already.
+//!
+//! The BullMQ peer row (issue 21; `peer/`), after `latency` and
+//! `throughput` unless `--no-peer` or `--job-kind true`: where `node` and
+//! `npm` are on `PATH`, the Node project `examples/bench/bullmq/`
+//! (`package.json`, its lockfile, `producer.js`, `worker.js`; compiled into
+//! the bench) is written to `bench-bullmq/` in the cargo target directory
+//! and installed there with `npm ci` when its lockfile changed (nothing
+//! else needs Node; without it the row says it was skipped). Then, the
+//! scenario's replicas and Redis stopped: a private redis-server of its
+//! own, K job schedulers (`upsertJobScheduler`, `pattern: '* * * * * *'`,
+//! a no-op job, BullMQ's default job options), 3 worker processes at
+//! concurrency 50, 3 s of warm-up, a window of S seconds (default 20)
+//! measured as cronlease's (snapshots half a second before each end),
+//! 5 s of grace, SIGTERM. Each worker's processor notes, as the first thing
+//! it does, its wall clock with the job's scheduler and tick (the job id of
+//! a scheduler's job ends with its tick) and `processedOn`. Printed beside
+//! cronlease's row of the scenario, with the ratios cronlease / BullMQ:
+//! started / due (distinct ticks processed), ticks processed twice,
+//! lateness p50 / p99 (cronlease tick → claim, BullMQ tick → `processedOn`,
+//! the moment a worker took the job), tick → handler (embedded replicas) /
+//! tick → processor called, CPU per run of replicas / workers and of
+//! redis-server, Redis commands per run, and the highest peak RSS of a
+//! replica / worker.
 //!
 //! What is measured, per window of ticks `[t0, t1)` (Redis time):
 //!
@@ -85,9 +150,17 @@
 //!   a scrape takes a second or more, which shifts the claims' window; the
 //!   table shows how long the snapshots took);
 //! - CPU of each replica and of redis-server (utime + stime from
-//!   `/proc/PID/stat`), in the window and in total, the replicas' CPU in
-//!   the window per run started, and each replica's peak RSS (`VmHWM`),
-//!   read just before SIGTERM.
+//!   `/proc/PID/stat`, in clock ticks of 10 ms), in the window and in
+//!   total; per run started in the window, in µs: the replicas' CPU (all
+//!   summed) and redis-server's; each replica's peak RSS (`VmHWM`), read
+//!   just before SIGTERM. A replica's CPU in the window leaves out its
+//!   first `/metrics` scrape (with 10,000 jobs that render costs the
+//!   replicas a second or more of CPU): it is read from the end of that
+//!   scrape to the second snapshot (read before its own scrape), scaled to
+//!   the window's length; the table shows what the scrapes cost;
+//! - tick to the run's end: the outcome's `finished_ms` − tick (when the
+//!   replica saw the run end; for processes, after the process exited),
+//!   printed by `processes`.
 //!
 //! The jobs run the in-process no-op task (replicas are
 //! `examples/bench_replica.rs`, `cronlease` with `Noop` registered for every
@@ -121,6 +194,10 @@
 //! Files: `main.rs` the command line and the order of things;
 //! `scenarios/` one module per scenario (`mod.rs` the single-window ones'
 //! shared run and report; `soak/` with its key kinds and samples);
+//! `peer/` the BullMQ peer row (`install.rs` the Node project and `npm
+//! ci`, `bullmq.rs` its Redis, producer, workers and window, `mod.rs` its
+//! figures and the rows beside cronlease's) and `bullmq/` its Node
+//! project; `floor.rs` the spawn floor run and read;
 //! `cluster/` redis-server and the replicas (`replica.rs` a process and its
 //! readiness, `config.rs` the configs, `job_kind.rs` the program and job
 //! lines per job kind, `window.rs` the measured windows and their
@@ -143,8 +220,10 @@ mod ceiling;
 mod clock;
 mod cluster;
 mod figures;
+mod floor;
 mod handler;
 mod machine;
+mod peer;
 mod replica_stats;
 mod scenarios;
 mod scrape;
@@ -174,8 +253,14 @@ enum Scenario {
     Latency,
     /// 10,000 jobs every second, 3 replicas: all started, cost, ceiling.
     Throughput,
+    /// 10,000 jobs all due at the same instant every 10 s, 3 replicas.
+    Burst,
     /// 1,000 hourly jobs, 3 replicas, no tick in the window: idle cost.
     Idle,
+    /// 10,000 then 100,000 idle jobs, 3 replicas: start-up time and RSS.
+    Footprint,
+    /// 1,000 `true` jobs every second, 3 replicas, against the spawn floor.
+    Processes,
     /// 1,000 jobs every second at 1, 3, 5 replicas; then one is killed.
     Scaling,
     /// 100 jobs every second, 3 replicas, 300 s: Redis keys and memory
@@ -191,7 +276,10 @@ impl Scenario {
         match self {
             Scenario::Latency => "latency",
             Scenario::Throughput => "throughput",
+            Scenario::Burst => "burst",
             Scenario::Idle => "idle",
+            Scenario::Footprint => "footprint",
+            Scenario::Processes => "processes",
             Scenario::Scaling => "scaling",
             Scenario::Soak => "soak",
             Scenario::All => "all",
@@ -205,7 +293,10 @@ impl Scenario {
             Scenario::All => vec![
                 Scenario::Latency,
                 Scenario::Throughput,
+                Scenario::Burst,
                 Scenario::Idle,
+                Scenario::Footprint,
+                Scenario::Processes,
                 Scenario::Scaling,
             ],
             one => vec![one],
@@ -214,12 +305,29 @@ impl Scenario {
 
     /// The scenarios this one stands for, each with what its jobs run:
     /// `kind`, and for `all` the latency of embedded replicas as well
-    /// (issue 18), right after the latency of `kind`.
-    fn plan(self, kind: JobKind) -> Vec<(Scenario, JobKind)> {
-        let mut plan: Vec<(Scenario, JobKind)> =
-            self.expand().into_iter().map(|s| (s, kind)).collect();
+    /// (issue 18), right after the latency of `kind`; and whether it runs
+    /// the BullMQ peer (`peer` unless its jobs are processes, and not twice
+    /// for one scenario in `all`).
+    fn plan(self, kind: JobKind, peer: bool) -> Vec<Step> {
+        let peer = peer && kind != JobKind::True;
+        let mut plan: Vec<Step> = self
+            .expand()
+            .into_iter()
+            .map(|scenario| Step {
+                scenario,
+                kind,
+                peer,
+            })
+            .collect();
         if self == Scenario::All && kind != JobKind::Embedded {
-            plan.insert(1, (Scenario::Latency, JobKind::Embedded));
+            plan.insert(
+                1,
+                Step {
+                    scenario: Scenario::Latency,
+                    kind: JobKind::Embedded,
+                    peer: false,
+                },
+            );
         }
         plan
     }
@@ -228,12 +336,23 @@ impl Scenario {
         match self {
             Scenario::Latency => scenarios::latency::run(env),
             Scenario::Throughput => scenarios::throughput::run(env),
+            Scenario::Burst => scenarios::burst::run(env),
             Scenario::Idle => scenarios::idle::run(env),
+            Scenario::Footprint => scenarios::footprint::run(env),
+            Scenario::Processes => scenarios::processes::run(env),
             Scenario::Scaling => scenarios::scaling::run(env),
             Scenario::Soak => scenarios::soak::run(env),
             Scenario::All => unreachable!("expanded before it runs"),
         }
     }
+}
+
+/// One scenario of a run, with what its jobs run and whether the BullMQ
+/// peer runs after it.
+struct Step {
+    scenario: Scenario,
+    kind: JobKind,
+    peer: bool,
 }
 
 /// Benchmark cronlease replicas against a private Redis.
@@ -243,8 +362,9 @@ struct Args {
     /// Which scenario to run.
     #[arg(value_enum)]
     scenario: Scenario,
-    /// Length of each measured window (default 30 s; 60 s for `idle`; for
-    /// `soak` the whole run, default 300 s).
+    /// Length of each measured window (default 30 s; 60 s for `idle`, 15 s
+    /// of idling for `footprint`, 20 s for the BullMQ peer; for `soak` the
+    /// whole run, default 300 s).
     #[arg(long, value_parser = clap::value_parser!(u64).range(5..=600))]
     seconds: Option<u64>,
     /// What the replicas are: `cronlease run` or a program built on
@@ -254,9 +374,14 @@ struct Args {
     /// What each job of daemon replicas runs.
     #[arg(long, value_enum, default_value_t = JobKind::Noop)]
     job_kind: JobKind,
-    /// Override the number of jobs of every scenario (for a quick check).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=20_000))]
+    /// Override the number of jobs of every scenario (for a quick check;
+    /// `footprint` measures this one size instead of its two).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=200_000))]
     jobs: Option<u64>,
+    /// Leave out the BullMQ peer row (run where `node` and `npm` are found
+    /// after `latency` and `throughput`).
+    #[arg(long)]
+    no_peer: bool,
     /// Where bench-<scenario>.json goes (default: bench/ in the target dir).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -289,6 +414,8 @@ struct Env {
     args_seconds: Option<u64>,
     jobs: Option<usize>,
     kind: JobKind,
+    /// Whether the BullMQ peer runs after this scenario.
+    peer: bool,
     rust_log: String,
     machine: Value,
     clk_tck: f64,
@@ -310,15 +437,25 @@ impl Env {
             ..self.clone()
         }
     }
+
+    /// The environment of one step of the plan.
+    fn for_step(&self, step: &Step) -> Env {
+        Env {
+            kind: step.kind,
+            peer: step.peer,
+            ..self.clone()
+        }
+    }
 }
 
 fn run(args: &Args) -> Result<bool> {
     let env = prepare(args)?;
     let started = Instant::now();
     let mut verdicts = Vec::new();
-    for (scenario, kind) in args.scenario.plan(env.kind) {
-        let env = env.with_kind(kind);
-        let name = report_name(scenario, kind);
+    for step in args.scenario.plan(env.kind, env.peer) {
+        let env = env.for_step(&step);
+        let scenario = step.scenario;
+        let name = report_name(scenario, env.kind);
         let report = scenario.run(&env).map_err(|e| {
             e.context(format!(
                 "scenario {name} failed; configs and logs are kept in {}",
@@ -387,6 +524,7 @@ fn prepare(args: &Args) -> Result<Env> {
         args_seconds: args.seconds,
         jobs: args.jobs.map(|k| k as usize),
         kind,
+        peer: !args.no_peer,
         rust_log: args.rust_log.clone(),
         machine,
         clk_tck: measure::clk_tck(),
@@ -397,8 +535,11 @@ fn prepare(args: &Args) -> Result<Env> {
 /// `latency`, or `latency-embedded` for embedded replicas.
 fn report_name(scenario: Scenario, kind: JobKind) -> String {
     match kind.replica_kind() {
-        ReplicaKind::Daemon => scenario.name().to_string(),
-        ReplicaKind::Embedded => format!("{}-embedded", scenario.name()),
+        // `processes` runs daemon replicas whatever --replica-kind says.
+        ReplicaKind::Embedded if scenario != Scenario::Processes => {
+            format!("{}-embedded", scenario.name())
+        }
+        _ => scenario.name().to_string(),
     }
 }
 

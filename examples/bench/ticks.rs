@@ -11,6 +11,9 @@ use crate::cluster::Rec;
 pub enum Schedule {
     /// `* * * * * *`
     EverySecond,
+    /// `*/N * * * * *` (N divides 60): every job due at the same instant
+    /// once every N seconds, the burst scenario.
+    EveryNSeconds { n: u32 },
     /// `M * * * *`
     Hourly { minute: u32 },
 }
@@ -19,16 +22,28 @@ impl Schedule {
     pub fn cron(self) -> String {
         match self {
             Schedule::EverySecond => "* * * * * *".to_string(),
+            Schedule::EveryNSeconds { n } => format!("*/{n} * * * * *"),
             Schedule::Hourly { minute } => format!("{minute} * * * *"),
         }
     }
 
     /// The ticks in `[from, to)`, ms of Redis time (UTC: the jobs use UTC).
+    /// The period of the ticks, ms (the burst scenario's windows are
+    /// aligned on it).
+    pub fn period_ms(self) -> i64 {
+        match self {
+            Schedule::EverySecond => 1_000,
+            Schedule::EveryNSeconds { n } => i64::from(n) * 1_000,
+            Schedule::Hourly { .. } => 3_600_000,
+        }
+    }
+
     pub fn ticks(self, from: i64, to: i64) -> Vec<i64> {
-        let (offset, period) = match self {
-            Schedule::EverySecond => (0, 1_000),
-            Schedule::Hourly { minute } => (i64::from(minute) * 60_000, 3_600_000),
+        let offset = match self {
+            Schedule::EverySecond | Schedule::EveryNSeconds { .. } => 0,
+            Schedule::Hourly { minute } => i64::from(minute) * 60_000,
         };
+        let period = self.period_ms();
         let first = ceil_to(from - offset, period) + offset;
         (first..to).step_by(period as usize).collect()
     }
@@ -90,6 +105,9 @@ pub struct TickStats {
     /// Outcomes in the window with another status than `ok`.
     pub other: BTreeMap<String, u64>,
     pub lateness_ms: Vec<i64>,
+    /// Tick to the end of the run (`finished_ms` − tick) of each `ok`
+    /// outcome: for processes, after the process exited.
+    pub finished_ms: Vec<i64>,
 }
 
 impl TickStats {
@@ -108,6 +126,9 @@ impl TickStats {
                     stats.runs_started += 1;
                     if let Some(started) = rec.started_ms {
                         stats.lateness_ms.push(started - rec.tick);
+                    }
+                    if let Some(finished) = rec.finished_ms {
+                        stats.finished_ms.push(finished - rec.tick);
                     }
                 } else {
                     *stats.other.entry(rec.status.clone()).or_default() += 1;

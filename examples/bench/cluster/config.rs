@@ -46,7 +46,7 @@ command_timeout = "2s"
 replica_id = "{name}"
 state_dir = {state_dir}
 metrics_listen = "127.0.0.1:0"
-dashboard_listen = ""
+{kind_lines}
 lease = "30s"
 heartbeat = "5s"
 shutdown_grace = "5s"
@@ -56,6 +56,7 @@ kill_grace = "1s"
             scenario = self.name,
             url = toml_string(&self.redis.url()),
             state_dir = toml_string(&state_dir.to_string_lossy()),
+            kind_lines = self.env.kind.daemon_lines(),
             daemon_lines = self.daemon_lines,
             jobs = self.jobs_toml,
         );

@@ -72,6 +72,16 @@ impl JobKind {
         }
     }
 
+    /// The replica's own lines of `[daemon]`: daemons serve no dashboard
+    /// (several share the host); the embedded replica has none to turn off
+    /// and refuses keys it does not read.
+    pub fn daemon_lines(self) -> &'static str {
+        match self {
+            JobKind::Noop | JobKind::True => "dashboard_listen = \"\"",
+            JobKind::Embedded => "",
+        }
+    }
+
     /// The TOML lines, after `schedule`, of every job of the table.
     pub fn job_lines(self) -> &'static str {
         match self {

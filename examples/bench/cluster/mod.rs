@@ -192,7 +192,8 @@ impl<'a> Cluster<'a> {
                     indent(&tail(&replica.log, 15))
                 );
             }
-            std::thread::sleep(Duration::from_millis(25));
+            // Often enough for the start-up time (spawn → ready).
+            std::thread::sleep(Duration::from_millis(10));
         }
         let names: Vec<String> = self.replicas[first..]
             .iter()

@@ -10,6 +10,8 @@ use super::{Conn, KEY_PREFIX, job_name};
 pub struct Rec {
     pub tick: i64,
     pub started_ms: Option<i64>,
+    /// When the replica saw the run end (its clock, as Redis time).
+    pub finished_ms: Option<i64>,
     pub status: String,
     pub replica: String,
 }
@@ -52,6 +54,7 @@ fn record((_id, flat): (String, Vec<String>)) -> Option<Rec> {
     Some(Rec {
         tick: fields.get("tick")?.parse().ok()?,
         started_ms: fields.get("started_ms").and_then(|s| s.parse().ok()),
+        finished_ms: fields.get("finished_ms").and_then(|s| s.parse().ok()),
         status: fields.get("status").copied().unwrap_or("").to_string(),
         replica: fields.get("replica").copied().unwrap_or("").to_string(),
     })

@@ -32,6 +32,10 @@ pub struct Replica {
     /// Its `NOTIFY_SOCKET`: `READY=1` arrives here.
     notify: UnixDatagram,
     pub ready: bool,
+    /// When it was spawned, and how long after that it was first seen
+    /// ready (polled every 10 ms while the bench waits for it).
+    spawned: Instant,
+    pub ready_after: Option<Duration>,
     pub port: Option<u16>,
     /// Killed on purpose (the takeover), not a failure.
     pub killed: bool,
@@ -78,6 +82,7 @@ impl Replica {
             .env_remove("WATCHDOG_PID")
             .env_remove("CRONLEASE_CONFIG");
         detach_and_tie_to_parent(&mut command);
+        let spawned = Instant::now();
         let child = command
             .spawn()
             .with_context(|| format!("cannot start {} run", program.display()))?;
@@ -87,6 +92,8 @@ impl Replica {
             log,
             notify,
             ready: false,
+            spawned,
+            ready_after: None,
             port: None,
             killed: false,
             exit: None,
@@ -121,6 +128,7 @@ impl Replica {
                 self.ready = true;
             }
         }
+        self.note_ready_time();
         if self.ready && self.port.is_some() {
             return Ok(());
         }
@@ -137,7 +145,15 @@ impl Replica {
                 self.port = Some(addr.port());
             }
         }
+        self.note_ready_time();
         Ok(())
+    }
+
+    /// The first time it is seen ready, how long after its spawn.
+    fn note_ready_time(&mut self) {
+        if self.ready && self.ready_after.is_none() {
+            self.ready_after = Some(self.spawned.elapsed());
+        }
     }
 
     /// Whether the process has exited, reaping it if so.

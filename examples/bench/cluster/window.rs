@@ -22,6 +22,13 @@ pub struct Snapshot {
     /// Per replica index: claims by result (None: not running).
     pub claims: Vec<Option<BTreeMap<String, u64>>>,
     pub cpu: Vec<Option<f64>>,
+    /// Each replica's CPU again once its `/metrics` were scraped: the
+    /// difference is what the scrape cost it, its other work meanwhile
+    /// included.
+    pub cpu_after_scrape: Vec<Option<f64>>,
+    /// When `cpu` and `cpu_after_scrape` were read.
+    pub cpu_read: Instant,
+    pub scraped: Instant,
     pub redis_cpu: Option<f64>,
 }
 
@@ -43,8 +50,22 @@ pub struct Window {
 impl Cluster<'_> {
     /// Measures `seconds` whole seconds of ticks.
     pub fn window(&mut self, label: &str, seconds: u64) -> Result<Window> {
+        self.window_aligned(label, seconds, 1_000, 0)
+    }
+
+    /// Measures `seconds` whole seconds of ticks from `lead_ms` before a
+    /// multiple of `align_ms` of Redis time (the burst scenario's windows
+    /// start between bursts, so that the snapshots' scrapes do not meet
+    /// one).
+    pub fn window_aligned(
+        &mut self,
+        label: &str,
+        seconds: u64,
+        align_ms: i64,
+        lead_ms: i64,
+    ) -> Result<Window> {
         let now = self.redis_time()?;
-        let t0 = ceil_to(now + 700, 1_000);
+        let t0 = ceil_to(now + 700 + lead_ms, align_ms) - lead_ms;
         let t1 = t0 + seconds as i64 * 1_000;
         self.sleep_until_redis(t0 - 500, label)?;
         let taken = Instant::now();
@@ -95,13 +116,23 @@ impl Cluster<'_> {
             .map(|r| r.running_pid().and_then(|pid| proc_cpu_s(pid, clk)))
             .collect();
         let redis_cpu = proc_cpu_s(self.redis.pid(), clk);
+        let cpu_read = Instant::now();
         let claims = self.scrape_all()?;
+        let cpu_after_scrape = self
+            .replicas
+            .iter()
+            .map(|r| r.running_pid().and_then(|pid| proc_cpu_s(pid, clk)))
+            .collect();
+        let scraped = Instant::now();
         Ok(Snapshot {
             commands,
             issued_before_info,
             issued_after_info,
             claims,
             cpu,
+            cpu_after_scrape,
+            cpu_read,
+            scraped,
             redis_cpu,
         })
     }

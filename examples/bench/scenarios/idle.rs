@@ -14,7 +14,7 @@ pub fn run(env: &Env) -> Result<Report> {
     let k = env.jobs(1_000);
     let r = 3;
     let seconds = env.seconds(60);
-    let schedule = tickless_hourly(seconds);
+    let schedule = tickless_hourly(seconds + 120);
     let title = format!(
         "(c) idle: {k} jobs `{}`, {r} replicas, {seconds} s window, job kind {}",
         schedule.cron(),
@@ -49,11 +49,12 @@ pub fn run(env: &Env) -> Result<Report> {
     Ok(finish_single(env, "idle", &title, &run, targets))
 }
 
-/// `0 * * * *`, unless the scenario (start, warm-up, window, stop, with a
-/// margin) could reach the full hour: then another minute of the hour.
-fn tickless_hourly(seconds: u64) -> Schedule {
+/// `0 * * * *`, unless the next `span_s` seconds (the scenario's start,
+/// warm-up, window and stop, with a margin) could reach the full hour:
+/// then another minute of the hour.
+pub fn tickless_hourly(span_s: u64) -> Schedule {
     let now = local_ms();
-    let span = (seconds as i64 + 120) * 1_000;
+    let span = span_s as i64 * 1_000;
     let minute = [0, 30, 15, 45]
         .into_iter()
         .find(|&minute| {
@@ -61,6 +62,6 @@ fn tickless_hourly(seconds: u64) -> Schedule {
                 .ticks(now, now + span)
                 .is_empty()
         })
-        .expect("a run of at most 12 minutes misses one of four quarter hours");
+        .expect("a span under 45 minutes (callers' spans come from --seconds ≤ 600) misses one of four quarter hours");
     Schedule::Hourly { minute }
 }

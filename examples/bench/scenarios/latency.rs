@@ -1,12 +1,14 @@
 //! (a) latency: 100 jobs every second, 3 replicas. Target for daemon
 //! replicas: p99 tick-to-claim lateness ≤ 10 ms; for embedded replicas
-//! (issue 18): p99 tick-to-handler lateness ≤ 5 ms.
+//! (issue 18): p99 tick-to-handler lateness ≤ 5 ms. With BullMQ where Node
+//! is found: the peer row.
 
 use anyhow::Result;
 
 use super::{Report, SingleRun, SingleShape, duplicates_target, finish_single, single_window};
 use crate::Env;
 use crate::handler::{HandlerFigures, show_us};
+use crate::peer;
 use crate::targets::Target;
 use crate::ticks::Schedule;
 
@@ -32,7 +34,9 @@ pub fn run(env: &Env) -> Result<Report> {
         Some(handler) => handler_targets(handler),
         None => vec![claim_target(&run)],
     });
-    Ok(finish_single(env, "latency", &title, &run, targets))
+    let mut report = finish_single(env, "latency", &title, &run, targets);
+    peer::attach(env, "latency", &run, k, &mut report);
+    Ok(report)
 }
 
 /// Daemon replicas: the claim's lateness (the outcome's `started_ms`).

@@ -1,8 +1,11 @@
 //! The scenarios, one module each, and what the single-window ones
 //! (latency, throughput, idle) share: one cluster, one window, one table.
 
+pub mod burst;
+pub mod footprint;
 pub mod idle;
 pub mod latency;
+pub mod processes;
 pub mod scaling;
 pub mod soak;
 pub mod throughput;
@@ -19,7 +22,7 @@ use crate::handler::HandlerFigures;
 use crate::machine::loadavg;
 use crate::replica_stats::{ReplicaStats, print_replicas};
 use crate::targets::{Target, print_targets, target_rows};
-use crate::ticks::Schedule;
+use crate::ticks::{Schedule, ceil_to};
 
 /// After the end of the last window, before the replicas are stopped: the
 /// outcomes of the last ticks of a loaded window land in this time.
@@ -44,6 +47,13 @@ pub struct SingleRun {
     k: usize,
     seconds: u64,
     schedule: Schedule,
+}
+
+impl SingleRun {
+    /// The window's length.
+    pub fn seconds(&self) -> u64 {
+        self.seconds
+    }
 }
 
 /// The shape of a single-window scenario: `r` replicas on `k` jobs, one
@@ -72,7 +82,24 @@ pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<Single
     let mut cluster = Cluster::start(env, name, k, schedule)?;
     cluster.add_replicas(r)?;
     cluster.warm_up()?;
-    let window = cluster.window(name, seconds)?;
+    if let Schedule::EveryNSeconds { .. } = schedule {
+        // One burst before the window, as a daemon that has run for a
+        // while has seen: the first one also makes every job's metrics.
+        let now = cluster.redis_time()?;
+        let next = ceil_to(now + 1, schedule.period_ms());
+        cluster.sleep_until_redis(next + 2_000, "warm-up burst")?;
+    }
+    // A burst's window starts half a period (at most half the window)
+    // before a burst: the snapshots (and their /metrics scrapes) fall
+    // between bursts.
+    let (align_ms, lead_ms) = match schedule {
+        Schedule::EveryNSeconds { .. } => {
+            let period = schedule.period_ms();
+            (period, (period / 2).min(seconds as i64 / 2 * 1_000))
+        }
+        Schedule::EverySecond | Schedule::Hourly { .. } => (1_000, 0),
+    };
+    let window = cluster.window_aligned(name, seconds, align_ms, lead_ms)?;
     let end = cluster.stop(window.t1 + GRACE_MS)?;
     let outcomes = cluster.read_outcomes(window.t0 - 1_000)?;
     let handler = if env.kind.notes_handler_calls() {
@@ -108,6 +135,26 @@ pub fn finish_single(
     run: &SingleRun,
     targets: Vec<Target>,
 ) -> Report {
+    finish_single_with(env, name, title, run, targets, Extra::default())
+}
+
+/// What a scenario adds to the single-window table and report: rows
+/// before the targets, fields of the JSON.
+#[derive(Default)]
+pub struct Extra {
+    pub rows: Vec<Vec<String>>,
+    pub json: serde_json::Map<String, Value>,
+}
+
+/// [`finish_single`] with the scenario's own rows and JSON fields.
+pub fn finish_single_with(
+    env: &Env,
+    name: &str,
+    title: &str,
+    run: &SingleRun,
+    targets: Vec<Target>,
+    extra: Extra,
+) -> Report {
     println!("\n{title}");
     let f = &run.figures;
     let mut rows: Vec<Vec<String>> = figures_rows(std::slice::from_ref(f), &run.ceiling)
@@ -121,6 +168,7 @@ pub fn finish_single(
     if let Some(handler) = &run.handler {
         rows.extend(handler.rows());
     }
+    rows.extend(extra.rows);
     // The targets next to their figures.
     rows.extend(target_rows(&targets));
     for row in &mut rows {
@@ -146,7 +194,7 @@ pub fn finish_single(
     }
     let pass = targets.iter().all(|t| t.pass);
     print_targets(&targets);
-    let json = json!({
+    let mut json = json!({
         "scenario": name,
         "title": title,
         "machine": env.machine,
@@ -163,7 +211,48 @@ pub fn finish_single(
         "targets": targets.iter().map(Target::json).collect::<Vec<_>>(),
         "pass": pass,
     });
+    if let Value::Object(fields) = &mut json {
+        fields.extend(extra.json);
+    }
     Report { json, pass }
+}
+
+/// Every due tick of the window ran (`ok`), none missed.
+pub fn all_started_target(f: &Figures) -> Target {
+    Target::new(
+        "all started",
+        format!(
+            "{} of {} ({} missed)",
+            f.ticks.runs_started, f.ticks.due, f.ticks.missed
+        ),
+        "every due tick",
+        f.ticks.missed == 0 && f.ticks.runs_started >= f.ticks.due && f.ticks.due > 0,
+    )
+}
+
+/// p99 tick-to-claim lateness within `bound_ms`.
+pub fn lateness_target(f: &Figures, bound_ms: i64) -> Target {
+    let bound = format!("≤ {bound_ms} ms");
+    match f.lateness {
+        Some(l) => Target::new(
+            "p99 lateness",
+            format!("{} ms", l.p99),
+            &bound,
+            l.p99 <= bound_ms,
+        ),
+        None => Target::new("p99 lateness", "no run".into(), &bound, false),
+    }
+}
+
+/// The highest peak RSS (`VmHWM`) of the replicas within `bound_mb`.
+pub fn peak_rss_target(replicas: &[ReplicaStats], bound_mb: f64) -> Target {
+    let peak = replicas.iter().filter_map(|r| r.hwm_kb).max().unwrap_or(0);
+    Target::new(
+        "peak RSS per replica (max)",
+        format!("{:.1} MB", peak as f64 / 1024.0),
+        &format!("≤ {bound_mb} MB"),
+        peak > 0 && peak as f64 / 1024.0 <= bound_mb,
+    )
 }
 
 pub fn duplicates_target(f: &Figures) -> Target {
