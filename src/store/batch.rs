@@ -2,11 +2,11 @@
 //! calls made while another batch of the same script is on its way go to
 //! Redis together, as one call of the script's batch form.
 //!
-//! There is no batching task and no timer: the first caller to find no
-//! batch on its way sends everything queued so far (its own call
-//! included), and whoever queues meanwhile waits for its turn and sends
-//! the next batch — unless the batch before it already carried its call.
-//! A lone call thus goes out at once, as before; under load, one call
+//! There is no batching task and no timer: a caller that gets one of a
+//! few sender slots sends everything queued so far (up to [`BATCH_MAX`],
+//! its own call included or not), and whoever queues meanwhile waits for
+//! a slot — or for its answer, when a batch carried its call first. A
+//! lone call thus goes out at once, as before; under load, one call
 //! carries many (10,000 ticks due in the same second make a few hundred
 //! calls, not 10,000), and Redis's per-call cost, the round trips and the
 //! client's per-request work are paid once per batch.
@@ -29,6 +29,9 @@ use super::{Conn, PRELUDE, StoreError};
 /// take it a few milliseconds.
 const BATCH_MAX: usize = 200;
 
+/// Batches of one script on their way at once, per store.
+const SENDERS: usize = 4;
+
 /// One call waiting for its batch: its keys and arguments, and where its
 /// answer goes.
 struct Item {
@@ -42,9 +45,9 @@ struct Item {
 pub(super) struct Batcher {
     script: Script,
     queue: Mutex<Vec<Item>>,
-    /// Held by the caller whose batch is on its way. FIFO, so every waiter
-    /// gets its turn.
-    turn: tokio::sync::Mutex<()>,
+    /// One permit per batch on its way: a few at once, so Redis always has
+    /// the next batch in its input while it runs one.
+    senders: tokio::sync::Semaphore,
 }
 
 /// What a batch runs around the script's body, which becomes the function
@@ -84,7 +87,7 @@ impl Batcher {
                 "{PRELUDE}\nlocal function one(KEYS, ARGV)\n{body}\nend\n{BATCH_LOOP}"
             )),
             queue: Mutex::new(Vec::new()),
-            turn: tokio::sync::Mutex::new(()),
+            senders: tokio::sync::Semaphore::new(SENDERS),
         }
     }
 
@@ -100,26 +103,30 @@ impl Batcher {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Item { args, keys, reply });
-        let _turn = self.turn.lock().await;
-        // Every batch sent before this turn has its answers: this call is
-        // answered, or still queued and goes in one of the next batches.
         loop {
-            match answer.try_recv() {
-                Ok(answer) => return answer,
-                Err(oneshot::error::TryRecvError::Closed) => return Err(super::unanswered()),
-                Err(oneshot::error::TryRecvError::Empty) => {}
-            }
+            // Wait for a sender's slot, unless a batch carries this call
+            // meanwhile.
+            let slot = tokio::select! {
+                biased;
+                answer = &mut answer => {
+                    return answer.unwrap_or_else(|_| Err(super::unanswered()));
+                }
+                slot = self.senders.acquire() => slot,
+            };
             let items: Vec<Item> = {
                 let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
                 let n = queue.len().min(BATCH_MAX);
                 queue.drain(..n).collect()
             };
             if items.is_empty() {
-                return Err(super::unanswered());
+                // This call is in a batch on its way.
+                drop(slot);
+                return answer.await.unwrap_or_else(|_| Err(super::unanswered()));
             }
-            // Boxed: a call's future stays small while it waits its turn
-            // (most calls never send), which under load is thousands.
+            // Boxed: a call's future stays small while it waits (most calls
+            // never send), which under load is thousands.
             Box::pin(self.send(conn.clone(), items)).await;
+            drop(slot);
         }
     }
 
