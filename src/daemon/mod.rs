@@ -90,7 +90,7 @@ use claim::{ClaimEnd, claim, record_missed};
 use meters::{ClaimCount, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
-use rendezvous::{MAX_RANK_WAIT, Outbox, RANK_STEP, announcer, claims_listener, rendezvous_score};
+use rendezvous::{ClaimLatency, Outbox, announcer, claims_listener, rank_wait, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
 use serve::{dashboard_token, start_dashboard, start_metrics};
 pub use scheduler::Reload;
@@ -208,6 +208,9 @@ struct Ctx {
     meters: Meters,
     /// This replica's claims, to be announced.
     outbox: Outbox,
+    /// How long this replica's scheduled claims lately took (the
+    /// rendezvous waits longer when they are slow).
+    claim_latency: ClaimLatency,
     /// Permits for the jobs catching up at once (see `tick::catch_up`).
     catching_up: tokio::sync::Semaphore,
     /// How runs' processes are kept together, found when the first
@@ -257,6 +260,7 @@ impl Ctx {
             meters: Meters::default(),
             outbox: Outbox::default(),
             catching_up: tokio::sync::Semaphore::new(CATCHING_UP),
+            claim_latency: ClaimLatency::default(),
             #[cfg(feature = "process")]
             containment: std::sync::OnceLock::new(),
         }

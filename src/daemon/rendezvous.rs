@@ -69,6 +69,40 @@ pub(super) const RANK_STEP: Duration = Duration::from_millis(100);
 /// Ranks beyond this wait no longer (they all claim together).
 pub(super) const MAX_RANK_WAIT: usize = 3;
 
+/// The longest any rank waits: its claim must still reach Redis before
+/// the claim deadline (`LATE_MS` after the tick).
+const LONGEST_RANK_WAIT: Duration = Duration::from_millis(800);
+
+/// How long a replica of rank `rank` waits for the claim of a better-ranked
+/// one to be announced: `rank` steps of [`RANK_STEP`], or of twice the time
+/// this replica's own claims lately took from tick to answer when that is
+/// longer. Under load (Redis or the replicas busy) announcements come
+/// late, and a fixed step would have every replica claim every tick,
+/// which adds the load that made them late.
+pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {
+    let step = RANK_STEP.max(Duration::from_millis(claim_latency_ms.saturating_mul(2)));
+    let steps = u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
+    (step * steps).min(LONGEST_RANK_WAIT)
+}
+
+/// A moving average (7/8 old, 1/8 new) of how long this replica's
+/// scheduled claims took from their tick to Redis's answer, in ms.
+#[derive(Default)]
+pub(super) struct ClaimLatency(std::sync::atomic::AtomicU64);
+
+impl ClaimLatency {
+    pub(super) fn observe(&self, ms: i64) {
+        let sample = u64::try_from(ms).unwrap_or(0);
+        let old = self.0.load(Ordering::Relaxed);
+        self.0
+            .store(old - old / 8 + sample / 8, Ordering::Relaxed);
+    }
+
+    pub(super) fn ms(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// A 64-bit score of (replica, job, tick); the highest score claims first.
 pub(super) fn rendezvous_score(replica: &str, job: &str, tick_ms: i64) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -141,6 +175,20 @@ fn announced_claims(payload: &str) -> impl Iterator<Item = (&str, i64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranks_wait_longer_when_claims_are_slow_but_never_past_the_deadline() {
+        assert_eq!(rank_wait(1, 0), RANK_STEP);
+        assert_eq!(rank_wait(2, 10), 2 * RANK_STEP);
+        assert_eq!(rank_wait(1, 150), Duration::from_millis(300));
+        assert_eq!(rank_wait(3, 150), LONGEST_RANK_WAIT);
+        assert_eq!(rank_wait(9, 0), 3 * RANK_STEP);
+        let latency = ClaimLatency::default();
+        for _ in 0..64 {
+            latency.observe(400);
+        }
+        assert!((300..=400).contains(&latency.ms()), "{}", latency.ms());
+    }
 
     #[test]
     fn an_announcement_carries_many_claims_and_skips_what_is_not_one() {

@@ -103,7 +103,7 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
         // Redis sees about one claim per tick however many replicas run.
         let rank = ctx.rank(&job.name, tick_ms);
         if rank > 0 {
-            let turn = RANK_STEP * u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
+            let turn = rank_wait(rank, ctx.claim_latency.ms());
             if !pause(turn, &cancel).await {
                 return;
             }
