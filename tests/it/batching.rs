@@ -49,6 +49,21 @@ fn request<'a>(job: &'a str, run_id: &'a str, tick_ms: i64) -> ClaimRequest<'a> 
     }
 }
 
+/// Claims `tick` of each job at once, one run id each; the replies in order.
+async fn claim_all(
+    store: &Store,
+    jobs: &[String],
+    run_ids: &[String],
+    tick: i64,
+) -> Vec<Result<ClaimReply, cronlease::store::StoreError>> {
+    let requests: Vec<ClaimRequest> = jobs
+        .iter()
+        .zip(run_ids)
+        .map(|(job, run_id)| request(job, run_id, tick))
+        .collect();
+    join_all(requests.iter().map(|r| store.claim(r))).await
+}
+
 /// How many times Redis ran `EVALSHA` so far.
 fn evalsha_calls(server: &RedisServer) -> u64 {
     let info: String = redis::cmd("INFO")
@@ -71,12 +86,7 @@ fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() 
     let before = evalsha_calls(&server);
     let claimed = runtime().block_on(async {
         let store = store(&server).await;
-        let requests: Vec<ClaimRequest> = jobs
-            .iter()
-            .zip(&run_ids)
-            .map(|(job, run_id)| request(job, run_id, tick))
-            .collect();
-        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let replies = claim_all(&store, &jobs, &run_ids, tick).await;
         let mut claimed = Vec::new();
         for ((job, run_id), reply) in jobs.iter().zip(&run_ids).zip(replies) {
             match reply {
@@ -92,12 +102,7 @@ fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() 
         // A second claim of the same ticks, again all at once: each job's
         // own answer is `taken`.
         let again: Vec<String> = (0..JOBS).map(|i| format!("again-{i}")).collect();
-        let requests: Vec<ClaimRequest> = jobs
-            .iter()
-            .zip(&again)
-            .map(|(job, run_id)| request(job, run_id, tick))
-            .collect();
-        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let replies = claim_all(&store, &jobs, &again, tick).await;
         for (job, reply) in jobs.iter().zip(replies) {
             assert!(
                 matches!(reply, Ok(ClaimReply::Taken { last_tick, fence: 1, .. }) if last_tick == tick),
@@ -148,12 +153,7 @@ fn a_call_that_fails_in_a_batch_fails_alone() {
             })
             .collect();
         let run_ids: Vec<String> = (0..50).map(|i| format!("run-{i}")).collect();
-        let requests: Vec<ClaimRequest> = jobs
-            .iter()
-            .zip(&run_ids)
-            .map(|(job, run_id)| request(job, run_id, tick))
-            .collect();
-        let replies = join_all(requests.iter().map(|r| store.claim(r))).await;
+        let replies = claim_all(&store, &jobs, &run_ids, tick).await;
         for (job, reply) in jobs.iter().zip(replies) {
             if job == "broken" {
                 let error = reply.expect_err("a claim of a job whose state is not a hash fails");
