@@ -93,9 +93,6 @@ pub(super) async fn claim(
         let wait = match ctx.store.claim(&request).await {
             Ok(reply) => {
                 ctx.redis_answered();
-                if trigger == Trigger::Schedule {
-                    ctx.claim_latency.observe(ctx.clock.now_ms() - tick_ms);
-                }
                 match answer(ctx, job, tick_ms, trigger, &run_id, sent, reply) {
                     Answer::End(end) => return end,
                     Answer::Again(wait) => wait,

@@ -75,8 +75,8 @@ const LONGEST_RANK_WAIT: Duration = Duration::from_millis(800);
 
 /// How long a replica of rank `rank` waits for the claim of a better-ranked
 /// one to be announced: `rank` steps of [`RANK_STEP`], or of twice the time
-/// this replica's own claims lately took from tick to answer when that is
-/// longer. Under load (Redis or the replicas busy) announcements come
+/// this replica's own claims as the preferred one lately took from tick to
+/// answer when that is longer. Under load (Redis or the replicas busy) announcements come
 /// late, and a fixed step would have every replica claim every tick,
 /// which adds the load that made them late.
 pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {
@@ -85,8 +85,8 @@ pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {
     (step * steps).min(LONGEST_RANK_WAIT)
 }
 
-/// A moving average (7/8 old, 1/8 new) of how long this replica's
-/// scheduled claims took from their tick to Redis's answer, in ms.
+/// A moving average (7/8 old, 1/8 new) of how long this replica's claims
+/// as the preferred replica took from their tick to Redis's answer, in ms.
 #[derive(Default)]
 pub(super) struct ClaimLatency(std::sync::atomic::AtomicU64);
 

@@ -115,6 +115,13 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
             }
         }
         let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel)).await;
+        if rank == 0 {
+            // Only the preferred replica's claims measure the load: the
+            // others' include their rendezvous wait, which would feed back
+            // into it (a dead preferred replica would stretch every
+            // takeover to the longest wait).
+            ctx.claim_latency.observe(ctx.clock.now_ms() - tick_ms);
+        }
         match Box::pin(follow(&ctx, &job, tick_ms, end)).await {
             Next::Running(_) | Next::Done => cursor = Some(tick_ms),
             Next::Late => cursor = None,
