@@ -154,6 +154,80 @@ fn a_waiter_sleeps_until_the_release_wakes_it() {
 }
 
 #[test]
+fn a_release_is_published_only_when_someone_waits() {
+    let redis = RedisServer::start();
+    let mut listener = redis.client();
+    let mut releases = listener.as_pubsub();
+    releases
+        .subscribe(format!("{PREFIX}:{{lock:report}}:released"))
+        .expect("SUBSCRIBE");
+    releases
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("a read timeout");
+    let rt = runtime();
+    let (a, b) = rt.block_on(async { (cluster(&redis).await, cluster(&redis).await) });
+    let take = || async {
+        a.lock("report")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free")
+    };
+    // Nobody waits: the release publishes nothing.
+    rt.block_on(async { assert!(take().await.release().await.expect("Redis answers")) });
+    assert!(
+        releases.get_message().is_err(),
+        "a release was published with nobody waiting"
+    );
+    // A waiter, then a try that gives up at once: one release, published.
+    let held = rt.block_on(take());
+    let waiter = rt.spawn(async move {
+        let guard = b.lock("report").acquire().await.expect("Redis answers");
+        let fence = guard.fence();
+        guard.release().await.expect("Redis answers");
+        fence
+    });
+    rt.block_on(async {
+        let lease = format!("{PREFIX}:{{lock:report}}:lease");
+        for _ in 0..100 {
+            let record: String = redis::cmd("GET")
+                .arg(&lease)
+                .query(&mut redis.client())
+                .expect("GET");
+            if record.ends_with('w') {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            a.lock("report")
+                .try_acquire()
+                .await
+                .expect("Redis answers")
+                .is_none()
+        );
+        let held_fence = held.fence();
+        assert!(held.release().await.expect("Redis answers"));
+        let fence = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the release woke the waiter")
+            .expect("the waiter does not panic");
+        assert!(fence > held_fence);
+    });
+    // The holder's release (the waiter marked its record); the waiter's own
+    // release had nobody waiting.
+    let message = releases.get_message().expect("the release published");
+    assert_eq!(
+        message.get_channel_name(),
+        format!("{PREFIX}:{{lock:report}}:released")
+    );
+    assert!(
+        releases.get_message().is_err(),
+        "the waiter's release was published with nobody waiting"
+    );
+}
+
+#[test]
 fn lost_fires_when_the_lease_is_gone() {
     let redis = RedisServer::start();
     runtime().block_on(async {
@@ -261,6 +335,38 @@ fn a_quorum_lock_holds_with_a_majority_and_is_refused_clearly_without_one() {
         .expect("the test's masters answer")
     };
     let (a, b) = rt.block_on(async { (quorum().await, quorum().await) });
+    // Each master starts the lock's fence from its own clock; the holder's
+    // is the highest, and a re-entry and `info` (the first master's) read
+    // that one.
+    rt.block_on(async {
+        let owner = "quorum-owner";
+        let outer = a
+            .lock("reentered")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("the masters answer")
+            .expect("free");
+        let inner = b
+            .lock("reentered")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("the masters answer")
+            .expect("the owner re-enters");
+        let info = a
+            .lock("reentered")
+            .info()
+            .await
+            .expect("the masters answer")
+            .expect("held");
+        assert_eq!(
+            (inner.fence(), info.fence, info.holds),
+            (outer.fence(), outer.fence(), 2)
+        );
+        assert!(inner.release().await.expect("the masters answer"));
+        assert!(outer.release().await.expect("the masters answer"));
+    });
     let first = rt.block_on(async {
         let first = a
             .lock("ledger")
