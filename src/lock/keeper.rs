@@ -117,6 +117,7 @@ impl Hold {
 struct Held {
     hold: Arc<Hold>,
     lease: Duration,
+    fence: u64,
     next_renewal: Instant,
     /// The hold is lost at this instant unless a renewal succeeds first.
     deadline: Instant,
@@ -126,6 +127,7 @@ struct Held {
 pub(crate) struct NewHold {
     pub hold: Arc<Hold>,
     pub lease: Duration,
+    pub fence: u64,
     /// When the acquisition was sent: the lease is valid for at least
     /// `lease` from then.
     pub valid_from: Instant,
@@ -181,6 +183,7 @@ impl Keeper {
         let held = Held {
             hold: hold.hold,
             lease: hold.lease,
+            fence: hold.fence,
             next_renewal,
             deadline: hold.valid_from + hold.lease - hold.lease / MARGIN_DIVISOR,
         };
@@ -274,6 +277,7 @@ struct Due {
     id: u64,
     hold: Arc<Hold>,
     lease: Duration,
+    fence: u64,
 }
 
 /// The holds to renew now: none unless one is due, and then also those
@@ -291,6 +295,7 @@ fn due_renewals(table: &Table, now: Instant) -> Vec<Due> {
             id,
             hold: h.hold.clone(),
             lease: h.lease,
+            fence: h.fence,
         })
         .collect()
 }
@@ -306,6 +311,7 @@ async fn renew(shared: &Shared, due: Vec<Due>) {
         .map(|d| LockRenewal {
             ticket: &d.hold.ticket,
             lease: d.lease,
+            fence: d.fence,
         })
         .collect();
     let answer = shared.store.lock_renew(&renewals).await;

@@ -10,9 +10,9 @@
 //! the holder's token, so only the holder can release, and wakes the
 //! waiters through pub/sub. A waiter sleeps until a release is published
 //! or the holder's lease would lapse (a holder that died publishes
-//! nothing), never polling; it marks the holder's record when it starts
-//! to wait, and a release publishes only a marked record's, so a lock
-//! nobody waits for costs no `PUBLISH`.
+//! nothing), never polling. A refused acquisition marks the holder's
+//! record, and a release publishes only a marked record's, so a lock
+//! nobody asked for meanwhile costs no `PUBLISH`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -23,7 +23,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{IfHeld, LockHolderTag, LockReply, LockRequest, Reentry, StoreError};
+use crate::store::{LockHolderTag, LockReply, LockRequest, Reentry, StoreError};
 
 #[cfg(feature = "cli")]
 pub mod command;
@@ -303,15 +303,8 @@ impl LockBuilder {
         let mut waiter = None;
         loop {
             let sent = Instant::now();
-            // Subscribed, it marks a holder's record so that the release
-            // is published.
-            let if_held = match waiter {
-                Some(_) => IfHeld::Wait,
-                None => IfHeld::GiveUp,
-            };
             let request = LockRequest {
                 reentry,
-                if_held,
                 lease: self.lease,
                 holder: &self.holder,
                 since_ms: self.keeper.redis_now_ms(),
@@ -360,6 +353,7 @@ impl LockBuilder {
         let id = self.keeper.hold(NewHold {
             hold: hold.clone(),
             lease: self.lease,
+            fence,
             valid_from: sent,
         });
         tracing::info!(lock = %self.name, fence, run_id = %hold.ticket.run_id(), "lock acquired");

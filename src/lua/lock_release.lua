@@ -1,7 +1,8 @@
 -- Releases one hold of a lock (`cronlease lock NAME`, or the library's)
 -- if its lease still begins with token ARGV[1] (see lock_acquire.lua):
--- the last hold frees it, and wakes the waiters if one marked the lease
--- (`w` at its end) by a PUBLISH on the lock's channel, whose name is the
+-- the last hold frees it, and wakes the waiters, if an acquisition was
+-- refused meanwhile (`w` at the lease's end), by a PUBLISH on the lock's
+-- channel, whose name is the
 -- lease key's with `released` for `lease` (`Keys::lock_channel`). With
 -- ARGV[2] = 'owner' (a token that can re-enter) an earlier hold only
 -- counts down; any other token holds once, and its release frees the lock
@@ -13,7 +14,7 @@ local lease, token = KEYS[1], ARGV[1]
 local current = redis.call('GET', lease)
 if not current or string.find(current, token, 1, true) ~= 1 then return 0 end
 if ARGV[2] == 'owner' then
-  local head, holds, waiters = string.match(current, '^(.*|%d+)|(%d+)(w?)$')
+  local head, holds, waiters = string.match(current, '^(.*)|(%d+)(w?)$')
   if head and tonumber(holds) > 1 then
     redis.call('SET', lease, head .. '|' .. (tonumber(holds) - 1) .. waiters,
       'PX', math.max(redis.call('PTTL', lease), 1))

@@ -101,26 +101,6 @@ impl Reentry {
     }
 }
 
-/// What an acquisition that finds the lock held does next: a waiter marks
-/// the holder's record, so that its release is published (a release with
-/// nobody waiting publishes nothing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IfHeld {
-    /// It is subscribed to the release channel and sleeps on it.
-    Wait,
-    /// It gives up, or has yet to subscribe.
-    GiveUp,
-}
-
-impl IfHeld {
-    fn as_arg(self) -> &'static str {
-        match self {
-            IfHeld::Wait => "wait",
-            IfHeld::GiveUp => "try",
-        }
-    }
-}
-
 /// Who takes locks (holder and host, as [`LockHolder`] shows them), with
 /// the two encoded for the record once, not per acquisition.
 #[derive(Debug)]
@@ -192,28 +172,40 @@ impl LockTicket {
 #[derive(Debug, Clone, Copy)]
 pub struct LockRequest<'a> {
     pub reentry: Reentry,
-    pub if_held: IfHeld,
     pub lease: Duration,
     pub holder: &'a LockHolderTag,
     /// The holder's estimate of the Redis time now, ms: the record's
-    /// `since`.
+    /// `since`, and what tells an old state.
     pub since_ms: i64,
 }
 
-/// The beginning of a holder's record, as the caller writes it (see
-/// [`record`]), written straight into the command.
-struct RecordHead<'a> {
+/// A new holder's record (see [`record`]), written straight into the
+/// command.
+struct NewRecord<'a> {
     token: &'a str,
     holder: &'a LockHolderTag,
     since_ms: i64,
 }
 
-impl std::fmt::Display for RecordHead<'_> {
+impl std::fmt::Display for NewRecord<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.token)?;
         f.write_str(&self.holder.encoded)?;
-        write!(f, "|{}", self.since_ms)
+        write!(f, "|{}|1", self.since_ms)
     }
+}
+
+/// How old a lock's state may grow before a grant pushes its expiry back
+/// and lifts its fence to the Redis time (`lock_acquire.lua`): a day short
+/// of [`LOCK_IDLE_TTL`], so that no hold outlives its state.
+const LOCK_STATE_REFRESH_AGE: Duration = Duration::from_secs(29 * 24 * 3600);
+
+/// The fence below which a lock's state is older than
+/// [`LOCK_STATE_REFRESH_AGE`] at Redis time `now_ms`: states start their
+/// fence from the Redis time in µs.
+fn old_state_fence(now_ms: i64) -> i64 {
+    let age_ms = i64::try_from(LOCK_STATE_REFRESH_AGE.as_millis()).unwrap_or(i64::MAX);
+    now_ms.saturating_sub(age_ms).saturating_mul(1000)
 }
 
 /// One held lock's renewal, as the lock keeper sends it.
@@ -221,6 +213,8 @@ impl std::fmt::Display for RecordHead<'_> {
 pub struct LockRenewal<'a> {
     pub ticket: &'a LockTicket,
     pub lease: Duration,
+    /// The holder's fence, for a state that expired all the same.
+    pub fence: u64,
 }
 
 /// The lock script's reply: the fence alone when acquired, else an array
@@ -258,29 +252,35 @@ fn parse_release(reply: &Value) -> Result<bool, StoreError> {
     }
 }
 
-/// Who holds lock `name`, from the lease's value (the holder's record)
-/// and its time left; None when the lease is gone, an error naming the
-/// lock when the value is no record.
+/// Who holds lock `name`, from the lease's value (the holder's record),
+/// its time left and the lock's fence; None when the lease is gone, an
+/// error naming the lock when the value is no record or the fence is
+/// missing or not one.
 pub(super) fn parse_lock_holder(
     name: &str,
     value: Option<String>,
     ttl_ms: i64,
+    fence: &Value,
 ) -> Result<Option<LockHolder>, StoreError> {
     let Some(value) = value else {
         return Ok(None);
     };
+    let bad = |detail: String| StoreError::Protocol {
+        what: "lock holder",
+        reply: format!("lock {name:?}: {detail}"),
+    };
     let Some(record) = record::parse(&value) else {
-        return Err(StoreError::Protocol {
-            what: "lock holder",
-            reply: format!(
-                "lock {name:?}: its lease holds {value:?}, not a holder's record (taken by an older cronlease, which kept only the run id there?)"
-            ),
-        });
+        return Err(bad(format!(
+            "its lease holds {value:?}, not a holder's record (taken by an older cronlease, which kept only the run id there?)"
+        )));
+    };
+    let Some(fence) = reply::fence_of(fence) else {
+        return Err(bad(format!("its fence is {fence:?}")));
     };
     Ok(Some(LockHolder {
         holder: record.holder.to_string(),
         host: record.host.to_string(),
-        fence: record.fence,
+        fence,
         since_ms: record.since_ms,
         ttl_ms: ttl_ms.max(0),
         holds: record.holds,
@@ -331,7 +331,6 @@ impl Store {
     ) -> Result<LockReply, StoreError> {
         let LockRequest {
             reentry,
-            if_held,
             lease,
             holder,
             since_ms,
@@ -342,12 +341,12 @@ impl Store {
             .arg(2)
             .arg(lock.state())
             .arg(lock.lease())
-            .write_arg_fmt(RecordHead {
+            .write_arg_fmt(NewRecord {
                 token: lock.token(),
                 holder,
                 since_ms,
             });
-        cmd.arg(duration_ms(lease)).arg(if_held.as_arg());
+        cmd.arg(duration_ms(lease)).arg(old_state_fence(since_ms));
         let script = &self.scripts.lock_acquire;
         if let [node] = &*self.nodes {
             return parse_lock(evalsha(&mut node.conn().await?, script, &cmd).await?);
@@ -427,16 +426,13 @@ impl Store {
     }
 
     /// Quorum mode: raises lock `name`'s fence to `fence` on a majority of
-    /// the masters, and writes it into the holder's record where the lease
-    /// is ours (`lock_fence.lua`).
+    /// the masters (`lock_fence.lua`).
     async fn lock_raise_fence(&self, lock: &LockTicket, fence: u64) -> Result<(), StoreError> {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(self.scripts.lock_fence.get_hash())
-            .arg(2)
+            .arg(1)
             .arg(lock.state())
-            .arg(lock.lease())
             .arg(fence)
-            .arg(lock.token())
             .arg(duration_ms(LOCK_IDLE_TTL));
         let (cmd, script) = (&cmd, &self.scripts.lock_fence);
         let raised = self
@@ -499,15 +495,19 @@ impl Store {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
+        let idle_ms = duration_ms(LOCK_IDLE_TTL);
         let build = || {
             let mut pipe = redis::pipe();
             for renewal in renewals {
                 pipe.cmd("EVALSHA")
                     .arg(self.scripts.lock_renew.get_hash())
-                    .arg(1)
+                    .arg(2)
                     .arg(renewal.ticket.lease())
+                    .arg(renewal.ticket.state())
                     .arg(renewal.ticket.token())
-                    .arg(duration_ms(renewal.lease));
+                    .arg(duration_ms(renewal.lease))
+                    .arg(idle_ms)
+                    .arg(renewal.fence);
             }
             pipe
         };
@@ -518,15 +518,23 @@ impl Store {
     /// Who holds lock `name` now; None when it is free. A lease whose
     /// value is not a holder's record is an error that names the lock.
     pub async fn lock_holder(&self, name: &str) -> Result<Option<LockHolder>, StoreError> {
-        // One round trip: the holder's record and what is left of it.
+        // One round trip, one moment (MULTI): the holder's record, what is
+        // left of it, and the lock's fence, which is the holder's.
         let lease = self.keys.lock_key(name, "lease");
         let mut pipe = redis::pipe();
-        pipe.cmd("GET").arg(&lease).cmd("PTTL").arg(&lease);
+        pipe.atomic()
+            .cmd("GET")
+            .arg(&lease)
+            .cmd("PTTL")
+            .arg(&lease)
+            .cmd("HGET")
+            .arg(self.keys.lock_key(name, "state"))
+            .arg("fence");
         let pipe = &pipe;
-        let (value, ttl_ms): (Option<String>, i64) = self
+        let (value, ttl_ms, fence): (Option<String>, i64, Value) = self
             .read(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await?;
-        parse_lock_holder(name, value, ttl_ms)
+        parse_lock_holder(name, value, ttl_ms, &fence)
     }
 }
 

@@ -40,7 +40,7 @@ pub use run::{
 
 pub use keys::Keys;
 pub use lock::{
-    IfHeld, LockHolder, LockHolderTag, LockRenewal, LockReply, LockRequest, LockTicket, Reentry,
+    LockHolder, LockHolderTag, LockRenewal, LockReply, LockRequest, LockTicket, Reentry,
 };
 pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 

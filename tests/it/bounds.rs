@@ -12,8 +12,8 @@ use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, IfHeld, LockHolderTag, LockReply,
-    LockRequest, Recorded, Reentry, Store, WhenBusy, dedup_entries,
+    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
+    Recorded, Reentry, Store, WhenBusy, dedup_entries,
 };
 
 use crate::support::{
@@ -305,11 +305,67 @@ fn a_replica_silent_for_a_day_is_forgotten_with_its_trigger_consumer() {
 fn request(holder: &LockHolderTag) -> LockRequest<'_> {
     LockRequest {
         reentry: Reentry::Once,
-        if_held: IfHeld::GiveUp,
         lease: LEASE,
         holder,
         since_ms: now_ms(),
     }
+}
+
+#[test]
+fn an_old_lock_state_is_kept_by_the_next_grant_with_a_higher_fence() {
+    let server = RedisServer::start();
+    let state = format!("{PREFIX}:{{lock:busy}}:state");
+    // A state made 29 and a half days ago (its fence started from the
+    // Redis time in µs then), an hour from its expiry.
+    let made_ms = now_ms() - 29 * 24 * 3_600_000 - 12 * 3_600_000;
+    let old_fence = made_ms * 1000 + 5;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&state)
+        .arg("fence")
+        .arg(old_fence)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&state)
+        .arg(3_600_000)
+        .ignore()
+        .query(&mut server.client())
+        .expect("HSET, PEXPIRE");
+    let pttl = || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&state)
+            .query(&mut server.client())
+            .expect("PTTL")
+    };
+    let fences = runtime().block_on(async {
+        let store = store(&server).await;
+        let holder = LockHolderTag::new("test", "localhost");
+        let mut fences = Vec::new();
+        for round in 0..2 {
+            let lock = store.lock_ticket("busy", &format!("{round}"));
+            let reply = store
+                .lock_acquire(&lock, request(&holder))
+                .await
+                .expect("lock");
+            fences.extend(reply.granted());
+            assert!(
+                store
+                    .lock_release(&lock, Reentry::Once)
+                    .await
+                    .expect("release")
+            );
+            // The first grant pushed the expiry back 30 days; the second,
+            // of a state as good as new, leaves it.
+            assert!(pttl() > 29 * 24 * 3_600_000, "round {round}: {} ms", pttl());
+        }
+        fences
+    });
+    let now_us = now_ms() * 1000;
+    assert!(
+        fences[0] as i64 > old_fence && (now_us - 60_000_000..now_us).contains(&(fences[0] as i64)),
+        "fences {fences:?} after {old_fence}: lifted to the Redis time"
+    );
+    assert_eq!(fences[1], fences[0] + 1);
 }
 
 #[test]

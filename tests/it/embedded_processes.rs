@@ -498,10 +498,11 @@ fn a_lock_of_a_killed_process_goes_to_a_waiting_process_when_its_lease_lapses() 
         );
     });
 
-    // A release is published when someone waits for it: this process now
-    // waits for the lock (its attempt marks the holder's record), and the
-    // waiter releases on SIGTERM. That release is published (so the
-    // silence above was not a deaf listener) and wakes this process.
+    // A release is published when someone asked for the lock meanwhile:
+    // this process now waits for it (its refused attempt marks the
+    // holder's record), and the waiter releases on SIGTERM. That release
+    // is published (so the silence above was not a deaf listener) and
+    // wakes this process.
     let here_waits = {
         let lock = here.lock(LOCK);
         rt.spawn(async move { lock.acquire().await })

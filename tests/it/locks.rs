@@ -154,7 +154,7 @@ fn a_waiter_sleeps_until_the_release_wakes_it() {
 }
 
 #[test]
-fn a_release_is_published_only_when_someone_waits() {
+fn a_release_is_published_only_when_someone_asked_for_the_lock_meanwhile() {
     let redis = RedisServer::start();
     let mut listener = redis.client();
     let mut releases = listener.as_pubsub();
@@ -173,11 +173,11 @@ fn a_release_is_published_only_when_someone_waits() {
             .expect("Redis answers")
             .expect("the lock is free")
     };
-    // Nobody waits: the release publishes nothing.
+    // Nobody asked for it while it was held: the release publishes nothing.
     rt.block_on(async { assert!(take().await.release().await.expect("Redis answers")) });
     assert!(
         releases.get_message().is_err(),
-        "a release was published with nobody waiting"
+        "a release was published though nobody asked for the lock"
     );
     // A waiter, then a try that gives up at once: one release, published.
     let held = rt.block_on(take());
@@ -214,8 +214,8 @@ fn a_release_is_published_only_when_someone_waits() {
             .expect("the waiter does not panic");
         assert!(fence > held_fence);
     });
-    // The holder's release (the waiter marked its record); the waiter's own
-    // release had nobody waiting.
+    // The holder's release (the refused attempts marked its record); the
+    // waiter's own release, which nobody asked for, is silent.
     let message = releases.get_message().expect("the release published");
     assert_eq!(
         message.get_channel_name(),
@@ -223,7 +223,7 @@ fn a_release_is_published_only_when_someone_waits() {
     );
     assert!(
         releases.get_message().is_err(),
-        "the waiter's release was published with nobody waiting"
+        "the waiter's release was published though nobody asked for the lock"
     );
 }
 
@@ -257,6 +257,57 @@ fn lost_fires_when_the_lease_is_gone() {
             !guard.release().await.expect("Redis answers"),
             "released a lock it had lost"
         );
+    });
+}
+
+#[test]
+fn a_renewal_keeps_the_state_of_a_held_lock_and_makes_it_again_if_gone() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let guard = a
+            .lock("kept")
+            .lease(Duration::from_secs(1))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        let state = format!("{PREFIX}:{{lock:kept}}:state");
+        // Gone under the holder (a holder whose clock ran days behind could
+        // see it expire): the next renewal, within a third of the lease,
+        // makes it again with the holder's fence and the idle TTL.
+        let _: () = redis::cmd("DEL")
+            .arg(&state)
+            .query(&mut redis.client())
+            .expect("DEL");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (fence, ttl): (Option<u64>, i64) = redis::pipe()
+            .cmd("HGET")
+            .arg(&state)
+            .arg("fence")
+            .cmd("PTTL")
+            .arg(&state)
+            .query(&mut redis.client())
+            .expect("HGET, PTTL");
+        assert_eq!(fence, Some(guard.fence()));
+        assert!(ttl > 29 * 24 * 3_600_000, "the state expires in {ttl} ms");
+        let info = a
+            .lock("kept")
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("held");
+        assert_eq!(info.fence, guard.fence());
+        let fence = guard.fence();
+        assert!(guard.release().await.expect("Redis answers"));
+        let next = a
+            .lock("kept")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("free");
+        assert_eq!(next.fence(), fence + 1);
+        assert!(next.release().await.expect("Redis answers"));
     });
 }
 

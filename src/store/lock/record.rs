@@ -1,9 +1,9 @@
 //! A lock's record: the value of its `lease` key, which says who holds it
-//! (see `lock_acquire.lua`). The caller writes its beginning (up to the
-//! time), the scripts the rest:
+//! (see `lock_acquire.lua`). The caller writes it whole; a re-entry or
+//! release of one hold rewrites the count, a waiter appends `w`:
 //!
 //! ```text
-//! 36:<run id>12:<holder>9:<host>|<since_ms>|<fence>|<holds>[w]
+//! 36:<run id>12:<holder>9:<host>|<since_ms>|<holds>[w]
 //! ```
 //!
 //! The token (the run id, length-prefixed) comes first, so a release,
@@ -13,7 +13,8 @@
 //! so a script finds them from the end; `w` says a waiter waits for the
 //! release. `since_ms` is the holder's estimate of the Redis time when it
 //! asked (its clock plus the offset to Redis's it measured), so that the
-//! script needs no `TIME`.
+//! script needs no `TIME`. The fence is not here but in the lock's state,
+//! whose fence is the holder's (only a grant changes it).
 
 /// `text` length-prefixed (`<bytes>:<text>`), appended to `out`.
 pub(super) fn push_encoded(out: &mut String, text: &str) {
@@ -67,7 +68,6 @@ pub(super) struct Record<'a> {
     pub holder: &'a str,
     pub host: &'a str,
     pub since_ms: i64,
-    pub fence: u64,
     pub holds: u32,
 }
 
@@ -90,7 +90,6 @@ pub(super) fn parse(value: &str) -> Option<Record<'_>> {
         holder,
         host,
         since_ms: next()?.parse().ok()?,
-        fence: next()?.parse().ok()?,
         holds: next()?.parse().ok()?,
     };
     fields.next().is_none().then_some(record)
@@ -113,7 +112,7 @@ mod tests {
         assert_eq!(empty, "0:");
         assert_eq!(run_id_of(&token), "owner:a:b|1|2");
         let head = format!("{token}{}", holder_part("w|3|4|5|6", "höst"));
-        for (tail, waiters) in [("|1700000000005|17|2", ""), ("|1700000000005|17|2", "w")] {
+        for (tail, waiters) in [("|1700000000005|2", ""), ("|1700000000005|2", "w")] {
             let value = format!("{head}{tail}{waiters}");
             assert_eq!(
                 parse(&value),
@@ -122,7 +121,6 @@ mod tests {
                     holder: "w|3|4|5|6",
                     host: "höst",
                     since_ms: 1_700_000_000_005,
-                    fence: 17,
                     holds: 2,
                 })
             );
@@ -135,16 +133,16 @@ mod tests {
         for value in [
             "3f2a-an-older-run-id".to_string(),
             String::new(),
-            format!("{head}|1|1"),
-            format!("{head}|1|1|2|3"),
-            format!("{head}|1|-1|2"),
-            format!("{head}|1|1|2ww"),
-            format!("{head}|1||2"),
-            format!("{head}1|1|2"),
+            format!("{head}|1"),
+            format!("{head}|1|1|2"),
+            format!("{head}|1|-1"),
+            format!("{head}|1|2ww"),
+            format!("{head}||2"),
+            format!("{head}1|2"),
             "99:short".to_string(),
-            "+1:r1:h1:x|1|1|2".to_string(),
+            "+1:r1:h1:x|1|1".to_string(),
             // A length inside a multi-byte character.
-            "1:ö1:h1:x|1|1|2".to_string(),
+            "1:ö1:h1:x|1|1".to_string(),
         ] {
             assert_eq!(parse(&value), None, "{value:?}");
         }
