@@ -12,37 +12,38 @@
 -- lock scripts and `Store::lock_holder` reads a lock's keys; a release,
 -- renewal or re-entry looks for the token at the beginning of the lease.
 -- The state's TTL (30 days, `LOCK_IDLE_TTL`) is set when it is made, and
--- pushed back by the holder's renewals and by the first grant that finds
--- its fence below ARGV[3] (the caller's Redis time 29 days ago, in µs):
--- that grant also lifts the fence to the Redis time in µs. A state lives
--- on while its lock is used, and a hold never outlives it. A forgotten
--- state's fence starts again from the Redis time in µs, plus one. Every
--- fence handed out before is below that: they were a small counter, or
--- such a start plus one per grant since, and no lock is granted a million
--- times a second (a Redis does not run that many scripts). So fences of
--- one lock only grow, across expiries too.
+-- pushed back by the holder's renewals and, when a grant's fence is more
+-- than 29 days old (below the caller's Redis time then, in µs), by the
+-- caller, which lifts the fence to its Redis time in µs (lock_fence.lua)
+-- before it takes the grant. A state lives on while its lock is used, and
+-- a hold never outlives it. A forgotten state's fence starts again from
+-- the Redis time in µs, plus one. Every fence handed out before is below
+-- that: they were a small counter, or such a start plus one per grant
+-- since, and no lock is granted a million times a second (a Redis does
+-- not run that many scripts). So fences of one lock only grow, across
+-- expiries too.
 -- A holder that asks again with the token it holds by (a library lock
 -- with an owner) re-enters: one more hold, the same fence; the lock is
 -- free after as many releases (lock_release.lua).
 -- This runs on every acquisition, so it is kept cheap: the lease first
 -- and its value as it comes (a free lock costs SET and HINCRBY, nothing
 -- made in Lua), no prelude (its function definitions cost every call), no
--- TIME but for a new or old state, numbers go to Redis as strings (`%d`: a
+-- TIME but for a new state, numbers go to Redis as strings (`%d`: a
 -- Lua number handed to redis.call is printed as a float), and the token is
 -- looked for at the beginning of a value rather than cut out of it (each
 -- new Lua string is hashed whole).
 -- KEYS: state, lease
--- ARGV: the record, lease_ms, the fence below which the state is old
+-- ARGV: the record, lease_ms
 -- Returns the fence (acquired), {'reentered', fence, holds} or
 -- {'held', the lease's value, pttl_ms}.
 local state, lease = KEYS[1], KEYS[2]
 if redis.call('SET', lease, ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.call('HINCRBY', state, 'fence', '1')
-  if fence == 1 or fence < tonumber(ARGV[3]) then
-    -- A new state (its keys had expired, or never were), or an old one:
-    -- start from the time, above every fence so far.
+  if fence == 1 then
+    -- A new state (its keys had expired, or never were): start from the
+    -- time, above every fence so far.
     local t = redis.call('TIME')
-    fence = math.max(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1)
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2]) + 1
     redis.call('HSET', state, 'fence', string.format('%d', fence))
     redis.call('PEXPIRE', state, '2592000000')
   end

@@ -200,12 +200,15 @@ impl std::fmt::Display for NewRecord<'_> {
 /// of [`LOCK_IDLE_TTL`], so that no hold outlives its state.
 const LOCK_STATE_REFRESH_AGE: Duration = Duration::from_secs(29 * 24 * 3600);
 
-/// The fence below which a lock's state is older than
-/// [`LOCK_STATE_REFRESH_AGE`] at Redis time `now_ms`: states start their
-/// fence from the Redis time in µs.
-fn old_state_fence(now_ms: i64) -> i64 {
+/// The fence a grant of `fence` at Redis time `now_ms` is lifted to, if
+/// its state is older than [`LOCK_STATE_REFRESH_AGE`] (states start their
+/// fence from the Redis time in µs, and a grant adds one): the Redis time
+/// in µs, above every fence so far.
+fn lifted_fence(fence: u64, now_ms: i64) -> Option<u64> {
     let age_ms = i64::try_from(LOCK_STATE_REFRESH_AGE.as_millis()).unwrap_or(i64::MAX);
-    now_ms.saturating_sub(age_ms).saturating_mul(1000)
+    let old = u64::try_from(now_ms.saturating_sub(age_ms).saturating_mul(1000)).unwrap_or(0);
+    let now_us = u64::try_from(now_ms.saturating_mul(1000)).unwrap_or(0);
+    (fence < old).then_some(now_us.max(fence))
 }
 
 /// One held lock's renewal, as the lock keeper sends it.
@@ -330,10 +333,10 @@ impl Store {
         request: LockRequest<'_>,
     ) -> Result<LockReply, StoreError> {
         let LockRequest {
-            reentry,
             lease,
             holder,
             since_ms,
+            ..
         } = request;
         let mut cmd = Cmd::with_capacity(8, 128 + lock.text.len() + holder.encoded.len());
         cmd.arg("EVALSHA")
@@ -346,10 +349,18 @@ impl Store {
                 holder,
                 since_ms,
             });
-        cmd.arg(duration_ms(lease)).arg(old_state_fence(since_ms));
+        cmd.arg(duration_ms(lease));
         let script = &self.scripts.lock_acquire;
         if let [node] = &*self.nodes {
-            return parse_lock(evalsha(&mut node.conn().await?, script, &cmd).await?);
+            let reply = parse_lock(evalsha(&mut node.conn().await?, script, &cmd).await?)?;
+            if let LockReply::Acquired { fence } = reply
+                && let Some(lifted) = lifted_fence(fence, since_ms)
+            {
+                // Its state is 29 days old: once a month or so.
+                self.lock_raise_fence(lock, lifted).await?;
+                return Ok(LockReply::Acquired { fence: lifted });
+            }
+            return Ok(reply);
         }
         let sent = Instant::now();
         let cmd = &cmd;
@@ -359,24 +370,30 @@ impl Store {
                 |reply| reply.granted().is_some(),
             )
             .await;
-        self.lock_quorum(lock, reentry, lease, sent, replies).await
+        self.lock_quorum(lock, request, sent, replies).await
     }
 
     /// The majority's verdict on a quorum lock's grants.
     async fn lock_quorum(
         &self,
         lock: &LockTicket,
-        reentry: Reentry,
-        lease: Duration,
+        request: LockRequest<'_>,
         sent: Instant,
         replies: Vec<Result<LockReply, StoreError>>,
     ) -> Result<LockReply, StoreError> {
+        let LockRequest {
+            reentry,
+            lease,
+            since_ms,
+            ..
+        } = request;
         let granted: Vec<u64> = replies
             .iter()
             .filter_map(|r| r.as_ref().ok()?.granted())
             .collect();
         if granted.len() >= self.majority() && lease_still_valid(lease, sent) {
             let fence = granted.iter().copied().max().unwrap_or(0);
+            let fence = lifted_fence(fence, since_ms).unwrap_or(fence);
             let raised = self.lock_raise_fence(lock, fence).await;
             if raised.is_ok() && lease_still_valid(lease, sent) {
                 return Ok(LockReply::Acquired { fence });
@@ -657,6 +674,21 @@ pub(super) fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fence_more_than_29_days_old_is_lifted_to_the_redis_time() {
+        let now_ms = 1_800_000_000_000;
+        let day_us = 24 * 3_600 * 1_000_000;
+        let made_us = |days: u64| (now_ms as u64) * 1000 - days * day_us;
+        // Fresh, or 28 days old: as it is.
+        assert_eq!(lifted_fence(made_us(0) + 7, now_ms), None);
+        assert_eq!(lifted_fence(made_us(28), now_ms), None);
+        // 30 days old, or an older cronlease's small counter: now, in µs.
+        assert_eq!(lifted_fence(made_us(30), now_ms), Some(made_us(0)));
+        assert_eq!(lifted_fence(42, now_ms), Some(made_us(0)));
+        // A clock that reads before 1970 lifts nothing.
+        assert_eq!(lifted_fence(42, -5), None);
+    }
 
     #[test]
     fn the_acquisition_script_keeps_a_new_state_for_the_idle_ttl() {
