@@ -329,9 +329,9 @@ pub struct Cluster {
     /// Renews the leases of every lock taken through this cluster (and
     /// its clones): one task for all of them.
     keeper: Keeper,
-    /// This process as a lock holder (`<host>-<pid>`), and its host.
-    holder: String,
-    host: String,
+    /// This process as a lock holder (`<host>-<pid>`), and its host,
+    /// encoded once for every lock's record.
+    holder: std::sync::Arc<crate::store::LockHolderTag>,
 }
 
 impl Cluster {
@@ -351,14 +351,18 @@ impl Cluster {
     pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
         let config = document(&settings.table, &toml::Table::new(), &[])?;
         let store = Store::connect(&config.redis).await?;
-        store.server_time_ms().await?;
+        let keeper = Keeper::new(store.clone());
+        // Asks Redis the time: the offset dates the locks' records.
+        keeper.sync_clock().await?;
         let identity = crate::daemon::Identity::new(None);
         Ok(Cluster {
             redis: settings.table,
-            keeper: Keeper::new(store.clone()),
+            keeper,
             store,
-            holder: format!("{}-{}", identity.host, identity.pid),
-            host: identity.host,
+            holder: std::sync::Arc::new(crate::store::LockHolderTag::new(
+                &format!("{}-{}", identity.host, identity.pid),
+                &identity.host,
+            )),
         })
     }
 
@@ -366,8 +370,9 @@ impl Cluster {
     /// set its lease, holder or owner, then acquire it. Nothing is sent to
     /// Redis until then. The name is not checked: keep to job-name
     /// characters (`A-Z a-z 0-9 _ . -`), since it becomes part of Redis
-    /// keys and a brace would break their hash tag. A lock's keys expire 30
-    /// days after its last acquisition.
+    /// keys and a brace would break their hash tag. A lock's lease lives as
+    /// long as it is held; its fence is forgotten 30 days after it was
+    /// first needed (the next one is then still higher).
     ///
     /// ```no_run
     /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
@@ -378,13 +383,7 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub fn lock(&self, name: &str) -> crate::lock::LockBuilder {
-        crate::lock::LockBuilder::new(
-            self.store.clone(),
-            self.keeper.clone(),
-            name,
-            &self.holder,
-            &self.host,
-        )
+        crate::lock::LockBuilder::new(self.keeper.clone(), name, self.holder.clone())
     }
 
     /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
@@ -449,8 +448,8 @@ fn document(
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
-            .field("holder", &self.holder)
-            .field("host", &self.host)
+            .field("holder", &self.holder.holder())
+            .field("host", &self.holder.host())
             .finish_non_exhaustive()
     }
 }

@@ -2,8 +2,10 @@
 //! lock through the library's [`LockBuilder`], runs the command under the
 //! guard's lease (killed at once if it is lost), releases the lock.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -12,7 +14,7 @@ use super::{Acquisition, LockBuilder, LockError, LockGuard, Wait};
 use crate::exit::Exit;
 use crate::outcome::Status;
 use crate::runner::{Process, StdioMode};
-use crate::store::{Keys, Store};
+use crate::store::{Keys, LockHolderTag, Store};
 use crate::task::{self, Attempts, RunContext, RunResult, Stop};
 
 /// Why `cronlease lock` could not run its command.
@@ -50,13 +52,13 @@ pub async fn run(
 ) -> Result<Exit, CommandError> {
     // Read before the lock is taken: an error then leaves nothing held.
     let workdir = std::env::current_dir().map_err(CommandError::Workdir)?;
-    let keeper = Keeper::new(store.clone());
+    let keeper = Keeper::new(store);
+    // For the record's `since`, in Redis time.
+    keeper.sync_clock().await.map_err(LockError::from)?;
     let builder = LockBuilder::new(
-        store,
         keeper,
         &options.name,
-        &options.holder,
-        &options.host,
+        Arc::new(LockHolderTag::new(&options.holder, &options.host)),
     )
     .lease(options.lease);
     let wait = match options.wait {
@@ -83,7 +85,7 @@ pub async fn run(
         env: vec![
             ("CRONLEASE_LOCK".to_string(), options.name.clone()),
             ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
-            ("CRONLEASE_RUN_ID".to_string(), guard.run_id.clone()),
+            ("CRONLEASE_RUN_ID".to_string(), guard.hold.ticket.run_id().to_string()),
         ],
         stdio: StdioMode::Inherit,
         // The lock's holder: a cgroup of its own where there are cgroups.
@@ -127,8 +129,8 @@ async fn run_held(
         job: Keys::lock_job(&options.name),
         tick_ms: 0,
         fence: guard.fence,
-        run_id: guard.run_id.clone(),
-        replica: guard.holder.clone(),
+        run_id: guard.hold.ticket.run_id().to_string(),
+        replica: guard.holder.holder().to_string(),
         attempt: 0,
         grace: options.kill_grace,
     };
@@ -138,12 +140,25 @@ async fn run_held(
         retry_backoff: Duration::ZERO,
         output_tail_bytes: 0,
     };
-    let run = task::execute(process, context, once, guard.stop.subscribe());
+    let (stop, stopped) = watch::channel(None);
+    let run = task::execute(process, context, once, stopped);
     tokio::pin!(run);
     tokio::select! {
-        result = &mut run => result,
+        result = &mut run => return result,
+        () = guard.lost() => {
+            stop.send_replace(Some(Stop::LostLease));
+            return run.await;
+        }
         () = shutdown.cancelled() => {
-            guard.stop.send_replace(Some(Stop::Shutdown));
+            stop.send_replace(Some(Stop::Shutdown));
+        }
+    }
+    // Interrupted: while the command stops, a lease lost meanwhile still
+    // kills it at once.
+    tokio::select! {
+        result = &mut run => result,
+        () = guard.lost() => {
+            stop.send_replace(Some(Stop::LostLease));
             run.await
         }
     }

@@ -12,6 +12,11 @@
 //! local deadline passes first: the send time of its last good renewal
 //! (or of its acquisition) plus the lease, less a fifth of it.
 //!
+//! A guard and the keeper share its [`Hold`]: the lock's names in Redis
+//! and the flag behind `lost()` (an atomic and a `Notify`, set once). The
+//! keeper also keeps the cluster's estimate of the Redis time
+//! ([`Keeper::sync_clock`]), which dates the holders' records.
+//!
 //! The task is started by the first hold, on that acquisition's runtime
 //! (again if that runtime has since shut down), and lives while anything
 //! holds the [`Keeper`]: the `Cluster`, its clones, its builders and its
@@ -19,16 +24,17 @@
 //! the task ends; that is its one shutdown path.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{Notify, watch};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
-use crate::store::{LockKeys, LockRenewal, Store};
-use crate::task::Stop;
+use crate::clock::{RedisClock, local_now_us};
+use crate::store::{LockRenewal, LockTicket, Store, StoreError};
 use crate::telemetry;
 
 /// Fraction of the lease kept as a safety margin before the local
@@ -47,6 +53,9 @@ pub(crate) struct Keeper {
 /// What the task and the handles share.
 struct Shared {
     store: Store,
+    /// The Redis time as this process estimates it, for the records'
+    /// `since` (see [`Keeper::sync_clock`]).
+    clock: RedisClock,
     table: Mutex<Table>,
     /// Wakes the task when a hold is due before the task planned to wake.
     wake: Notify,
@@ -63,27 +72,65 @@ struct Table {
     task: Option<JoinHandle<()>>,
 }
 
+/// One acquisition held, shared by its guard and the keeper: its names
+/// in Redis, and whether it is lost.
+pub(crate) struct Hold {
+    /// The lock's name and keys and the holder's token.
+    pub ticket: LockTicket,
+    /// Set once, by the keeper, when the lease can no longer be proven.
+    lost: AtomicBool,
+    /// Wakes the guard's [`Hold::lost`] waiters when `lost` is set.
+    lost_wake: Notify,
+}
+
+impl Hold {
+    pub(crate) fn new(ticket: LockTicket) -> Hold {
+        Hold {
+            ticket,
+            lost: AtomicBool::new(false),
+            lost_wake: Notify::new(),
+        }
+    }
+
+    /// Resolves once the hold is lost; at once if it is already.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let woken = self.lost_wake.notified();
+            tokio::pin!(woken);
+            // Registered before the flag is read: a loss in between wakes it.
+            woken.as_mut().enable();
+            if self.lost.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
+        }
+    }
+
+    /// Marks the hold lost and wakes whoever waits in [`Hold::lost`].
+    fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.lost_wake.notify_waiters();
+    }
+}
+
 /// One acquisition the keeper renews.
 struct Held {
-    /// The lock's name and keys.
-    lock: Arc<LockKeys>,
-    run_id: String,
+    hold: Arc<Hold>,
     lease: Duration,
+    fence: u64,
     next_renewal: Instant,
     /// The hold is lost at this instant unless a renewal succeeds first.
     deadline: Instant,
-    stop: watch::Sender<Option<Stop>>,
 }
 
 /// A lock just acquired, for [`Keeper::hold`].
-pub(crate) struct NewHold<'a> {
-    pub lock: Arc<LockKeys>,
-    pub run_id: &'a str,
+pub(crate) struct NewHold {
+    pub hold: Arc<Hold>,
     pub lease: Duration,
+    pub fence: u64,
     /// When the acquisition was sent: the lease is valid for at least
     /// `lease` from then.
     pub valid_from: Instant,
-    pub stop: watch::Sender<Option<Stop>>,
 }
 
 /// A hold's ticket: what its guard gives back to [`Keeper::forget`].
@@ -98,6 +145,7 @@ impl Keeper {
             _owners: Arc::new(cancel.clone().drop_guard()),
             shared: Arc::new(Shared {
                 store,
+                clock: RedisClock::new(),
                 table: Mutex::new(Table::default()),
                 wake: Notify::new(),
                 cancel,
@@ -105,18 +153,39 @@ impl Keeper {
         }
     }
 
+    /// The store the locks are in.
+    pub(crate) fn store(&self) -> &Store {
+        &self.shared.store
+    }
+
+    /// Measures the offset between this host's clock and Redis's (one
+    /// `TIME`; with `quorum`, the first master's that answers), from which
+    /// [`Keeper::redis_now_ms`] estimates the Redis time. Until then the
+    /// estimate is the local clock.
+    pub(crate) async fn sync_clock(&self) -> Result<(), StoreError> {
+        let sent_us = local_now_us();
+        let server_us = self.shared.store.server_time_us().await?;
+        self.shared.clock.observe(server_us, sent_us, local_now_us());
+        Ok(())
+    }
+
+    /// The Redis time now, ms, as this process estimates it: what a lock's
+    /// record says it was taken `since`, without a `TIME` per acquisition.
+    pub(crate) fn redis_now_ms(&self) -> i64 {
+        self.shared.clock.now_ms()
+    }
+
     /// Renews `hold` from now on, until [`Keeper::forget`]. Must be called
     /// on a tokio runtime (the task is started there if none runs).
-    pub(crate) fn hold(&self, hold: NewHold<'_>) -> HoldId {
+    pub(crate) fn hold(&self, hold: NewHold) -> HoldId {
         let period = hold.lease / 3;
         let next_renewal = hold.valid_from + period;
         let held = Held {
-            lock: hold.lock,
-            run_id: hold.run_id.to_string(),
+            hold: hold.hold,
             lease: hold.lease,
+            fence: hold.fence,
             next_renewal,
             deadline: hold.valid_from + hold.lease - hold.lease / MARGIN_DIVISOR,
-            stop: hold.stop,
         };
         let mut table = self.table();
         let id = table.next_id;
@@ -192,12 +261,13 @@ fn expire(table: &mut Table, now: Instant) {
         if now < h.deadline {
             return true;
         }
+        let ticket = &h.hold.ticket;
         tracing::error!(
-            lock = %h.lock.name(), run_id = %h.run_id,
+            lock = %ticket.name(), run_id = %ticket.run_id(),
             "lock lease could not be renewed before its deadline; it is lost"
         );
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.lock.name())).increment(1);
-        h.stop.send_replace(Some(Stop::LostLease));
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name())).increment(1);
+        h.hold.lose();
         false
     });
 }
@@ -205,7 +275,9 @@ fn expire(table: &mut Table, now: Instant) {
 /// A hold to renew now.
 struct Due {
     id: u64,
-    renewal: LockRenewal,
+    hold: Arc<Hold>,
+    lease: Duration,
+    fence: u64,
 }
 
 /// The holds to renew now: none unless one is due, and then also those
@@ -221,11 +293,9 @@ fn due_renewals(table: &Table, now: Instant) -> Vec<Due> {
         .filter(|(_, h)| h.next_renewal <= now + h.lease / 6)
         .map(|(&id, h)| Due {
             id,
-            renewal: LockRenewal {
-                keys: h.lock.clone(),
-                run_id: h.run_id.clone(),
-                lease: h.lease,
-            },
+            hold: h.hold.clone(),
+            lease: h.lease,
+            fence: h.fence,
         })
         .collect()
 }
@@ -236,7 +306,14 @@ fn due_renewals(table: &Table, now: Instant) -> Vec<Due> {
 /// than its period.
 async fn renew(shared: &Shared, due: Vec<Due>) {
     let sent = Instant::now();
-    let renewals: Vec<LockRenewal> = due.iter().map(|d| d.renewal.clone()).collect();
+    let renewals: Vec<LockRenewal<'_>> = due
+        .iter()
+        .map(|d| LockRenewal {
+            ticket: &d.hold.ticket,
+            lease: d.lease,
+            fence: d.fence,
+        })
+        .collect();
     let answer = shared.store.lock_renew(&renewals).await;
     let mut table = shared.table();
     match answer {
@@ -253,7 +330,7 @@ async fn renew(shared: &Shared, due: Vec<Due>) {
             for d in &due {
                 if let Some(h) = table.holds.get_mut(&d.id) {
                     tracing::warn!(
-                        lock = %h.lock.name(), run_id = %h.run_id, %error,
+                        lock = %h.hold.ticket.name(), run_id = %h.hold.ticket.run_id(), %error,
                         "cannot renew the lock's lease; retrying"
                     );
                     h.next_renewal = now + (h.lease / 6).min(Duration::from_secs(1));
@@ -273,9 +350,10 @@ fn record_renewal(table: &mut Table, id: u64, sent: Instant, ours: bool) {
             metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
         }
     } else if let Some(h) = table.holds.remove(&id) {
+        let ticket = &h.hold.ticket;
         metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", h.lock.name())).increment(1);
-        tracing::error!(lock = %h.lock.name(), run_id = %h.run_id, "the lock's lease is no longer ours");
-        h.stop.send_replace(Some(Stop::LostLease));
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name())).increment(1);
+        tracing::error!(lock = %ticket.name(), run_id = %ticket.run_id(), "the lock's lease is no longer ours");
+        h.hold.lose();
     }
 }

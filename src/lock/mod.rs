@@ -4,31 +4,32 @@
 //!
 //! A lock is the keys of the pseudo-job `lock:NAME`, with a fence like any
 //! claim. Its holder's lease is renewed every lease/3 while the guard
-//! lives, by the cluster's one [`keeper`] task; [`LockGuard::lost`] resolves when the lease can no
-//! longer be proven (a renewal says it is gone, or none got through before
-//! the local deadline). Release compares the holder's token, so only the
-//! holder can release, and wakes the waiters through pub/sub. A waiter
-//! sleeps until a release is published or the holder's lease would lapse
-//! (a holder that died publishes nothing), never polling.
+//! lives, by the cluster's one [`keeper`] task; [`LockGuard::lost`]
+//! resolves when the lease can no longer be proven (a renewal says it is
+//! gone, or none got through before the local deadline). Release compares
+//! the holder's token, so only the holder can release, and wakes the
+//! waiters through pub/sub. A waiter sleeps until a release is published
+//! or the holder's lease would lapse (a holder that died publishes
+//! nothing), never polling. A refused acquisition marks the holder's
+//! record, and a release publishes only a marked record's, so a lock
+//! nobody asked for meanwhile costs no `PUBLISH`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use tokio::sync::watch;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
 use crate::embed::RedisError;
-use crate::store::{LockKeys, LockReply, Reentry, Store, StoreError};
-use crate::task::{self, Stop};
+use crate::store::{LockHolderTag, LockReply, LockRequest, Reentry, StoreError};
 
 #[cfg(feature = "cli")]
 pub mod command;
 pub(crate) mod keeper;
 
-use keeper::{HoldId, Keeper, NewHold};
+use keeper::{Hold, HoldId, Keeper, NewHold};
 
 /// Why a lock could not be acquired, released or read.
 ///
@@ -110,36 +111,30 @@ impl From<StoreError> for LockError {
 /// ```
 #[derive(Clone)]
 pub struct LockBuilder {
-    store: Store,
-    /// Renews the leases of the guards (the cluster's one task).
+    /// Renews the leases of the guards (the cluster's one task), and holds
+    /// the store.
     keeper: Keeper,
     name: String,
-    /// Who re-enters; None: every acquisition is a new holder.
+    /// The run id of the owner who re-enters (`owner:<owner>`); None:
+    /// every acquisition is a new holder.
     owner: Option<String>,
     lease: Duration,
-    holder: String,
-    host: String,
+    /// Holder and host, shared with the `Cluster` until
+    /// [`LockBuilder::holder`] sets another.
+    holder: Arc<LockHolderTag>,
 }
 
 impl LockBuilder {
-    /// The lock `name` in `store`, with a 30 s lease, held by `holder` on
-    /// `host` until [`LockBuilder::holder`] says otherwise; `keeper` renews
-    /// its guards' leases.
-    pub(crate) fn new(
-        store: Store,
-        keeper: Keeper,
-        name: &str,
-        holder: &str,
-        host: &str,
-    ) -> LockBuilder {
+    /// The lock `name` in the keeper's store, with a 30 s lease, held by
+    /// `holder` until [`LockBuilder::holder`] says otherwise; `keeper`
+    /// renews its guards' leases.
+    pub(crate) fn new(keeper: Keeper, name: &str, holder: Arc<LockHolderTag>) -> LockBuilder {
         LockBuilder {
-            store,
             keeper,
             name: name.to_string(),
             owner: None,
             lease: Duration::from_secs(30),
-            holder: holder.to_string(),
-            host: host.to_string(),
+            holder,
         }
     }
 
@@ -172,7 +167,7 @@ impl LockBuilder {
     /// # Ok(()) }
     /// ```
     pub fn holder(mut self, holder: &str) -> LockBuilder {
-        self.holder = holder.to_string();
+        self.holder = Arc::new(LockHolderTag::new(holder, self.holder.host()));
         self
     }
 
@@ -196,7 +191,7 @@ impl LockBuilder {
     /// # Ok(()) }
     /// ```
     pub fn owner(mut self, owner: &str) -> LockBuilder {
-        self.owner = Some(owner.to_string());
+        self.owner = Some(format!("owner:{owner}"));
         self
     }
 
@@ -214,7 +209,7 @@ impl LockBuilder {
     /// ```
     pub async fn info(&self) -> Result<Option<crate::store::LockHolder>, LockError> {
         self.check()?;
-        Ok(self.store.lock_holder(&self.name).await?)
+        Ok(self.keeper.store().lock_holder(&self.name).await?)
     }
 
     /// The name and lease are usable (see [`LockError::Name`] and
@@ -223,7 +218,7 @@ impl LockBuilder {
         if !config::is_name(&self.name, 128) {
             return Err(LockError::Name(self.name.clone()));
         }
-        let command_timeout = self.store.command_timeout();
+        let command_timeout = self.keeper.store().command_timeout();
         if self.lease < MIN_LEASE
             || self.lease > MAX_LEASE
             || !config::renewable(self.lease, command_timeout)
@@ -298,30 +293,26 @@ impl LockBuilder {
 
     async fn acquire_until(&self, wait: Wait) -> Result<Acquisition, LockError> {
         self.check()?;
+        let mut run_id_buffer = [0; uuid::fmt::Hyphenated::LENGTH];
         let (run_id, reentry) = match &self.owner {
-            Some(owner) => (format!("owner:{owner}"), Reentry::Owner),
-            None => (fresh_run_id(), Reentry::Once),
+            Some(run_id) => (run_id.as_str(), Reentry::Owner),
+            None => (fresh_run_id(&mut run_id_buffer), Reentry::Once),
         };
-        let lock = Arc::new(self.store.lock_keys(&self.name));
+        let store = self.keeper.store();
+        let hold = Arc::new(Hold::new(store.lock_ticket(&self.name, run_id)));
         let mut waiter = None;
         loop {
             let sent = Instant::now();
-            let reply = self
-                .store
-                .lock_acquire(
-                    &lock,
-                    &run_id,
-                    reentry,
-                    self.lease,
-                    &self.holder,
-                    &self.host,
-                )
-                .await?;
+            let request = LockRequest {
+                reentry,
+                lease: self.lease,
+                holder: &self.holder,
+                since_ms: self.keeper.redis_now_ms(),
+            };
+            let reply = store.lock_acquire(&hold.ticket, request).await?;
             let (holder, ttl_ms) = match reply {
                 LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => {
-                    return Ok(Acquisition::Acquired(
-                        self.hold(lock, run_id, reentry, fence, sent),
-                    ));
+                    return Ok(Acquisition::Acquired(self.hold(hold, reentry, fence, sent)));
                 }
                 LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),
             };
@@ -336,7 +327,7 @@ impl LockBuilder {
             if waiter.is_none() {
                 // Subscribe, then ask again: a release between the two is
                 // not missed.
-                waiter = Some(self.store.lock_waiter(&self.name).await?);
+                waiter = Some(store.lock_waiter(&self.name).await?);
                 continue;
             }
             let pubsub = waiter
@@ -358,49 +349,40 @@ impl LockBuilder {
     }
 
     /// The guard of a lock just acquired, its lease under the keeper.
-    fn hold(
-        &self,
-        lock: Arc<LockKeys>,
-        run_id: String,
-        reentry: Reentry,
-        fence: u64,
-        sent: Instant,
-    ) -> LockGuard {
-        let (stop, _) = watch::channel(None);
-        let hold = self.keeper.hold(NewHold {
-            lock: lock.clone(),
-            run_id: &run_id,
+    fn hold(&self, hold: Arc<Hold>, reentry: Reentry, fence: u64, sent: Instant) -> LockGuard {
+        let id = self.keeper.hold(NewHold {
+            hold: hold.clone(),
             lease: self.lease,
+            fence,
             valid_from: sent,
-            stop: stop.clone(),
         });
-        tracing::info!(lock = %self.name, fence, %run_id, "lock acquired");
+        tracing::info!(lock = %self.name, fence, run_id = %hold.ticket.run_id(), "lock acquired");
         LockGuard {
-            store: self.store.clone(),
             keeper: self.keeper.clone(),
+            id: Some(id),
             hold,
-            lock,
             holder: self.holder.clone(),
-            run_id,
             reentry,
             fence,
-            stop,
         }
     }
 }
 
-/// A fresh run id for an acquisition without an owner, without a system
-/// call: a UUID v4 whose random bits are drawn once per process, with a
-/// counter of acquisitions XORed into its low 56 bits. Two acquisitions of
-/// one process never share it, and two processes only if their random
-/// bits happened to match (a 1 in 2^66 chance for any two).
-fn fresh_run_id() -> String {
+/// A fresh run id for an acquisition without an owner, written into
+/// `buffer`, without a system call or an allocation: a UUID v4 whose
+/// random bits are drawn once per process, with a counter of acquisitions
+/// XORed into its low 56 bits. Two acquisitions of one process never
+/// share it, and two processes only if their random bits happened to
+/// match (a 1 in 2^66 chance for any two).
+fn fresh_run_id(buffer: &mut [u8; uuid::fmt::Hyphenated::LENGTH]) -> &str {
     static BASE: OnceLock<u128> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let base = *BASE.get_or_init(|| uuid::Uuid::new_v4().as_u128());
     let count = COUNTER.fetch_add(1, Ordering::Relaxed) & ((1 << 56) - 1);
     // The version and variant bits lie above bit 56, untouched.
-    uuid::Uuid::from_u128(base ^ u128::from(count)).to_string()
+    uuid::Uuid::from_u128(base ^ u128::from(count))
+        .hyphenated()
+        .encode_lower(buffer)
 }
 
 /// How an acquisition ended.
@@ -448,19 +430,17 @@ enum Wait {
 /// # Ok(()) }
 /// ```
 pub struct LockGuard {
-    store: Store,
+    /// Renews the lease, and holds the store.
     keeper: Keeper,
-    /// This acquisition in the keeper's table.
-    hold: HoldId,
-    /// The lock's name and keys.
-    lock: Arc<LockKeys>,
-    holder: String,
-    run_id: String,
+    /// This acquisition in the keeper's table, until it is taken out
+    /// (release or drop).
+    id: Option<HoldId>,
+    /// The lock's names in Redis and the holder's token, and whether the
+    /// keeper found the lease lost.
+    hold: Arc<Hold>,
+    holder: Arc<LockHolderTag>,
     reentry: Reentry,
     fence: u64,
-    /// Says when to stop: the keeper sends [`Stop::LostLease`] on it
-    /// (`cronlease lock` also [`Stop::Shutdown`]).
-    stop: watch::Sender<Option<Stop>>,
 }
 
 impl LockGuard {
@@ -491,7 +471,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        self.lock.name()
+        self.hold.ticket.name()
     }
 
     /// Resolves when the lease can no longer be proven: a renewal found it
@@ -512,10 +492,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        task::first_stop(&mut self.stop.subscribe(), |reason| {
-            reason == Stop::LostLease
-        })
-        .await;
+        self.hold.lost().await;
     }
 
     /// Stops the renewals and releases this hold: `Ok(true)` if the lock
@@ -534,11 +511,14 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn release(self) -> Result<bool, LockError> {
-        self.keeper.forget(self.hold);
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        if let Some(id) = self.id.take() {
+            self.keeper.forget(id);
+        }
         let released = self
-            .store
-            .lock_release(&self.lock, &self.run_id, self.reentry)
+            .keeper
+            .store()
+            .lock_release(&self.hold.ticket, self.reentry)
             .await?;
         if released {
             tracing::info!(lock = %self.name(), "lock released");
@@ -552,7 +532,9 @@ impl LockGuard {
 
 impl Drop for LockGuard {
     fn drop(&mut self) {
-        self.keeper.forget(self.hold);
+        if let Some(id) = self.id.take() {
+            self.keeper.forget(id);
+        }
     }
 }
 
@@ -562,8 +544,8 @@ impl std::fmt::Debug for LockBuilder {
             .field("name", &self.name)
             .field("owner", &self.owner)
             .field("lease", &self.lease)
-            .field("holder", &self.holder)
-            .field("host", &self.host)
+            .field("holder", &self.holder.holder())
+            .field("host", &self.holder.host())
             .finish_non_exhaustive()
     }
 }
@@ -572,9 +554,9 @@ impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockGuard")
             .field("name", &self.name())
-            .field("holder", &self.holder)
+            .field("holder", &self.holder.holder())
             .field("fence", &self.fence)
-            .field("run_id", &self.run_id)
+            .field("run_id", &self.hold.ticket.run_id())
             .finish_non_exhaustive()
     }
 }

@@ -1,19 +1,28 @@
 -- Releases one hold of a lock (`cronlease lock NAME`, or the library's)
--- if run id ARGV[1] still holds it: the last hold frees it and wakes the
--- waiters (PUBLISH on ARGV[2]). With ARGV[3] = 'owner' (a run id that can
--- re-enter, see lock_acquire.lua, which sets `holds` to 1 on every new
--- acquisition) an earlier hold only counts down; any other run id holds
--- once, and its release frees the lock without counting. Runs without the
--- prelude.
--- KEYS: lease, state    ARGV: run_id, channel, 'owner' or 'once'
+-- if its lease still begins with token ARGV[1] (see lock_acquire.lua):
+-- the last hold frees it, and wakes the waiters, if an acquisition was
+-- refused meanwhile (`w` at the lease's end), by a PUBLISH on the lock's
+-- channel, whose name is the
+-- lease key's with `released` for `lease` (`Keys::lock_channel`). With
+-- ARGV[2] = 'owner' (a token that can re-enter) an earlier hold only
+-- counts down; any other token holds once, and its release frees the lock
+-- without counting. Runs without the prelude.
+-- KEYS: lease    ARGV: token, 'owner' or 'once'
 -- Returns 1 when freed, 2 when held on by the same owner, 0 when the lock
 -- was no longer ours.
-local lease, state = KEYS[1], KEYS[2]
-local run_id = ARGV[1]
-if redis.call('GET', lease) ~= run_id then return 0 end
-if ARGV[3] == 'owner' and redis.call('HINCRBY', state, 'holds', '-1') > 0 then
-  return 2
+local lease, token = KEYS[1], ARGV[1]
+local current = redis.call('GET', lease)
+if not current or string.find(current, token, 1, true) ~= 1 then return 0 end
+if ARGV[2] == 'owner' then
+  local head, holds, waiters = string.match(current, '^(.*)|(%d+)(w?)$')
+  if head and tonumber(holds) > 1 then
+    redis.call('SET', lease, head .. '|' .. (tonumber(holds) - 1) .. waiters,
+      'PX', math.max(redis.call('PTTL', lease), 1))
+    return 2
+  end
 end
 redis.call('DEL', lease)
-redis.call('PUBLISH', ARGV[2], run_id)
+if string.byte(current, -1) == 119 then
+  redis.call('PUBLISH', string.sub(lease, 1, -6) .. 'released', token)
+end
 return 1

@@ -51,13 +51,13 @@ pub fn lock(reply: Value) -> Result<LockReply, StoreError> {
     lock::parse_lock(reply)
 }
 
-/// The lock holder's pipeline reply (`GET`, `PTTL`, `HMGET` of the
-/// holder record), converted as `Store::lock_holder` converts it.
+/// The lock holder's transaction reply (`GET` of the lease, which holds
+/// the holder's record, its `PTTL`, `HGET` of the state's fence),
+/// converted as `Store::lock_holder` converts it.
 pub fn lock_holder(name: &str, reply: Value) -> Result<Option<LockHolder>, StoreError> {
-    type Read = (Option<String>, i64, lock::HolderRecord);
-    let (run_id, ttl_ms, record): Read = redis::from_redis_value(reply)
+    let (value, ttl_ms, fence): (Option<String>, i64, Value) = redis::from_redis_value(reply)
         .map_err(|e| protocol("lock holder", &Value::SimpleString(e.to_string())))?;
-    lock::parse_lock_holder(name, run_id, ttl_ms, record)
+    lock::parse_lock_holder(name, value, ttl_ms, &fence)
 }
 
 /// A `CLUSTER NODES` reply: the masters' addresses.

@@ -119,7 +119,8 @@ impl Keys {
         format!("lock:{name}")
     }
 
-    /// Pub/sub channel on which a lock's release is announced.
+    /// Pub/sub channel on which a lock's release is announced: its lease
+    /// key with `released` for `lease` (`lock_release.lua` makes it so).
     pub fn lock_channel(&self, name: &str) -> String {
         self.lock_key(name, "released")
     }
@@ -127,6 +128,17 @@ impl Keys {
     /// Key `part` of lock NAME: [`Keys::state`] and the like of its
     /// pseudo-job [`Keys::lock_job`], made in one step.
     pub fn lock_key(&self, name: &str, part: &str) -> String {
-        format!("{}:{{lock:{name}}}:{part}", self.prefix)
+        let mut key = String::new();
+        self.push_lock_key(&mut key, name, part);
+        key
+    }
+
+    /// [`Keys::lock_key`] appended to `out` (for names made once per
+    /// acquisition, in one buffer).
+    pub fn push_lock_key(&self, out: &mut String, name: &str, part: &str) {
+        out.reserve(self.prefix.len() + name.len() + part.len() + 10);
+        for piece in [self.prefix.as_str(), ":{lock:", name, "}:", part] {
+            out.push_str(piece);
+        }
     }
 }

@@ -1,21 +1,24 @@
 //! The cluster locks of `cronlease lock NAME` and the library: acquire,
 //! renew and release scripts, the release channel waiters sleep on, and
 //! who holds a lock. A lock is two keys of the pseudo-job `lock:NAME`: its
-//! `lease` (the holder's run id, with the lease as its TTL) and its
-//! `state` (the fence and the holder's record, see `lock_acquire.lua`).
+//! `lease` (the holder's record, see [`record`], with the lease as its
+//! TTL) and its `state` (a hash with the fence, see `lock_acquire.lua`).
+//! Its scripts are sent as one `EVALSHA` command each, built here from
+//! arguments encoded once (the holder's part of the record per holder, the
+//! token and key names per acquisition).
 
-use std::sync::Arc;
-use std::time::Duration;
+mod record;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use redis::Value;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, RedisWrite, Value};
 
 use super::*;
 
-/// How long the keys of a lock (`cronlease lock NAME`) live after its last
-/// acquisition: a lock name used once does not stay in Redis for ever.
+/// How long the state of a lock (its fence) lives after it is made; a
+/// lock name used once does not stay in Redis for ever. Its lease lives
+/// as long as the lease.
 pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// Who holds a lock, as [`LockBuilder::info`](crate::LockBuilder::info)
@@ -40,7 +43,9 @@ pub struct LockHolder {
     pub host: String,
     /// The fence of the acquisition that holds it.
     pub fence: u64,
-    /// Redis time of the acquisition, ms since the Unix epoch.
+    /// When it was acquired, ms since the Unix epoch: the Redis time as
+    /// the holder estimated it (its clock, plus the offset to Redis's clock
+    /// it measured when it connected).
     pub since_ms: i64,
     /// What is left of the lease, ms (renewals push it back up).
     pub ttl_ms: i64,
@@ -61,7 +66,8 @@ pub enum LockReply {
         holds: u32,
     },
     Held {
-        /// The holder's run id.
+        /// Who holds it: the holder in its record, or the lease's value
+        /// as it is when that is no record (an older cronlease's run id).
         holder: String,
         ttl_ms: i64,
     },
@@ -95,103 +101,224 @@ impl Reentry {
     }
 }
 
-/// The names of one lock and its keys, made once per acquisition and
-/// shared by its renewals and release.
+/// Who takes locks (holder and host, as [`LockHolder`] shows them), with
+/// the two encoded for the record once, not per acquisition.
 #[derive(Debug)]
-pub struct LockKeys {
-    name: String,
-    state: String,
-    lease: String,
-    channel: String,
+pub struct LockHolderTag {
+    holder: String,
+    host: String,
+    /// Holder and host as the record holds them.
+    encoded: String,
 }
 
-impl LockKeys {
-    /// The lock's name.
-    pub fn name(&self) -> &str {
-        &self.name
+impl LockHolderTag {
+    pub fn new(holder: &str, host: &str) -> LockHolderTag {
+        LockHolderTag {
+            holder: holder.to_string(),
+            host: host.to_string(),
+            encoded: record::holder_part(holder, host),
+        }
+    }
+
+    /// Who holds.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    /// The host it holds from.
+    pub fn host(&self) -> &str {
+        &self.host
     }
 }
 
-/// One held lock's renewal, as the lock keeper sends it.
-#[derive(Debug, Clone)]
-pub struct LockRenewal {
-    pub keys: Arc<LockKeys>,
-    pub run_id: String,
-    pub lease: Duration,
+/// One acquisition of a lock as Redis knows it: the lock's name, its key
+/// names and the holder's token (its run id as its record begins with
+/// it), in one buffer. Made once per acquisition and shared by its
+/// renewals and release.
+#[derive(Debug)]
+pub struct LockTicket {
+    /// Name, state key, lease key and token, one after the other.
+    text: String,
+    state_at: usize,
+    lease_at: usize,
+    token_at: usize,
 }
 
+impl LockTicket {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.text[..self.state_at]
+    }
 
-/// The lock script's reply.
-pub(super) fn parse_lock(reply: Value) -> Result<LockReply, StoreError> {
-    let r = Reply::new(reply, "lock")?;
+    fn state(&self) -> &str {
+        &self.text[self.state_at..self.lease_at]
+    }
+
+    fn lease(&self) -> &str {
+        &self.text[self.lease_at..self.token_at]
+    }
+
+    fn token(&self) -> &str {
+        &self.text[self.token_at..]
+    }
+
+    /// The run id the lock is held by.
+    pub fn run_id(&self) -> &str {
+        record::run_id_of(self.token())
+    }
+}
+
+/// What an acquisition asks for, besides the lock.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRequest<'a> {
+    pub reentry: Reentry,
+    pub lease: Duration,
+    pub holder: &'a LockHolderTag,
+    /// The holder's estimate of the Redis time now, ms: the record's
+    /// `since`, and what tells an old state.
+    pub since_ms: i64,
+}
+
+/// A new holder's record (see [`record`]), written straight into the
+/// command.
+struct NewRecord<'a> {
+    token: &'a str,
+    holder: &'a LockHolderTag,
+    since_ms: i64,
+}
+
+impl std::fmt::Display for NewRecord<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.token)?;
+        f.write_str(&self.holder.encoded)?;
+        write!(f, "|{}|1", self.since_ms)
+    }
+}
+
+/// How old a lock's state may grow before a grant pushes its expiry back
+/// and lifts its fence to the Redis time (`lock_acquire.lua`): a day short
+/// of [`LOCK_IDLE_TTL`], so that no hold outlives its state.
+const LOCK_STATE_REFRESH_AGE: Duration = Duration::from_secs(29 * 24 * 3600);
+
+/// The fence a grant of `fence` at Redis time `now_ms` is lifted to, if
+/// its state is older than [`LOCK_STATE_REFRESH_AGE`] (states start their
+/// fence from the Redis time in µs, and a grant adds one): the Redis time
+/// in µs, above every fence so far.
+fn lifted_fence(fence: u64, now_ms: i64) -> Option<u64> {
+    let age_ms = i64::try_from(LOCK_STATE_REFRESH_AGE.as_millis()).unwrap_or(i64::MAX);
+    let old = u64::try_from(now_ms.saturating_sub(age_ms).saturating_mul(1000)).unwrap_or(0);
+    let now_us = u64::try_from(now_ms.saturating_mul(1000)).unwrap_or(0);
+    (fence < old).then_some(now_us.max(fence))
+}
+
+/// One held lock's renewal, as the lock keeper sends it.
+#[derive(Debug, Clone, Copy)]
+pub struct LockRenewal<'a> {
+    pub ticket: &'a LockTicket,
+    pub lease: Duration,
+    /// The holder's fence, for a state that expired all the same.
+    pub fence: u64,
+}
+
+/// The lock script's reply: the fence alone when acquired, else an array
+/// that says which.
+pub(super) fn parse_lock(value: Value) -> Result<LockReply, StoreError> {
+    if let Value::Int(_) = value {
+        return Ok(LockReply::Acquired {
+            fence: reply::fence_of(&value).ok_or_else(|| protocol("lock", &value))?,
+        });
+    }
+    let r = Reply::new(value, "lock")?;
     match r.string(0)?.as_str() {
-        "acquired" => Ok(LockReply::Acquired { fence: r.fence(1)? }),
         "reentered" => Ok(LockReply::Reentered {
             fence: r.fence(1)?,
             holds: u32::try_from(r.int(2)?).map_err(|_| r.bad())?,
         }),
-        "held" => Ok(LockReply::Held {
-            holder: r.string_or_empty(1),
-            ttl_ms: r.int_or(2, 0),
-        }),
+        "held" => {
+            let value = r.string_or_empty(1);
+            Ok(LockReply::Held {
+                holder: record::parse(&value).map_or_else(|| value.clone(), |r| r.holder.to_string()),
+                ttl_ms: r.int_or(2, 0),
+            })
+        }
         _ => Err(r.bad()),
     }
 }
 
-/// A lock's holder record in its `state` hash: run id, holder, host, fence,
-/// since (s, µs) and holds, as `lock_holder` reads them.
-pub(super) type HolderRecord = [Option<String>; 7];
+/// The lock release script's reply: whether the lock was ours (1: freed,
+/// 2: one hold of a re-entered lock released; 0: not ours).
+fn parse_release(reply: &Value) -> Result<bool, StoreError> {
+    match as_int(reply) {
+        Some(0) => Ok(false),
+        Some(1 | 2) => Ok(true),
+        _ => Err(protocol("lock release", reply)),
+    }
+}
 
-/// Who holds lock `name`, from the lease's run id, its time left and the
-/// holder record; None when the lease is gone, an error naming the lock
-/// when the record is not the holder's or does not read.
+/// Who holds lock `name`, from the lease's value (the holder's record),
+/// its time left and the lock's fence; None when the lease is gone, an
+/// error naming the lock when the value is no record or the fence is
+/// missing or not one.
 pub(super) fn parse_lock_holder(
     name: &str,
-    run_id: Option<String>,
+    value: Option<String>,
     ttl_ms: i64,
-    record: HolderRecord,
+    fence: &Value,
 ) -> Result<Option<LockHolder>, StoreError> {
-    let Some(run_id) = run_id else {
+    let Some(value) = value else {
         return Ok(None);
     };
-    let bad = |detail: &str| StoreError::Protocol {
+    let bad = |detail: String| StoreError::Protocol {
         what: "lock holder",
-        reply: format!("lock {name:?}, run {run_id}: {detail}"),
+        reply: format!("lock {name:?}: {detail}"),
     };
-    let [holder_run, holder, host, fence, since_s, since_us, holds] = record;
-    if holder_run.as_deref() != Some(run_id.as_str()) {
-        return Err(bad(
-            "the lock's state has no record of this holder (taken by an older cronlease, which kept it in `running`?)",
-        ));
-    }
-    let number = |field: &str, value: Option<String>| -> Result<i64, StoreError> {
-        let value = value.unwrap_or_default();
-        value
-            .parse()
-            .map_err(|_| bad(&format!("{field} is {value:?}, not a number")))
+    let Some(record) = record::parse(&value) else {
+        return Err(bad(format!(
+            "its lease holds {value:?}, not a holder's record (taken by an older cronlease, which kept only the run id there?)"
+        )));
     };
-    let fence = u64::try_from(number("fence", fence)?).map_err(|_| bad("a negative fence"))?;
-    let since_ms = number("since_s", since_s)?
-        .saturating_mul(1000)
-        .saturating_add(number("since_us", since_us)? / 1000);
+    let Some(fence) = reply::fence_of(fence) else {
+        return Err(bad(format!("its fence is {fence:?}")));
+    };
     Ok(Some(LockHolder {
-        holder: holder.unwrap_or_default(),
-        host: host.unwrap_or_default(),
+        holder: record.holder.to_string(),
+        host: record.host.to_string(),
         fence,
-        since_ms,
+        since_ms: record.since_ms,
         ttl_ms: ttl_ms.max(0),
-        holds: u32::try_from(number("holds", holds)?).map_err(|_| bad("negative holds"))?,
+        holds: record.holds,
     }))
 }
 
+/// Runs `cmd`, an `EVALSHA` of `script`; if Redis does not know the
+/// script yet, loads it and runs `cmd` again (a NOSCRIPT reply means
+/// nothing ran).
+async fn evalsha(conn: &mut Conn, script: &Script, cmd: &Cmd) -> Result<Value, StoreError> {
+    match cmd.query_async::<Value>(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            script.prepare_invoke().load_async(conn).await?;
+            Ok(cmd.query_async(conn).await?)
+        }
+        other => Ok(other?),
+    }
+}
+
 impl Store {
-    /// The key names of lock `name`.
-    pub fn lock_keys(&self, name: &str) -> LockKeys {
-        LockKeys {
-            name: name.to_string(),
-            state: self.keys.lock_key(name, "state"),
-            lease: self.keys.lock_key(name, "lease"),
-            channel: self.keys.lock_channel(name),
+    /// The names one acquisition of lock `name` by `run_id` uses.
+    pub fn lock_ticket(&self, name: &str, run_id: &str) -> LockTicket {
+        let mut text = String::with_capacity(3 * name.len() + run_id.len() + 64);
+        text.push_str(name);
+        let state_at = text.len();
+        self.keys.push_lock_key(&mut text, name, "state");
+        let lease_at = text.len();
+        self.keys.push_lock_key(&mut text, name, "lease");
+        let token_at = text.len();
+        record::push_encoded(&mut text, run_id);
+        LockTicket {
+            text,
+            state_at,
+            lease_at,
+            token_at,
         }
     }
 
@@ -202,56 +329,78 @@ impl Store {
     /// where they landed.
     pub async fn lock_acquire(
         &self,
-        lock: &LockKeys,
-        run_id: &str,
-        reentry: Reentry,
-        lease: Duration,
-        holder: &str,
-        host: &str,
+        lock: &LockTicket,
+        request: LockRequest<'_>,
     ) -> Result<LockReply, StoreError> {
+        let LockRequest {
+            lease,
+            holder,
+            since_ms,
+            ..
+        } = request;
+        let mut cmd = Cmd::with_capacity(8, 128 + lock.text.len() + holder.encoded.len());
+        cmd.arg("EVALSHA")
+            .arg(self.scripts.lock_acquire.get_hash())
+            .arg(2)
+            .arg(lock.state())
+            .arg(lock.lease())
+            .write_arg_fmt(NewRecord {
+                token: lock.token(),
+                holder,
+                since_ms,
+            });
+        cmd.arg(duration_ms(lease));
+        let script = &self.scripts.lock_acquire;
+        if let [node] = &*self.nodes {
+            let reply = parse_lock(evalsha(&mut node.conn().await?, script, &cmd).await?)?;
+            if let LockReply::Acquired { fence } = reply
+                && let Some(lifted) = lifted_fence(fence, since_ms)
+            {
+                // Its state is 29 days old: once a month or so.
+                self.lock_raise_fence(lock, lifted).await?;
+                return Ok(LockReply::Acquired { fence: lifted });
+            }
+            return Ok(reply);
+        }
         let sent = Instant::now();
+        let cmd = &cmd;
         let replies = self
             .on_all_until_majority(
-                |conn| async move {
-                    self.lock_acquire_on(conn, lock, run_id, lease, holder, host)
-                        .await
-                },
+                |mut conn| async move { parse_lock(evalsha(&mut conn, script, cmd).await?) },
                 |reply| reply.granted().is_some(),
             )
             .await;
-        if !self.is_quorum() {
-            return replies
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| Err(unanswered()));
-        }
-        self.lock_quorum(lock, run_id, reentry, lease, sent, replies)
-            .await
+        self.lock_quorum(lock, request, sent, replies).await
     }
 
     /// The majority's verdict on a quorum lock's grants.
     async fn lock_quorum(
         &self,
-        lock: &LockKeys,
-        run_id: &str,
-        reentry: Reentry,
-        lease: Duration,
+        lock: &LockTicket,
+        request: LockRequest<'_>,
         sent: Instant,
         replies: Vec<Result<LockReply, StoreError>>,
     ) -> Result<LockReply, StoreError> {
+        let LockRequest {
+            reentry,
+            lease,
+            since_ms,
+            ..
+        } = request;
         let granted: Vec<u64> = replies
             .iter()
             .filter_map(|r| r.as_ref().ok()?.granted())
             .collect();
         if granted.len() >= self.majority() && lease_still_valid(lease, sent) {
             let fence = granted.iter().copied().max().unwrap_or(0);
-            let raised = self.raise_fence(&Keys::lock_job(&lock.name), fence).await;
+            let fence = lifted_fence(fence, since_ms).unwrap_or(fence);
+            let raised = self.lock_raise_fence(lock, fence).await;
             if raised.is_ok() && lease_still_valid(lease, sent) {
                 return Ok(LockReply::Acquired { fence });
             }
         }
         // Undo the grants where they landed, so the lock is free again.
-        let _ = self.lock_release(lock, run_id, reentry).await;
+        let _ = self.lock_release(lock, reentry).await;
         let held: Vec<(&str, i64)> = replies
             .iter()
             .filter_map(|r| match r {
@@ -272,7 +421,7 @@ impl Store {
             reachable: answered >= self.majority(),
             detail: format!(
                 "lock {:?}: {} of {} Redis masters granted it and {} answered, a majority of {} needed ({})",
-                lock.name,
+                lock.name(),
                 granted.len(),
                 self.nodes.len(),
                 answered,
@@ -293,56 +442,47 @@ impl Store {
         })
     }
 
-    /// The lock script on one node.
-    async fn lock_acquire_on(
-        &self,
-        mut conn: Conn,
-        lock: &LockKeys,
-        run_id: &str,
-        lease: Duration,
-        holder: &str,
-        host: &str,
-    ) -> Result<LockReply, StoreError> {
-        let reply: Value = self
-            .scripts
-            .lock_acquire
-            .key(&lock.state)
-            .key(&lock.lease)
-            .arg(run_id)
-            .arg(duration_ms(lease))
-            .arg(holder)
-            .arg(host)
-            .arg(duration_ms(LOCK_IDLE_TTL))
-            .invoke_async(&mut conn)
-            .await?;
-        parse_lock(reply)
+    /// Quorum mode: raises lock `name`'s fence to `fence` on a majority of
+    /// the masters (`lock_fence.lua`).
+    async fn lock_raise_fence(&self, lock: &LockTicket, fence: u64) -> Result<(), StoreError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.scripts.lock_fence.get_hash())
+            .arg(1)
+            .arg(lock.state())
+            .arg(fence)
+            .arg(duration_ms(LOCK_IDLE_TTL));
+        let (cmd, script) = (&cmd, &self.scripts.lock_fence);
+        let raised = self
+            .on_all_until_majority(
+                |mut conn| async move { evalsha(&mut conn, script, cmd).await },
+                |_| true,
+            )
+            .await;
+        self.gather("lock (raising the fence)", raised).map(|_| ())
     }
 
-    /// Releases one hold of lock `name` if `run_id` holds it (with
+    /// Releases one hold of lock `name` if its ticket holds it (with
     /// `quorum`: on every master, counting with a majority); the last hold
     /// frees it and wakes the waiters. False if it was no longer ours.
     pub async fn lock_release(
         &self,
-        lock: &LockKeys,
-        run_id: &str,
+        lock: &LockTicket,
         reentry: Reentry,
     ) -> Result<bool, StoreError> {
-        let (lease, state, channel) = (&lock.lease, &lock.state, &lock.channel);
+        let mut cmd = Cmd::with_capacity(6, 96 + lock.text.len());
+        cmd.arg("EVALSHA")
+            .arg(self.scripts.lock_release.get_hash())
+            .arg(1)
+            .arg(lock.lease())
+            .arg(lock.token())
+            .arg(reentry.as_arg());
+        let script = &self.scripts.lock_release;
+        if let [node] = &*self.nodes {
+            return parse_release(&evalsha(&mut node.conn().await?, script, &cmd).await?);
+        }
+        let cmd = &cmd;
         let answers = self
-            .on_all(|mut conn| async move {
-                let released: i64 = self
-                    .scripts
-                    .lock_release
-                    .key(lease)
-                    .key(state)
-                    .arg(run_id)
-                    .arg(channel)
-                    .arg(reentry.as_arg())
-                    .invoke_async(&mut conn)
-                    .await?;
-                // 1: freed; 2: one hold of a re-entered lock released.
-                Ok(released >= 1)
-            })
+            .on_all(|mut conn| async move { parse_release(&evalsha(&mut conn, script, cmd).await?) })
             .await;
         let answers = self.gather("lock release", answers)?;
         Ok(answers.iter().filter(|released| **released).count() >= self.majority())
@@ -368,7 +508,7 @@ impl Store {
     /// Renews every lock in `renewals` in one pipeline (with `quorum`: on
     /// every master, counting with a majority); `true` where the lease was
     /// still ours and now runs a whole lease again.
-    pub async fn lock_renew(&self, renewals: &[LockRenewal]) -> Result<Vec<bool>, StoreError> {
+    pub async fn lock_renew(&self, renewals: &[LockRenewal<'_>]) -> Result<Vec<bool>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
@@ -379,11 +519,12 @@ impl Store {
                 pipe.cmd("EVALSHA")
                     .arg(self.scripts.lock_renew.get_hash())
                     .arg(2)
-                    .arg(&renewal.keys.lease)
-                    .arg(&renewal.keys.state)
-                    .arg(&renewal.run_id)
+                    .arg(renewal.ticket.lease())
+                    .arg(renewal.ticket.state())
+                    .arg(renewal.ticket.token())
                     .arg(duration_ms(renewal.lease))
-                    .arg(idle_ms);
+                    .arg(idle_ms)
+                    .arg(renewal.fence);
             }
             pipe
         };
@@ -391,28 +532,26 @@ impl Store {
             .await
     }
 
-    /// Who holds lock `name` now; None when it is free. A holder's record
-    /// that does not parse, or is not the lease holder's, is an error that
-    /// names it.
+    /// Who holds lock `name` now; None when it is free. A lease whose
+    /// value is not a holder's record is an error that names the lock.
     pub async fn lock_holder(&self, name: &str) -> Result<Option<LockHolder>, StoreError> {
-        let job = Keys::lock_job(name);
-        // One round trip: the lease's run id, what is left of it, and the
-        // holder's record in the state.
+        // One round trip, one moment (MULTI): the holder's record, what is
+        // left of it, and the lock's fence, which is the holder's.
+        let lease = self.keys.lock_key(name, "lease");
         let mut pipe = redis::pipe();
-        pipe.cmd("GET")
-            .arg(self.keys.lease(&job))
+        pipe.atomic()
+            .cmd("GET")
+            .arg(&lease)
             .cmd("PTTL")
-            .arg(self.keys.lease(&job))
-            .cmd("HMGET")
-            .arg(self.keys.state(&job))
-            .arg(&[
-                "run_id", "holder", "host", "fence", "since_s", "since_us", "holds",
-            ]);
+            .arg(&lease)
+            .cmd("HGET")
+            .arg(self.keys.lock_key(name, "state"))
+            .arg("fence");
         let pipe = &pipe;
-        let (run_id, ttl_ms, record): (Option<String>, i64, HolderRecord) = self
+        let (value, ttl_ms, fence): (Option<String>, i64, Value) = self
             .read(|mut conn| async move { pipe.query_async(&mut conn).await })
             .await?;
-        parse_lock_holder(name, run_id, ttl_ms, record)
+        parse_lock_holder(name, value, ttl_ms, &fence)
     }
 }
 
@@ -530,4 +669,30 @@ pub(super) fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
             Some((host.to_string(), port.parse().ok()?))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fence_more_than_29_days_old_is_lifted_to_the_redis_time() {
+        let now_ms = 1_800_000_000_000;
+        let day_us = 24 * 3_600 * 1_000_000;
+        let made_us = |days: u64| (now_ms as u64) * 1000 - days * day_us;
+        // Fresh, or 28 days old: as it is.
+        assert_eq!(lifted_fence(made_us(0) + 7, now_ms), None);
+        assert_eq!(lifted_fence(made_us(28), now_ms), None);
+        // 30 days old, or an older cronlease's small counter: now, in µs.
+        assert_eq!(lifted_fence(made_us(30), now_ms), Some(made_us(0)));
+        assert_eq!(lifted_fence(42, now_ms), Some(made_us(0)));
+        // A clock that reads before 1970 lifts nothing.
+        assert_eq!(lifted_fence(42, -5), None);
+    }
+
+    #[test]
+    fn the_acquisition_script_keeps_a_new_state_for_the_idle_ttl() {
+        let pexpire = format!("'PEXPIRE', state, '{}'", duration_ms(LOCK_IDLE_TTL));
+        assert!(include_str!("../lua/lock_acquire.lua").contains(&pexpire));
+    }
 }

@@ -40,7 +40,9 @@ pub use run::{
 };
 
 pub use keys::Keys;
-pub use lock::{LockHolder, LockKeys, LockRenewal, LockReply, Reentry};
+pub use lock::{
+    LockHolder, LockHolderTag, LockRenewal, LockReply, LockRequest, LockTicket, Reentry,
+};
 pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 
 /// Every reader of a Redis reply, callable on a reply built by hand: for
@@ -66,6 +68,7 @@ struct Scripts {
     lock_acquire: Script,
     lock_release: Script,
     lock_renew: Script,
+    lock_fence: Script,
     forget_replica: Script,
     pause: Script,
     missed: Script,
@@ -87,6 +90,7 @@ impl Scripts {
             lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
             lock_release: Script::new(include_str!("../lua/lock_release.lua")),
             lock_renew: Script::new(include_str!("../lua/lock_renew.lua")),
+            lock_fence: Script::new(include_str!("../lua/lock_fence.lua")),
             forget_replica: Script::new(include_str!("../lua/forget_replica.lua")),
             pause: Script::new(include_str!("../lua/pause.lua")),
             missed: script(include_str!("../lua/missed.lua")),

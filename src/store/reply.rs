@@ -74,7 +74,10 @@ impl Reply {
 
     /// Item `i` as a fence; an error when missing, not a number or negative.
     pub(super) fn fence(&self, i: usize) -> Result<u64, StoreError> {
-        u64::try_from(self.int(i)?).map_err(|_| self.bad())
+        self.items
+            .get(i)
+            .and_then(fence_of)
+            .ok_or_else(|| self.bad())
     }
 
     /// Item `i` as a fence, 0 when missing.
@@ -84,6 +87,12 @@ impl Reply {
         }
         self.fence(i)
     }
+}
+
+/// A reply item (or a whole reply) as a fence; None when it is not a
+/// number or negative.
+pub(super) fn fence_of(value: &Value) -> Option<u64> {
+    u64::try_from(as_int(value)?).ok()
 }
 
 #[cfg(test)]

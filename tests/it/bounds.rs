@@ -12,8 +12,8 @@ use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockReply, Recorded, Reentry, Store,
-    WhenBusy, dedup_entries,
+    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
+    Recorded, Reentry, Store, WhenBusy, dedup_entries,
 };
 
 use crate::support::{
@@ -301,6 +301,73 @@ fn a_replica_silent_for_a_day_is_forgotten_with_its_trigger_consumer() {
     );
 }
 
+/// A plain acquisition by `holder`, as the library asks it.
+fn request(holder: &LockHolderTag) -> LockRequest<'_> {
+    LockRequest {
+        reentry: Reentry::Once,
+        lease: LEASE,
+        holder,
+        since_ms: now_ms(),
+    }
+}
+
+#[test]
+fn an_old_lock_state_is_kept_by_the_next_grant_with_a_higher_fence() {
+    let server = RedisServer::start();
+    let state = format!("{PREFIX}:{{lock:busy}}:state");
+    // A state made 29 and a half days ago (its fence started from the
+    // Redis time in µs then), an hour from its expiry.
+    let made_ms = now_ms() - 29 * 24 * 3_600_000 - 12 * 3_600_000;
+    let old_fence = made_ms * 1000 + 5;
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(&state)
+        .arg("fence")
+        .arg(old_fence)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&state)
+        .arg(3_600_000)
+        .ignore()
+        .query(&mut server.client())
+        .expect("HSET, PEXPIRE");
+    let pttl = || -> i64 {
+        redis::cmd("PTTL")
+            .arg(&state)
+            .query(&mut server.client())
+            .expect("PTTL")
+    };
+    let fences = runtime().block_on(async {
+        let store = store(&server).await;
+        let holder = LockHolderTag::new("test", "localhost");
+        let mut fences = Vec::new();
+        for round in 0..2 {
+            let lock = store.lock_ticket("busy", &format!("{round}"));
+            let reply = store
+                .lock_acquire(&lock, request(&holder))
+                .await
+                .expect("lock");
+            fences.extend(reply.granted());
+            assert!(
+                store
+                    .lock_release(&lock, Reentry::Once)
+                    .await
+                    .expect("release")
+            );
+            // The first grant pushed the expiry back 30 days; the second,
+            // of a state as good as new, leaves it.
+            assert!(pttl() > 29 * 24 * 3_600_000, "round {round}: {} ms", pttl());
+        }
+        fences
+    });
+    let now_us = now_ms() * 1000;
+    assert!(
+        fences[0] as i64 > old_fence && (now_us - 60_000_000..now_us).contains(&(fences[0] as i64)),
+        "fences {fences:?} after {old_fence}: lifted to the Redis time"
+    );
+    assert_eq!(fences[1], fences[0] + 1);
+}
+
 #[test]
 fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
     let server = RedisServer::start();
@@ -312,16 +379,23 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
             .expect("DEL");
     };
     // A fence an older cronlease handed out: its restart rule began from
-    // the Redis time in ms, and a busy lock ran ahead of it.
-    let _: i64 = redis::cmd("HSET")
+    // the Redis time in ms, and a busy lock ran ahead of it. It kept the
+    // state 30 days after the last acquisition.
+    let _: () = redis::pipe()
+        .cmd("HSET")
         .arg(&state)
         .arg("fence")
         .arg(now_ms() + 1_000_000_000)
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&state)
+        .arg(30 * 24 * 3_600_000_u64)
+        .ignore()
         .query(&mut server.client())
-        .expect("HSET");
+        .expect("HSET, PEXPIRE");
     let fences = runtime().block_on(async {
         let store = store(&server).await;
-        let lock = store.lock_keys("nightly");
+        let holder = LockHolderTag::new("test", "localhost");
         let mut fences = Vec::new();
         for round in 0..4 {
             // Rounds 0 and 1: one acquisition. Rounds 2 and 3: a busy lock,
@@ -329,9 +403,9 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
             // runs ahead of the time in ms, not of the time in µs).
             let acquisitions = if round < 2 { 1 } else { 300 };
             for i in 0..acquisitions {
-                let run_id = format!("{round}-{i}");
+                let lock = store.lock_ticket("nightly", &format!("{round}-{i}"));
                 let reply = store
-                    .lock_acquire(&lock, &run_id, Reentry::Once, LEASE, "test", "localhost")
+                    .lock_acquire(&lock, request(&holder))
                     .await
                     .expect("lock");
                 let LockReply::Acquired { fence } = reply else {
@@ -340,12 +414,13 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
                 fences.push(fence);
                 assert!(
                     store
-                        .lock_release(&lock, &run_id, Reentry::Once)
+                        .lock_release(&lock, Reentry::Once)
                         .await
                         .expect("release")
                 );
             }
-            // The keys expire 30 days after the last acquisition.
+            // The state expires 30 days after it was made, and acquisitions
+            // do not push that back (the lease lives as long as it is held).
             let ttl: i64 = redis::cmd("PTTL")
                 .arg(&state)
                 .query(&mut server.client())
@@ -357,6 +432,46 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
             // Simulate those 30 days passing.
             forget();
         }
+        // An acquisition leaves the state's expiry where it was; a
+        // released lock leaves no lease.
+        let lock = store.lock_ticket("nightly", "last");
+        store
+            .lock_acquire(&lock, request(&holder))
+            .await
+            .expect("lock");
+        let _: i64 = redis::cmd("PEXPIRE")
+            .arg(&state)
+            .arg(3_600_000)
+            .query(&mut server.client())
+            .expect("PEXPIRE");
+        assert!(
+            store
+                .lock_release(&lock, Reentry::Once)
+                .await
+                .expect("release")
+        );
+        let reply = store
+            .lock_acquire(&lock, request(&holder))
+            .await
+            .expect("lock");
+        fences.extend(reply.granted());
+        assert!(
+            store
+                .lock_release(&lock, Reentry::Once)
+                .await
+                .expect("release")
+        );
+        let (ttl, lease): (i64, i64) = redis::pipe()
+            .cmd("PTTL")
+            .arg(&state)
+            .cmd("EXISTS")
+            .arg(format!("{PREFIX}:{{lock:nightly}}:lease"))
+            .query(&mut server.client())
+            .expect("PTTL, EXISTS");
+        assert!(
+            (1..=3_600_000).contains(&ttl) && lease == 0,
+            "state expires in {ttl} ms, lease exists: {lease}"
+        );
         fences
     });
     assert!(

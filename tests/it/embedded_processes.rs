@@ -5,7 +5,8 @@
 //! recorded `abandoned` by a survivor, and later ticks run on the
 //! survivors, once each. A cluster lock held by a process that is
 //! `kill -9`ed is taken by a waiter in another process once its lease
-//! lapses (no release is ever published), with a higher fence.
+//! lapses (no release is ever published), with a higher fence; that
+//! waiter's own release, with a waiter of its own, is published.
 //!
 //! The processes are this test binary started again ([`TestChild`]): each
 //! runs the hidden test [`child_entry`], which plays the part described in
@@ -497,12 +498,37 @@ fn a_lock_of_a_killed_process_goes_to_a_waiting_process_when_its_lease_lapses() 
         );
     });
 
-    // The waiter releases on SIGTERM: that release is published (so the
-    // silence above was not a deaf listener).
+    // A release is published when someone asked for the lock meanwhile:
+    // this process now waits for it (its refused attempt marks the
+    // holder's record), and the waiter releases on SIGTERM. That release
+    // is published (so the silence above was not a deaf listener) and
+    // wakes this process.
+    let here_waits = {
+        let lock = here.lock(LOCK);
+        rt.spawn(async move { lock.acquire().await })
+    };
+    let lease = format!("{PREFIX}:{{lock:{LOCK}}}:lease");
+    wait_until(DEADLINE, "this process waits, the record marked", || {
+        let record: Option<String> = redis::cmd("GET")
+            .arg(&lease)
+            .query(&mut redis.client())
+            .expect("GET");
+        record.filter(|r| r.ends_with('w')).map(|_| ())
+    });
     waiter.stop(DEADLINE);
     waiter.wait_for_line("CHILD RELEASED true", DEADLINE);
     let message = wait_until(DEADLINE, "the waiter's release published", || {
         releases.get_message().ok()
     });
     assert_eq!(message.get_channel_name(), channel);
+    let guard = rt
+        .block_on(here_waits)
+        .expect("the waiting task ends")
+        .expect("Redis answers");
+    assert!(
+        guard.fence() > acquired,
+        "fence {} after {acquired}",
+        guard.fence()
+    );
+    assert!(rt.block_on(guard.release()).expect("Redis answers"));
 }

@@ -154,6 +154,80 @@ fn a_waiter_sleeps_until_the_release_wakes_it() {
 }
 
 #[test]
+fn a_release_is_published_only_when_someone_asked_for_the_lock_meanwhile() {
+    let redis = RedisServer::start();
+    let mut listener = redis.client();
+    let mut releases = listener.as_pubsub();
+    releases
+        .subscribe(format!("{PREFIX}:{{lock:report}}:released"))
+        .expect("SUBSCRIBE");
+    releases
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("a read timeout");
+    let rt = runtime();
+    let (a, b) = rt.block_on(async { (cluster(&redis).await, cluster(&redis).await) });
+    let take = || async {
+        a.lock("report")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free")
+    };
+    // Nobody asked for it while it was held: the release publishes nothing.
+    rt.block_on(async { assert!(take().await.release().await.expect("Redis answers")) });
+    assert!(
+        releases.get_message().is_err(),
+        "a release was published though nobody asked for the lock"
+    );
+    // A waiter, then a try that gives up at once: one release, published.
+    let held = rt.block_on(take());
+    let waiter = rt.spawn(async move {
+        let guard = b.lock("report").acquire().await.expect("Redis answers");
+        let fence = guard.fence();
+        guard.release().await.expect("Redis answers");
+        fence
+    });
+    rt.block_on(async {
+        let lease = format!("{PREFIX}:{{lock:report}}:lease");
+        for _ in 0..100 {
+            let record: String = redis::cmd("GET")
+                .arg(&lease)
+                .query(&mut redis.client())
+                .expect("GET");
+            if record.ends_with('w') {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            a.lock("report")
+                .try_acquire()
+                .await
+                .expect("Redis answers")
+                .is_none()
+        );
+        let held_fence = held.fence();
+        assert!(held.release().await.expect("Redis answers"));
+        let fence = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the release woke the waiter")
+            .expect("the waiter does not panic");
+        assert!(fence > held_fence);
+    });
+    // The holder's release (the refused attempts marked its record); the
+    // waiter's own release, which nobody asked for, is silent.
+    let message = releases.get_message().expect("the release published");
+    assert_eq!(
+        message.get_channel_name(),
+        format!("{PREFIX}:{{lock:report}}:released")
+    );
+    assert!(
+        releases.get_message().is_err(),
+        "the waiter's release was published though nobody asked for the lock"
+    );
+}
+
+#[test]
 fn lost_fires_when_the_lease_is_gone() {
     let redis = RedisServer::start();
     runtime().block_on(async {
@@ -183,6 +257,57 @@ fn lost_fires_when_the_lease_is_gone() {
             !guard.release().await.expect("Redis answers"),
             "released a lock it had lost"
         );
+    });
+}
+
+#[test]
+fn a_renewal_keeps_the_state_of_a_held_lock_and_makes_it_again_if_gone() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let a = cluster(&redis).await;
+        let guard = a
+            .lock("kept")
+            .lease(Duration::from_secs(1))
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        let state = format!("{PREFIX}:{{lock:kept}}:state");
+        // Gone under the holder (a holder whose clock ran days behind could
+        // see it expire): the next renewal, within a third of the lease,
+        // makes it again with the holder's fence and the idle TTL.
+        let _: () = redis::cmd("DEL")
+            .arg(&state)
+            .query(&mut redis.client())
+            .expect("DEL");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let (fence, ttl): (Option<u64>, i64) = redis::pipe()
+            .cmd("HGET")
+            .arg(&state)
+            .arg("fence")
+            .cmd("PTTL")
+            .arg(&state)
+            .query(&mut redis.client())
+            .expect("HGET, PTTL");
+        assert_eq!(fence, Some(guard.fence()));
+        assert!(ttl > 29 * 24 * 3_600_000, "the state expires in {ttl} ms");
+        let info = a
+            .lock("kept")
+            .info()
+            .await
+            .expect("Redis answers")
+            .expect("held");
+        assert_eq!(info.fence, guard.fence());
+        let fence = guard.fence();
+        assert!(guard.release().await.expect("Redis answers"));
+        let next = a
+            .lock("kept")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("free");
+        assert_eq!(next.fence(), fence + 1);
+        assert!(next.release().await.expect("Redis answers"));
     });
 }
 
@@ -261,6 +386,38 @@ fn a_quorum_lock_holds_with_a_majority_and_is_refused_clearly_without_one() {
         .expect("the test's masters answer")
     };
     let (a, b) = rt.block_on(async { (quorum().await, quorum().await) });
+    // Each master starts the lock's fence from its own clock; the holder's
+    // is the highest, and a re-entry and `info` (the first master's) read
+    // that one.
+    rt.block_on(async {
+        let owner = "quorum-owner";
+        let outer = a
+            .lock("reentered")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("the masters answer")
+            .expect("free");
+        let inner = b
+            .lock("reentered")
+            .owner(owner)
+            .try_acquire()
+            .await
+            .expect("the masters answer")
+            .expect("the owner re-enters");
+        let info = a
+            .lock("reentered")
+            .info()
+            .await
+            .expect("the masters answer")
+            .expect("held");
+        assert_eq!(
+            (inner.fence(), info.fence, info.holds),
+            (outer.fence(), outer.fence(), 2)
+        );
+        assert!(inner.release().await.expect("the masters answer"));
+        assert!(outer.release().await.expect("the masters answer"));
+    });
     let first = rt.block_on(async {
         let first = a
             .lock("ledger")

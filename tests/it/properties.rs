@@ -381,8 +381,9 @@ proptest! {
     fn a_negative_fence_is_refused_never_wrapped(fence in i64::MIN..0) {
         let claimed = Value::Array(vec![bulk("claimed"), Value::Int(fence), Value::Int(1), bulk("k")]);
         prop_assert!(fuzzing::claim(claimed).is_err());
-        let acquired = Value::Array(vec![bulk("acquired"), Value::Int(fence), bulk("k")]);
-        prop_assert!(fuzzing::lock(acquired).is_err());
+        prop_assert!(fuzzing::lock(Value::Int(fence)).is_err());
+        let reentered = Value::Array(vec![bulk("reentered"), Value::Int(fence), Value::Int(2)]);
+        prop_assert!(fuzzing::lock(reentered).is_err());
     }
 
     #[test]
