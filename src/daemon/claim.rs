@@ -203,7 +203,6 @@ fn answer(
             acked,
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-            ctx.outbox.add(&job.name, tick_ms, fence);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -272,7 +271,6 @@ fn answer(
         } => {
             ctx.meters.job(&job.name).claim(ClaimCount::Paused).increment(1);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-            ctx.outbox.add(&job.name, tick_ms, fence);
             info!(job = %job.name, %tick, "job is paused; tick skipped");
             Answer::End(ClaimEnd::Paused { previous })
         }
@@ -284,7 +282,6 @@ fn answer(
         } => {
             ctx.meters.job(&job.name).claim(ClaimCount::Busy).increment(1);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-            ctx.outbox.add(&job.name, tick_ms, fence);
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             Answer::End(ClaimEnd::Busy { previous })
         }

@@ -90,7 +90,7 @@ use claim::{ClaimEnd, claim, record_missed};
 use meters::{ClaimCount, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
-use rendezvous::{ClaimLatency, Outbox, announcer, claims_listener, rank_wait, rendezvous_score};
+use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
 use serve::{dashboard_token, start_dashboard, start_metrics};
 pub use scheduler::Reload;
@@ -206,8 +206,6 @@ struct Ctx {
     announced: Announcements,
     /// Each job's metric handles.
     meters: Meters,
-    /// This replica's claims, to be announced.
-    outbox: Outbox,
     /// How long this replica's scheduled claims lately took (the
     /// rendezvous waits longer when they are slow).
     claim_latency: ClaimLatency,
@@ -258,7 +256,6 @@ impl Ctx {
             live,
             announced: Announcements::default(),
             meters: Meters::default(),
-            outbox: Outbox::default(),
             catching_up: tokio::sync::Semaphore::new(CATCHING_UP),
             claim_latency: ClaimLatency::default(),
             #[cfg(feature = "process")]
@@ -442,7 +439,6 @@ pub async fn run(
     background.spawn(spool_courier(ctx.clone(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
-    background.spawn(announcer(ctx.clone(), service.clone()));
     // Manual runs need one stream all replicas read: not with `quorum`
     // (`cronlease trigger` says so).
     if !ctx.store.is_quorum() {

@@ -1,66 +1,9 @@
 //! Rendezvous claims: every replica ranks the live replicas for each
 //! (job, tick) by a hash, so one claims at once and the others wait their
-//! turn, skipping the claim if one was announced meanwhile; the announcer
-//! of this replica's claims, and the listener of everyone's.
-
-use std::fmt::Write as _;
-use std::sync::PoisonError;
+//! turn, skipping the claim if one was announced meanwhile (the claim
+//! script announces it); and the listener of those announcements.
 
 use super::*;
-
-/// How long the announcer lets claims gather before it publishes them in
-/// one message: a small fraction of [`RANK_STEP`], and at 10,000 claims a
-/// second a few dozen claims per message instead of one.
-const ANNOUNCE_LINGER: Duration = Duration::from_millis(5);
-
-/// The claims this replica made and has not announced yet: one
-/// `<job> <tick> <fence>` line each.
-#[derive(Default)]
-pub(super) struct Outbox {
-    /// Never held across an `.await`.
-    lines: std::sync::Mutex<String>,
-    ready: Notify,
-}
-
-impl Outbox {
-    /// Queues the announcement that `job`'s high-water mark moved to
-    /// `tick_ms` with `fence` the job's fence.
-    pub(super) fn add(&self, job: &str, tick_ms: i64, fence: u64) {
-        let mut lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        let first = lines.is_empty();
-        // Writing to a String cannot fail.
-        let _ = writeln!(lines, "{job} {tick_ms} {fence}");
-        drop(lines);
-        if first {
-            self.ready.notify_one();
-        }
-    }
-
-    fn take(&self) -> String {
-        std::mem::take(&mut *self.lines.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-}
-
-/// Publishes the outbox: after the first claim queued, [`ANNOUNCE_LINGER`]
-/// for others to join it, then one message. At `cancel`, what is queued
-/// goes out once more.
-pub(super) async fn announcer(ctx: Arc<Ctx>, cancel: CancellationToken) {
-    loop {
-        let more = tokio::select! {
-            () = cancel.cancelled() => false,
-            () = ctx.outbox.ready.notified() => pause(ANNOUNCE_LINGER, &cancel).await,
-        };
-        let lines = ctx.outbox.take();
-        if !lines.is_empty()
-            && let Err(e) = ctx.store.announce_claims(&lines).await
-        {
-            debug!(error = %e, "claims not announced; the other replicas claim in their turn");
-        }
-        if !more {
-            return;
-        }
-    }
-}
 
 /// How long each rank waits after the one before it for a claim to be
 /// announced: also the takeover delay when the preferred replica is gone.
@@ -191,14 +134,9 @@ mod tests {
     }
 
     #[test]
-    fn an_announcement_carries_many_claims_and_skips_what_is_not_one() {
-        let outbox = Outbox::default();
-        outbox.add("draw", 1_000, 7);
-        outbox.add("report", 2_000, 3);
-        let mut payload = outbox.take();
-        assert!(outbox.take().is_empty(), "taking empties the outbox");
-        payload.push_str("garbage\nx 1 -2\nold 5 6");
-        let claims: Vec<_> = announced_claims(&payload).collect();
+    fn an_announcement_carries_claims_and_skips_what_is_not_one() {
+        let payload = "draw 1000 7\nreport 2000 3\ngarbage\nx 1 -2\nold 5 6";
+        let claims: Vec<_> = announced_claims(payload).collect();
         assert_eq!(
             claims,
             [("draw", 1_000, 7), ("report", 2_000, 3), ("old", 5, 6)]

@@ -4,19 +4,25 @@
 --       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
 --       recording skipped_overlap, for catch-up of missed ticks),
+--       channel and job name: when the high-water mark moves (claimed,
+--       paused, busy), "<job> <tick> <fence>" is published there, so
+--       replicas waiting their turn need not ask; inside the script, so no
+--       replica hears of a claim later than its claimant (a Sentinel
+--       failover that loses the claim's write cannot lose what the others
+--       heard, and remember: daemon/rendezvous.rs),
 --       deadline_ms (Redis time after which this claim must not take effect;
 --       -1: none)
--- Every answer that moves the high-water mark (claimed, paused, busy)
--- carries the job's fence; the replica announces "<job> <tick> <fence>" on
--- the claims channel itself, many claims per message (daemon/rendezvous.rs),
--- so replicas waiting their turn need not ask.
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
 local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
-local deadline = tonumber(ARGV[13])
+local channel, job = ARGV[13], ARGV[14]
+local deadline = tonumber(ARGV[15])
+local function announce(fence)
+  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
+end
 
 local now = now_ms()
 -- A retry after an ambiguous reply: the first attempt may have won. The
@@ -65,6 +71,7 @@ local previous = stored
 
 if fields[3] == '1' then
   redis.call('HSET', state, 'last_tick', tick)
+  announce(current_fence)
   return {'paused', regressed, previous, current_fence}
 end
 
@@ -74,6 +81,7 @@ if overlap ~= 'allow' then
     if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
     redis.call('HSET', state, 'last_tick', tick)
     record_outcome(state, runs, maxlen, skip_fields(tick, run_id, replica, host, now, trigger), false)
+    announce(current_fence)
     return {'busy', holder, regressed, previous, current_fence}
   end
   -- overlap == 'replace': the new lease overwrites the old one, whose holder
@@ -85,4 +93,5 @@ local expired = count_expired(running, now)
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, min_fence, now)
 redis.call('HSET', state, 'last_tick', tick)
+announce(fence)
 return {'claimed', fence, now, lease_key, expired, regressed, previous}

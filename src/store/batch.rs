@@ -115,8 +115,14 @@ impl Batcher {
             };
             let items: Vec<Item> = {
                 let mut queue = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-                let n = queue.len().min(BATCH_MAX);
-                queue.drain(..n).collect()
+                // A call whose caller stopped waiting before it was sent is
+                // not sent: nothing then acts on what it might change.
+                let mut items = Vec::new();
+                while items.len() < BATCH_MAX && !queue.is_empty() {
+                    let n = (BATCH_MAX - items.len()).min(queue.len());
+                    items.extend(queue.drain(..n).filter(|item| !item.reply.is_closed()));
+                }
+                items
             };
             if items.is_empty() {
                 // This call is in a batch on its way.

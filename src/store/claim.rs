@@ -465,6 +465,8 @@ impl Store {
                 WhenBusy::Skip => "0",
                 WhenBusy::Wait => "1",
             })
+            .arg(keys.claims_channel())
+            .arg(request.job)
             .arg(request.deadline_ms);
         args
     }

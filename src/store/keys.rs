@@ -101,8 +101,8 @@ impl Keys {
         format!("{}:epoch", self.prefix)
     }
 
-    /// Pub/sub channel on which replicas announce their claims, one
-    /// `<job> <tick> <fence>` line each.
+    /// Pub/sub channel on which the claim script announces each claim as
+    /// `<job> <tick> <fence>`.
     pub fn claims_channel(&self) -> String {
         format!("{}:claimed", self.prefix)
     }

@@ -734,26 +734,6 @@ impl Store {
         Ok(n > 0)
     }
 
-    /// Announces claims on the claims channel: one `<job> <tick> <fence>`
-    /// line per claim, many in one message. With `quorum`, on every master
-    /// (subscribers listen on one). Best effort: a lost announcement only
-    /// costs the replicas waiting their turn a claim.
-    pub async fn announce_claims(&self, lines: &str) -> Result<(), StoreError> {
-        let channel = self.keys.claims_channel();
-        let (channel, lines) = (&channel, lines);
-        let sent = self
-            .on_all(|mut conn| async move {
-                let _receivers: i64 = redis::cmd("PUBLISH")
-                    .arg(channel)
-                    .arg(lines)
-                    .query_async(&mut conn)
-                    .await?;
-                Ok(())
-            })
-            .await;
-        self.gather("announce claims", sent).map(|_| ())
-    }
-
     /// A pub/sub connection subscribed to the claims channel.
     ///
     /// With `quorum`, on the first master that accepts: every claim is
