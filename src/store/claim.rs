@@ -289,7 +289,8 @@ impl Store {
         if self.is_quorum() {
             return Box::pin(self.claim_quorum(request)).await;
         }
-        if let Some(conn) = self.batching("claim").await? {
+        let conn = self.single("claim").await?;
+        if self.batches(&conn) {
             let reply = self
                 .scripts
                 .claims
@@ -297,7 +298,7 @@ impl Store {
                 .await?;
             return parse_claim(reply);
         }
-        Box::pin(self.claim_on(self.single("claim").await?, request)).await
+        Box::pin(self.claim_on(conn, request)).await
     }
 
     /// The claim over a quorum (the Redlock idea). Sent to every master at

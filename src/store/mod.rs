@@ -574,15 +574,11 @@ impl Store {
         }
     }
 
-    /// The connection for a call of a script that batches (the claim,
-    /// the finish), when its calls can share a batch: one node (not
-    /// `quorum`), not Cluster, and no `WAIT` after each call.
-    async fn batching(&self, what: &'static str) -> Result<Option<Conn>, StoreError> {
-        if self.is_quorum() || self.wait_replicas.is_some() {
-            return Ok(None);
-        }
-        let conn = self.single(what).await?;
-        Ok(conn.batches().then_some(conn))
+    /// Whether calls of a script that batches (the claim, the finish) on
+    /// `conn` may share a batch: one node (not `quorum`), not Cluster, and
+    /// no `WAIT` after each call.
+    fn batches(&self, conn: &Conn) -> bool {
+        !self.is_quorum() && self.wait_replicas.is_none() && conn.batches()
     }
 
     pub fn keys(&self) -> &Keys {

@@ -255,9 +255,12 @@ impl Store {
         rerun: Option<&RerunOffer<'_>>,
     ) -> Result<FinishReply, StoreError> {
         let args = self.finish_args(outcome, history, rerun);
-        if let Some(conn) = self.batching("finish").await? {
-            let reply = self.scripts.finishes.call(conn, args, FINISH_KEYS).await?;
-            return parse_finish(reply);
+        if !self.is_quorum() {
+            let conn = self.single("finish").await?;
+            if self.batches(&conn) {
+                let reply = self.scripts.finishes.call(conn, args, FINISH_KEYS).await?;
+                return parse_finish(reply);
+            }
         }
         // Boxed, as the claim's paths that do not batch are.
         let args = &args;
