@@ -13,7 +13,7 @@ use cronlease::outcome::{Outcome, Trigger};
 use cronlease::spool::Spool;
 use cronlease::store::{
     ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
-    Recorded, Reentry, Store, WhenBusy, dedup_entries,
+    LockTicket, Recorded, Reentry, Store, WhenBusy, dedup_entries,
 };
 
 use crate::support::{
@@ -311,6 +311,26 @@ fn request(holder: &LockHolderTag) -> LockRequest<'_> {
     }
 }
 
+/// Acquires `lock` (free, or held by this very ticket) and releases it;
+/// the fence it was granted.
+async fn grant_and_release(
+    store: &Store,
+    lock: &LockTicket,
+    holder: &LockHolderTag,
+) -> Option<u64> {
+    let reply = store
+        .lock_acquire(lock, request(holder))
+        .await
+        .expect("lock");
+    assert!(
+        store
+            .lock_release(lock, Reentry::Once)
+            .await
+            .expect("release")
+    );
+    reply.granted()
+}
+
 #[test]
 fn an_old_lock_state_is_kept_by_the_next_grant_with_a_higher_fence() {
     let server = RedisServer::start();
@@ -343,17 +363,7 @@ fn an_old_lock_state_is_kept_by_the_next_grant_with_a_higher_fence() {
         let mut fences = Vec::new();
         for round in 0..2 {
             let lock = store.lock_ticket("busy", &format!("{round}"));
-            let reply = store
-                .lock_acquire(&lock, request(&holder))
-                .await
-                .expect("lock");
-            fences.extend(reply.granted());
-            assert!(
-                store
-                    .lock_release(&lock, Reentry::Once)
-                    .await
-                    .expect("release")
-            );
+            fences.extend(grant_and_release(&store, &lock, &holder).await);
             // The first grant pushed the expiry back 30 days; the second,
             // of a state as good as new, leaves it.
             assert!(pttl() > 29 * 24 * 3_600_000, "round {round}: {} ms", pttl());
@@ -450,17 +460,7 @@ fn a_lock_forgets_its_keys_when_unused_and_its_fence_still_grows() {
                 .await
                 .expect("release")
         );
-        let reply = store
-            .lock_acquire(&lock, request(&holder))
-            .await
-            .expect("lock");
-        fences.extend(reply.granted());
-        assert!(
-            store
-                .lock_release(&lock, Reentry::Once)
-                .await
-                .expect("release")
-        );
+        fences.extend(grant_and_release(&store, &lock, &holder).await);
         let (ttl, lease): (i64, i64) = redis::pipe()
             .cmd("PTTL")
             .arg(&state)
