@@ -138,7 +138,7 @@ impl Failures {
         run_id: &str,
         e: &StoreError,
     ) -> Option<Duration> {
-        ctx.meters.job(&job.name).claim(ClaimCount::Error).increment(1);
+        ctx.meters.count_claim(&job.name, ClaimCount::Error);
         // Quorum masters that answered but split between racing replicas
         // are not an outage.
         if !matches!(
@@ -221,24 +221,24 @@ fn answer(
             Answer::End(won(ctx, job, start, facts))
         }
         ClaimReply::Early { ms } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Early).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Early);
             debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
             Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
         }
         ClaimReply::Wait { ms } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Wait).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Wait);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
             Answer::Again(Duration::from_millis(
                 u64::try_from(ms).unwrap_or(100).clamp(20, 1000),
             ))
         }
         ClaimReply::Expired { late_ms } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Expired).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Expired);
             warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
             Answer::End(ClaimEnd::Late)
         }
         ClaimReply::Corrupt { field, value } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Corrupt).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Corrupt);
             error!(
                 job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
                 "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
@@ -246,7 +246,7 @@ fn answer(
             Answer::End(ClaimEnd::Refused)
         }
         ClaimReply::Lapsed => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Lapsed).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Lapsed);
             warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
             Answer::End(ClaimEnd::Lapsed)
         }
@@ -261,7 +261,7 @@ fn answer(
                     "the job's high-water mark in Redis was behind what this replica saw",
                 );
             }
-            ctx.meters.job(&job.name).claim(ClaimCount::Taken).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Taken);
             ctx.marks.note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
             Answer::End(ClaimEnd::Taken)
@@ -269,7 +269,7 @@ fn answer(
         ClaimReply::Paused {
             previous, fence, ..
         } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Paused).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Paused);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, "job is paused; tick skipped");
             Answer::End(ClaimEnd::Paused { previous })
@@ -280,7 +280,7 @@ fn answer(
             fence,
             ..
         } => {
-            ctx.meters.job(&job.name).claim(ClaimCount::Busy).increment(1);
+            ctx.meters.count_claim(&job.name, ClaimCount::Busy);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             Answer::End(ClaimEnd::Busy { previous })
@@ -311,11 +311,11 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
     let wanted = ctx.config.redis.min_replicas_ack;
     if let Some(acked) = acked.filter(|&acked| acked < wanted) {
-        ctx.meters.job(&job.name).claim(ClaimCount::NotDurable).increment(1);
+        ctx.meters.count_claim(&job.name, ClaimCount::NotDurable);
         warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
         return ClaimEnd::NotDurable { start, acked };
     }
-    ctx.meters.job(&job.name).claim(ClaimCount::Claimed).increment(1);
+    ctx.meters.count_claim(&job.name, ClaimCount::Claimed);
     let lateness_ms = start.started_ms - start.tick_ms;
     ctx.meters
         .job(&job.name)

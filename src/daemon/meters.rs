@@ -70,6 +70,11 @@ impl Meters {
         jobs.insert(job.to_string(), meters.clone());
         meters
     }
+
+    /// Counts one claim attempt of `job` that came to `result`.
+    pub(super) fn count_claim(&self, job: &str, result: ClaimCount) {
+        self.job(job).claim(result).increment(1);
+    }
 }
 
 /// One job's series, each made when first used.

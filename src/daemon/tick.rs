@@ -108,7 +108,7 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
                 return;
             }
             if ctx.announced.covers(&job.name, tick_ms) {
-                ctx.meters.job(&job.name).claim(ClaimCount::Announced).increment(1);
+                ctx.meters.count_claim(&job.name, ClaimCount::Announced);
                 ctx.marks.note(&job.name, Some(tick_ms), None);
                 cursor = Some(tick_ms);
                 continue;
