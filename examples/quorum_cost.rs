@@ -67,6 +67,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         trigger: Trigger::Schedule,
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
+        lead_ms: 0,
     };
     let ClaimReply::Claimed {
         fence,

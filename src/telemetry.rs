@@ -81,7 +81,7 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     describe_histogram!(
         TICK_LATENESS,
         Unit::Seconds,
-        "Claim instant minus tick, by Redis time, of claimed ticks."
+        "Run start minus tick, by Redis time, of the ticks this replica claimed."
     );
     describe_histogram!(
         RUN_DURATION,

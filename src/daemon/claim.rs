@@ -45,6 +45,8 @@ pub(super) enum ClaimEnd {
 }
 
 /// Claims one tick, retrying while Redis is away, until Redis answers.
+/// `lead`: how long before the tick (by Redis time) it may be claimed
+/// (the run still starts at the tick; see `rendezvous::ClaimLatency`).
 ///
 /// Every attempt carries the claim's deadline (by Redis time: `LATE_MS`
 /// after the tick, `misfire_grace` for catch-up): an attempt that reaches
@@ -58,6 +60,7 @@ pub(super) async fn claim(
     job: &Job,
     tick_ms: i64,
     trigger: Trigger,
+    lead: Duration,
     cancel: &CancellationToken,
 ) -> ClaimEnd {
     // One run id for every attempt: the claim script recognises a retry of
@@ -88,6 +91,7 @@ pub(super) async fn claim(
                 WhenBusy::Skip
             },
             deadline_ms,
+            lead_ms: i64::try_from(lead.as_millis()).unwrap_or(i64::MAX),
         };
         let sent = Instant::now();
         let wait = match ctx.store.claim(&request).await {
@@ -201,8 +205,13 @@ fn answer(
             regressed,
             previous,
             acked,
+            redis_now_ms,
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            // Claimed ahead of the tick: the run starts when Redis time
+            // reaches it, counted from this answer (which left Redis at
+            // `redis_now_ms`), so never early, whatever the local clock.
+            let ahead = u64::try_from(started_ms.saturating_sub(redis_now_ms)).unwrap_or(0);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -211,6 +220,7 @@ fn answer(
                 started_ms,
                 trigger,
                 valid_from: sent,
+                not_before: (ahead > 0).then(|| Instant::now() + Duration::from_millis(ahead)),
             };
             let facts = WonFacts {
                 acked,
@@ -317,17 +327,17 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     }
     ctx.meters.count_claim(&job.name, ClaimCount::Claimed);
     let lateness_ms = start.started_ms - start.tick_ms;
-    ctx.meters
-        .job(&job.name)
-        .lateness()
-        .record(lateness_ms.max(0) as f64 / 1000.0);
+    // Claimed this long before the tick (the run waits for it).
+    let ahead_ms = start
+        .not_before
+        .map_or(0, |at| at.saturating_duration_since(Instant::now()).as_millis());
     if regressed {
         ctx.state_loss(
             Some(&job.name),
             "the job's high-water mark or fence in Redis was behind what this replica saw",
         );
     }
-    info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, "claimed");
+    info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, ahead_ms, "claimed");
     ClaimEnd::Won {
         start,
         previous,

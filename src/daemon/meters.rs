@@ -118,7 +118,7 @@ impl JobMeters {
         })
     }
 
-    /// Tick-to-claim lateness.
+    /// Tick-to-start lateness.
     pub(super) fn lateness(&self) -> &Histogram {
         self.lateness.get_or_init(
             || metrics::histogram!(telemetry::TICK_LATENESS, "job" => self.job.clone()),

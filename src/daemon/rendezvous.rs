@@ -16,33 +16,52 @@ pub(super) const MAX_RANK_WAIT: usize = 3;
 /// the claim deadline (`LATE_MS` after the tick).
 const LONGEST_RANK_WAIT: Duration = Duration::from_millis(800);
 
-/// How long a replica of rank `rank` waits for the claim of a better-ranked
-/// one to be announced: `rank` steps of [`RANK_STEP`], or of twice the time
-/// this replica's own claims as the preferred one lately took from tick to
-/// answer when that is longer. Under load (Redis or the replicas busy) announcements come
-/// late, and a fixed step would have every replica claim every tick,
-/// which adds the load that made them late.
+/// How long a replica of rank `rank` waits after the tick for the claim of
+/// a better-ranked one to be announced: `rank` steps of [`RANK_STEP`], or
+/// of twice this replica's recent claim round trip as the preferred one
+/// when that is longer. Under load (Redis or the replicas busy)
+/// announcements come late, and a fixed step would have every replica
+/// claim every tick, which adds the load that made them late.
 pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {
     let step = RANK_STEP.max(Duration::from_millis(claim_latency_ms.saturating_mul(2)));
     let steps = u32::try_from(rank.min(MAX_RANK_WAIT)).unwrap_or(1);
     (step * steps).min(LONGEST_RANK_WAIT)
 }
 
-/// A moving average (7/8 old, 1/8 new) of how long this replica's claims
-/// as the preferred replica took from their tick to Redis's answer, in ms.
+/// The least a preferred replica claims ahead of its tick: a claim's round
+/// trip on a quiet machine, and the timer's whole-ms wake-up, fit in it.
+const MIN_LEAD: Duration = Duration::from_millis(3);
+
+/// The most a preferred replica claims ahead of its tick.
+const MAX_LEAD: Duration = Duration::from_millis(250);
+
+/// A moving average (7/8 old, 1/8 new) of the round trip of this replica's
+/// claims as the preferred replica (sent to answered), in µs: the load on
+/// the claim path, which sets how far ahead of a tick to claim it
+/// ([`ClaimLatency::lead`]) and how long the other ranks wait
+/// ([`rank_wait`]).
 #[derive(Default)]
 pub(super) struct ClaimLatency(std::sync::atomic::AtomicU64);
 
 impl ClaimLatency {
-    pub(super) fn observe(&self, ms: i64) {
-        let sample = u64::try_from(ms).unwrap_or(0);
+    pub(super) fn observe(&self, round_trip: Duration) {
+        let sample = u64::try_from(round_trip.as_micros()).unwrap_or(u64::MAX);
         let old = self.0.load(Ordering::Relaxed);
         self.0
             .store(old - old / 8 + sample / 8, Ordering::Relaxed);
     }
 
     pub(super) fn ms(&self) -> u64 {
-        self.0.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed) / 1000
+    }
+
+    /// How far ahead of a tick the preferred replica claims it: three
+    /// recent round trips (a burst of ticks at one instant queues its
+    /// claims behind each other), within [`MIN_LEAD`] and [`MAX_LEAD`].
+    /// Claiming ahead starts nothing early (`claim.lua`).
+    pub(super) fn lead(&self) -> Duration {
+        let average = Duration::from_micros(self.0.load(Ordering::Relaxed));
+        (average * 3).clamp(MIN_LEAD, MAX_LEAD)
     }
 }
 
@@ -128,9 +147,31 @@ mod tests {
         assert_eq!(rank_wait(9, 0), 3 * RANK_STEP);
         let latency = ClaimLatency::default();
         for _ in 0..64 {
-            latency.observe(400);
+            latency.observe(Duration::from_millis(400));
         }
-        assert!((300..=400).contains(&latency.ms()), "{}", latency.ms());
+        assert!((390..=400).contains(&latency.ms()), "{}", latency.ms());
+    }
+
+    #[test]
+    fn the_lead_follows_the_claim_round_trip_within_its_bounds() {
+        let latency = ClaimLatency::default();
+        assert_eq!(latency.lead(), MIN_LEAD, "no claim measured yet");
+        for _ in 0..64 {
+            latency.observe(Duration::from_micros(300));
+        }
+        assert_eq!(latency.lead(), MIN_LEAD, "a quiet machine's round trip");
+        for _ in 0..64 {
+            latency.observe(Duration::from_millis(20));
+        }
+        let lead = latency.lead();
+        assert!(
+            (Duration::from_millis(55)..=Duration::from_millis(60)).contains(&lead),
+            "three round trips of about 20 ms: {lead:?}"
+        );
+        for _ in 0..64 {
+            latency.observe(Duration::from_secs(2));
+        }
+        assert_eq!(latency.lead(), MAX_LEAD, "never more than the bound");
     }
 
     #[test]

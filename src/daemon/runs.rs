@@ -16,13 +16,16 @@ pub(super) struct RunStart {
     pub(super) trigger: Trigger,
     /// When the claim was sent: the lease is valid for `lease` from then.
     pub(super) valid_from: Instant,
+    /// A tick claimed ahead: not started before this instant, which is
+    /// the tick by Redis time (the lease holds meanwhile).
+    pub(super) not_before: Option<Instant>,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
 /// outcome is recorded or spooled (and starts the rerun the finish handed
 /// over, if any).
-pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> JoinHandle<()> {
-    let (stop_tx, stop_rx) = watch::channel(None);
+pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
+    let (stop_tx, mut stop_rx) = watch::channel(None);
     ctx.watchdog.send(watchdog::Command::Hold(LeaseHold {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
@@ -58,6 +61,22 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, start: RunStart) -> Join
     let job = job.clone();
     ctx.runs.spawn(async move {
         let ctx = ctx2;
+        if let Some(at) = start.not_before {
+            // Claimed ahead: wait for the tick. A stop meanwhile (lost
+            // lease, shutdown) ends the wait, and the run, unstarted.
+            tokio::select! {
+                () = sleep_until(at) => {}
+                Ok(()) = stop_rx.changed() => {}
+            }
+            start.started_ms = start.started_ms.max(ctx.clock.now_ms());
+        }
+        if matches!(start.trigger, Trigger::Schedule | Trigger::Misfire) {
+            let lateness_ms = start.started_ms - start.tick_ms;
+            ctx.meters
+                .job(&job.name)
+                .lateness()
+                .record(lateness_ms.max(0) as f64 / 1000.0);
+        }
         let result = task::execute(&*task, run, attempts, stop_rx).await;
         // Release before finishing, and wait for the watchdog to drop the
         // lease: a renewal racing the finish would see the lease gone.
@@ -252,6 +271,7 @@ fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant
         started_ms: rerun.started_ms,
         trigger: Trigger::Rerun,
         valid_from: sent,
+        not_before: None,
     }
 }
 

@@ -88,9 +88,13 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
             return;
         };
         let tick_ms = tick.timestamp_millis();
+        // Awake a little ahead of the tick: the preferred replica claims
+        // then, so that its run starts at the tick rather than a round trip
+        // after it, and the others hear of the claim before their turn.
+        let lead = ctx.claim_latency.lead();
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = sleep_until(ctx.clock.instant_at(tick_ms)) => {}
+            () = sleep_until(ctx.clock.instant_at(tick_ms) - lead) => {}
         }
         if ctx.clock.now_ms() - tick_ms > LATE_MS {
             // This replica was stalled (a pause, a long catch-up): the tick is
@@ -101,10 +105,11 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
         // Rendezvous: the preferred replica claims at once; the others wait
         // their turn and claim only if no claim was announced meanwhile, so
         // Redis sees about one claim per tick however many replicas run.
+        // Ranked now, not before the sleep: replicas come and go.
         let rank = ctx.rank(&job.name, tick_ms);
         if rank > 0 {
-            let turn = rank_wait(rank, ctx.claim_latency.ms());
-            if !pause(turn, &cancel).await {
+            let turn = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+            if !pause(turn.saturating_duration_since(Instant::now()), &cancel).await {
                 return;
             }
             if ctx.announced.covers(&job.name, tick_ms) {
@@ -114,13 +119,14 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
                 continue;
             }
         }
-        let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, &cancel)).await;
+        let lead = if rank == 0 { lead } else { Duration::ZERO };
+        let sent = Instant::now();
+        let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, lead, &cancel)).await;
         if rank == 0 {
             // Only the preferred replica's claims measure the load: the
-            // others' include their rendezvous wait, which would feed back
-            // into it (a dead preferred replica would stretch every
-            // takeover to the longest wait).
-            ctx.claim_latency.observe(ctx.clock.now_ms() - tick_ms);
+            // others' come when their turn does, and one that claims after
+            // a dead preferred replica must not stretch the next takeover.
+            ctx.claim_latency.observe(sent.elapsed());
         }
         match Box::pin(follow(&ctx, &job, tick_ms, end)).await {
             Next::Running(_) | Next::Done => cursor = Some(tick_ms),
@@ -160,7 +166,7 @@ pub(super) async fn catch_up(
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {
-        let end = claim(ctx, job, tick_ms, Trigger::Misfire, cancel).await;
+        let end = claim(ctx, job, tick_ms, Trigger::Misfire, Duration::ZERO, cancel).await;
         match follow(ctx, job, tick_ms, end).await {
             // run_all runs missed ticks one after another.
             Next::Running(run) if job.misfire == Misfire::RunAll => {
@@ -174,7 +180,7 @@ pub(super) async fn catch_up(
         }
     }
     for tick_ms in on_time {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, cancel).await;
+        let end = claim(ctx, job, tick_ms, Trigger::Schedule, Duration::ZERO, cancel).await;
         if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
             return None;
         }

@@ -163,6 +163,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     started_ms,
                     trigger: Trigger::Manual,
                     valid_from: sent,
+                    not_before: None,
                 },
             );
             ctx.heartbeat_now.notify_one();

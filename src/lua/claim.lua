@@ -1,6 +1,6 @@
 -- Claims tick ARGV[1] of one job for run id ARGV[2]. See DESIGN.md "The claim".
 -- KEYS: state, running, lease, runs
--- ARGV: tick_ms, run_id, lease_ms, overlap, replica, host, tolerance_ms, maxlen,
+-- ARGV: tick_ms, run_id, lease_ms, overlap, replica, host, lead_ms, maxlen,
 --       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
 --       recording skipped_overlap, for catch-up of missed ticks),
@@ -12,10 +12,16 @@
 --       heard, and remember: daemon/rendezvous.rs),
 --       deadline_ms (Redis time after which this claim must not take effect;
 --       -1: none)
+-- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
+-- Only a plain claim is made ahead: a paused job, or a run in flight that
+-- the overlap policy would skip or replace, answers `early` until the tick
+-- comes, so what is decided at the tick is decided at the tick. A claim
+-- made ahead starts nothing early: every `claimed` answer ends with Redis
+-- time, and the caller starts the run (tick - now) ms after the answer.
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
-local tolerance, maxlen = tonumber(ARGV[7]), ARGV[8]
+local lead, maxlen = tonumber(ARGV[7]), ARGV[8]
 local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
 local channel, job = ARGV[13], ARGV[14]
@@ -41,9 +47,10 @@ if mine then
   e.expires = now + lease_ms
   redis.call('HSET', running, run_id, cjson.encode(e))
   -- previous -2: unknown (the first attempt's answer had it).
-  return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2}
+  return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2, now}
 end
-if tick > now + tolerance then return {'early', tick - now} end
+if tick > now + lead then return {'early', tick - now} end
+local ahead = tick > now
 -- The job's state in one read. Every answer carries its fence, so each
 -- replica knows the highest fence handed out even for ticks it did not win.
 local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused')
@@ -70,6 +77,7 @@ if deadline >= 0 and now > deadline then return {'expired', now - tick} end
 local previous = stored
 
 if fields[3] == '1' then
+  if ahead then return {'early', tick - now} end
   redis.call('HSET', state, 'last_tick', tick)
   announce(current_fence)
   return {'paused', regressed, previous, current_fence}
@@ -77,6 +85,7 @@ end
 
 if overlap ~= 'allow' then
   local holder = redis.call('GET', lease)
+  if holder and ahead then return {'early', tick - now} end
   if holder and overlap == 'skip' then
     if wait_if_busy then return {'wait', redis.call('PTTL', lease)} end
     redis.call('HSET', state, 'last_tick', tick)
@@ -90,8 +99,9 @@ end
 
 -- Counted before this run's entry is added, which has not lapsed.
 local expired = count_expired(running, now)
+local started = math.max(now, tick)
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, trigger, 0, min_fence, now)
+  replica, host, trigger, 0, min_fence, now, started)
 redis.call('HSET', state, 'last_tick', tick)
 announce(fence)
-return {'claimed', fence, now, lease_key, expired, regressed, previous}
+return {'claimed', fence, started, lease_key, expired, regressed, previous, now}

@@ -29,5 +29,5 @@ if overlap == 'skip' then
   end
 end
 local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, 'manual', 0, min_fence, now)
+  replica, host, 'manual', 0, min_fence, now, now)
 return {'claimed', fence, now, lease_key}

@@ -97,13 +97,15 @@ local function next_fence(state, min_fence)
 end
 
 -- Starts a run: fence, running entry, lease. Returns fence, lease key.
+-- `started`: when the run starts by Redis time (now, or the tick when it
+-- is claimed ahead of it, see claim.lua); the lease counts from now.
 local function start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-                         replica, host, trigger, rerun, min_fence, now)
+                         replica, host, trigger, rerun, min_fence, now, started)
   local lease_key = lease
   if overlap == 'allow' then lease_key = lease .. ':' .. run_id end
   local fence = next_fence(state, min_fence)
   redis.call('HSET', running, run_id, cjson.encode({
-    tick = tick, fence = fence, replica = replica, host = host, started = now,
+    tick = tick, fence = fence, replica = replica, host = host, started = started,
     expires = now + lease_ms, lease_key = lease_key, trigger = trigger, rerun = rerun,
   }))
   redis.call('SET', lease_key, run_id, 'PX', lease_ms)
@@ -127,7 +129,7 @@ local function take_rerun(state, running, lease, reruns, lease_ms, overlap, repl
   if oldest == nil then return nil end
   redis.call('HDEL', reruns, oldest_key)
   local fence, lease_key = start_run(state, running, lease, run_id, oldest, lease_ms, overlap,
-    replica, host, 'rerun', 1, min_fence, now)
+    replica, host, 'rerun', 1, min_fence, now, now)
   return {oldest, fence, lease_key, now}
 end
 

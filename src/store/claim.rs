@@ -7,11 +7,6 @@ use redis::Value;
 
 use super::*;
 
-/// How far ahead of Redis time a tick may be and still be claimed. Zero: no
-/// run ever starts before its tick by Redis time; a replica that wakes a
-/// millisecond early pays one more round trip.
-pub const EARLY_TOLERANCE_MS: i64 = 0;
-
 /// Everything the claim script needs to know.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
@@ -23,6 +18,10 @@ pub struct ClaimRequest<'a> {
     pub min_tick: i64,
     pub trigger: Trigger,
     pub when_busy: WhenBusy,
+    /// How far ahead of its tick (by Redis time) the tick may be claimed,
+    /// in ms; 0: not before the tick. Claimed ahead, the run still starts
+    /// at the tick: [`ClaimReply::Claimed`] says when.
+    pub lead_ms: i64,
     /// Redis time after which the claim must take no effect: an attempt
     /// that reaches Redis later (it sat in a paused server or a slow
     /// network after its caller stopped waiting) answers `Expired`.
@@ -46,8 +45,13 @@ pub enum ClaimReply {
     /// We hold the tick: run it under this fence.
     Claimed {
         fence: u64,
-        /// Redis time of the claim.
+        /// When the run starts by Redis time: the claim's time, or the
+        /// tick when it was claimed ahead of it.
         started_ms: i64,
+        /// Redis time of this answer: a run claimed ahead starts
+        /// `started_ms - redis_now_ms` after the answer arrived, so never
+        /// before its tick by Redis time, whatever the local clock says.
+        redis_now_ms: i64,
         lease_key: String,
         /// Runs of this job in flight whose lease lapsed: a sweep is due.
         expired: u32,
@@ -108,6 +112,7 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             regressed: r.flag(5),
             previous: r.int_or(6, -1),
             acked: None,
+            redis_now_ms: r.int(7)?,
         },
         "early" => ClaimReply::Early { ms: r.int(1)? },
         "taken" => ClaimReply::Taken {
@@ -193,10 +198,12 @@ impl ClaimReply {
                     regressed,
                     previous,
                     acked,
+                    redis_now_ms,
                 },
                 ClaimReply::Claimed {
                     fence: f,
                     started_ms: s,
+                    redis_now_ms: n,
                     expired: e,
                     regressed: r,
                     previous: p,
@@ -210,6 +217,8 @@ impl ClaimReply {
                 regressed: regressed || r,
                 previous: previous.max(p),
                 acked,
+                // The earliest master's time: the longest wait to the tick.
+                redis_now_ms: redis_now_ms.min(n),
             },
             (
                 ClaimReply::Taken {
@@ -457,7 +466,7 @@ impl Store {
             .arg(request.claimant.overlap.as_str())
             .arg(request.claimant.replica)
             .arg(request.claimant.host)
-            .arg(EARLY_TOLERANCE_MS)
+            .arg(request.lead_ms)
             .arg(request.claimant.history)
             .arg(request.min_tick)
             .arg(request.claimant.min_fence)

@@ -46,6 +46,7 @@ fn request<'a>(job: &'a str, run_id: &'a str, tick_ms: i64) -> ClaimRequest<'a> 
         trigger: Trigger::Schedule,
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
+        lead_ms: 0,
     }
 }
 

@@ -60,6 +60,7 @@ async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outco
         trigger: Trigger::Schedule,
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
+        lead_ms: 0,
     };
     let reply = store.claim(&request).await.expect("claim");
     let ClaimReply::Claimed {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, Outcome, RedisServer, current_by_tick, probe_job, starts, wait_until,
+    Cluster, Outcome, RedisServer, current_by_tick, probe_job, start_times, starts, wait_until,
 };
 
 #[test]
@@ -63,6 +63,22 @@ fn three_replicas_run_every_tick_exactly_once() {
     // The runs were shared: more than one replica won ticks.
     let winners: BTreeSet<&str> = current.values().map(Outcome::replica).collect();
     assert!(!winners.is_empty());
+    // The preferred replica claims ahead of the tick (`ahead_ms` in the
+    // claim's log line), yet no run started before its tick: Redis runs on
+    // this machine, so the local clock the probe reads is Redis's.
+    assert!(
+        logs.lines().any(|line| line.contains("claimed")
+            && line.contains("ahead_ms=")
+            && !line.contains("ahead_ms=0")),
+        "no claim was made ahead of its tick\n{logs}"
+    );
+    for (tick, started) in start_times(&file) {
+        assert!(
+            started >= tick,
+            "a run started {} ms before its tick {tick}\n{logs}",
+            tick - started
+        );
+    }
 }
 
 #[test]

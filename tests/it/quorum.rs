@@ -78,6 +78,7 @@ fn request(run_id: &str, tick_ms: i64) -> ClaimRequest<'_> {
         trigger: Trigger::Schedule,
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
+        lead_ms: 0,
     }
 }
 
