@@ -92,9 +92,10 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
         // then, so that its run starts at the tick rather than a round trip
         // after it, and the others hear of the claim before their turn.
         let lead = ctx.claim_latency.lead();
+        let wake = ctx.clock.instant_at(tick_ms) - lead;
         tokio::select! {
             () = cancel.cancelled() => return,
-            () = sleep_until(ctx.clock.instant_at(tick_ms) - lead) => {}
+            () = sleep_until(wake) => {}
         }
         if ctx.clock.now_ms() - tick_ms > LATE_MS {
             // This replica was stalled (a pause, a long catch-up): the tick is
@@ -120,13 +121,12 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
             }
         }
         let lead = if rank == 0 { lead } else { Duration::ZERO };
-        let sent = Instant::now();
         let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, lead, &cancel)).await;
         if rank == 0 {
             // Only the preferred replica's claims measure the load: the
             // others' come when their turn does, and one that claims after
             // a dead preferred replica must not stretch the next takeover.
-            ctx.claim_latency.observe(sent.elapsed());
+            ctx.claim_latency.observe(wake.elapsed());
         }
         match Box::pin(follow(&ctx, &job, tick_ms, end)).await {
             Next::Running(_) | Next::Done => cursor = Some(tick_ms),
