@@ -205,13 +205,14 @@ fn answer(
             regressed,
             previous,
             acked,
-            redis_now_ms,
+            redis_now_us,
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             // Claimed ahead of the tick: the run starts when Redis time
             // reaches it, counted from this answer (which left Redis at
-            // `redis_now_ms`), so never early, whatever the local clock.
-            let ahead = u64::try_from(started_ms.saturating_sub(redis_now_ms)).unwrap_or(0);
+            // `redis_now_us`), so never early, whatever the local clock.
+            let ahead = u64::try_from(started_ms.saturating_mul(1000).saturating_sub(redis_now_us))
+                .unwrap_or(0);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -220,7 +221,7 @@ fn answer(
                 started_ms,
                 trigger,
                 valid_from: sent,
-                not_before: (ahead > 0).then(|| Instant::now() + Duration::from_millis(ahead)),
+                not_before: (ahead > 0).then(|| Instant::now() + Duration::from_micros(ahead)),
             };
             let facts = WonFacts {
                 acked,

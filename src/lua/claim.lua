@@ -17,7 +17,7 @@
 -- the overlap policy would skip or replace, answers `early` until the tick
 -- comes, so what is decided at the tick is decided at the tick. A claim
 -- made ahead starts nothing early: every `claimed` answer ends with Redis
--- time, and the caller starts the run (tick - now) ms after the answer.
+-- time in µs, and the caller starts the run (tick - now) after the answer.
 local state, running, lease, runs = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
@@ -30,7 +30,7 @@ local function announce(fence)
   redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
 
-local now = now_ms()
+local now, now_us = clock()
 -- A retry after an ambiguous reply: the first attempt may have won. The
 -- claim holds only while its lease does: the lease is renewed from now, so
 -- the caller's watchdog may count it from when it sent this retry.
@@ -47,7 +47,7 @@ if mine then
   e.expires = now + lease_ms
   redis.call('HSET', running, run_id, cjson.encode(e))
   -- previous -2: unknown (the first attempt's answer had it).
-  return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2, now}
+  return {'claimed', e.fence, e.started, e.lease_key, 0, 0, -2, now_us}
 end
 if tick > now + lead then return {'early', tick - now} end
 local ahead = tick > now
@@ -104,4 +104,4 @@ local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms
   replica, host, trigger, 0, min_fence, now, started)
 redis.call('HSET', state, 'last_tick', tick)
 announce(fence)
-return {'claimed', fence, started, lease_key, expired, regressed, previous, now}
+return {'claimed', fence, started, lease_key, expired, regressed, previous, now_us}

@@ -2,9 +2,16 @@
 -- the hash tag {job}, so a script touches one Redis Cluster slot.
 
 -- Redis server time in ms: the one clock all replicas agree on.
-local function now_ms()
+-- Redis time in ms, and in µs.
+local function clock()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+local function now_ms()
+  local ms = clock()
+  return ms
 end
 
 -- Appends one outcome to the job's stream and, unless it is stale, makes it

@@ -48,10 +48,11 @@ pub enum ClaimReply {
         /// When the run starts by Redis time: the claim's time, or the
         /// tick when it was claimed ahead of it.
         started_ms: i64,
-        /// Redis time of this answer: a run claimed ahead starts
-        /// `started_ms - redis_now_ms` after the answer arrived, so never
-        /// before its tick by Redis time, whatever the local clock says.
-        redis_now_ms: i64,
+        /// Redis time of this answer, in µs: a run claimed ahead starts
+        /// `started_ms` (in µs) `- redis_now_us` after the answer arrived,
+        /// so never before its tick by Redis time, whatever the local
+        /// clock says.
+        redis_now_us: i64,
         lease_key: String,
         /// Runs of this job in flight whose lease lapsed: a sweep is due.
         expired: u32,
@@ -112,7 +113,7 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             regressed: r.flag(5),
             previous: r.int_or(6, -1),
             acked: None,
-            redis_now_ms: r.int(7)?,
+            redis_now_us: r.int(7)?,
         },
         "early" => ClaimReply::Early { ms: r.int(1)? },
         "taken" => ClaimReply::Taken {
@@ -198,12 +199,12 @@ impl ClaimReply {
                     regressed,
                     previous,
                     acked,
-                    redis_now_ms,
+                    redis_now_us,
                 },
                 ClaimReply::Claimed {
                     fence: f,
                     started_ms: s,
-                    redis_now_ms: n,
+                    redis_now_us: n,
                     expired: e,
                     regressed: r,
                     previous: p,
@@ -218,7 +219,7 @@ impl ClaimReply {
                 previous: previous.max(p),
                 acked,
                 // The earliest master's time: the longest wait to the tick.
-                redis_now_ms: redis_now_ms.min(n),
+                redis_now_us: redis_now_us.min(n),
             },
             (
                 ClaimReply::Taken {

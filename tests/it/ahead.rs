@@ -88,14 +88,14 @@ fn a_plain_claim_is_made_ahead_and_says_when_its_run_starts() {
             Ok(ClaimReply::Claimed {
                 fence,
                 started_ms,
-                redis_now_ms,
+                redis_now_us,
                 ..
             }) => {
                 assert_eq!(fence, 1);
                 assert_eq!(started_ms, tick, "a run claimed ahead starts at its tick");
                 assert!(
-                    redis_now_ms < tick && redis_now_ms >= now,
-                    "the answer's Redis time {redis_now_ms} is the claim's (before the tick {tick})"
+                    redis_now_us < tick * 1000 && redis_now_us >= now * 1000,
+                    "the answer's Redis time {redis_now_us} µs is the claim's (before the tick {tick} ms)"
                 );
             }
             other => panic!("a tick within the lead: expected claimed, got {other:?}"),

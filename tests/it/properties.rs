@@ -353,7 +353,7 @@ proptest! {
         expired in any::<u32>(),
         regressed in any::<bool>(),
         previous in any::<i64>(),
-        redis_now_ms in any::<i64>(),
+        redis_now_us in any::<i64>(),
     ) {
         let reply = Value::Array(vec![
             bulk("claimed"),
@@ -363,7 +363,7 @@ proptest! {
             Value::Int(i64::from(expired)),
             Value::Int(i64::from(regressed)),
             Value::Int(previous),
-            Value::Int(redis_now_ms),
+            Value::Int(redis_now_us),
         ]);
         prop_assert_eq!(
             fuzzing::claim(reply).unwrap(),
@@ -375,7 +375,7 @@ proptest! {
                 regressed,
                 previous,
                 acked: None,
-                redis_now_ms,
+                redis_now_us,
             }
         );
     }
