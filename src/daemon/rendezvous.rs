@@ -34,7 +34,7 @@ pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {
 const MIN_LEAD: Duration = Duration::from_millis(3);
 
 /// The most a preferred replica claims ahead of its tick.
-const MAX_LEAD: Duration = Duration::from_millis(250);
+const MAX_LEAD: Duration = Duration::from_millis(500);
 
 /// How fast the slowest recent claim is forgotten: its weight halves
 /// every this long.
