@@ -262,6 +262,15 @@ impl Node {
         if let Some(conn) = self.conn.get() {
             return Ok(conn.clone());
         }
+        // Boxed: connecting is rare and its future is ~3.9 KB, which every
+        // claim's and finish's future would otherwise carry while it waits
+        // (thousands at once under load).
+        Box::pin(self.connect()).await
+    }
+
+    /// Makes the shared connection, unless the last attempt failed less
+    /// than [`RECONNECT_PAUSE`] ago.
+    async fn connect(&self) -> Result<Conn, StoreError> {
         let refused = || StoreError::Connect {
             url: self.name.clone(),
             source: redis::RedisError::from(std::io::Error::new(
