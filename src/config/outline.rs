@@ -248,7 +248,6 @@ mod tests {
             "[jobs.\"a.b\"]\n",
             "[jobs.a]\n[jobs.b]\n[jobs.a.env]\n",
             "[redis]\n[jobs.a]\n[redis.tls]\n",
-            "[jobs.a]\n[jobs.a]\n",
             "[jobs.a]\nx = [1,\n",
             "[jobs.a]\nx = 1]\n",
             "[jobs.a\n",
@@ -282,6 +281,10 @@ mod tests {
             panic!("env is a table");
         };
         assert_eq!(&text[get(env, "K").span()], "\"v\"");
-        assert_eq!(parse_piece(text, 0..12), None, "a cut through a string");
+        assert!(parse_piece(text, 0..12).is_none(), "a cut through a string");
+        // A table defined twice in a row is one piece, which does not parse.
+        let twice = "[jobs.a]\n[jobs.a]\n";
+        let pieces = super::outline(twice).expect("one piece");
+        assert!(parse_piece(twice, pieces.jobs[0].1.clone()).is_none());
     }
 }
