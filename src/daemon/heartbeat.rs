@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::store::Epoch;
+use serde::de::IgnoredAny;
 
 /// The heartbeat reads Redis time (for the clock offset) every this many
 /// beats.
@@ -139,19 +140,20 @@ fn note_epochs(ctx: &Ctx, beats: &mut Beats, epochs: &[Epoch]) {
     }
 }
 
-/// The other replicas' records; unreadable ones are named once and taken
-/// as absent.
+/// The other replicas' records, without their definition hashes (which
+/// only `status` reads); unreadable ones are named once and taken as
+/// absent.
 fn read_others<'r>(
     ctx: &Ctx,
     beats: &mut Beats,
     replicas: &'r [(String, String)],
-) -> Vec<(&'r str, Heartbeat)> {
+) -> Vec<(&'r str, Heartbeat<IgnoredAny>)> {
     let mut others = Vec::with_capacity(replicas.len());
     for (id, raw) in replicas {
         if *id == ctx.identity.replica {
             continue;
         }
-        match Heartbeat::parse(raw) {
+        match Heartbeat::parse_without_hashes(raw) {
             Ok(record) => others.push((id.as_str(), record)),
             Err(e) => {
                 if beats.unreadable.insert(id.clone()) {
@@ -167,7 +169,12 @@ fn read_others<'r>(
 /// every heartbeat for a while (a lease renewed just before it died expires
 /// up to a lease later); after that it is just history, and after
 /// [`REPLICA_FORGET_AFTER`] it is forgotten.
-async fn tend_silent(ctx: &Arc<Ctx>, replica: &str, record: &Heartbeat, server_ms: i64) {
+async fn tend_silent(
+    ctx: &Arc<Ctx>,
+    replica: &str,
+    record: &Heartbeat<IgnoredAny>,
+    server_ms: i64,
+) {
     let silent_for = record.silent_for_ms(server_ms);
     if silent_for > REPLICA_FORGET_AFTER.as_millis() as i64 {
         match ctx.store.forget_replica(replica, record.last_seen_ms).await {
