@@ -11,11 +11,18 @@
 
 use std::collections::BTreeMap;
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 
 /// What a replica's heartbeat says about it (the JSON in `<prefix>:replicas`).
+///
+/// `H` is what is kept of its definition hashes: all of them
+/// (`BTreeMap<String, String>`, for `status` and the dashboard), or
+/// nothing ([`IgnoredAny`], [`Heartbeat::parse_without_hashes`]) for the
+/// daemon, which reads every replica's record at every heartbeat and needs
+/// only liveness and runs: with 100,000 jobs each record's map is ~12 MB.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Heartbeat {
+pub struct Heartbeat<H = BTreeMap<String, String>> {
     pub host: String,
     pub pid: u64,
     pub version: String,
@@ -31,7 +38,7 @@ pub struct Heartbeat {
     pub lease_ms: i64,
     /// Per job: the hash of its definition on that replica (drift).
     #[serde(default)]
-    pub config_hash: BTreeMap<String, String>,
+    pub config_hash: H,
     /// Its runs in flight.
     #[serde(default)]
     pub runs: Vec<RunInFlight>,
@@ -70,7 +77,16 @@ impl Heartbeat {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a heartbeat is strings, numbers and maps of them")
     }
+}
 
+impl Heartbeat<IgnoredAny> {
+    /// Reads a record from its JSON, skipping its definition hashes.
+    pub fn parse_without_hashes(raw: &str) -> Result<Heartbeat<IgnoredAny>, serde_json::Error> {
+        serde_json::from_str(raw)
+    }
+}
+
+impl<H> Heartbeat<H> {
     /// How long the replica may be silent and still count as alive: three
     /// heartbeats, or its lease if that is longer (a run it holds is valid
     /// for that long). Saturating: a record is read from Redis, where any
@@ -110,8 +126,60 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_record_read_without_hashes_keeps_everything_else() {
+        let record = Heartbeat {
+            host: "h".into(),
+            pid: 7,
+            version: "0.1.0".into(),
+            started_ms: 1,
+            last_seen_ms: 2,
+            heartbeat_ms: 3,
+            lease_ms: 4,
+            config_hash: BTreeMap::from([("draw".to_string(), "abc".to_string())]),
+            runs: vec![RunInFlight {
+                job: "draw".into(),
+                run_id: "r".into(),
+                tick_ms: 5,
+                fence: 6,
+            }],
+            containment: Some("cgroup".into()),
+        };
+        let json = record.to_json();
+        let full = Heartbeat::parse(&json).expect("a record");
+        let light = Heartbeat::parse_without_hashes(&json).expect("a record");
+        assert_eq!(full, record);
+        let Heartbeat {
+            config_hash: IgnoredAny,
+            host,
+            pid,
+            version,
+            started_ms,
+            last_seen_ms,
+            heartbeat_ms,
+            lease_ms,
+            runs,
+            containment,
+        } = light;
+        assert_eq!(
+            Heartbeat {
+                host,
+                pid,
+                version,
+                started_ms,
+                last_seen_ms,
+                heartbeat_ms,
+                lease_ms,
+                config_hash: record.config_hash.clone(),
+                runs,
+                containment,
+            },
+            record
+        );
+    }
+
+    #[test]
     fn liveness_is_three_heartbeats_or_the_lease() {
-        let beat = |heartbeat_ms, lease_ms| Heartbeat {
+        let beat = |heartbeat_ms, lease_ms| Heartbeat::<BTreeMap<String, String>> {
             host: "h".into(),
             pid: 1,
             version: "0".into(),

@@ -36,7 +36,16 @@ pub(super) struct Checker<'a> {
     pub(super) schedules: HashMap<ScheduleKey, Schedule>,
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    /// A checker of `text` with no problem yet.
+    pub(super) fn new(text: &'a str) -> Checker<'a> {
+        Checker {
+            text,
+            problems: Vec::new(),
+            schedules: HashMap::new(),
+        }
+    }
+
     /// [`Schedule::parse`], once per distinct expression and zone.
     pub(super) fn schedule(
         &mut self,

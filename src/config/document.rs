@@ -2,7 +2,9 @@
 //! sections, and the jobs table, each section handed to its validator and
 //! every problem collected on the way ([`Config::load`], [`Config::parse`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::Path;
 
 use toml::Spanned;
@@ -12,6 +14,7 @@ use super::checker::{Checker, is_name};
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
 use super::job::{RawJob, validate_job};
+use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
 use super::{Config, ConfigError, Job, OnHolderLost, Problem, RedisConfig, Topology, duplicates};
 
@@ -45,12 +48,19 @@ impl Config {
         path: &Path,
         source: Source,
     ) -> Result<Config, ConfigError> {
-        let mut checker = Checker {
-            text,
-            problems: Vec::new(),
-            schedules: HashMap::new(),
+        let mut checker = Checker::new(text);
+        // A plain document is parsed a job at a time (`outline`); any other,
+        // and one whose pieces do not all parse, whole.
+        let config = match outline::outline(text) {
+            Some(outline) => match parse_outline(&mut checker, outline, path, source) {
+                Ok(config) => config,
+                Err(ParseWhole) => {
+                    checker = Checker::new(text);
+                    parse_document(&mut checker, path, source)
+                }
+            },
+            None => parse_document(&mut checker, path, source),
         };
-        let config = parse_document(&mut checker, path, source);
         let mut problems = checker.problems;
         match config {
             Some(config) if problems.is_empty() => Ok(config),
@@ -75,6 +85,43 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, source: Source) -> Opt
         return None;
     }
     let sections = read_sections(checker, root.into_inner());
+    // Only pieces can fail to parse, and the whole document has none.
+    validate_sections(checker, sections, path, source).unwrap_or(None)
+}
+
+/// A plain document ([`outline::outline`]), a piece at a time: the
+/// sections first, then each job parsed when its turn comes. Err when a
+/// piece does not parse: the whole document is then parsed instead, for
+/// its problems.
+fn parse_outline(
+    checker: &mut Checker<'_>,
+    outline: Outline<'_>,
+    path: &Path,
+    source: Source,
+) -> Result<Option<Config>, ParseWhole> {
+    let mut root = DeTable::new();
+    for range in outline.sections {
+        // Pieces of distinct sections: their keys never meet.
+        root.extend(outline::parse_piece(checker.text, range).ok_or(ParseWhole)?);
+    }
+    let mut sections = read_sections(checker, root);
+    if !outline.jobs.is_empty() {
+        sections.saw_jobs = true;
+        sections.jobs = Some(Jobs::Pieces(outline.jobs));
+    }
+    validate_sections(checker, sections, path, source)
+}
+
+/// A piece of a plain document did not parse: parse the document whole.
+struct ParseWhole;
+
+/// The sections read from the document, each validated, then the jobs.
+fn validate_sections(
+    checker: &mut Checker<'_>,
+    sections: Sections<'_>,
+    path: &Path,
+    source: Source,
+) -> Result<Option<Config>, ParseWhole> {
     let redis = match sections.redis {
         None => {
             checker.problem(
@@ -100,13 +147,19 @@ fn parse_document(checker: &mut Checker<'_>, path: &Path, source: Source) -> Opt
         );
     }
     let base_dir = environment::config_dir(path);
-    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir, source);
-    Some(Config {
+    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir, source)?;
+    Ok(Some(Config {
         source: path.to_path_buf(),
-        redis: redis?,
-        daemon: daemon?,
+        redis: match redis {
+            Some(redis) => redis,
+            None => return Ok(None),
+        },
+        daemon: match daemon {
+            Some(daemon) => daemon,
+            None => return Ok(None),
+        },
         jobs,
-    })
+    }))
 }
 
 /// Where a job table comes from, which says what its jobs are.
@@ -145,10 +198,19 @@ struct Sections<'i> {
     daemon: Option<Option<RawDaemon>>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
-    /// The `jobs` table as parsed: each job is read and validated in turn
-    /// and its part of the document dropped, so a table of 100,000 jobs
-    /// is never in memory three times over (document, raw, validated).
-    jobs: Option<Spanned<DeValue<'i>>>,
+    /// The jobs, each read and validated in turn and its part of the
+    /// document dropped, so a table of 100,000 jobs is never in memory
+    /// three times over (document, raw, validated).
+    jobs: Option<Jobs<'i>>,
+}
+
+/// The `jobs` of a document.
+enum Jobs<'i> {
+    /// As the whole document's parse has it.
+    Parsed(Spanned<DeValue<'i>>),
+    /// Each job's name and piece of the document, by name (see
+    /// [`outline`]), parsed only when validated.
+    Pieces(Vec<(&'i str, Range<usize>)>),
 }
 
 /// Deserializes `[redis]`, `[daemon]` and each `[jobs.<name>]` on its own;
@@ -170,7 +232,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
             }
             "jobs" => {
                 sections.saw_jobs = true;
-                sections.jobs = Some(value);
+                sections.jobs = Some(Jobs::Parsed(value));
             }
             other => checker.problem(
                 Some(key.span()),
@@ -185,56 +247,86 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
 
 /// Each job's name and definition, and what the deployment rules out for
 /// it (`on_holder_lost = "rerun"` with a quorum). Invalid jobs are left
-/// out (their problems are recorded).
+/// out (their problems are recorded). Err when a job's piece does not
+/// parse.
 fn validate_jobs(
     checker: &mut Checker<'_>,
-    table: Option<Spanned<DeValue<'_>>>,
+    jobs: Option<Jobs<'_>>,
     redis: Option<&RedisConfig>,
     base_dir: &Path,
     source: Source,
-) -> BTreeMap<String, Job> {
-    let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
-    let mut jobs = BTreeMap::new();
-    let Some(table) = table else {
-        return jobs;
-    };
-    let span = table.span();
-    let DeValue::Table(table) = table.into_inner() else {
-        checker.problem(
-            Some(span),
-            Some("jobs"),
-            None,
-            "expected a table of jobs: [jobs.<name>]".into(),
-        );
-        return jobs;
-    };
-    for (name, raw) in table {
-        let (name_span, name) = (name.span(), name.into_inner().into_owned());
-        let section = format!("jobs.{name}");
-        let raw = checker.deserialize_table::<RawJob>(&section, &raw);
-        if !is_name(&name, 128) {
-            checker.problem(
-                Some(name_span.clone()),
-                Some(&section),
-                None,
-                format!(
-                    "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
-                ),
-            );
-        }
-        if let Some(job) =
-            raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir, source))
-        {
-            if quorum && job.on_holder_lost == OnHolderLost::Rerun {
-                checker.problem(
-                    Some(name_span),
-                    Some(&section),
-                    Some("on_holder_lost"),
-                    "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
-                );
+) -> Result<BTreeMap<String, Job>, ParseWhole> {
+    let mut validated = BTreeMap::new();
+    let mut each = |checker: &mut Checker<'_>, table: DeTable<'_>| {
+        for (name, raw) in table {
+            if let Some((name, job)) = validate_entry(checker, name, &raw, redis, base_dir, source)
+            {
+                validated.insert(name, job);
             }
-            jobs.insert(name, job);
+        }
+    };
+    match jobs {
+        None => {}
+        Some(Jobs::Parsed(table)) => {
+            let span = table.span();
+            match table.into_inner() {
+                DeValue::Table(table) => each(checker, table),
+                _ => checker.problem(
+                    Some(span),
+                    Some("jobs"),
+                    None,
+                    "expected a table of jobs: [jobs.<name>]".into(),
+                ),
+            }
+        }
+        Some(Jobs::Pieces(pieces)) => {
+            let text = checker.text;
+            for (_, range) in pieces {
+                let piece = outline::parse_piece(text, range).ok_or(ParseWhole)?;
+                for (_, jobs) in piece {
+                    // A job's piece holds `jobs`, a table of that one job.
+                    let DeValue::Table(table) = jobs.into_inner() else {
+                        return Err(ParseWhole);
+                    };
+                    each(checker, table);
+                }
+            }
         }
     }
-    jobs
+    Ok(validated)
+}
+
+/// One `[jobs.<name>]`: its name checked and its table validated.
+fn validate_entry(
+    checker: &mut Checker<'_>,
+    name: Spanned<Cow<'_, str>>,
+    raw: &Spanned<DeValue<'_>>,
+    redis: Option<&RedisConfig>,
+    base_dir: &Path,
+    source: Source,
+) -> Option<(String, Job)> {
+    let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
+    let (name_span, name) = (name.span(), name.into_inner().into_owned());
+    let section = format!("jobs.{name}");
+    let raw = checker.deserialize_table::<RawJob>(&section, raw);
+    if !is_name(&name, 128) {
+        checker.problem(
+            Some(name_span.clone()),
+            Some(&section),
+            None,
+            format!(
+                "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
+            ),
+        );
+    }
+    let job = raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir, source))?;
+    if quorum && job.on_holder_lost == OnHolderLost::Rerun {
+        checker.problem(
+            Some(name_span),
+            Some(&section),
+            Some("on_holder_lost"),
+            "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
+        );
+    }
+    Some((name, job))
 }

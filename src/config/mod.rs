@@ -39,6 +39,7 @@ mod duplicates;
 mod environment;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
+mod outline;
 mod redis_section;
 
 pub use checker::{parse_duration, redact_url};

@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::store::Epoch;
+use serde::de::IgnoredAny;
 
 /// The heartbeat reads Redis time (for the clock offset) every this many
 /// beats.
@@ -95,18 +96,16 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
 async fn own_record(ctx: &Ctx, beats: &mut Beats) -> String {
     let runs = ctx.watchdog.list().await;
     let table = ctx.jobs.borrow().clone();
-    let config_hash = match &beats.hashes {
-        Some((hashed, hashes)) if Arc::ptr_eq(hashed, &table) => hashes.clone(),
-        _ => {
-            let hashes: BTreeMap<String, String> = table
-                .values()
-                .map(|job| (job.name.clone(), job.definition_hash()))
-                .collect();
-            beats.hashes = Some((table, hashes.clone()));
-            hashes
-        }
+    // The hashes move into the record and back: with 100,000 jobs a copy
+    // per beat would be ~7 MB allocated and freed every heartbeat.
+    let config_hash = match beats.hashes.take() {
+        Some((hashed, hashes)) if Arc::ptr_eq(&hashed, &table) => hashes,
+        _ => table
+            .values()
+            .map(|job| (job.name.clone(), job.definition_hash()))
+            .collect(),
     };
-    Heartbeat {
+    let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),
         version: env!("CARGO_PKG_VERSION").to_string(),
@@ -117,8 +116,10 @@ async fn own_record(ctx: &Ctx, beats: &mut Beats) -> String {
         config_hash,
         runs,
         containment: ctx.containment_name().map(str::to_string),
-    }
-    .to_json()
+    };
+    let json = record.to_json();
+    beats.hashes = Some((table, record.config_hash));
+    json
 }
 
 fn own_heartbeat_ms(ctx: &Ctx) -> i64 {
@@ -139,19 +140,20 @@ fn note_epochs(ctx: &Ctx, beats: &mut Beats, epochs: &[Epoch]) {
     }
 }
 
-/// The other replicas' records; unreadable ones are named once and taken
-/// as absent.
+/// The other replicas' records, without their definition hashes (which
+/// only `status` reads); unreadable ones are named once and taken as
+/// absent.
 fn read_others<'r>(
     ctx: &Ctx,
     beats: &mut Beats,
     replicas: &'r [(String, String)],
-) -> Vec<(&'r str, Heartbeat)> {
+) -> Vec<(&'r str, Heartbeat<IgnoredAny>)> {
     let mut others = Vec::with_capacity(replicas.len());
     for (id, raw) in replicas {
         if *id == ctx.identity.replica {
             continue;
         }
-        match Heartbeat::parse(raw) {
+        match Heartbeat::parse_without_hashes(raw) {
             Ok(record) => others.push((id.as_str(), record)),
             Err(e) => {
                 if beats.unreadable.insert(id.clone()) {
@@ -167,7 +169,12 @@ fn read_others<'r>(
 /// every heartbeat for a while (a lease renewed just before it died expires
 /// up to a lease later); after that it is just history, and after
 /// [`REPLICA_FORGET_AFTER`] it is forgotten.
-async fn tend_silent(ctx: &Arc<Ctx>, replica: &str, record: &Heartbeat, server_ms: i64) {
+async fn tend_silent(
+    ctx: &Arc<Ctx>,
+    replica: &str,
+    record: &Heartbeat<IgnoredAny>,
+    server_ms: i64,
+) {
     let silent_for = record.silent_for_ms(server_ms);
     if silent_for > REPLICA_FORGET_AFTER.as_millis() as i64 {
         match ctx.store.forget_replica(replica, record.last_seen_ms).await {

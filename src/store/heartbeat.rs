@@ -92,7 +92,7 @@ impl Store {
             replicas: Vec::new(),
         };
         let last_seen = |raw: &str| {
-            Heartbeat::parse(raw)
+            Heartbeat::parse_without_hashes(raw)
                 .map(|record| record.last_seen_ms)
                 .unwrap_or(i64::MIN)
         };
