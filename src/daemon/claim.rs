@@ -211,8 +211,11 @@ fn answer(
             // Claimed ahead of the tick: the run starts when Redis time
             // reaches it, counted from this answer (which left Redis at
             // `redis_now_us`), so never early, whatever the local clock.
+            // At most a second, whatever the reply says (the script claims
+            // at most the lead ahead).
             let ahead = u64::try_from(started_ms.saturating_mul(1000).saturating_sub(redis_now_us))
-                .unwrap_or(0);
+                .unwrap_or(0)
+                .min(1_000_000);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),

@@ -19,8 +19,8 @@ const LONGEST_RANK_WAIT: Duration = Duration::from_millis(800);
 
 /// How long a replica of rank `rank` waits after the tick for the claim of
 /// a better-ranked one to be announced: `rank` steps of [`RANK_STEP`], or
-/// of twice this replica's recent claim round trip as the preferred one
-/// when that is longer. Under load (Redis or the replicas busy)
+/// of twice this replica's average claim time as the preferred one
+/// (wake-up to answer, [`ClaimLatency`]) when that is longer. Under load (Redis or the replicas busy)
 /// announcements come late, and a fixed step would have every replica
 /// claim every tick, which adds the load that made them late.
 pub(super) fn rank_wait(rank: usize, claim_latency_ms: u64) -> Duration {

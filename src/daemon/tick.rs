@@ -92,7 +92,8 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
         // then, so that its run starts at the tick rather than a round trip
         // after it, and the others hear of the claim before their turn.
         let lead = ctx.claim_latency.lead();
-        let wake = ctx.clock.instant_at(tick_ms) - lead;
+        let at_tick = ctx.clock.instant_at(tick_ms);
+        let wake = at_tick.checked_sub(lead).unwrap_or(at_tick);
         tokio::select! {
             () = cancel.cancelled() => return,
             () = sleep_until(wake) => {}
