@@ -44,9 +44,34 @@ pub(super) enum ClaimEnd {
     Cancelled,
 }
 
+/// Whether a claim may be made ahead of its tick.
+#[derive(Clone, Copy)]
+pub(super) enum Ahead {
+    /// Not before the tick (by Redis time).
+    No,
+    /// The preferred replica's claim: it woke `lead` before the tick, at
+    /// `woke`, and its first answer measures the claim path's load
+    /// (`rendezvous::ClaimLatency`). The run still starts at the tick.
+    By { lead: Duration, woke: Instant },
+}
+
+impl Ahead {
+    /// How far ahead Redis may take the claim, in ms: the lead with some
+    /// room, since the replica woke by its estimate of Redis time (a claim
+    /// that arrives earlier still is answered `early` and asked again at
+    /// the tick).
+    fn script_lead_ms(self) -> i64 {
+        match self {
+            Ahead::No => 0,
+            Ahead::By { lead, .. } => {
+                let room = lead / 2 + Duration::from_millis(2);
+                i64::try_from((lead + room).as_millis()).unwrap_or(i64::MAX)
+            }
+        }
+    }
+}
+
 /// Claims one tick, retrying while Redis is away, until Redis answers.
-/// `lead`: how long before the tick (by Redis time) it may be claimed
-/// (the run still starts at the tick; see `rendezvous::ClaimLatency`).
 ///
 /// Every attempt carries the claim's deadline (by Redis time: `LATE_MS`
 /// after the tick, `misfire_grace` for catch-up): an attempt that reaches
@@ -60,7 +85,7 @@ pub(super) async fn claim(
     job: &Job,
     tick_ms: i64,
     trigger: Trigger,
-    lead: Duration,
+    ahead: Ahead,
     cancel: &CancellationToken,
 ) -> ClaimEnd {
     // One run id for every attempt: the claim script recognises a retry of
@@ -73,6 +98,12 @@ pub(super) async fn claim(
         }
     };
     let mut failures = Failures::new(deadline_ms);
+    // Only the first answer measures the load: an `early` answer's wait
+    // for the tick would feed the lead back into itself.
+    let mut measure = match ahead {
+        Ahead::By { woke, .. } => Some(woke),
+        Ahead::No => None,
+    };
     loop {
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
@@ -91,12 +122,15 @@ pub(super) async fn claim(
                 WhenBusy::Skip
             },
             deadline_ms,
-            lead_ms: i64::try_from(lead.as_millis()).unwrap_or(i64::MAX),
+            lead_ms: ahead.script_lead_ms(),
         };
         let sent = Instant::now();
         let wait = match ctx.store.claim(&request).await {
             Ok(reply) => {
                 ctx.redis_answered();
+                if let Some(woke) = measure.take() {
+                    ctx.claim_latency.observe(woke.elapsed());
+                }
                 match answer(ctx, job, tick_ms, trigger, &run_id, sent, reply) {
                     Answer::End(end) => return end,
                     Answer::Again(wait) => wait,
@@ -396,5 +430,22 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
             ctx.redis_failed(&e);
             warn!(job = %job.name, error = %e, "cannot record missed ticks");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_takes_a_claim_a_little_further_ahead_than_the_replica_woke() {
+        assert_eq!(Ahead::No.script_lead_ms(), 0);
+        let ahead = |ms| Ahead::By {
+            lead: Duration::from_millis(ms),
+            woke: Instant::now(),
+        };
+        assert_eq!(ahead(3).script_lead_ms(), 6);
+        assert_eq!(ahead(100).script_lead_ms(), 152);
+        assert_eq!(ahead(500).script_lead_ms(), 752);
     }
 }

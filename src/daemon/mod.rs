@@ -86,7 +86,7 @@ mod systemd;
 mod tick;
 mod triggers;
 
-use claim::{ClaimEnd, claim, record_missed};
+use claim::{Ahead, ClaimEnd, claim, record_missed};
 use meters::{ClaimCount, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;

@@ -121,14 +121,16 @@ pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationT
                 continue;
             }
         }
-        let lead = if rank == 0 { lead } else { Duration::ZERO };
-        let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, lead, &cancel)).await;
-        if rank == 0 {
-            // Only the preferred replica's claims measure the load: the
-            // others' come when their turn does, and one that claims after
-            // a dead preferred replica must not stretch the next takeover.
-            ctx.claim_latency.observe(wake.elapsed());
-        }
+        // Only the preferred replica's claims are made ahead and measure
+        // the load: the others' come when their turn does, and one that
+        // claims after a dead preferred replica must not stretch the next
+        // takeover.
+        let ahead = if rank == 0 {
+            Ahead::By { lead, woke: wake }
+        } else {
+            Ahead::No
+        };
+        let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, ahead, &cancel)).await;
         match Box::pin(follow(&ctx, &job, tick_ms, end)).await {
             Next::Running(_) | Next::Done => cursor = Some(tick_ms),
             Next::Late => cursor = None,
@@ -167,7 +169,7 @@ pub(super) async fn catch_up(
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {
-        let end = claim(ctx, job, tick_ms, Trigger::Misfire, Duration::ZERO, cancel).await;
+        let end = claim(ctx, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
         match follow(ctx, job, tick_ms, end).await {
             // run_all runs missed ticks one after another.
             Next::Running(run) if job.misfire == Misfire::RunAll => {
@@ -181,7 +183,7 @@ pub(super) async fn catch_up(
         }
     }
     for tick_ms in on_time {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, Duration::ZERO, cancel).await;
+        let end = claim(ctx, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
         if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
             return None;
         }
