@@ -41,7 +41,8 @@ const MAX_LEAD: Duration = Duration::from_millis(500);
 const PEAK_HALF_LIFE: Duration = Duration::from_secs(10);
 
 /// How long this replica's claims as the preferred replica took, from the
-/// instant the job loop meant to wake for the claim to Redis's answer: the
+/// instant the job loop meant to wake for the claim to Redis's first
+/// answer (a later one may come after a wait for the tick): the
 /// load on the claim path (waking the job loops due at one instant,
 /// queueing their claims, Redis running them). Two figures: a moving
 /// average (7/8 old, 1/8 new), which sets how long the other ranks wait
