@@ -5,62 +5,37 @@
 //! decides is decided at the tick. That replicas claim ahead and still
 //! start no run before its tick is in `daemon.rs`.
 
-use std::path::Path;
 use std::time::Duration;
 
-use cronlease::config::{Config, Overlap};
-use cronlease::outcome::Trigger;
-use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Store, WhenBusy};
+use cronlease::config::Overlap;
+use cronlease::store::{ClaimReply, ClaimRequest, Store};
 
-use crate::support::{RedisServer, read_outcomes, runtime};
+use crate::support::{
+    RedisServer, claim_request, connect_store, hget, read_outcomes, runtime, test_claimant,
+};
 
 const PREFIX: &str = "a";
 const LEAD_MS: i64 = 1_000;
 
 async fn store(server: &RedisServer) -> Store {
-    let text = format!(
-        "[redis]\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\ncommand_timeout = \"2s\"\n\
-         [jobs.j]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
-        server.url()
-    );
-    let config = Config::parse(&text, Path::new("ahead-test.toml"))
-        .unwrap_or_else(|e| panic!("the test config is valid: {e}\n{text}"));
-    Store::connect(&config.redis)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+    connect_store(server, PREFIX, "2s").await
 }
 
+/// A claim that may be made up to [`LEAD_MS`] ahead of its tick.
 fn request<'a>(job: &'a str, run_id: &'a str, tick_ms: i64, overlap: Overlap) -> ClaimRequest<'a> {
     ClaimRequest {
-        job,
-        tick_ms,
-        run_id,
-        claimant: Claimant {
-            replica: "test",
-            host: "localhost",
-            lease: Duration::from_secs(30),
-            overlap,
-            history: 100,
-            min_fence: 0,
-        },
-        min_tick: -1,
-        trigger: Trigger::Schedule,
-        when_busy: WhenBusy::Skip,
-        deadline_ms: -1,
         lead_ms: LEAD_MS,
+        ..claim_request(
+            job,
+            run_id,
+            tick_ms,
+            test_claimant(Duration::from_secs(30), overlap, 100),
+        )
     }
 }
 
 fn key(job: &str, part: &str) -> String {
     format!("{PREFIX}:{{{job}}}:{part}")
-}
-
-fn hget(server: &RedisServer, key: &str, field: &str) -> Option<String> {
-    redis::cmd("HGET")
-        .arg(key)
-        .arg(field)
-        .query(&mut server.client())
-        .expect("HGET")
 }
 
 #[test]

@@ -3,51 +3,31 @@
 //! the library's `Store` against a real `redis-server`, with Redis's own
 //! command counts as the evidence.
 
-use std::path::Path;
 use std::time::Duration;
 
-use cronlease::config::{Config, Overlap};
-use cronlease::outcome::Trigger;
-use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Recorded, Store, WhenBusy};
+use cronlease::config::Overlap;
+use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Store};
 use futures_util::future::join_all;
 
-use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, runtime};
+use crate::support::{
+    RedisServer, claim_request, connect_store, now_ms, ok_outcome, read_outcomes, runtime,
+    test_claimant,
+};
 
 const PREFIX: &str = "b";
 const JOBS: usize = 300;
 
 async fn store(server: &RedisServer) -> Store {
-    let text = format!(
-        "[redis]\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\ncommand_timeout = \"5s\"\n\
-         [jobs.j]\nschedule = \"@daily\"\ncommand = [\"true\"]\n",
-        server.url()
-    );
-    let config = Config::parse(&text, Path::new("batching-test.toml"))
-        .unwrap_or_else(|e| panic!("the test config is valid: {e}\n{text}"));
-    Store::connect(&config.redis)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+    connect_store(server, PREFIX, "5s").await
 }
 
 fn request<'a>(job: &'a str, run_id: &'a str, tick_ms: i64) -> ClaimRequest<'a> {
-    ClaimRequest {
+    claim_request(
         job,
-        tick_ms,
         run_id,
-        claimant: Claimant {
-            replica: "test",
-            host: "localhost",
-            lease: Duration::from_secs(30),
-            overlap: Overlap::Skip,
-            history: 100,
-            min_fence: 0,
-        },
-        min_tick: -1,
-        trigger: Trigger::Schedule,
-        when_busy: WhenBusy::Skip,
-        deadline_ms: -1,
-        lead_ms: 0,
-    }
+        tick_ms,
+        test_claimant(Duration::from_secs(30), Overlap::Skip, 100),
+    )
 }
 
 /// Claims `tick` of each job at once, one run id each; the replies in order.

@@ -5,19 +5,19 @@
 //! locks nobody uses any more. Driven through the library's `Store` against
 //! a private `redis-server`, and, for the spool, through real replicas.
 
-use std::path::Path;
 use std::time::Duration;
 
-use cronlease::config::{Config, Overlap};
-use cronlease::outcome::{Outcome, Trigger};
+use cronlease::config::Overlap;
+use cronlease::outcome::Outcome;
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, ClaimRequest, Claimant, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
-    LockTicket, Recorded, Reentry, Store, WhenBusy, dedup_entries,
+    ClaimReply, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest, LockTicket, Recorded,
+    Reentry, Store, dedup_entries,
 };
 
 use crate::support::{
-    Cluster, RedisServer, now_ms, ok_outcome, read_outcomes, runtime, wait_until,
+    Cluster, RedisServer, claim_request, connect_store, hget, now_ms, ok_outcome, read_outcomes,
+    runtime, test_claimant, wait_until,
 };
 
 /// The prefix `support::write_config_section` gives replicas.
@@ -26,16 +26,7 @@ const JOB: &str = "draw";
 const LEASE: Duration = Duration::from_secs(10);
 
 async fn store(server: &RedisServer) -> Store {
-    let text = format!(
-        "[redis]\nurl = \"{}\"\nkey_prefix = \"{PREFIX}\"\ncommand_timeout = \"1s\"\n\
-         [jobs.{JOB}]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n",
-        server.url()
-    );
-    let config = Config::parse(&text, Path::new("bounds-test.toml"))
-        .unwrap_or_else(|e| panic!("the test config is valid: {e}\n{text}"));
-    Store::connect(&config.redis)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", server.url()))
+    connect_store(server, PREFIX, "1s").await
 }
 
 fn key(part: &str) -> String {
@@ -44,24 +35,12 @@ fn key(part: &str) -> String {
 
 /// Claims `tick` for `run_id` and returns the outcome its run would record.
 async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outcome {
-    let request = ClaimRequest {
-        job: JOB,
-        tick_ms,
+    let request = claim_request(
+        JOB,
         run_id,
-        claimant: Claimant {
-            replica: "test",
-            host: "localhost",
-            lease: LEASE,
-            overlap: Overlap::Skip,
-            history,
-            min_fence: 0,
-        },
-        min_tick: -1,
-        trigger: Trigger::Schedule,
-        when_busy: WhenBusy::Skip,
-        deadline_ms: -1,
-        lead_ms: 0,
-    };
+        tick_ms,
+        test_claimant(LEASE, Overlap::Skip, history),
+    );
     let reply = store.claim(&request).await.expect("claim");
     let ClaimReply::Claimed {
         fence, lease_key, ..
@@ -80,14 +59,6 @@ async fn run_ticks(store: &Store, first_tick: i64, count: usize, history: u32) {
         let reply = store.finish(&outcome, history, None).await.expect("finish");
         assert_eq!(reply.recorded, Recorded::Current);
     }
-}
-
-fn hget(server: &RedisServer, key: &str, field: &str) -> Option<String> {
-    redis::cmd("HGET")
-        .arg(key)
-        .arg(field)
-        .query(&mut server.client())
-        .expect("HGET")
 }
 
 #[test]

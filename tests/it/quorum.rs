@@ -10,12 +10,13 @@ use std::path::Path;
 use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
-use cronlease::outcome::{Outcome, Trigger};
-use cronlease::store::{
-    ClaimReply, ClaimRequest, Claimant, Recorded, Renewal, Store, StoreError, WhenBusy,
-};
+use cronlease::outcome::Outcome;
+use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
 
-use crate::support::{RedisServer, now_ms, ok_outcome, read_outcomes, runtime, wait_until};
+use crate::support::{
+    RedisServer, claim_request, now_ms, ok_outcome, read_outcomes, runtime, test_claimant,
+    wait_until,
+};
 
 const PREFIX: &str = "q";
 const JOB: &str = "draw";
@@ -62,24 +63,12 @@ async fn single(server: &RedisServer) -> Store {
 }
 
 fn request(run_id: &str, tick_ms: i64) -> ClaimRequest<'_> {
-    ClaimRequest {
-        job: JOB,
-        tick_ms,
+    claim_request(
+        JOB,
         run_id,
-        claimant: Claimant {
-            replica: "test",
-            host: "localhost",
-            lease: LEASE,
-            overlap: Overlap::Allow,
-            history: 100,
-            min_fence: 0,
-        },
-        min_tick: -1,
-        trigger: Trigger::Schedule,
-        when_busy: WhenBusy::Skip,
-        deadline_ms: -1,
-        lead_ms: 0,
-    }
+        tick_ms,
+        test_claimant(LEASE, Overlap::Allow, 100),
+    )
 }
 
 fn state_key() -> String {

@@ -5,7 +5,8 @@
 //! all of these together ([`Cluster`]); copies of this test binary running
 //! library code in processes of their own ([`TestChild`]); and Redis
 //! deployed other ways — TLS, Sentinel, Redis Cluster, a quorum of servers
-//! ([`Topology`]); and a headless Chromium to look at the dashboard with
+//! ([`Topology`]); the library's `Store` on a private server
+//! ([`connect_store`], [`claim_request`]); and a headless Chromium to look at the dashboard with
 //! ([`Browser`]).
 //!
 //! Every helper fails loudly: a missing `redis-server` or a daemon that does
@@ -23,6 +24,7 @@ mod outcome;
 mod process;
 mod redis_server;
 mod replica;
+mod store;
 mod topology;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +54,7 @@ pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 pub use outcome::{Outcome, read_outcomes};
 pub use redis_server::RedisServer;
 pub use replica::Replica;
+pub use store::{claim_request, connect_store, hget, test_claimant};
 pub use topology::{ClientCert, RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
 
 /// What one run of the binary did.
