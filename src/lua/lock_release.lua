@@ -13,16 +13,23 @@
 local lease, token = KEYS[1], ARGV[1]
 local current = redis.call('GET', lease)
 if not current or string.find(current, token, 1, true) ~= 1 then return 0 end
+local waited = string.byte(current, -1) == 119
 if ARGV[2] == 'owner' then
-  local head, holds, waiters = string.match(current, '^(.*)|(%d+)(w?)$')
-  if head and tonumber(holds) > 1 then
-    redis.call('SET', lease, head .. '|' .. (tonumber(holds) - 1) .. waiters,
-      'PX', math.max(redis.call('PTTL', lease), 1))
-    return 2
+  -- One hold (`|1` or `|1w` at the end), the usual case, frees it without
+  -- a pattern match.
+  local back = waited and 1 or 0
+  local bar, one = string.byte(current, -2 - back, -1 - back)
+  if bar ~= 124 or one ~= 49 then
+    local head, holds, waiters = string.match(current, '^(.*)|(%d+)(w?)$')
+    if head and tonumber(holds) > 1 then
+      redis.call('SET', lease, head .. '|' .. (tonumber(holds) - 1) .. waiters,
+        'PX', math.max(redis.call('PTTL', lease), 1))
+      return 2
+    end
   end
 end
 redis.call('DEL', lease)
-if string.byte(current, -1) == 119 then
+if waited then
   redis.call('PUBLISH', string.sub(lease, 1, -6) .. 'released', token)
 end
 return 1
