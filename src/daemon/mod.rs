@@ -11,7 +11,9 @@
 //! - one **job loop** per job (`tick`): sleeps until the next tick by Redis
 //!   time, claims it (`claim`, which returns a value) and acts on the value
 //!   in one place (`tick::follow`); on start and after Redis was away,
-//!   catches up missed ticks per the job's misfire policy;
+//!   catches up missed ticks per the job's misfire policy. Between ticks a
+//!   loop is an alarm in the replica's one **timer** (`timer`), whose task
+//!   starts a short task for each due job;
 //! - **runs** (`runs`): a won tick's task ([`crate::task`]) under the
 //!   watchdog's lease, its outcome delivered, the rerun it hands over started;
 //! - the **watchdog** ([`crate::watchdog`]): renews leases, stops runs whose
@@ -84,6 +86,7 @@ mod serve;
 mod state;
 mod systemd;
 mod tick;
+mod timer;
 mod triggers;
 
 use claim::{Ahead, ClaimEnd, claim, record_missed};
@@ -95,7 +98,6 @@ use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, sta
 use serve::{dashboard_token, start_dashboard, start_metrics};
 pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
-use tick::job_loop;
 use triggers::trigger_consumer;
 
 /// A tick claimed no later than this after its time is on time; older
@@ -209,8 +211,8 @@ struct Ctx {
     /// How long this replica's scheduled claims lately took (the
     /// rendezvous waits longer when they are slow).
     claim_latency: ClaimLatency,
-    /// Permits for the jobs catching up at once (see `tick::catch_up`).
-    catching_up: tokio::sync::Semaphore,
+    /// Every job's next wake-up (see `timer`).
+    timer: timer::Timer,
     /// How runs' processes are kept together, found when the first
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]
@@ -256,7 +258,7 @@ impl Ctx {
             live,
             announced: Announcements::default(),
             meters: Meters::default(),
-            catching_up: tokio::sync::Semaphore::new(CATCHING_UP),
+            timer: timer::Timer::default(),
             claim_latency: ClaimLatency::default(),
             #[cfg(feature = "process")]
             containment: std::sync::OnceLock::new(),
@@ -444,11 +446,7 @@ pub async fn run(
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     }
-    let mut scheduler = Scheduler {
-        loops: HashMap::new(),
-        tracker: TaskTracker::new(),
-        claiming: claiming.clone(),
-    };
+    let mut scheduler = Scheduler::new(&ctx, claiming.clone());
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");

@@ -1,17 +1,33 @@
-//! The job loops, one per job: started at start, and started, stopped or
-//! restarted by a SIGHUP reload that changes the job table (runs in flight
-//! keep the definition they started with).
+//! The job loops, one per job (an alarm in the replica's `timer` between
+//! ticks, a task only while a tick is due): started at start, and started,
+//! stopped or restarted by a SIGHUP reload that changes the job table (runs
+//! in flight keep the definition they started with).
 
+use super::tick::Step;
+use super::timer::{self, Alarm};
 use super::*;
 
 /// The job loops, one per job, and what each was started with.
 pub(super) struct Scheduler {
     pub(super) loops: HashMap<String, (Arc<Job>, CancellationToken)>,
+    /// The timer's task and the jobs' steps; shutdown waits for it.
     pub(super) tracker: TaskTracker,
     pub(super) claiming: CancellationToken,
 }
 
 impl Scheduler {
+    /// A scheduler without jobs, its timer running until `claiming` is
+    /// cancelled.
+    pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
+        let tracker = TaskTracker::new();
+        tracker.spawn(timer::ring(ctx.clone(), tracker.clone(), claiming.clone()));
+        Scheduler {
+            loops: HashMap::new(),
+            tracker,
+            claiming,
+        }
+    }
+
     /// Starts, stops and restarts job loops so they match `table`. Runs in
     /// flight are not touched: they own their job definition.
     pub(super) fn apply(
@@ -46,9 +62,17 @@ impl Scheduler {
                 added.push(name.clone());
             }
             let token = self.claiming.child_token();
-            self.tracker
-                .spawn(job_loop(ctx.clone(), job.clone(), token.clone()));
+            // A new loop catches up first.
+            ctx.timer.set(Alarm {
+                at: Instant::now(),
+                job: job.clone(),
+                cancel: token.clone(),
+                step: Step::CatchUp,
+            });
             self.loops.insert(name.clone(), (job.clone(), token));
+        }
+        if !removed.is_empty() || !changed.is_empty() {
+            ctx.timer.forget_cancelled();
         }
         (added, removed, changed)
     }

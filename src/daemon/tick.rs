@@ -1,9 +1,10 @@
-//! The path of a tick, top to bottom: a job loop asks the schedule for the
-//! next tick, waits for it by Redis time, waits its rendezvous turn, claims
-//! it, and [`follow`] — the one place that acts on a claim's value — starts
-//! the run, records missed ticks, sweeps, or delivers an outcome. After a
-//! start or an outage, [`catch_up`] applies the misfire policy to the ticks
-//! that passed.
+//! The path of a tick, top to bottom: a job's step ([`job_step`]) asks the
+//! schedule for the next tick and sets the job's alarm a little ahead of
+//! it by Redis time (`timer`); when the alarm rings, the next step waits
+//! its rendezvous turn, claims the tick, and [`follow`] — the one place
+//! that acts on a claim's value — starts the run, records missed ticks,
+//! sweeps, or delivers an outcome. After a start or an outage,
+//! [`catch_up`] applies the misfire policy to the ticks that passed.
 
 use super::*;
 
@@ -55,88 +56,93 @@ pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: Cl
     }
 }
 
-/// One job's life: every tick of its schedule, until `cancel`.
-pub(super) async fn job_loop(ctx: Arc<Ctx>, job: Arc<Job>, cancel: CancellationToken) {
-    // The last tick this loop is done with; None: catch up first.
-    let mut cursor: Option<i64> = None;
-    loop {
-        let after = match cursor {
-            Some(after) => after,
-            // Boxed, as are the claim and what follows it below: a job loop
-            // spends its life asleep, and an idle loop's future then holds
-            // only its cursor and its timer (~300 bytes, not the ~5 KB of
-            // the deepest path), which is most of an idle replica's memory
-            // per job (README "Benchmark", idle).
-            None => {
-                // A start (or Redis back after an outage) sends every job
-                // here at once: a bounded number catch up at a time, and a
-                // job's catch-up is allocated only when its turn comes, so
-                // 100,000 jobs do not hold 100,000 requests in memory.
-                let turn = tokio::select! {
-                    () = cancel.cancelled() => return,
-                    turn = ctx.catching_up.acquire() => turn.ok(),
-                };
-                match Box::pin(catch_up(&ctx, &job, &cancel, turn)).await {
-                    Some(after) => after,
-                    None => return,
-                }
-            }
-        };
-        let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
-            info!(job = %job.name, "the schedule has no more ticks");
-            cancel.cancelled().await;
-            return;
-        };
-        let tick_ms = tick.timestamp_millis();
-        // Awake a little ahead of the tick: the preferred replica claims
-        // then, so that its run starts at the tick rather than a round trip
-        // after it, and the others hear of the claim before their turn.
-        let lead = ctx.claim_latency.lead();
-        let at_tick = ctx.clock.instant_at(tick_ms);
-        let wake = at_tick.checked_sub(lead).unwrap_or(at_tick);
-        tokio::select! {
-            () = cancel.cancelled() => return,
-            () = sleep_until(wake) => {}
-        }
-        if ctx.clock.now_ms() - tick_ms > LATE_MS {
-            // This replica was stalled (a pause, a long catch-up): the tick is
-            // missed, and the misfire policy decides.
-            cursor = None;
-            continue;
-        }
-        // Rendezvous: the preferred replica claims at once; the others wait
-        // their turn and claim only if no claim was announced meanwhile, so
-        // Redis sees about one claim per tick however many replicas run.
-        // Ranked now, not before the sleep: replicas come and go.
-        let rank = ctx.rank(&job.name, tick_ms);
-        if rank > 0 {
-            let turn = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
-            if !pause(turn.saturating_duration_since(Instant::now()), &cancel).await {
-                return;
-            }
-            if ctx.announced.covers(&job.name, tick_ms) {
-                ctx.meters.count_claim(&job.name, ClaimCount::Announced);
-                ctx.marks.note(&job.name, Some(tick_ms), None);
-                cursor = Some(tick_ms);
-                continue;
+/// What a job does when its alarm rings (`timer`).
+pub(super) enum Step {
+    /// Catch up on the ticks that passed (at start, after a stall or a
+    /// late claim): in turn with other jobs.
+    CatchUp,
+    /// Claim this tick: the alarm rang `lead` ahead of it.
+    Tick { tick_ms: i64, lead: Duration },
+}
+
+/// One step of a job's life, from its alarm `at` to the next one: catch
+/// up, or claim a tick and act on the claim; then the next tick's alarm,
+/// or None when the job is cancelled or its schedule has no more ticks.
+/// `turn` is the catch-up's turn (see `timer`), dropped once its reads
+/// and sweep are done.
+pub(super) async fn job_step(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    cancel: &CancellationToken,
+    at: Instant,
+    step: Step,
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Option<(Instant, Step)> {
+    // Boxed: a step's future is the deepest path of the replica, and only
+    // a due job has one.
+    let after = match step {
+        Step::CatchUp => Box::pin(catch_up(ctx, job, cancel, turn)).await?,
+        Step::Tick { tick_ms, lead } => {
+            match Box::pin(claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at })).await {
+                Next::Running(_) | Next::Done => tick_ms,
+                Next::Late => return Some((Instant::now(), Step::CatchUp)),
+                Next::Cancelled => return None,
             }
         }
-        // Only the preferred replica's claims are made ahead and measure
-        // the load: the others' come when their turn does, and one that
-        // claims after a dead preferred replica must not stretch the next
-        // takeover.
-        let ahead = if rank == 0 {
-            Ahead::By { lead, woke: wake }
-        } else {
-            Ahead::No
-        };
-        let end = Box::pin(claim(&ctx, &job, tick_ms, Trigger::Schedule, ahead, &cancel)).await;
-        match Box::pin(follow(&ctx, &job, tick_ms, end)).await {
-            Next::Running(_) | Next::Done => cursor = Some(tick_ms),
-            Next::Late => cursor = None,
-            Next::Cancelled => return,
+    };
+    let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
+        info!(job = %job.name, "the schedule has no more ticks");
+        return None;
+    };
+    let tick_ms = tick.timestamp_millis();
+    // Awake a little ahead of the tick: the preferred replica claims then,
+    // so that its run starts at the tick rather than a round trip after
+    // it, and the others hear of the claim before their turn.
+    let lead = ctx.claim_latency.lead();
+    let at_tick = ctx.clock.instant_at(tick_ms);
+    let wake = at_tick.checked_sub(lead).unwrap_or(at_tick);
+    Some((wake, Step::Tick { tick_ms, lead }))
+}
+
+/// Claims `tick_ms` of `job` at its alarm (`ahead`: when it rang and how
+/// far ahead of the tick) and acts on the claim.
+async fn claim_tick(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    cancel: &CancellationToken,
+    tick_ms: i64,
+    ahead: Ahead,
+) -> Next {
+    if cancel.is_cancelled() {
+        return Next::Cancelled;
+    }
+    if ctx.clock.now_ms() - tick_ms > LATE_MS {
+        // This replica was stalled (a pause, a long catch-up): the tick is
+        // missed, and the misfire policy decides.
+        return Next::Late;
+    }
+    // Rendezvous: the preferred replica claims at once; the others wait
+    // their turn and claim only if no claim was announced meanwhile, so
+    // Redis sees about one claim per tick however many replicas run.
+    // Ranked now, not when the alarm was set: replicas come and go.
+    let rank = ctx.rank(&job.name, tick_ms);
+    if rank > 0 {
+        let turn = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+        if !pause(turn.saturating_duration_since(Instant::now()), cancel).await {
+            return Next::Cancelled;
+        }
+        if ctx.announced.covers(&job.name, tick_ms) {
+            ctx.meters.count_claim(&job.name, ClaimCount::Announced);
+            ctx.marks.note(&job.name, Some(tick_ms), None);
+            return Next::Done;
         }
     }
+    // Only the preferred replica's claims are made ahead and measure the
+    // load: the others' come when their turn does, and one that claims
+    // after a dead preferred replica must not stretch the next takeover.
+    let ahead = if rank == 0 { ahead } else { Ahead::No };
+    let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
+    follow(ctx, job, tick_ms, end).await
 }
 
 /// Handles ticks that passed while this replica could not claim them (it was
@@ -146,7 +152,7 @@ pub(super) async fn catch_up(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
-    turn: Option<tokio::sync::SemaphorePermit<'_>>,
+    turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<i64> {
     let stored = last_tick(ctx, job, cancel).await?;
     start_reruns(ctx, job, sweep(ctx, job).await);
