@@ -16,11 +16,15 @@ use serde::{Deserialize, Serialize};
 
 /// What a replica's heartbeat says about it (the JSON in `<prefix>:replicas`).
 ///
-/// `H` is what is kept of its definition hashes: all of them
-/// (`BTreeMap<String, String>`, for `status` and the dashboard), or
-/// nothing ([`IgnoredAny`], [`Heartbeat::parse_without_hashes`]) for the
-/// daemon, which reads every replica's record at every heartbeat and needs
-/// only liveness and runs: with 100,000 jobs each record's map is ~12 MB.
+/// The definition hashes of a replica's jobs are not in the record it
+/// writes at every heartbeat but in `Keys::replica_jobs`, written when its
+/// job table changes ([`parse_job_hashes`]): every replica reads every
+/// record at every heartbeat, and with 100,000 jobs the hashes are ~2.8 MB
+/// per replica. Records written by replicas before that carry them in
+/// `config_hash`; ours leave it empty. `H` is what a reader keeps of it:
+/// the map (`BTreeMap<String, String>`, for `status` and the dashboard),
+/// or nothing ([`IgnoredAny`], [`Heartbeat::parse_without_hashes`]) for
+/// the daemon, which needs only liveness and runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Heartbeat<H = BTreeMap<String, String>> {
     pub host: String,
@@ -36,7 +40,8 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// The replica's lease: how long its runs stay claimed unrenewed.
     #[serde(default = "default_lease_ms")]
     pub lease_ms: i64,
-    /// Per job: the hash of its definition on that replica (drift).
+    /// Per job: the hash of its definition on that replica (drift), in
+    /// records of replicas that kept them here (see above); else empty.
     #[serde(default)]
     pub config_hash: H,
     /// Its runs in flight.
@@ -77,6 +82,12 @@ impl Heartbeat {
     pub fn to_json(&self) -> String {
         serde_json::to_string(self).expect("a heartbeat is strings, numbers and maps of them")
     }
+}
+
+/// A replica's definition hashes (JSON: job → hash), as stored in
+/// `Keys::replica_jobs`.
+pub fn parse_job_hashes(raw: &str) -> Result<BTreeMap<String, String>, serde_json::Error> {
+    serde_json::from_str(raw)
 }
 
 impl Heartbeat<IgnoredAny> {

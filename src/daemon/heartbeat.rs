@@ -20,10 +20,11 @@ struct Beats {
     count: u64,
     /// Replicas whose record did not parse, named once each in the log.
     unreadable: std::collections::HashSet<String>,
-    /// The definition hash of each job of the table they were computed
-    /// for: computed again only when a reload replaces the table, not at
-    /// every beat (100,000 jobs take about a second to hash).
-    hashes: Option<(Arc<JobTable>, BTreeMap<String, String>)>,
+    /// The job table whose definition hashes Redis has
+    /// (`Keys::replica_jobs`): they are hashed and written again only when
+    /// a reload replaces the table or Redis lost them, not at every beat
+    /// (100,000 jobs take about a second to hash, and are ~2.8 MB).
+    jobs_stored: Option<Arc<JobTable>>,
 }
 
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
@@ -34,7 +35,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         epoch_seen: HashMap::new(),
         count: 0,
         unreadable: std::collections::HashSet::new(),
-        hashes: None,
+        jobs_stored: None,
     };
     loop {
         tokio::select! {
@@ -48,7 +49,12 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 
 /// One heartbeat: send ours, read everyone's, act on what they say.
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
-    let record = own_record(ctx, beats).await;
+    let record = own_record(ctx).await;
+    let table = ctx.jobs.borrow().clone();
+    let jobs = match &beats.jobs_stored {
+        Some(stored) if Arc::ptr_eq(stored, &table) => None,
+        _ => Some(job_hashes(&table)),
+    };
     let sent = local_now_us();
     // The clock offset drifts slowly: measure it every few heartbeats (an
     // idle replica sends as few commands as it can).
@@ -60,7 +66,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     beats.count += 1;
     let reply = match ctx
         .store
-        .heartbeat(&ctx.identity.replica, &record, &beats.new_epoch, time)
+        .heartbeat(&ctx.identity.replica, &record, jobs.as_deref(), &beats.new_epoch, time)
         .await
     {
         Ok(reply) => reply,
@@ -69,6 +75,9 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
             return;
         }
     };
+    // Written now, or found there; if Redis lost them, the next beat
+    // writes them again.
+    beats.jobs_stored = reply.jobs_stored.then_some(table);
     if let Some(server_us) = reply.server_us {
         ctx.clock.observe(server_us, sent, local_now_us());
     }
@@ -92,19 +101,10 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     }
 }
 
-/// This replica's heartbeat record, as JSON.
-async fn own_record(ctx: &Ctx, beats: &mut Beats) -> String {
+/// This replica's heartbeat record, as JSON (its job hashes apart: see
+/// [`job_hashes`]).
+async fn own_record(ctx: &Ctx) -> String {
     let runs = ctx.watchdog.list().await;
-    let table = ctx.jobs.borrow().clone();
-    // The hashes move into the record and back: with 100,000 jobs a copy
-    // per beat would be ~7 MB allocated and freed every heartbeat.
-    let config_hash = match beats.hashes.take() {
-        Some((hashed, hashes)) if Arc::ptr_eq(&hashed, &table) => hashes,
-        _ => table
-            .values()
-            .map(|job| (job.name.clone(), job.definition_hash()))
-            .collect(),
-    };
     let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),
@@ -113,13 +113,21 @@ async fn own_record(ctx: &Ctx, beats: &mut Beats) -> String {
         last_seen_ms: ctx.clock.now_ms(),
         heartbeat_ms: own_heartbeat_ms(ctx),
         lease_ms: i64::try_from(ctx.config.daemon.lease.as_millis()).unwrap_or(i64::MAX / 8),
-        config_hash,
+        config_hash: BTreeMap::new(),
         runs,
         containment: ctx.containment_name().map(str::to_string),
     };
-    let json = record.to_json();
-    beats.hashes = Some((table, record.config_hash));
-    json
+    record.to_json()
+}
+
+/// The definition hash of each job of `table`, as JSON (job → hash), for
+/// `Keys::replica_jobs`.
+fn job_hashes(table: &JobTable) -> String {
+    let hashes: BTreeMap<&str, String> = table
+        .values()
+        .map(|job| (job.name.as_str(), job.definition_hash()))
+        .collect();
+    serde_json::to_string(&hashes).expect("a map of strings is JSON")
 }
 
 fn own_heartbeat_ms(ctx: &Ctx) -> i64 {

@@ -91,13 +91,27 @@ const HAND_BACK_AFTER: Duration = Duration::from_millis(200);
 /// replica runs).
 async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
     let now_ms = ctx.clock.now_ms();
-    let holders: Vec<String> = match ctx.store.hash(&ctx.store.keys().replicas()).await {
-        Ok(records) => records
+    let keys = ctx.store.keys();
+    let read = async {
+        let records = ctx.store.hash(&keys.replicas()).await?;
+        let hashes = ctx.store.hash(&keys.replica_jobs()).await?;
+        Ok::<_, StoreError>((records, hashes))
+    };
+    let holders: Vec<String> = match read.await {
+        Ok((records, hashes)) => records
             .into_iter()
             .filter(|(id, _)| *id != ctx.identity.replica)
-            .filter(|(_, raw)| {
+            .filter(|(id, raw)| {
                 Heartbeat::parse(raw).is_ok_and(|beat| {
-                    beat.is_alive(now_ms) && beat.config_hash.contains_key(&request.job)
+                    // Its job hashes are apart from its record, unless an
+                    // older replica wrote it.
+                    let has_job = beat.config_hash.contains_key(&request.job)
+                        || hashes.iter().any(|(of, raw)| {
+                            of == id
+                                && crate::membership::parse_job_hashes(raw)
+                                    .is_ok_and(|jobs| jobs.contains_key(&request.job))
+                        });
+                    beat.is_alive(now_ms) && has_job
                 })
             })
             .map(|(id, _)| id)

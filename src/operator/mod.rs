@@ -240,7 +240,31 @@ async fn read_replicas(store: &Store, now_ms: i64) -> Result<Vec<ReplicaStatus>,
         .filter_map(|(id, raw)| parse_replica(id, raw, now_ms))
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
+    if replicas.iter().any(|r| r.config_hash.is_empty()) {
+        let stored = store.hash(&store.keys().replica_jobs()).await?;
+        fill_job_hashes(&mut replicas, &stored);
+    }
     Ok(replicas)
+}
+
+/// The definition hashes of the replicas whose records carry none, from
+/// `stored` (`Keys::replica_jobs`: replica id → JSON); one that does not
+/// parse is named and left out.
+fn fill_job_hashes(replicas: &mut [ReplicaStatus], stored: &[(String, String)]) {
+    for (id, raw) in stored {
+        let Some(replica) = replicas
+            .iter_mut()
+            .find(|r| r.id == *id && r.config_hash.is_empty())
+        else {
+            continue;
+        };
+        match crate::membership::parse_job_hashes(raw) {
+            Ok(hashes) => replica.config_hash = hashes,
+            Err(e) => {
+                tracing::warn!(replica = %id, error = %e, "unreadable job hashes in Redis; its drift is not shown");
+            }
+        }
+    }
 }
 
 /// The jobs `status` reports: the table's, else every job some replica's

@@ -31,6 +31,9 @@ pub struct HeartbeatReply {
     pub server_us: Option<i64>,
     /// Every replica's heartbeat JSON, ours included.
     pub replicas: Vec<(String, String)>,
+    /// Whether this replica's job hashes are in Redis (on every master)
+    /// after this heartbeat.
+    pub jobs_stored: bool,
 }
 
 /// One Redis master's epoch, as a heartbeat read it.
@@ -68,11 +71,12 @@ impl Store {
         &self,
         replica: &str,
         record: &str,
+        jobs: Option<&str>,
         new_epoch: &str,
         time: ServerTime,
     ) -> Result<HeartbeatReply, StoreError> {
         let answers = self
-            .on_all(|conn| self.heartbeat_on(conn, replica, record, new_epoch, time))
+            .on_all(|conn| self.heartbeat_on(conn, replica, record, jobs, new_epoch, time))
             .await
             .into_iter()
             .zip(self.nodes.iter())
@@ -90,6 +94,7 @@ impl Store {
             epochs: Vec::new(),
             server_us: None,
             replicas: Vec::new(),
+            jobs_stored: true,
         };
         let last_seen = |raw: &str| {
             Heartbeat::parse_without_hashes(raw)
@@ -99,6 +104,7 @@ impl Store {
         for answer in answers {
             merged.epochs.extend(answer.epochs);
             merged.server_us = merged.server_us.or(answer.server_us);
+            merged.jobs_stored &= answer.jobs_stored;
             for (id, raw) in answer.replicas {
                 match merged.replicas.iter_mut().find(|(seen, _)| *seen == id) {
                     Some(known) if last_seen(&known.1) < last_seen(&raw) => known.1 = raw,
@@ -115,10 +121,18 @@ impl Store {
         mut conn: Conn,
         replica: &str,
         record: &str,
+        jobs: Option<&str>,
         new_epoch: &str,
         time: ServerTime,
     ) -> Result<HeartbeatReply, StoreError> {
         let mut pipe = redis::pipe();
+        if let Some(jobs) = jobs {
+            pipe.cmd("HSET")
+                .arg(self.keys.replica_jobs())
+                .arg(replica)
+                .arg(jobs)
+                .ignore();
+        }
         pipe.cmd("HSET")
             .arg(self.keys.replicas())
             .arg(replica)
@@ -127,7 +141,10 @@ impl Store {
             .cmd("GET")
             .arg(self.keys.epoch())
             .cmd("HGETALL")
-            .arg(self.keys.replicas());
+            .arg(self.keys.replicas())
+            .cmd("HEXISTS")
+            .arg(self.keys.replica_jobs())
+            .arg(replica);
         if time == ServerTime::Read {
             pipe.cmd("TIME");
         }
@@ -136,6 +153,7 @@ impl Store {
             ServerTime::Read => replies.pop(),
             ServerTime::Skip => None,
         };
+        let jobs_stored = replies.pop().as_ref().and_then(as_int) == Some(1);
         let replicas: Vec<(String, String)> = match replies.pop() {
             Some(value) => redis::from_redis_value(value)
                 .map_err(|e| protocol("HGETALL", &Value::SimpleString(e.to_string())))?,
@@ -167,24 +185,33 @@ impl Store {
             }],
             server_us,
             replicas,
+            jobs_stored,
         })
     }
 
-    /// Removes this replica's heartbeat and its consumer of the triggers
-    /// stream (clean shutdown).
+    /// Removes this replica's heartbeat, its job hashes and its consumer
+    /// of the triggers stream (clean shutdown).
     pub async fn remove_replica(&self, replica: &str) -> Result<(), StoreError> {
-        let mut cmd = redis::cmd("HDEL");
-        cmd.arg(self.keys.replicas()).arg(replica);
-        let cmd = &cmd;
+        let mut pipe = redis::pipe();
+        pipe.cmd("HDEL")
+            .arg(self.keys.replicas())
+            .arg(replica)
+            .ignore()
+            .cmd("HDEL")
+            .arg(self.keys.replica_jobs())
+            .arg(replica)
+            .ignore();
+        let pipe = &pipe;
         let answers = self
-            .on_all(|mut conn| async move { Ok(cmd.query_async::<i64>(&mut conn).await?) })
+            .on_all(|mut conn| async move { Ok(pipe.query_async::<()>(&mut conn).await?) })
             .await;
         self.gather("remove_replica", answers)?;
         self.drop_trigger_consumer(replica).await
     }
 
     /// Removes the heartbeat entry of `replica`, silent since `last_seen_ms`
-    /// for longer than [`REPLICA_FORGET_AFTER`], and its trigger consumer;
+    /// for longer than [`REPLICA_FORGET_AFTER`], its job hashes and its
+    /// trigger consumer;
     /// `false` if it spoke again meanwhile (then nothing is removed).
     pub async fn forget_replica(
         &self,
@@ -195,6 +222,7 @@ impl Store {
             let mut invocation = self.scripts.forget_replica.prepare_invoke();
             invocation
                 .key(self.keys.replicas())
+                .key(self.keys.replica_jobs())
                 .arg(replica)
                 .arg(last_seen_ms);
             invocation

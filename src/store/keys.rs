@@ -95,6 +95,14 @@ impl Keys {
         format!("{}:replicas", self.prefix)
     }
 
+    /// Hash: replica id → the definition hash of each of its jobs (JSON:
+    /// job → hash), written when its job table changes, not with every
+    /// heartbeat (see [`crate::membership`]). Its name's hash tag is the
+    /// whole name of [`Keys::replicas`], so both share a Cluster slot.
+    pub fn replica_jobs(&self) -> String {
+        format!("{0}:{{{0}:replicas}}:jobs", self.prefix)
+    }
+
     /// String: a random id written once per Redis deployment; its loss or
     /// change means Redis lost state.
     pub fn epoch(&self) -> String {

@@ -765,6 +765,69 @@ fn status_names_the_replicas_whose_job_definition_drifted() {
         Vec::<String>::new(),
         "{shown}"
     );
+
+    // The hashes are not in the records every replica reads at every
+    // heartbeat, but apart, written when the table changes.
+    let mut conn = cluster.redis.client();
+    let record: String = redis::cmd("HGET")
+        .arg("cl:replicas")
+        .arg("bravo")
+        .query(&mut conn)
+        .expect("HGET");
+    let record: Value = serde_json::from_str(&record).unwrap();
+    assert_eq!(record["config_hash"], serde_json::json!({}), "{record}");
+    let hashes: String = redis::cmd("HGET")
+        .arg("cl:{cl:replicas}:jobs")
+        .arg("bravo")
+        .query(&mut conn)
+        .expect("HGET");
+    let hashes: Value = serde_json::from_str(&hashes).unwrap();
+    assert_eq!(
+        hashes
+            .as_object()
+            .map(|jobs| jobs.keys().cloned().collect::<Vec<_>>()),
+        Some(vec!["differ".to_string(), "same".to_string()]),
+        "{hashes}"
+    );
+
+    // Hashes that do not parse are named and skipped: bravo's drift is
+    // then unknown, not a difference.
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{cl:replicas}:jobs")
+        .arg("bravo")
+        .arg("{\"differ\": 3")
+        .query(&mut conn)
+        .expect("HSET");
+    let run = op(with_config(
+        &["status", "--json"],
+        &cluster.config_path("alpha"),
+    ))
+    .expect_code(0);
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    assert_eq!(
+        strings(&find(&report["jobs"], "name", "differ")["config_drift"]),
+        Vec::<String>::new(),
+        "{report}"
+    );
+    assert!(
+        run.stderr().contains("unreadable job hashes") && run.stderr().contains("bravo"),
+        "{}",
+        run.stderr()
+    );
+
+    // Lost (Redis lost them, or someone deleted them): each replica
+    // writes its own again at its next heartbeat.
+    let _: () = redis::cmd("DEL")
+        .arg("cl:{cl:replicas}:jobs")
+        .query(&mut conn)
+        .expect("DEL");
+    let report = wait_for_status(
+        &with_config(&["status", "--json"], &cluster.config_path("alpha")),
+        Duration::from_secs(20),
+        "bravo's drift shown again",
+        |report| strings(&find(&report["jobs"], "name", "differ")["config_drift"]) == ["bravo"],
+    );
+    assert!(all_alive(&report), "{report}");
 }
 
 // ---------------------------------------------------------------- history
