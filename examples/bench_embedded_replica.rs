@@ -95,12 +95,14 @@ enum Verb {
     },
 }
 
-/// The same allocator as the `cronlease` binary (`src/main.rs`).
+/// The same allocator, set up the same way, as the `cronlease` binary.
 #[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "../src/allocator.rs"]
+mod allocator;
 
 fn main() -> ExitCode {
+    #[cfg(feature = "mimalloc")]
+    allocator::return_freed_memory_at_once();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)

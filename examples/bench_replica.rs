@@ -14,12 +14,14 @@ use std::sync::Arc;
 use clap::Parser;
 use cronlease::task::{Noop, Tasks};
 
-/// The same allocator as the `cronlease` binary (`src/main.rs`).
+/// The same allocator, set up the same way, as the `cronlease` binary.
 #[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[path = "../src/allocator.rs"]
+mod allocator;
 
 fn main() -> ExitCode {
+    #[cfg(feature = "mimalloc")]
+    allocator::return_freed_memory_at_once();
     let cli = cronlease::cli::Cli::parse();
     cronlease::cli::run_with(cli, Tasks::every_job(Arc::new(Noop))).into()
 }

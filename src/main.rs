@@ -1,59 +1,11 @@
 //! The `cronlease` binary: the library's command line
-//! ([`cronlease::run_command_line`]).
+//! ([`cronlease::run_command_line`]), on mimalloc (`allocator.rs`).
 
-/// mimalloc, not glibc's malloc, whose `malloc`/`free` were 40 % of a busy
-/// replica's CPU profile (README "Benchmark"). Built without transparent
-/// huge pages (the crate's `no_thp`): with them an idle replica of one job
-/// held 21 MB instead of 12 (README "Scale", idle).
 #[cfg(feature = "mimalloc")]
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+mod allocator;
 
 fn main() -> std::process::ExitCode {
     #[cfg(feature = "mimalloc")]
     allocator::return_freed_memory_at_once();
     cronlease::run_command_line()
-}
-
-#[cfg(feature = "mimalloc")]
-mod allocator {
-    use std::ffi::{c_int, c_long};
-
-    /// `mi_option_purge_delay` in mimalloc v3's `mi_option_t` (its
-    /// `include/mimalloc.h`, as built by libmimalloc-sys 0.1.49, which
-    /// declares the function but not this option).
-    pub(super) const MI_OPTION_PURGE_DELAY: c_int = 15;
-
-    unsafe extern "C" {
-        fn mi_option_set(option: c_int, value: c_long);
-        #[cfg(test)]
-        pub(super) fn mi_option_get(option: c_int) -> c_long;
-    }
-
-    /// Memory freed in whole pages goes back to the system at once instead
-    /// of a second later, and only if the thread that freed it allocates
-    /// again: a replica's start-up frees much of what it allocated (the
-    /// config's parse, the jobs' catch-up) and then idles, so with the
-    /// delay an idle replica of 100,000 jobs kept ~17 MB it did not use
-    /// (README "Scale", idle).
-    pub(super) fn return_freed_memory_at_once() {
-        // SAFETY: mimalloc's options are atomics that it reads when it
-        // purges; setting one is allowed at any time, from any thread.
-        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, 0) }
-    }
-}
-
-#[cfg(all(test, feature = "mimalloc"))]
-mod tests {
-    use super::allocator::*;
-
-    #[test]
-    fn the_purge_delay_option_is_the_one_whose_default_is_a_second() {
-        // A mimalloc that numbered its options differently would make the
-        // constant name another option: its default would differ
-        // (`src/options.c`: 1,000 ms, whatever `mimalloc.h` says).
-        // SAFETY: reading an option is allowed at any time.
-        let default = unsafe { mi_option_get(MI_OPTION_PURGE_DELAY) };
-        assert_eq!(default, 1_000);
-    }
 }
