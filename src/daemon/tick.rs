@@ -78,12 +78,12 @@ pub(super) async fn job_step(
     step: Step,
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<(Instant, Step)> {
-    // Boxed: a step's future is the deepest path of the replica, and only
-    // a due job has one.
+    // Not boxed: a step is a task of its own, made only when the job is
+    // due (an idle job is an alarm, not a future).
     let after = match step {
-        Step::CatchUp => Box::pin(catch_up(ctx, job, cancel, turn)).await?,
+        Step::CatchUp => catch_up(ctx, job, cancel, turn).await?,
         Step::Tick { tick_ms, lead } => {
-            match Box::pin(claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at })).await {
+            match claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await {
                 Next::Running(_) | Next::Done => tick_ms,
                 Next::Late => return Some((Instant::now(), Step::CatchUp)),
                 Next::Cancelled => return None,
