@@ -93,10 +93,13 @@ pub(super) struct ProcessUsage {
     /// User and system CPU time together.
     pub cpu_us: u64,
     /// The largest resident set of any one of those processes, not their
-    /// sum (`ru_maxrss`, KiB). The process is started without a fork (it
-    /// shares the replica's memory until `exec`, and the kernel counts a
-    /// shared memory's resident set only for the process that owns it), so
-    /// none of the replica's memory shows here: this is the command's own.
+    /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
+    /// replica's memory too: the process shares it until `exec`
+    /// (`runner/spawn.rs`), and `exec` keeps the highest resident set of
+    /// the memory it leaves, so this is never below the replica's own peak
+    /// resident set (files included) when the process started. (With the
+    /// fork it was the part of it the fork copied, the replica's private
+    /// memory: a little less.)
     pub max_rss_kb: u64,
 }
 
