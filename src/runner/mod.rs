@@ -559,6 +559,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_command_that_cannot_start_says_which_step_failed() {
+        let result = run(Command::Argv(vec!["no-such-program-anywhere".into()])).await;
+        assert_eq!(result.status, Status::Failed);
+        assert!(
+            result.output.contains(&format!(
+                "[cronlease] cannot start [\"no-such-program-anywhere\"] in {}: cannot find \"no-such-program-anywhere\" in PATH ",
+                std::env::temp_dir().display()
+            )),
+            "{result:?}"
+        );
+        let task = Process {
+            workdir: "/nonexistent/dir".into(),
+            ..process(shell("true"))
+        };
+        let result = run_with(&task, once()).await;
+        assert_eq!(result.status, Status::Failed);
+        assert!(
+            result.output.contains(
+                "[cronlease] cannot start [\"/bin/sh\", \"-c\", \"true\"] in /nonexistent/dir: \
+                 cannot change to the work directory: No such file or directory (os error 2)"
+            ),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn systemds_variables_never_reach_the_command() {
+        let mut task = process(shell("echo ${NOTIFY_SOCKET-unset} ${WATCHDOG_USEC-unset} $GREETING"));
+        task.env.push(("NOTIFY_SOCKET".into(), "/run/systemd/notify".into()));
+        task.env.push(("WATCHDOG_USEC".into(), "1000000".into()));
+        let result = run_with(&task, once()).await;
+        assert_eq!(result.status, Status::Ok);
+        assert!(result.output.contains("unset unset hello\n"), "{result:?}");
+    }
+
+    #[tokio::test]
     async fn a_flood_of_output_keeps_its_tail_and_a_long_line_comes_in_pieces() {
         // 200,000 lines, then one line of 1 MB without a newline, then the
         // last words: the tail ends with them.

@@ -217,7 +217,10 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(command: &Command, parent_env: impl Iterator<Item = (OsString, OsString)>) -> io::Result<Prepared> {
+    fn new(
+        command: &Command,
+        parent_env: impl Iterator<Item = (OsString, OsString)>,
+    ) -> io::Result<Prepared> {
         let argv: Vec<&str> = if command.argv.is_empty() {
             vec![""]
         } else {
@@ -251,7 +254,11 @@ impl Prepared {
             if program.len() >= NAME_MAX {
                 (Vec::new(), Some(path), libc::ENAMETOOLONG)
             } else {
-                (search_path(path.as_bytes(), program), Some(path), libc::ENOENT)
+                (
+                    search_path(path.as_bytes(), program),
+                    Some(path),
+                    libc::ENOENT,
+                )
             }
         };
         let workdir = c_string(command.workdir.as_os_str().as_bytes(), || {
@@ -298,7 +305,10 @@ impl Prepared {
                 Some(path) if report.errno == libc::ENOENT => {
                     format!("cannot find {:?} in PATH {:?}", self.program, path)
                 }
-                Some(path) => format!("cannot execute {:?} (looked up in PATH {:?})", self.program, path),
+                Some(path) => format!(
+                    "cannot execute {:?} (looked up in PATH {:?})",
+                    self.program, path
+                ),
                 None => format!("cannot execute {:?}", self.program),
             },
         };
@@ -380,8 +390,12 @@ impl Stdio {
                 stderr: None,
             }),
             StdioMode::Capture => {
-                let stdin = File::open("/dev/null")
-                    .map_err(|e| io::Error::new(e.kind(), format!("cannot open /dev/null for its stdin: {e}")))?;
+                let stdin = File::open("/dev/null").map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!("cannot open /dev/null for its stdin: {e}"),
+                    )
+                })?;
                 Ok(Stdio {
                     stdin: Some(stdin.into()),
                     stdout: Some(Pipe::new()?),
@@ -396,11 +410,15 @@ impl Stdio {
     }
 
     fn stdout_fd(&self) -> RawFd {
-        self.stdout.as_ref().map_or(-1, |pipe| pipe.child.as_raw_fd())
+        self.stdout
+            .as_ref()
+            .map_or(-1, |pipe| pipe.child.as_raw_fd())
     }
 
     fn stderr_fd(&self) -> RawFd {
-        self.stderr.as_ref().map_or(-1, |pipe| pipe.child.as_raw_fd())
+        self.stderr
+            .as_ref()
+            .map_or(-1, |pipe| pipe.child.as_raw_fd())
     }
 }
 
@@ -411,7 +429,10 @@ impl Pipe {
         // has room for them.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("cannot make a pipe for its output: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot make a pipe for its output: {e}"),
+            ));
         }
         // SAFETY: both descriptors were just opened and are owned by no one
         // else.
@@ -444,7 +465,10 @@ impl Stack {
         };
         if base == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            return Err(io::Error::new(e.kind(), format!("cannot map a stack for the child: {e}")));
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot map a stack for the child: {e}"),
+            ));
         }
         Ok(Stack { base })
     }
@@ -535,7 +559,10 @@ fn clone_child(stack: &Stack, args: &ChildArgs<'_>) -> io::Result<libc::pid_t> {
     };
     if blocked != 0 {
         let e = io::Error::from_raw_os_error(blocked);
-        return Err(io::Error::new(e.kind(), format!("cannot block signals to start it: {e}")));
+        return Err(io::Error::new(
+            e.kind(),
+            format!("cannot block signals to start it: {e}"),
+        ));
     }
     // SAFETY: the child runs `child_main` on its own stack (`stack`, which
     // outlives the call) and shares this process's memory; CLONE_VFORK
@@ -653,7 +680,14 @@ unsafe fn child_steps(args: &ChildArgs<'_>) -> (Step, c_int) {
 
         // 3. Killed with the thread that started it; gone already if the
         // replica died before the death signal was set.
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+        if libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        ) != 0
+        {
             return (Step::DeathSignal, errno());
         }
         if libc::getppid() != args.parent {
@@ -750,7 +784,10 @@ mod tests {
 
     /// Runs `argv` capturing its output: (wait status, stdout, stderr).
     fn output(command: &mut Command) -> (c_int, String, String) {
-        let started = command.stdio(StdioMode::Capture).spawn().expect("the command starts");
+        let started = command
+            .stdio(StdioMode::Capture)
+            .spawn()
+            .expect("the command starts");
         let read = |fd: Option<OwnedFd>| {
             let mut text = String::new();
             File::from(fd.expect("captured"))
@@ -781,22 +818,35 @@ mod tests {
     #[test]
     fn output_is_captured_and_the_exit_status_kept() {
         let (status, stdout, stderr) = output(&mut sh("echo out; echo err >&2; exit 3"));
-        assert_eq!((exited(status), stdout.as_str(), stderr.as_str()), (Some(3), "out\n", "err\n"));
+        assert_eq!(
+            (exited(status), stdout.as_str(), stderr.as_str()),
+            (Some(3), "out\n", "err\n")
+        );
     }
 
     #[test]
     fn stdin_is_dev_null_and_no_pipe_end_leaks_into_the_child() {
-        let started = sh("exec sleep 2").stdio(StdioMode::Capture).spawn().expect("sleep starts");
+        let started = sh("exec sleep 2")
+            .stdio(StdioMode::Capture)
+            .spawn()
+            .expect("sleep starts");
         let link = |n: &str| std::fs::read_link(format!("/proc/{}/fd/{n}", started.pid)).ok();
         // Until sh has exec'ed sleep the descriptors are the same ones.
         assert_eq!(link("0"), Some(PathBuf::from("/dev/null")));
-        let ours = |fd: &Option<OwnedFd>| fd.as_ref().map(|fd| fd.as_raw_fd().to_string()).expect("captured");
+        let ours = |fd: &Option<OwnedFd>| {
+            fd.as_ref()
+                .map(|fd| fd.as_raw_fd().to_string())
+                .expect("captured")
+        };
         let (out, err) = (ours(&started.stdout), ours(&started.stderr));
         let theirs: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", started.pid))
             .expect("the child's fds list")
             .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert!(!theirs.contains(&out) && !theirs.contains(&err), "{theirs:?} holds {out} or {err}");
+        assert!(
+            !theirs.contains(&out) && !theirs.contains(&err),
+            "{theirs:?} holds {out} or {err}"
+        );
         // Its stdout and stderr are our pipes.
         let pipe_of = |fd: &str| std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap();
         assert_eq!(link("1"), Some(pipe_of(&out)));
@@ -842,8 +892,13 @@ mod tests {
              No such file or directory (os error 2)"
         );
 
-        let e = Command::new(&[], Path::new("/")).spawn().expect_err("no program");
-        assert_eq!(e.to_string(), "cannot execute \"\": No such file or directory (os error 2)");
+        let e = Command::new(&[], Path::new("/"))
+            .spawn()
+            .expect_err("no program");
+        assert_eq!(
+            e.to_string(),
+            "cannot execute \"\": No such file or directory (os error 2)"
+        );
     }
 
     #[test]
@@ -865,24 +920,40 @@ mod tests {
             std::fs::write(&path, text).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
         };
-        write("cronlease-found", "#!/bin/sh\necho found \"$@\" in \"$(pwd -P)\"\n", 0o755);
+        write(
+            "cronlease-found",
+            "#!/bin/sh\necho found \"$@\" in \"$(pwd -P)\"\n",
+            0o755,
+        );
         write("cronlease-no-shebang", "echo plain \"$1\"\n", 0o755);
         // Not executable: skipped, as execvp skips it, for the next entry.
         let other = tempfile::tempdir().unwrap();
         let denied = other.path().join("cronlease-found");
         std::fs::write(&denied, "#!/bin/sh\necho wrong\n").unwrap();
         std::fs::set_permissions(&denied, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let path = format!("{}:{}:/bin:/usr/bin", other.path().display(), dir.path().display());
+        let path = format!(
+            "{}:{}:/bin:/usr/bin",
+            other.path().display(),
+            dir.path().display()
+        );
 
         let mut command = Command::new(&argv(&["cronlease-found", "x"]), Path::new("/"));
         command.env("PATH", &path);
         let (status, stdout, stderr) = output(&mut command);
-        assert_eq!((exited(status), stdout.as_str()), (Some(0), "found x in /\n"), "{stderr}");
+        assert_eq!(
+            (exited(status), stdout.as_str()),
+            (Some(0), "found x in /\n"),
+            "{stderr}"
+        );
 
         let mut command = Command::new(&argv(&["cronlease-no-shebang", "y"]), Path::new("/"));
         command.env("PATH", &path);
         let (status, stdout, stderr) = output(&mut command);
-        assert_eq!((exited(status), stdout.as_str()), (Some(0), "plain y\n"), "{stderr}");
+        assert_eq!(
+            (exited(status), stdout.as_str()),
+            (Some(0), "plain y\n"),
+            "{stderr}"
+        );
 
         // Only the denied one: EACCES, as execvp says.
         let mut command = Command::new(&argv(&["cronlease-found"]), Path::new("/"));
@@ -893,8 +964,12 @@ mod tests {
 
     #[test]
     fn the_environment_is_the_replicas_with_the_changes_in_order() {
-        let parent = [("PATH", "/bin"), ("NOTIFY_SOCKET", "/run/systemd/notify"), ("KEEP", "1")]
-            .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+        let parent = [
+            ("PATH", "/bin"),
+            ("NOTIFY_SOCKET", "/run/systemd/notify"),
+            ("KEEP", "1"),
+        ]
+        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
         let changes = [
             ("GREETING", Some("hello")),
             ("NOTIFY_SOCKET", None),
@@ -908,7 +983,10 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_str().unwrap(), v.to_str().unwrap()))
             .collect();
-        assert_eq!(pairs, [("GREETING", "hello"), ("KEEP", "2"), ("PATH", "/bin")]);
+        assert_eq!(
+            pairs,
+            [("GREETING", "hello"), ("KEEP", "2"), ("PATH", "/bin")]
+        );
     }
 
     #[test]
@@ -924,7 +1002,9 @@ mod tests {
 
     #[test]
     fn a_nul_byte_is_refused_before_starting() {
-        let e = Command::new(&argv(&["echo", "a\0b"]), Path::new("/")).spawn().expect_err("NUL");
+        let e = Command::new(&argv(&["echo", "a\0b"]), Path::new("/"))
+            .spawn()
+            .expect_err("NUL");
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         assert_eq!(e.to_string(), "argv[1] holds a NUL byte");
     }
@@ -951,11 +1031,17 @@ mod tests {
             let mut set = std::mem::zeroed();
             libc::sigemptyset(&mut set);
             libc::sigaddset(&mut set, libc::SIGHUP);
-            assert_eq!(libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()), 0);
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, &set, ptr::null_mut()),
+                0
+            );
         }
         // cat reads its own dispositions: nothing caught, only SIGUSR2
         // ignored, nothing blocked.
-        let (status, stdout, _) = output(&mut Command::new(&argv(&["cat", "/proc/self/status"]), Path::new("/")));
+        let (status, stdout, _) = output(&mut Command::new(
+            &argv(&["cat", "/proc/self/status"]),
+            Path::new("/"),
+        ));
         assert_eq!(exited(status), Some(0));
         let field = |name: &str| {
             stdout
@@ -973,11 +1059,18 @@ mod tests {
             .unwrap();
         let bit = |signal: c_int| 1u64 << (signal - 1);
         assert_eq!(field("SigCgt:"), Some(0), "{stdout}");
-        assert_eq!(field("SigIgn:"), Some(ignored_here & !bit(libc::SIGPIPE) | bit(libc::SIGUSR2)), "{stdout}");
+        assert_eq!(
+            field("SigIgn:"),
+            Some(ignored_here & !bit(libc::SIGPIPE) | bit(libc::SIGUSR2)),
+            "{stdout}"
+        );
         assert_eq!(field("SigBlk:"), Some(0), "{stdout}");
 
         // SIGPIPE kills, SIGUSR1 kills: neither is ignored nor handled.
-        for (script, signal) in [("kill -PIPE $$; exit 0", libc::SIGPIPE), ("kill -USR1 $$; exit 0", libc::SIGUSR1)] {
+        for (script, signal) in [
+            ("kill -PIPE $$; exit 0", libc::SIGPIPE),
+            ("kill -USR1 $$; exit 0", libc::SIGUSR1),
+        ] {
             let (status, _, _) = output(&mut sh(script));
             assert_eq!(signalled(status), Some(signal), "{script}");
         }
@@ -986,7 +1079,10 @@ mod tests {
 
     #[test]
     fn the_child_leads_a_process_group_of_its_own() {
-        let (status, stdout, _) = output(&mut Command::new(&argv(&["cat", "/proc/self/stat"]), Path::new("/")));
+        let (status, stdout, _) = output(&mut Command::new(
+            &argv(&["cat", "/proc/self/stat"]),
+            Path::new("/"),
+        ));
         assert_eq!(exited(status), Some(0));
         // pid (comm) state ppid pgrp …; comm is "cat", without spaces.
         let fields: Vec<&str> = stdout.split_whitespace().collect();
@@ -1023,6 +1119,10 @@ mod tests {
         let mut command = Command::new(&argv(&["true"]), Path::new("/"));
         command.join_cgroup(File::open(&procs).unwrap());
         let e = command.spawn().expect_err("read-only");
-        assert!(e.to_string().starts_with("cannot join the run's cgroup (cgroup.procs): "), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("cannot join the run's cgroup (cgroup.procs): "),
+            "{e}"
+        );
     }
 }

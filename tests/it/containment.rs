@@ -9,8 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::{
-    Outcome, RedisServer, Replica, cronlease, peak_rss_kb, read_outcomes, wait_until,
-    write_config,
+    Outcome, RedisServer, Replica, cronlease, peak_rss_kb, read_outcomes, wait_until, write_config,
 };
 
 /// A job that leaves a `sleep 60` in a session of its own, its pid in
