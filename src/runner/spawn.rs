@@ -155,7 +155,10 @@ impl Command {
     pub(super) fn spawn(&self) -> io::Result<Started> {
         let mut prepared = Prepared::new(self, std::env::vars_os())?;
         let stdio = Stdio::open(self.stdio)?;
-        let stack = Stack::map()?;
+        let stack = match SPARE_STACK.take() {
+            Some(stack) => stack,
+            None => Stack::map()?,
+        };
         let mut report = Report::default();
         let args = ChildArgs {
             shell_argv: prepared.shell_argv.as_mut_ptr(),
@@ -171,8 +174,9 @@ impl Command {
             report: &raw mut report,
         };
         let pid = clone_child(&stack, &args)?;
-        // The child has called `execve` or exited: the stack is no one's.
-        drop(stack);
+        // The child has called `execve` or exited: the stack is no one's,
+        // and this thread's next start can have it.
+        SPARE_STACK.set(Some(stack));
         // SAFETY: the report is a local; the child that wrote it is gone.
         let report = unsafe { ptr::read_volatile(&raw const report) };
         if report.errno != 0 {
@@ -442,6 +446,15 @@ impl Pipe {
             parent: read,
         })
     }
+}
+
+thread_local! {
+    /// A stack for the next child this thread starts: a thread starts one
+    /// child at a time, and that child is off the stack (exec'ed or exited)
+    /// before the start returns, so one stack a thread serves them all
+    /// without a `mmap`, `munmap` (and its TLB shootdown) and page fault
+    /// per process. Unmapped when the thread exits.
+    static SPARE_STACK: std::cell::Cell<Option<Stack>> = const { std::cell::Cell::new(None) };
 }
 
 /// The child's stack: anonymous memory, unmapped when dropped.
