@@ -10,8 +10,8 @@
 //! process needs two things `posix_spawn` cannot do: `PR_SET_PDEATHSIG` and
 //! joining the run's cgroup.
 //!
-//! Here the child shares the replica's memory and runs on a stack mapped
-//! for it, while the thread that started it waits (`CLONE_VFORK`) until it
+//! Here the child shares the replica's memory and runs on a stack of its
+//! own (one a thread, kept between starts), while the thread that started it waits (`CLONE_VFORK`) until it
 //! has called `execve` or exited. Between the two it may only make
 //! async-signal-safe system calls, allocate nothing, take no lock, and
 //! touch only memory the parent prepared ([`Prepared`]): its argv, its
@@ -24,7 +24,9 @@
 //!    the replica's memory), keeps what is ignored ignored, except SIGPIPE,
 //!    which Rust ignores and std's `Command` resets for its children; all
 //!    signals are blocked meanwhile (the parent blocked them around the
-//!    `clone`);
+//!    `clone`), but glibc's two internal ones (32 and 33), which glibc
+//!    neither lets a program block nor reset, and which nothing sends to
+//!    the child;
 //! 2. makes a process group of its own (`setpgid(0, 0)`);
 //! 3. sets `PR_SET_PDEATHSIG` to SIGKILL, then checks that its parent is
 //!    still the replica (a replica that died just before would never send
