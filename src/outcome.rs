@@ -151,8 +151,9 @@ pub struct Outcome {
     /// Peak memory of the run (the highest of its attempts'): its cgroup's
     /// `memory.peak` where the memory controller gives one, else the
     /// largest resident set of any one of its waited-for processes
-    /// (`ru_maxrss`), not their sum, and never below the replica's private
-    /// memory that the fork copied (README, "Usage").
+    /// (`ru_maxrss`), not their sum, and never below the replica's own
+    /// peak resident set, which the command's process shared until its
+    /// `exec` (README, "Usage").
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
     /// Processes of the run the kernel's OOM killer killed (`memory_max`).

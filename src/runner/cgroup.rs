@@ -16,7 +16,8 @@
 //!
 //! Where none of these can be created the replica falls back to process
 //! groups (`Containment::ProcessGroup`) and says so. A child joins its
-//! cgroup between fork and exec (it writes `0` to `cgroup.procs`), so not
+//! cgroup between its start and exec (it writes `0` to `cgroup.procs`,
+//! `runner/spawn.rs`), so not
 //! even its first instruction runs outside. Killing writes `cgroup.kill`
 //! (Linux 5.14), or SIGKILLs every member until none is left on older
 //! kernels.
@@ -230,9 +231,9 @@ pub struct RunCgroup {
 }
 
 impl RunCgroup {
-    /// `cgroup.procs` for a child to write `0` into between fork and exec
-    /// (one write(2) on a file opened before the fork, nothing that
-    /// allocates or locks), which moves it into this cgroup.
+    /// `cgroup.procs` for a child to write `0` into between its start and
+    /// exec (one write(2) on a file opened before, nothing that allocates
+    /// or locks), which moves it into this cgroup.
     pub fn procs_for_child(&self) -> std::io::Result<File> {
         self.procs.try_clone()
     }

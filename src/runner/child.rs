@@ -1,5 +1,5 @@
-//! An attempt's main process: started with std's `Command` (not tokio's)
-//! and reaped here with `wait4(2)`, which gives, with its exit status, the
+//! An attempt's main process: started by `runner/spawn.rs` (not by
+//! tokio's `Command`) and reaped here with `wait4(2)`, which gives, with its exit status, the
 //! resource usage of that one process and of the descendants it waited
 //! for. That is one run's usage, whatever else runs beside it:
 //! `getrusage(RUSAGE_CHILDREN)` would add up every child the replica ever
@@ -15,7 +15,8 @@
 //!
 //! A [`Child`] looks at every SIGCHLD the replica gets (tokio's signal
 //! stream: how tokio reaps its own children where there is no pidfd; the
-//! stream is made before the fork, so no SIGCHLD of this child is missed),
+//! stream is made before the process is started, so no SIGCHLD of this
+//! child is missed),
 //! or every [`POLL_WITHOUT_SIGNALS`] where SIGCHLD cannot be listened to.
 //! Like tokio's own processes, it needs a runtime with I/O enabled.
 
@@ -31,6 +32,7 @@ use tokio::process::{ChildStderr, ChildStdout};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
+use super::spawn;
 use crate::task::Usage;
 
 /// How often to look for the exit when SIGCHLD cannot be listened to.
@@ -92,23 +94,24 @@ pub(super) struct ProcessUsage {
     pub cpu_us: u64,
     /// The largest resident set of any one of those processes, not their
     /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
-    /// memory of the replica's that the fork copied too (it keeps the
-    /// highest resident set across `exec`), so this is never below the
-    /// replica's private memory at the fork.
+    /// replica's memory too: the process shares it until `exec`
+    /// (`runner/spawn.rs`), and `exec` keeps the highest resident set of
+    /// the memory it leaves, so this is never below the replica's own peak
+    /// resident set (files included) when the process started. (With the
+    /// fork it was the part of it the fork copied, the replica's private
+    /// memory: a little less.)
     pub max_rss_kb: u64,
 }
 
 impl Child {
     /// Starts `command`; its stdout and stderr (where piped) as tokio
     /// streams.
-    pub(super) fn spawn(command: &mut std::process::Command) -> io::Result<Spawned> {
+    pub(super) fn spawn(command: &spawn::Command) -> io::Result<Spawned> {
         let sigchld = signal(SignalKind::child()).ok();
-        let mut started = command.spawn()?;
-        // std's id is the kernel's pid_t, cast to u32: casting back is
-        // lossless.
-        let pid = Pid::from_raw(started.id() as libc::pid_t);
+        let started = command.spawn()?;
+        let pid = Pid::from_raw(started.pid);
         // From here on the process is this Child's: dropping it (an error
-        // below) kills it. std's handle neither waits nor kills when dropped.
+        // below) kills it.
         let child = Child {
             pid,
             state: State::Running,
@@ -116,8 +119,14 @@ impl Child {
             look: Look::Now,
             next_poll: Instant::now(),
         };
-        let stdout = started.stdout.take().map(ChildStdout::from_std).transpose()?;
-        let stderr = started.stderr.take().map(ChildStderr::from_std).transpose()?;
+        let stdout = started
+            .stdout
+            .map(|fd| ChildStdout::from_std(std::process::ChildStdout::from(fd)))
+            .transpose()?;
+        let stderr = started
+            .stderr
+            .map(|fd| ChildStderr::from_std(std::process::ChildStderr::from(fd)))
+            .transpose()?;
         Ok(Spawned {
             child,
             stdout,
@@ -203,7 +212,7 @@ impl Child {
 
 impl Drop for Child {
     /// An attempt dropped before its process was reaped (the runtime going
-    /// away under it, or an error right after the fork): the process is
+    /// away under it, or an error right after the start): the process is
     /// killed, as tokio's `kill_on_drop` did, and reaped if it is dead
     /// already; otherwise it stays a zombie until the replica exits.
     fn drop(&mut self) {
@@ -249,9 +258,9 @@ mod tests {
 
     #[tokio::test]
     async fn without_signals_the_exit_is_found_by_polling_and_kept() {
-        let mut command = std::process::Command::new("sh");
-        command.args(["-c", "sleep 0.1; exit 3"]);
-        let Spawned { mut child, .. } = Child::spawn(&mut command).expect("sh starts");
+        let argv = ["sh", "-c", "sleep 0.1; exit 3"].map(String::from);
+        let command = spawn::Command::new(&argv, &std::env::temp_dir());
+        let Spawned { mut child, .. } = Child::spawn(&command).expect("sh starts");
         // As where SIGCHLD cannot be listened to (`signal` failed).
         child.sigchld = None;
         let exit = child.wait().await.expect("sh is reaped");

@@ -17,9 +17,8 @@
 //! another run's: the cgroup's figures where it has them, else those the
 //! kernel gives with the process's exit.
 
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
@@ -34,6 +33,7 @@ use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 mod cgroup;
 mod child;
 mod output;
+mod spawn;
 mod tagged;
 
 pub use cgroup::Cgroups;
@@ -168,41 +168,19 @@ pub enum StdioMode {
     Inherit,
 }
 
-/// The command of an attempt: std's, so that no one but [`Child`] reaps
-/// its process (see `runner/child.rs`).
-fn build_command(spec: &Process) -> std::process::Command {
-    let (program, args) = match spec.argv.split_first() {
-        Some((program, args)) => (program.as_str(), args),
-        // Refused by the config and by `cronlease lock`; spawning fails.
-        None => ("", &[][..]),
-    };
-    let mut command = std::process::Command::new(program);
-    command.args(args);
-    command
-        .current_dir(&spec.workdir)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        // systemd's channels are cronlease's, not its jobs'.
-        .env_remove("NOTIFY_SOCKET")
-        .env_remove("WATCHDOG_USEC")
-        .env_remove("WATCHDOG_PID")
-        .process_group(0);
-    match spec.stdio {
-        StdioMode::Capture => command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped()),
-        StdioMode::Inherit => command
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit()),
-    };
-    // SAFETY: the closure runs in the child between fork and exec and only
-    // calls prctl(2), which is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
-        });
+/// The command of an attempt (`runner/spawn.rs`: its own process group,
+/// `PR_SET_PDEATHSIG`, no fork), reaped by no one but [`Child`] (see
+/// `runner/child.rs`).
+fn build_command(spec: &Process) -> spawn::Command {
+    let mut command = spawn::Command::new(&spec.argv, &spec.workdir);
+    for (key, value) in &spec.env {
+        command.env(key, value);
     }
+    // systemd's channels are cronlease's, not its jobs'.
+    for key in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
+        command.env_remove(key);
+    }
+    command.stdio(spec.stdio);
     command
 }
 
@@ -237,20 +215,13 @@ async fn run_once(
                 return cannot_start(run, tail, format!("[cronlease] cannot open the run's cgroup: {e}"));
             }
         };
-        // SAFETY: the closure runs in the child between fork and exec and
-        // only calls write(2) on a file opened before the fork.
-        unsafe {
-            command.pre_exec(move || {
-                use std::io::Write as _;
-                (&procs).write_all(b"0")
-            });
-        }
+        command.join_cgroup(procs);
     }
     let Spawned {
         mut child,
         stdout,
         stderr,
-    } = match Child::spawn(&mut command) {
+    } = match Child::spawn(&command) {
         Ok(spawned) => spawned,
         Err(e) => {
             if let Some(cgroup) = &cgroup {
@@ -585,6 +556,42 @@ mod tests {
         let result = run(Command::Argv(vec!["/nonexistent/program".into()])).await;
         assert_eq!(result.status, Status::Failed);
         assert!(result.output.contains("cannot start"), "{result:?}");
+    }
+
+    #[tokio::test]
+    async fn a_command_that_cannot_start_says_which_step_failed() {
+        let result = run(Command::Argv(vec!["no-such-program-anywhere".into()])).await;
+        assert_eq!(result.status, Status::Failed);
+        assert!(
+            result.output.contains(&format!(
+                "[cronlease] cannot start [\"no-such-program-anywhere\"] in {}: cannot find \"no-such-program-anywhere\" in PATH ",
+                std::env::temp_dir().display()
+            )),
+            "{result:?}"
+        );
+        let task = Process {
+            workdir: "/nonexistent/dir".into(),
+            ..process(shell("true"))
+        };
+        let result = run_with(&task, once()).await;
+        assert_eq!(result.status, Status::Failed);
+        assert!(
+            result.output.contains(
+                "[cronlease] cannot start [\"/bin/sh\", \"-c\", \"true\"] in /nonexistent/dir: \
+                 cannot change to the work directory: No such file or directory (os error 2)"
+            ),
+            "{result:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn systemds_variables_never_reach_the_command() {
+        let mut task = process(shell("echo ${NOTIFY_SOCKET-unset} ${WATCHDOG_USEC-unset} $GREETING"));
+        task.env.push(("NOTIFY_SOCKET".into(), "/run/systemd/notify".into()));
+        task.env.push(("WATCHDOG_USEC".into(), "1000000".into()));
+        let result = run_with(&task, once()).await;
+        assert_eq!(result.status, Status::Ok);
+        assert!(result.output.contains("unset unset hello\n"), "{result:?}");
     }
 
     #[tokio::test]

@@ -5,17 +5,9 @@
 
 use std::time::Duration;
 
-use crate::support::{RedisServer, Replica, cronlease, read_outcomes, wait_until, write_config};
-
-/// The replica's peak resident set (`VmHWM`), kB.
-fn peak_rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
+use crate::support::{
+    RedisServer, Replica, cronlease, peak_rss_kb, read_outcomes, wait_until, write_config,
+};
 
 #[test]
 fn a_job_flooding_its_output_leaves_memory_log_and_other_jobs_alone() {

@@ -34,6 +34,17 @@ use std::time::{Duration, Instant};
 pub use browser::Browser;
 pub use child::TestChild;
 
+/// The peak resident set (`VmHWM`) of process `pid`, kB; 0 when it cannot
+/// be read.
+pub fn peak_rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Makes the process `command` starts die (SIGKILL) when the thread that
 /// starts it does (`PR_SET_PDEATHSIG`): a test runner killed mid-test
 /// leaves no `redis-server`, daemon or child behind. Drop handlers cover
