@@ -25,6 +25,9 @@ struct Beats {
     /// a reload replaces the table or Redis lost them, not at every beat
     /// (100,000 jobs take about a second to hash, and are ~2.8 MB).
     jobs_stored: Option<Arc<JobTable>>,
+    /// The hashes of a table not stored yet, as JSON, kept until they are
+    /// (Redis may be away for many beats).
+    jobs_pending: Option<(Arc<JobTable>, Arc<str>)>,
 }
 
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
@@ -36,6 +39,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         count: 0,
         unreadable: std::collections::HashSet::new(),
         jobs_stored: None,
+        jobs_pending: None,
     };
     loop {
         tokio::select! {
@@ -51,9 +55,19 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     let record = own_record(ctx).await;
     let table = ctx.jobs.borrow().clone();
-    let jobs = match &beats.jobs_stored {
-        Some(stored) if Arc::ptr_eq(stored, &table) => None,
-        _ => Some(job_hashes(&table)),
+    let jobs = match (&beats.jobs_stored, &beats.jobs_pending) {
+        (Some(stored), _) if Arc::ptr_eq(stored, &table) => None,
+        (_, Some((hashed, json))) if Arc::ptr_eq(hashed, &table) => Some(json.clone()),
+        _ => {
+            // Off the runtime's threads: a large table takes a while.
+            let hashed = table.clone();
+            let Ok(json) = tokio::task::spawn_blocking(move || job_hashes(&hashed)).await else {
+                return;
+            };
+            let json: Arc<str> = json.into();
+            beats.jobs_pending = Some((table.clone(), json.clone()));
+            Some(json)
+        }
     };
     let sent = local_now_us();
     // The clock offset drifts slowly: measure it every few heartbeats (an
@@ -77,7 +91,12 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     };
     // Written now, or found there; if Redis lost them, the next beat
     // writes them again.
-    beats.jobs_stored = reply.jobs_stored.then_some(table);
+    if reply.jobs_stored {
+        beats.jobs_stored = Some(table);
+        beats.jobs_pending = None;
+    } else {
+        beats.jobs_stored = None;
+    }
     if let Some(server_us) = reply.server_us {
         ctx.clock.observe(server_us, sent, local_now_us());
     }
