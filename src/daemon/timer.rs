@@ -121,17 +121,11 @@ pub(super) async fn ring(ctx: Arc<Ctx>, steps: TaskTracker, claiming: Cancellati
         // between wakes it (`notify_one` keeps a permit besides).
         let earlier = ctx.timer.earlier.notified();
         let next_at = ctx.timer.next_at();
+        // Due alarms first: catch-ups that finish quickly hand their turn
+        // on at once, and must not keep the ticks of caught-up jobs waiting.
         tokio::select! {
             biased;
             () = claiming.cancelled() => return,
-            turn = turns.clone().acquire_owned(), if !waiting.is_empty() => {
-                // The semaphore is never closed.
-                let Ok(turn) = turn else { continue };
-                if let Some(alarm) = waiting.pop_front() {
-                    start(&ctx, &steps, alarm, Some(turn));
-                }
-            }
-            () = earlier => {}
             () = sleep_until_some(next_at) => {
                 for alarm in ctx.timer.take_due(Instant::now()) {
                     match alarm.step {
@@ -140,6 +134,14 @@ pub(super) async fn ring(ctx: Arc<Ctx>, steps: TaskTracker, claiming: Cancellati
                     }
                 }
             }
+            turn = turns.clone().acquire_owned(), if !waiting.is_empty() => {
+                // The semaphore is never closed.
+                let Ok(turn) = turn else { continue };
+                if let Some(alarm) = waiting.pop_front() {
+                    start(&ctx, &steps, alarm, Some(turn));
+                }
+            }
+            () = earlier => {}
         }
     }
 }
