@@ -17,7 +17,7 @@
 //! Where none of these can be created the replica falls back to process
 //! groups (`Containment::ProcessGroup`) and says so. A child joins its
 //! cgroup between its start and exec (it writes `0` to `cgroup.procs`,
-//! `runner/spawn.rs`), so not
+//! `runner/spawn/`), so not
 //! even its first instruction runs outside. Killing writes `cgroup.kill`
 //! (Linux 5.14), or SIGKILLs every member until none is left on older
 //! kernels.

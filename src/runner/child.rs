@@ -1,4 +1,4 @@
-//! An attempt's main process: started by `runner/spawn.rs` (not by
+//! An attempt's main process: started by `runner/spawn/` (not by
 //! tokio's `Command`) and reaped here with `wait4(2)`, which gives, with its exit status, the
 //! resource usage of that one process and of the descendants it waited
 //! for. That is one run's usage, whatever else runs beside it:
@@ -95,7 +95,7 @@ pub(super) struct ProcessUsage {
     /// The largest resident set of any one of those processes, not their
     /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
     /// replica's memory too: the process shares it until `exec`
-    /// (`runner/spawn.rs`), and `exec` keeps the highest resident set of
+    /// (`runner/spawn/`), and `exec` keeps the highest resident set of
     /// the memory it leaves, so this is never below the replica's own peak
     /// resident set (files included) when the process started. (With the
     /// fork it was the part of it the fork copied, the replica's private

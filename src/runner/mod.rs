@@ -168,7 +168,7 @@ pub enum StdioMode {
     Inherit,
 }
 
-/// The command of an attempt (`runner/spawn.rs`: its own process group,
+/// The command of an attempt (`runner/spawn/`: its own process group,
 /// `PR_SET_PDEATHSIG`, no fork), reaped by no one but [`Child`] (see
 /// `runner/child.rs`).
 fn build_command(spec: &Process) -> spawn::Command {
