@@ -20,14 +20,22 @@ struct Beats {
     count: u64,
     /// Replicas whose record did not parse, named once each in the log.
     unreadable: std::collections::HashSet<String>,
-    /// The job table whose definition hashes Redis has
-    /// (`Keys::replica_jobs`): they are hashed and written again only when
-    /// a reload replaces the table or Redis lost them, not at every beat
-    /// (100,000 jobs take about a second to hash, and are ~2.8 MB).
-    jobs_stored: Option<Arc<JobTable>>,
-    /// The hashes of a table not stored yet, as JSON, kept until they are
-    /// (Redis may be away for many beats).
-    jobs_pending: Option<(Arc<JobTable>, Arc<str>)>,
+    /// Where the job table's definition hashes (`Keys::replica_jobs`)
+    /// stand: hashed and written again only when a reload replaces the
+    /// table or Redis lost them, not at every beat (100,000 jobs take
+    /// about a second to hash, and are ~2.8 MB).
+    hashes: Hashes,
+}
+
+/// This replica's job hashes in Redis.
+enum Hashes {
+    /// Not made for the current table yet (or Redis lost them).
+    Unknown,
+    /// Made for this table, as JSON, and not stored yet: kept until they
+    /// are (Redis may be away for many beats).
+    Pending(Arc<JobTable>, Arc<str>),
+    /// Redis has them for this table.
+    Stored(Arc<JobTable>),
 }
 
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
@@ -38,8 +46,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         epoch_seen: HashMap::new(),
         count: 0,
         unreadable: std::collections::HashSet::new(),
-        jobs_stored: None,
-        jobs_pending: None,
+        hashes: Hashes::Unknown,
     };
     loop {
         tokio::select! {
@@ -55,9 +62,9 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     let record = own_record(ctx).await;
     let table = ctx.jobs.borrow().clone();
-    let jobs = match (&beats.jobs_stored, &beats.jobs_pending) {
-        (Some(stored), _) if Arc::ptr_eq(stored, &table) => None,
-        (_, Some((hashed, json))) if Arc::ptr_eq(hashed, &table) => Some(json.clone()),
+    let jobs = match &beats.hashes {
+        Hashes::Stored(stored) if Arc::ptr_eq(stored, &table) => None,
+        Hashes::Pending(hashed, json) if Arc::ptr_eq(hashed, &table) => Some(json.clone()),
         _ => {
             // Off the runtime's threads: a large table takes a while.
             let hashed = table.clone();
@@ -65,7 +72,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
                 return;
             };
             let json: Arc<str> = json.into();
-            beats.jobs_pending = Some((table.clone(), json.clone()));
+            beats.hashes = Hashes::Pending(table.clone(), json.clone());
             Some(json)
         }
     };
@@ -92,10 +99,9 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     // Written now, or found there; if Redis lost them, the next beat
     // writes them again.
     if reply.jobs_stored {
-        beats.jobs_stored = Some(table);
-        beats.jobs_pending = None;
-    } else {
-        beats.jobs_stored = None;
+        beats.hashes = Hashes::Stored(table);
+    } else if matches!(beats.hashes, Hashes::Stored(_)) {
+        beats.hashes = Hashes::Unknown;
     }
     if let Some(server_us) = reply.server_us {
         ctx.clock.observe(server_us, sent, local_now_us());
