@@ -769,19 +769,13 @@ fn status_names_the_replicas_whose_job_definition_drifted() {
     // The hashes are not in the records every replica reads at every
     // heartbeat, but apart, written when the table changes.
     let mut conn = cluster.redis.client();
-    let record: String = redis::cmd("HGET")
-        .arg("cl:replicas")
-        .arg("bravo")
-        .query(&mut conn)
-        .expect("HGET");
-    let record: Value = serde_json::from_str(&record).unwrap();
+    let mut json = |key: &str| -> Value {
+        let raw = hget(&mut conn, key, "bravo").unwrap_or_else(|| panic!("no bravo in {key}"));
+        serde_json::from_str(&raw).unwrap()
+    };
+    let record = json("cl:replicas");
     assert_eq!(record["config_hash"], serde_json::json!({}), "{record}");
-    let hashes: String = redis::cmd("HGET")
-        .arg("cl:{cl:replicas}:jobs")
-        .arg("bravo")
-        .query(&mut conn)
-        .expect("HGET");
-    let hashes: Value = serde_json::from_str(&hashes).unwrap();
+    let hashes = json("cl:{cl:replicas}:jobs");
     assert_eq!(
         hashes
             .as_object()
