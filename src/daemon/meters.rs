@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use metrics::{Counter, Gauge, Histogram};
+use metrics::{Counter, Gauge, Histogram, SharedString};
 
 use crate::outcome::Status;
 use crate::telemetry;
@@ -56,7 +56,7 @@ impl ClaimCount {
 /// Every job's handles, by job name. Never held across an `.await`.
 #[derive(Default)]
 pub(super) struct Meters {
-    jobs: Mutex<HashMap<String, Arc<JobMeters>>>,
+    jobs: Mutex<HashMap<Arc<str>, Arc<JobMeters>>>,
 }
 
 impl Meters {
@@ -66,8 +66,9 @@ impl Meters {
         if let Some(meters) = jobs.get(job) {
             return meters.clone();
         }
-        let meters = Arc::new(JobMeters::new(job));
-        jobs.insert(job.to_string(), meters.clone());
+        let name: Arc<str> = Arc::from(job);
+        let meters = Arc::new(JobMeters::new(name.clone()));
+        jobs.insert(name, meters.clone());
         meters
     }
 
@@ -79,7 +80,8 @@ impl Meters {
 
 /// One job's series, each made when first used.
 pub(super) struct JobMeters {
-    job: String,
+    /// The `job` label of each series: one copy of the name, shared.
+    job: SharedString,
     claims: [OnceLock<Counter>; ClaimCount::COUNT],
     runs: [OnceLock<Counter>; Status::ALL.len()],
     lateness: OnceLock<Histogram>,
@@ -90,9 +92,9 @@ pub(super) struct JobMeters {
 }
 
 impl JobMeters {
-    fn new(job: &str) -> JobMeters {
+    fn new(job: Arc<str>) -> JobMeters {
         JobMeters {
-            job: job.to_string(),
+            job: SharedString::from(job),
             claims: std::array::from_fn(|_| OnceLock::new()),
             runs: std::array::from_fn(|_| OnceLock::new()),
             lateness: OnceLock::new(),

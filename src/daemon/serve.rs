@@ -14,8 +14,8 @@ pub(super) async fn start_metrics(
     tasks: &TaskTracker,
     cancel: &CancellationToken,
 ) {
-    let handle = match telemetry::install() {
-        Ok(handle) => handle,
+    let exposition = match telemetry::install() {
+        Ok(exposition) => exposition,
         Err(e) => {
             error!(error = %e, "metrics are off");
             return;
@@ -27,7 +27,7 @@ pub(super) async fn start_metrics(
                 .local_addr()
                 .map_or_else(|_| addr.to_string(), |a| a.to_string());
             info!(addr = %bound, "metrics listening on http://{bound}/metrics");
-            tasks.spawn(telemetry::serve(listener, handle, health, cancel.clone()));
+            tasks.spawn(telemetry::serve(listener, exposition, health, cancel.clone()));
         }
         Err(e) => error!(error = %e, "metrics and /healthz are not served"),
     }

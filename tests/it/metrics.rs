@@ -124,7 +124,42 @@ fn counters_move_for_every_kind_of_outcome() {
         metrics.contains("# TYPE cronlease_tick_lateness_seconds histogram"),
         "{metrics}"
     );
+    promtool_accepts(&metrics);
     cluster.stop_all();
+}
+
+/// `promtool check metrics` (Debian's prometheus package, which
+/// `scripts/check-alerts` installs when it can) reads `page` without a
+/// problem: the format and Prometheus' naming rules. Without promtool,
+/// says so and checks nothing.
+fn promtool_accepts(page: &str) {
+    let child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("promtool unavailable ({e}): the page's format is not checked");
+            return;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(page.as_bytes())
+        .expect("promtool reads its standard input");
+    let output = child.wait_with_output().expect("promtool runs");
+    assert!(
+        output.status.success(),
+        "promtool check metrics: {}\n{}{}\n{page}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
 }
 
 #[test]

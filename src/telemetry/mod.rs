@@ -3,10 +3,10 @@
 //!
 //! Metrics are recorded with the `metrics` facade wherever the event
 //! happens (the names are the constants below, so the README's list and the
-//! code cannot drift apart); this module installs the Prometheus recorder
-//! and serves it. `/healthz` answers 200 when the supervisor loop ran
-//! recently and Redis answered last time it was asked, 503 with the reason
-//! otherwise.
+//! code cannot drift apart); this module installs the recorder that keeps
+//! them and writes the Prometheus text format (`exposition`), and serves
+//! it. `/healthz` answers 200 when the supervisor loop ran recently and
+//! Redis answered last time it was asked, 503 with the reason otherwise.
 
 use std::net::SocketAddr;
 #[cfg(feature = "metrics-server")]
@@ -15,13 +15,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 #[cfg(feature = "metrics-server")]
-use axum::{Router, extract::State, http::StatusCode, routing::get};
-#[cfg(feature = "metrics-server")]
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use axum::{Router, extract::State, http::StatusCode, response::IntoResponse, routing::get};
 use tokio::sync::watch;
 use tokio::time::Instant;
 #[cfg(feature = "metrics-server")]
 use tokio_util::sync::CancellationToken;
+
+#[cfg(feature = "metrics-server")]
+pub mod exposition;
+#[cfg(feature = "metrics-server")]
+use exposition::Exposition;
 
 pub const RUNS: &str = "cronlease_runs_total";
 pub const CLAIMS: &str = "cronlease_claims_total";
@@ -45,8 +48,8 @@ pub const GIT_SHA: &str = env!("CRONLEASE_GIT_SHA");
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[cfg(feature = "metrics-server")]
-    #[error("cannot install the metrics recorder: {0}")]
-    Recorder(#[from] metrics_exporter_prometheus::BuildError),
+    #[error("cannot install the metrics recorder: this process has one already")]
+    Recorder,
     #[error("cannot listen for metrics on {addr}: {source}")]
     Bind {
         addr: SocketAddr,
@@ -57,18 +60,19 @@ pub enum TelemetryError {
 
 #[cfg(feature = "metrics-server")]
 /// Installs the process-wide Prometheus recorder and describes every metric.
-pub fn install() -> Result<PrometheusHandle, TelemetryError> {
+pub fn install() -> Result<Exposition, TelemetryError> {
     let latency = [
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
     ];
     let durations = [
         0.01, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14_400.0,
     ];
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(TICK_LATENESS.to_string()), &latency)?
-        .set_buckets_for_metric(Matcher::Full(RUN_DURATION.to_string()), &durations)?
-        .set_buckets_for_metric(Matcher::Full(RUN_CPU.to_string()), &durations)?
-        .install_recorder()?;
+    let exposition = Exposition::new(&[
+        (TICK_LATENESS, &latency),
+        (RUN_DURATION, &durations),
+        (RUN_CPU, &durations),
+    ]);
+    metrics::set_global_recorder(exposition.clone()).map_err(|_| TelemetryError::Recorder)?;
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         RUNS,
@@ -127,7 +131,7 @@ pub fn install() -> Result<PrometheusHandle, TelemetryError> {
     describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs.");
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "git_sha" => GIT_SHA)
         .set(1.0);
-    Ok(handle)
+    Ok(exposition)
 }
 
 /// What `/healthz` looks at.
@@ -174,7 +178,7 @@ impl Health {
 #[derive(Clone)]
 #[cfg(feature = "metrics-server")]
 struct Served {
-    handle: PrometheusHandle,
+    exposition: Exposition,
     health: Arc<Health>,
 }
 
@@ -190,14 +194,14 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Telemetry
 #[cfg(feature = "metrics-server")]
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    handle: PrometheusHandle,
+    exposition: Exposition,
     health: Arc<Health>,
     cancel: CancellationToken,
 ) {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
-        .with_state(Served { handle, health });
+        .with_state(Served { exposition, health });
     let result = axum::serve(listener, app)
         .with_graceful_shutdown(cancel.cancelled_owned())
         .await;
@@ -207,9 +211,11 @@ pub async fn serve(
 }
 
 #[cfg(feature = "metrics-server")]
-async fn metrics_page(State(served): State<Served>) -> String {
-    served.handle.run_upkeep();
-    served.handle.render()
+async fn metrics_page(State(served): State<Served>) -> impl IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, exposition::CONTENT_TYPE)],
+        served.exposition.body(),
+    )
 }
 
 #[cfg(feature = "metrics-server")]
