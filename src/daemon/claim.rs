@@ -420,7 +420,7 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
     {
         Ok(0) => {}
         Ok(n) => {
-            ctx.meters.job(&job.name).missed().increment(n);
+            ctx.meters.job(&job.name).count_missed(n);
             warn!(
                 job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
                 "ticks nobody claimed recorded as missed"

@@ -154,7 +154,7 @@ fn count_finished(ctx: &Ctx, outcome: &Outcome) {
         attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
     );
     let meters = ctx.meters.job(&outcome.job);
-    meters.run(outcome.status).increment(1);
+    meters.count_run(outcome.status);
     if let Some(cpu_ms) = outcome.cpu_ms {
         meters.cpu().record(cpu_ms as f64 / 1000.0);
     }

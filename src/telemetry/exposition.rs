@@ -224,9 +224,10 @@ impl Exposition {
         axum::body::Body::from_stream(slices)
     }
 
-    /// The whole page at once, in slices of `limit` bytes or so.
+    /// The whole page at once, in slices of `limit` bytes or so, and how
+    /// many slices.
     #[cfg(test)]
-    fn page(&self, limit: usize) -> (String, usize) {
+    pub(crate) fn page(&self, limit: usize) -> (String, usize) {
         let mut cursor = Cursor::default();
         let mut page = Vec::new();
         let mut slices = 0;
