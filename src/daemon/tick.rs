@@ -6,6 +6,7 @@
 //! sweeps, or delivers an outcome. After a start or an outage,
 //! [`catch_up`] applies the misfire policy to the ticks that passed.
 
+use super::timer::Alarm;
 use super::*;
 
 /// What the job loop does after a claim was followed.
@@ -63,6 +64,47 @@ pub(super) enum Step {
     CatchUp,
     /// Claim this tick: the alarm rang `lead` ahead of it.
     Tick { tick_ms: i64, lead: Duration },
+    /// This replica's rendezvous turn for the tick came (it is not the
+    /// preferred one): claim it unless a claim was announced.
+    Turn { tick_ms: i64 },
+}
+
+/// What the timer does with a due alarm before any task is made for it.
+/// A replica that is not the tick's preferred one waits for its turn as
+/// an alarm (`Step::Turn`), and at its turn a tick whose claim was
+/// announced ends there, its next alarm set: most due alarms of a replica
+/// among several need no task at all. Returns the alarm whose step needs
+/// one ([`job_step`]).
+pub(super) fn ring(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
+    match alarm.step {
+        Step::CatchUp => Some(alarm),
+        Step::Tick { tick_ms, .. } => {
+            if ctx.clock.now_ms() - tick_ms > LATE_MS {
+                // The step finds it late and hands it to the misfire policy.
+                return Some(alarm);
+            }
+            // Ranked now, not when the alarm was set: replicas come and go.
+            let rank = ctx.rank(&alarm.job.name, tick_ms);
+            if rank == 0 {
+                return Some(alarm);
+            }
+            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+            alarm.step = Step::Turn { tick_ms };
+            ctx.timer.set(alarm);
+            None
+        }
+        Step::Turn { tick_ms } => {
+            if !announced(ctx, &alarm.job, tick_ms) {
+                return Some(alarm);
+            }
+            if let Some((at, step)) = next_alarm(ctx, &alarm.job, tick_ms) {
+                alarm.at = at;
+                alarm.step = step;
+                ctx.timer.set(alarm);
+            }
+            None
+        }
+    }
 }
 
 /// One step of a job's life, from its alarm `at` to the next one: catch
@@ -78,18 +120,27 @@ pub(super) async fn job_step(
     step: Step,
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<(Instant, Step)> {
-    // Not boxed: a step is a task of its own, made only when the job is
-    // due (an idle job is an alarm, not a future).
-    let after = match step {
-        Step::CatchUp => catch_up(ctx, job, cancel, turn).await?,
+    // A step is a task of its own, made only when the job is due (an idle
+    // job is an alarm, not a future). A catch-up is rare and its future
+    // large: boxed, so that the tick's steps are not made its size.
+    let claimed = match step {
+        Step::CatchUp => return next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?),
         Step::Tick { tick_ms, lead } => {
-            match claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await {
-                Next::Running(_) | Next::Done => tick_ms,
-                Next::Late => return Some((Instant::now(), Step::CatchUp)),
-                Next::Cancelled => return None,
-            }
+            let next = claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await;
+            (tick_ms, next)
         }
+        Step::Turn { tick_ms } => (tick_ms, claim_turn(ctx, job, cancel, tick_ms).await),
     };
+    match claimed {
+        (tick_ms, Next::Running(_) | Next::Done) => next_alarm(ctx, job, tick_ms),
+        (_, Next::Late) => Some((Instant::now(), Step::CatchUp)),
+        (_, Next::Cancelled) => None,
+    }
+}
+
+/// The alarm of the first tick after `after`: a little ahead of it by
+/// Redis time. None when the schedule has no more ticks.
+fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
     let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
         info!(job = %job.name, "the schedule has no more ticks");
         return None;
@@ -123,26 +174,64 @@ async fn claim_tick(
     }
     // Rendezvous: the preferred replica claims at once; the others wait
     // their turn and claim only if no claim was announced meanwhile, so
-    // Redis sees about one claim per tick however many replicas run.
-    // Ranked now, not when the alarm was set: replicas come and go.
+    // Redis sees about one claim per tick however many replicas run. The
+    // timer ranked the job already (`ring`), and waits the turns of the
+    // others as alarms; ranked again here, as a replica may have come or
+    // gone since.
     let rank = ctx.rank(&job.name, tick_ms);
     if rank > 0 {
         let turn = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
         if !pause(turn.saturating_duration_since(Instant::now()), cancel).await {
             return Next::Cancelled;
         }
-        if ctx.announced.covers(&job.name, tick_ms) {
-            ctx.meters.count_claim(&job.name, ClaimCount::Announced);
-            ctx.marks.note(&job.name, Some(tick_ms), None);
-            return Next::Done;
-        }
+        return claim_turn(ctx, job, cancel, tick_ms).await;
+    }
+    claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
+}
+
+/// At this replica's rendezvous turn for `tick_ms`: claims it unless a
+/// claim was announced.
+async fn claim_turn(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken, tick_ms: i64) -> Next {
+    if cancel.is_cancelled() {
+        return Next::Cancelled;
+    }
+    if announced(ctx, job, tick_ms) {
+        return Next::Done;
     }
     // Only the preferred replica's claims are made ahead and measure the
     // load: the others' come when their turn does, and one that claims
     // after a dead preferred replica must not stretch the next takeover.
-    let ahead = if rank == 0 { ahead } else { Ahead::No };
-    let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
-    follow(ctx, job, tick_ms, end).await
+    claim_and_follow(ctx, job, cancel, tick_ms, Ahead::No).await
+}
+
+/// Whether another replica announced its claim of `tick_ms` (then counted
+/// and noted here: this replica is done with the tick).
+fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
+    if !ctx.announced.covers(&job.name, tick_ms) {
+        return false;
+    }
+    ctx.meters.count_claim(&job.name, ClaimCount::Announced);
+    ctx.marks.note(&job.name, Some(tick_ms), None);
+    true
+}
+
+/// Claims `tick_ms` and acts on the claim.
+async fn claim_and_follow(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    cancel: &CancellationToken,
+    tick_ms: i64,
+    ahead: Ahead,
+) -> Next {
+    // Boxed: the claim and what follows it are most of a step's size, and
+    // only a replica that claims needs them. A step lives from its alarm
+    // to the end of its claim, and at an instant when 10,000 jobs are due
+    // that was 10,000 futures of 2 KB.
+    Box::pin(async {
+        let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
+        follow(ctx, job, tick_ms, end).await
+    })
+    .await
 }
 
 /// Handles ticks that passed while this replica could not claim them (it was

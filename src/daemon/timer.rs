@@ -130,7 +130,7 @@ pub(super) async fn ring(ctx: Arc<Ctx>, steps: TaskTracker, claiming: Cancellati
                 for alarm in ctx.timer.take_due(Instant::now()) {
                     match alarm.step {
                         Step::CatchUp => waiting.push_back(alarm),
-                        Step::Tick { .. } => start(&ctx, &steps, alarm, None),
+                        Step::Tick { .. } | Step::Turn { .. } => start(&ctx, &steps, alarm, None),
                     }
                 }
             }
@@ -152,6 +152,9 @@ fn start(ctx: &Arc<Ctx>, steps: &TaskTracker, alarm: Alarm, turn: Option<OwnedSe
     if alarm.cancel.is_cancelled() {
         return;
     }
+    let Some(alarm) = tick::ring(ctx, alarm) else {
+        return;
+    };
     let ctx = ctx.clone();
     steps.spawn(async move {
         let Alarm {
