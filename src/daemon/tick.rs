@@ -1,10 +1,13 @@
 //! The path of a tick, top to bottom: a job's step ([`job_step`]) asks the
 //! schedule for the next tick and sets the job's alarm a little ahead of
-//! it by Redis time (`timer`); when the alarm rings, the next step waits
-//! its rendezvous turn, claims the tick, and [`follow`] — the one place
-//! that acts on a claim's value — starts the run, records missed ticks,
-//! sweeps, or delivers an outcome. After a start or an outage,
-//! [`catch_up`] applies the misfire policy to the ticks that passed.
+//! it by Redis time (`timer`). When the alarm rings, [`ring`] (in the
+//! timer's task) sets a replica that is not the tick's preferred one
+//! another alarm at its rendezvous turn, and at that turn ends the tick
+//! there if another replica announced its claim. Otherwise the next step
+//! claims the tick, and [`follow`] — the one place that acts on a claim's
+//! value — starts the run, records missed ticks, sweeps, or delivers an
+//! outcome. After a start or an outage, [`catch_up`] applies the misfire
+//! policy to the ticks that passed.
 
 use super::timer::Alarm;
 use super::*;

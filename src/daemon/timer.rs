@@ -1,10 +1,15 @@
 //! The replica's one timer for all its jobs. A job between two ticks is
 //! not a task but an [`Alarm`] in one heap (about 80 bytes: when, the job,
 //! its cancellation and what to do then), and one task, [`ring`], sleeps
-//! until the earliest alarm and starts a short task for each that is due
-//! (`tick::job_step`: claim the tick and act on the claim, or catch up).
-//! That task sets the job's next alarm and ends. A task per idle job was
-//! most of an idle replica's memory (README "Benchmark", idle).
+//! until the earliest alarm. A due alarm goes first to `tick::ring`: a
+//! replica that is not the tick's preferred one waits for its rendezvous
+//! turn as another alarm, and a tick whose claim another replica
+//! announced by then ends there, with the job's next alarm. The rest get
+//! a short task each (`tick::job_step`: claim the tick and act on the
+//! claim, or catch up), which sets the job's next alarm and ends. A task
+//! per idle job was most of an idle replica's memory (README "Benchmark",
+//! idle); a task per due alarm, waiting for its turn, was most of a busy
+//! replica's at the instant 10,000 jobs were due.
 //!
 //! Catching up (at start, after a stall or a late claim) reads the job's
 //! state and sweeps: at most [`CATCHING_UP`] jobs do it at once, and the
