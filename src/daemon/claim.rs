@@ -407,6 +407,13 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
     if missed.is_empty() {
         return;
     }
+    // Boxed: a gap is rare, and every claim's future would be the size of
+    // this call otherwise.
+    Box::pin(store_missed(ctx, job, missed)).await;
+}
+
+/// Records `missed` (ticks of `job`) as missed, and says so.
+async fn store_missed(ctx: &Ctx, job: &Job, missed: Vec<i64>) {
     let store = &ctx.store;
     match store
         .record_missed(

@@ -35,19 +35,22 @@ pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: Cl
             let run = start_run(ctx, job, start);
             record_missed(ctx, job, previous, tick_ms).await;
             if expired {
-                start_reruns(ctx, job, sweep(ctx, job).await);
+                start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
             }
             Next::Running(run)
         }
+        // The rare branches' futures are boxed, so that a claim's is not
+        // their size (a claim's future is alive from its alarm to Redis's
+        // answer, and thousands may be at one instant).
         ClaimEnd::NotDurable { start, acked } => {
             let outcome = not_durable_outcome(ctx, job, start, acked);
-            if let Some(rerun) = deliver(ctx, job, outcome).await {
+            if let Some(rerun) = Box::pin(deliver(ctx, job, outcome)).await {
                 start_reruns(ctx, job, vec![rerun]);
             }
             Next::Done
         }
         ClaimEnd::Lapsed => {
-            start_reruns(ctx, job, sweep(ctx, job).await);
+            start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
             Next::Done
         }
         ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
