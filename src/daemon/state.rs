@@ -66,15 +66,28 @@ impl MarkBook {
             .marks
             .lock()
             .expect("marks mutex poisoned: a panic while updating two integers");
-        let entry = marks.entry(job.to_string()).or_default();
-        let before = (entry.last_tick, entry.fence);
-        if let Some(tick) = tick {
-            entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
-        }
-        if let Some(fence) = fence {
-            entry.fence = entry.fence.max(fence);
-        }
-        if before != (entry.last_tick, entry.fence) {
+        let raise = |entry: &mut Marks| {
+            let before = (entry.last_tick, entry.fence);
+            if let Some(tick) = tick {
+                entry.last_tick = Some(entry.last_tick.map_or(tick, |t| t.max(tick)));
+            }
+            if let Some(fence) = fence {
+                entry.fence = entry.fence.max(fence);
+            }
+            before != (entry.last_tick, entry.fence)
+        };
+        // Looked up before it is inserted: `entry` would take an owned key,
+        // a `String` made on every claim and announcement.
+        let changed = match marks.get_mut(job) {
+            Some(entry) => raise(entry),
+            None => {
+                let mut entry = Marks::default();
+                let changed = raise(&mut entry);
+                marks.insert(job.to_string(), entry);
+                changed
+            }
+        };
+        if changed {
             self.dirty.store(true, Ordering::Relaxed);
         }
     }
@@ -136,8 +149,13 @@ impl Announcements {
             .0
             .lock()
             .expect("announced mutex poisoned: a panic while updating an integer");
-        let seen = announced.entry(job.to_string()).or_insert(tick_ms);
-        *seen = (*seen).max(tick_ms);
+        // Looked up first: `entry` would make a `String` per announcement.
+        match announced.get_mut(job) {
+            Some(seen) => *seen = (*seen).max(tick_ms),
+            None => {
+                announced.insert(job.to_string(), tick_ms);
+            }
+        }
     }
 
     /// Whether a claim of `job`'s `tick_ms` (or a later one) was announced.
