@@ -280,3 +280,44 @@ fn a_tick_missed_by_every_replica_is_recorded_once() {
         status.stdout()
     );
 }
+
+/// Two replicas started together with a 30 s heartbeat: the first to beat
+/// finds no other record, and counted itself alone until its next beat, 30
+/// s later, claiming every tick in a race with the other. Its first beats
+/// now come within seconds of one another, so both count two replicas
+/// within ~2 s and the race ends: claims answered `taken` stop growing.
+#[test]
+fn replicas_started_together_learn_of_each_other_within_seconds() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs: String = (0..20)
+        .map(|i| format!("[jobs.j{i}]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n"))
+        .collect();
+    let daemon = format!("{METRICS}\nheartbeat = \"30s\"\n");
+    cluster.start_with("a", &daemon, &jobs, None);
+    cluster.start_with("b", &daemon, &jobs, None);
+    cluster.wait_ready();
+    let addrs: Vec<String> = cluster.replicas.iter().map(metrics_addr).collect();
+    let taken = || -> f64 {
+        addrs
+            .iter()
+            .map(|addr| {
+                sample(
+                    &get(addr, "/metrics").1,
+                    "cronlease_claims_total",
+                    &["result=\"taken\""],
+                )
+            })
+            .sum()
+    };
+    std::thread::sleep(Duration::from_secs(4));
+    let before = taken();
+    std::thread::sleep(Duration::from_secs(5));
+    let after = taken();
+    let logs = cluster.logs();
+    cluster.stop_all();
+    // 20 jobs a second for 5 s: a race on half of them would be ~50.
+    assert!(
+        after - before <= 3.0,
+        "claims answered `taken` went from {before} to {after} in 5 s:\n{logs}"
+    );
+}
