@@ -94,7 +94,7 @@ pub(super) fn ring(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
             if rank == 0 {
                 return Some(alarm);
             }
-            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+            alarm.at = turn_at(ctx, tick_ms, rank);
             alarm.step = Step::Turn { tick_ms };
             ctx.timer.set(alarm);
             None
@@ -186,13 +186,18 @@ async fn claim_tick(
     // gone since.
     let rank = ctx.rank(&job.name, tick_ms);
     if rank > 0 {
-        let turn = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+        let turn = turn_at(ctx, tick_ms, rank);
         if !pause(turn.saturating_duration_since(Instant::now()), cancel).await {
             return Next::Cancelled;
         }
         return claim_turn(ctx, job, cancel, tick_ms).await;
     }
     claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
+}
+
+/// When this replica's turn to claim `tick_ms` comes, at `rank` (> 0).
+fn turn_at(ctx: &Ctx, tick_ms: i64, rank: usize) -> Instant {
+    ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms())
 }
 
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
