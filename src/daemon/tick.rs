@@ -1,6 +1,6 @@
 //! The path of a tick, top to bottom: a job's step ([`job_step`]) asks the
 //! schedule for the next tick and sets the job's alarm a little ahead of
-//! it by Redis time (`timer`). When the alarm rings, [`ring`] (in the
+//! it by Redis time (`timer`). When the alarm rings, [`on_alarm`] (in the
 //! timer's task) sets a replica that is not the tick's preferred one
 //! another alarm at its rendezvous turn, and at that turn ends the tick
 //! there if another replica announced its claim. Otherwise the next step
@@ -81,7 +81,7 @@ pub(super) enum Step {
 /// announced ends there, its next alarm set: most due alarms of a replica
 /// among several need no task at all. Returns the alarm whose step needs
 /// one ([`job_step`]).
-pub(super) fn ring(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
+pub(super) fn on_alarm(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
     match alarm.step {
         Step::CatchUp => Some(alarm),
         Step::Tick { tick_ms, .. } => {
@@ -181,7 +181,7 @@ async fn claim_tick(
     // Rendezvous: the preferred replica claims at once; the others wait
     // their turn and claim only if no claim was announced meanwhile, so
     // Redis sees about one claim per tick however many replicas run. The
-    // timer ranked the job already (`ring`), and waits the turns of the
+    // timer ranked the job already (`on_alarm`), and waits the turns of the
     // others as alarms; ranked again here, as a replica may have come or
     // gone since.
     let rank = ctx.rank(&job.name, tick_ms);

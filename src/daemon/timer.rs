@@ -1,7 +1,7 @@
 //! The replica's one timer for all its jobs. A job between two ticks is
 //! not a task but an [`Alarm`] in one heap (about 80 bytes: when, the job,
 //! its cancellation and what to do then), and one task, [`ring`], sleeps
-//! until the earliest alarm. A due alarm goes first to `tick::ring`: a
+//! until the earliest alarm. A due alarm goes first to `tick::on_alarm`: a
 //! replica that is not the tick's preferred one waits for its rendezvous
 //! turn as another alarm, and a tick whose claim another replica
 //! announced by then ends there, with the job's next alarm. The rest get
@@ -157,7 +157,7 @@ fn start(ctx: &Arc<Ctx>, steps: &TaskTracker, alarm: Alarm, turn: Option<OwnedSe
     if alarm.cancel.is_cancelled() {
         return;
     }
-    let Some(alarm) = tick::ring(ctx, alarm) else {
+    let Some(alarm) = tick::on_alarm(ctx, alarm) else {
         return;
     };
     let ctx = ctx.clone();
