@@ -87,6 +87,7 @@ struct Family {
     series: IndexMap<Box<[Label]>, Cell>,
 }
 
+#[derive(Clone)]
 enum Cell {
     Counter(Arc<CounterCell>),
     Gauge(Arc<GaugeCell>),
@@ -280,16 +281,6 @@ impl Exposition {
     }
 }
 
-impl Clone for Cell {
-    fn clone(&self) -> Cell {
-        match self {
-            Cell::Counter(c) => Cell::Counter(c.clone()),
-            Cell::Gauge(g) => Cell::Gauge(g.clone()),
-            Cell::Histogram(h) => Cell::Histogram(h.clone()),
-        }
-    }
-}
-
 impl Family {
     fn new(kind: Kind) -> Family {
         Family {
@@ -350,17 +341,8 @@ impl Registry {
 
 fn write_header(text: &mut Vec<u8>, name: &str, family: &Family) {
     if let Some(help) = &family.help {
-        let _ = write!(text, "# HELP {name} ");
-        for c in help.chars() {
-            match c {
-                '\\' => text.extend_from_slice(b"\\\\"),
-                '\n' => text.extend_from_slice(b"\\n"),
-                c => {
-                    let _ = write!(text, "{c}");
-                }
-            }
-        }
-        text.push(b'\n');
+        let help = help.replace('\\', "\\\\").replace('\n', "\\n");
+        let _ = writeln!(text, "# HELP {name} {help}");
     }
     let _ = writeln!(text, "# TYPE {name} {}", family.kind.as_str());
 }
