@@ -89,12 +89,16 @@ pub(super) fn on_alarm(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
                 // The step finds it late and hands it to the misfire policy.
                 return Some(alarm);
             }
-            // Ranked now, not when the alarm was set: replicas come and go.
+            // Rendezvous: the preferred replica claims at once; the others
+            // wait their turn and claim only if no claim was announced
+            // meanwhile, so Redis sees about one claim per tick however
+            // many replicas run. Ranked now, not when the alarm was set:
+            // replicas come and go.
             let rank = ctx.rank(&alarm.job.name, tick_ms);
             if rank == 0 {
                 return Some(alarm);
             }
-            alarm.at = turn_at(ctx, tick_ms, rank);
+            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
             alarm.step = Step::Turn { tick_ms };
             ctx.timer.set(alarm);
             None
@@ -162,7 +166,11 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
 }
 
 /// Claims `tick_ms` of `job` at its alarm (`ahead`: when it rang and how
-/// far ahead of the tick) and acts on the claim.
+/// far ahead of the tick) and acts on the claim. Only the preferred
+/// replica's alarm comes here: [`on_alarm`] ranked the job (the others
+/// wait for their turn as alarms, then [`claim_turn`]); a replica that
+/// came or went in the microseconds since only makes this claim one that
+/// did not need to be made, which the claim script answers.
 async fn claim_tick(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
@@ -178,26 +186,7 @@ async fn claim_tick(
         // missed, and the misfire policy decides.
         return Next::Late;
     }
-    // Rendezvous: the preferred replica claims at once; the others wait
-    // their turn and claim only if no claim was announced meanwhile, so
-    // Redis sees about one claim per tick however many replicas run. The
-    // timer ranked the job already (`on_alarm`), and waits the turns of the
-    // others as alarms; ranked again here, as a replica may have come or
-    // gone since.
-    let rank = ctx.rank(&job.name, tick_ms);
-    if rank > 0 {
-        let turn = turn_at(ctx, tick_ms, rank);
-        if !pause(turn.saturating_duration_since(Instant::now()), cancel).await {
-            return Next::Cancelled;
-        }
-        return claim_turn(ctx, job, cancel, tick_ms).await;
-    }
     claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
-}
-
-/// When this replica's turn to claim `tick_ms` comes, at `rank` (> 0).
-fn turn_at(ctx: &Ctx, tick_ms: i64, rank: usize) -> Instant {
-    ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms())
 }
 
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
