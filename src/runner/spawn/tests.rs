@@ -168,23 +168,19 @@ fn the_program_is_found_in_the_childs_path_and_scripts_without_a_shebang_run_in_
         dir.path().display()
     );
 
-    let mut command = Command::new(&argv(&["cronlease-found", "x"]), Path::new("/"));
-    command.env("PATH", &path);
-    let (status, stdout, stderr) = output(&mut command);
-    assert_eq!(
-        (exited(status), stdout.as_str()),
-        (Some(0), "found x in /\n"),
-        "{stderr}"
-    );
-
-    let mut command = Command::new(&argv(&["cronlease-no-shebang", "y"]), Path::new("/"));
-    command.env("PATH", &path);
-    let (status, stdout, stderr) = output(&mut command);
-    assert_eq!(
-        (exited(status), stdout.as_str()),
-        (Some(0), "plain y\n"),
-        "{stderr}"
-    );
+    for (args, printed) in [
+        (["cronlease-found", "x"], "found x in /\n"),
+        (["cronlease-no-shebang", "y"], "plain y\n"),
+    ] {
+        let mut command = Command::new(&argv(&args), Path::new("/"));
+        command.env("PATH", &path);
+        let (status, stdout, stderr) = output(&mut command);
+        assert_eq!(
+            (exited(status), stdout.as_str()),
+            (Some(0), printed),
+            "{args:?}: {stderr}"
+        );
+    }
 
     // Only the denied one: EACCES, as execvp says.
     let mut command = Command::new(&argv(&["cronlease-found"]), Path::new("/"));
