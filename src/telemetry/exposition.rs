@@ -12,9 +12,9 @@
 //! - a counter or gauge is one `AtomicU64`, a histogram its fixed buckets'
 //!   counts and its sum, counted when a value is recorded: nothing waits
 //!   for a scrape, so nothing grows between scrapes;
-//! - a series' labels are kept once (a job's name is shared by its series
-//!   when the caller hands it over as an `Arc<str>`, as `daemon::meters`
-//!   does);
+//! - a series keeps only its label values: the names are its family's,
+//!   kept once (a job's name is shared by its series when the caller hands
+//!   it over as an `Arc<str>`, as `daemon::meters` does);
 //! - a scrape writes [`SLICE`] bytes at a time under the lock and sends
 //!   them before it writes more: its memory does not grow with the jobs.
 //!
@@ -60,8 +60,9 @@ struct Registry {
 }
 
 /// What a metric is: the first `describe_*` or `register_*` of a name
-/// decides it; a later registration of the name as something else gets a
-/// handle that records nothing.
+/// decides it; a later registration of the name as something else (or
+/// with other label names than its first series) gets a handle that
+/// records nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Counter,
@@ -82,9 +83,12 @@ impl Kind {
 struct Family {
     kind: Kind,
     help: Option<SharedString>,
-    /// In the order they were first registered; never removed, so that a
-    /// scrape can resume at an index after it let go of the lock.
-    series: IndexMap<Box<[Label]>, Cell>,
+    /// The label names of every series, in order: its first series'.
+    names: Option<Box<[SharedString]>>,
+    /// By label values, in the order they were first registered; never
+    /// removed, so that a scrape can resume at an index after it let go of
+    /// the lock.
+    series: IndexMap<Box<[SharedString]>, Cell>,
 }
 
 #[derive(Clone)]
@@ -263,8 +267,14 @@ impl Exposition {
         if family.kind != kind {
             return None;
         }
-        let labels: Vec<Label> = key.labels().cloned().collect();
-        if let Some(cell) = family.series.get(labels.as_slice()) {
+        let names = family
+            .names
+            .get_or_insert_with(|| key.labels().map(label_name).collect());
+        if !names.iter().map(|n| n.as_ref()).eq(key.labels().map(Label::key)) {
+            return None;
+        }
+        let values: Vec<SharedString> = key.labels().map(label_value).collect();
+        if let Some(cell) = family.series.get(values.as_slice()) {
             return Some(cell.clone());
         }
         let cell = match kind {
@@ -276,7 +286,7 @@ impl Exposition {
         };
         family
             .series
-            .insert(labels.into_boxed_slice(), cell.clone());
+            .insert(values.into_boxed_slice(), cell.clone());
         Some(cell)
     }
 }
@@ -286,6 +296,7 @@ impl Family {
         Family {
             kind,
             help: None,
+            names: None,
             series: IndexMap::new(),
         }
     }
@@ -324,7 +335,9 @@ impl Registry {
             if cursor.series == 0 {
                 write_header(text, name, family);
             }
-            while let Some((labels, cell)) = family.series.get_index(cursor.series) {
+            let names = family.names.as_deref().unwrap_or_default();
+            while let Some((values, cell)) = family.series.get_index(cursor.series) {
+                let labels = Labels { names, values };
                 write_series(text, name, labels, cell);
                 cursor.series += 1;
                 if text.len() >= limit {
@@ -339,6 +352,26 @@ impl Registry {
 // Writing into a Vec<u8> cannot fail: the results of `write!` below are
 // ignored for that reason.
 
+/// A series' labels as the page writes them: its family's names, its values.
+#[derive(Clone, Copy)]
+struct Labels<'a> {
+    names: &'a [SharedString],
+    values: &'a [SharedString],
+}
+
+/// A label's name, as the family keeps it (shared, not copied, when it is).
+fn label_name(label: &Label) -> SharedString {
+    let (name, _) = label.clone().into_parts();
+    name
+}
+
+/// A label's value, as a series keeps it (a job's name handed over as an
+/// `Arc<str>` stays shared).
+fn label_value(label: &Label) -> SharedString {
+    let (_, value) = label.clone().into_parts();
+    value
+}
+
 fn write_header(text: &mut Vec<u8>, name: &str, family: &Family) {
     if let Some(help) = &family.help {
         let help = help.replace('\\', "\\\\").replace('\n', "\\n");
@@ -347,7 +380,7 @@ fn write_header(text: &mut Vec<u8>, name: &str, family: &Family) {
     let _ = writeln!(text, "# TYPE {name} {}", family.kind.as_str());
 }
 
-fn write_series(text: &mut Vec<u8>, name: &str, labels: &[Label], cell: &Cell) {
+fn write_series(text: &mut Vec<u8>, name: &str, labels: Labels<'_>, cell: &Cell) {
     match cell {
         Cell::Counter(c) => {
             write_name(text, name, "", labels, None);
@@ -382,24 +415,24 @@ fn write_series(text: &mut Vec<u8>, name: &str, labels: &[Label], cell: &Cell) {
 }
 
 /// `name{a="x",b="y",le="0.5"}`, the braces left out when there is no label.
-fn write_name(text: &mut Vec<u8>, name: &str, suffix: &str, labels: &[Label], le: Option<f64>) {
+fn write_name(text: &mut Vec<u8>, name: &str, suffix: &str, labels: Labels<'_>, le: Option<f64>) {
     text.extend_from_slice(name.as_bytes());
     text.extend_from_slice(suffix.as_bytes());
-    if labels.is_empty() && le.is_none() {
+    if labels.values.is_empty() && le.is_none() {
         return;
     }
     text.push(b'{');
-    for (i, label) in labels.iter().enumerate() {
+    for (i, (key, value)) in labels.names.iter().zip(labels.values).enumerate() {
         if i > 0 {
             text.push(b',');
         }
-        text.extend_from_slice(label.key().as_bytes());
+        text.extend_from_slice(key.as_bytes());
         text.extend_from_slice(b"=\"");
-        write_label_value(text, label.value());
+        write_label_value(text, value);
         text.push(b'"');
     }
     if let Some(le) = le {
-        if !labels.is_empty() {
+        if !labels.values.is_empty() {
             text.push(b',');
         }
         text.extend_from_slice(b"le=\"");
@@ -559,6 +592,24 @@ mod tests {
             metrics::histogram!("both").record(1.0);
         });
         assert_eq!(e.page(usize::MAX).0, "# TYPE both counter\nboth 1\n");
+    }
+
+    #[test]
+    fn a_family_keeps_its_first_label_names_and_each_series_only_its_values() {
+        let e = exposition();
+        metrics::with_local_recorder(&e, || {
+            let job: std::sync::Arc<str> = std::sync::Arc::from("draw");
+            metrics::counter!("claims", "job" => job.clone(), "result" => "claimed").increment(2);
+            metrics::counter!("claims", "job" => job, "result" => "taken").increment(1);
+            // Other names, or another number of them: records nothing.
+            metrics::counter!("claims", "result" => "claimed", "job" => "draw").increment(7);
+            metrics::counter!("claims", "job" => "draw").increment(7);
+        });
+        assert_eq!(
+            e.page(usize::MAX).0,
+            "# TYPE claims counter\nclaims{job=\"draw\",result=\"claimed\"} 2\n\
+             claims{job=\"draw\",result=\"taken\"} 1\n"
+        );
     }
 
     #[test]
