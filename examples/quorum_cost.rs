@@ -32,7 +32,7 @@ use anyhow::{Context, Result, anyhow};
 use common::RedisProcess;
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::{Outcome, Status, Trigger};
-use cronlease::store::{ClaimReply, ClaimRequest, Claimant, Store, WhenBusy};
+use cronlease::store::{Attempt, ClaimReply, ClaimRequest, Claimant, Store, WhenBusy};
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -68,6 +68,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
         lead_ms: 0,
+        attempt: Attempt::First,
     };
     let ClaimReply::Claimed {
         fence,
@@ -98,7 +99,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         peak_memory_kb: None,
         oom_kills: None,
     };
-    store.finish(&outcome, 100, None).await?;
+    store.finish(&outcome, 100, None, Attempt::First).await?;
     Ok(())
 }
 

@@ -163,43 +163,47 @@ pub struct Outcome {
 
 impl Outcome {
     /// The stream entry's fields, in order (the finish script adds `stale`).
+    #[cfg(any(test, feature = "internals"))]
     pub fn stream_fields(&self) -> Vec<(&'static str, String)> {
-        let mut fields = vec![
-            ("tick", self.tick_ms.to_string()),
-            ("fence", self.fence.to_string()),
-            ("run_id", self.run_id.clone()),
-            ("replica", self.replica.clone()),
-            ("host", self.host.clone()),
-            ("started_ms", self.started_ms.to_string()),
-            ("finished_ms", self.finished_ms.to_string()),
-            (
-                "duration_ms",
-                self.finished_ms
-                    .saturating_sub(self.started_ms)
-                    .max(0)
-                    .to_string(),
-            ),
-            ("status", self.status.as_str().to_string()),
-        ];
+        let mut fields = Vec::with_capacity(16);
+        self.each_stream_field(|name, value| fields.push((name, value.to_string())));
+        fields
+    }
+
+    /// Hands `field` each of [`Outcome::stream_fields`], name and value,
+    /// without a `String` per value: the finish writes them straight into
+    /// its command.
+    pub fn each_stream_field(&self, mut field: impl FnMut(&'static str, &dyn std::fmt::Display)) {
+        field("tick", &self.tick_ms);
+        field("fence", &self.fence);
+        field("run_id", &self.run_id);
+        field("replica", &self.replica);
+        field("host", &self.host);
+        field("started_ms", &self.started_ms);
+        field("finished_ms", &self.finished_ms);
+        field(
+            "duration_ms",
+            &self.finished_ms.saturating_sub(self.started_ms).max(0),
+        );
+        field("status", &self.status.as_str());
         if let Some(code) = self.exit_code {
-            fields.push(("exit_code", code.to_string()));
+            field("exit_code", &code);
         }
         if let Some(signal) = self.signal {
-            fields.push(("signal", signal.to_string()));
+            field("signal", &signal);
         }
-        fields.push(("attempts", self.attempts.to_string()));
+        field("attempts", &self.attempts);
         if let Some(cpu_ms) = self.cpu_ms {
-            fields.push(("cpu_ms", cpu_ms.to_string()));
+            field("cpu_ms", &cpu_ms);
         }
         if let Some(kb) = self.peak_memory_kb {
-            fields.push(("peak_memory_kb", kb.to_string()));
+            field("peak_memory_kb", &kb);
         }
         if let Some(kills) = self.oom_kills {
-            fields.push(("oom_kills", kills.to_string()));
+            field("oom_kills", &kills);
         }
-        fields.push(("output", self.output.clone()));
-        fields.push(("trigger", self.trigger.as_str().to_string()));
-        fields
+        field("output", &self.output);
+        field("trigger", &self.trigger.as_str());
     }
 }
 

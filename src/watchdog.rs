@@ -1,20 +1,25 @@
 //! Keeps this replica's leases alive, and stops any run whose lease it can no
 //! longer prove.
 //!
-//! The watchdog owns the table of runs in flight (their lease keys and the
-//! channels that stop them); the daemon tells it about runs with messages.
-//! Every `lease / 3` it renews all leases in one pipeline. A renewal that says
-//! the lease is no longer ours stops that run at once (`lost_lease`). When
-//! Redis does not answer, it keeps retrying, and when a run's local deadline —
+//! The watchdog's table holds the runs in flight (their lease keys and the
+//! channels that stop them). A run is held and released in it directly,
+//! under a `std` mutex never held across an `.await`: no message and no
+//! wait on the watchdog's task per run (two messages and an answer per run
+//! were a share of a busy replica's context switches). Every `lease / 3`
+//! the task renews all leases in one pipeline. A renewal that says the
+//! lease is no longer ours stops that run at once (`lost_lease`), unless the
+//! run was released meanwhile (its finish deletes the lease). When Redis
+//! does not answer, it keeps retrying, and when a run's local deadline —
 //! the monotonic instant its last successful renewal was *sent*, plus the
-//! lease, minus a safety margin — passes, it stops the run: by then the lease
-//! may have lapsed in Redis and another replica may hold the tick.
+//! lease, minus a safety margin — passes, it stops the run: by then the
+//! lease may have lapsed in Redis and another replica may hold the tick.
 
 use crate::membership::RunInFlight;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
@@ -39,38 +44,69 @@ pub struct LeaseHold {
     pub stop: watch::Sender<Option<Stop>>,
 }
 
-/// What the daemon can ask of the watchdog.
-#[derive(Debug)]
-pub enum Command {
-    Hold(LeaseHold),
-    /// The run ended; `done` is answered once its lease is no longer renewed.
-    Release {
-        run_id: String,
-        done: oneshot::Sender<()>,
-    },
-    /// Stop every run (shutdown grace is over).
-    StopAll(Stop),
-    List(oneshot::Sender<Vec<RunInFlight>>),
+/// The daemon's side of the watchdog, cheap to clone.
+#[derive(Clone)]
+pub struct Handle {
+    shared: Arc<Shared>,
 }
 
-/// The sending half, cheap to clone.
-#[derive(Debug, Clone)]
-pub struct Handle {
-    tx: mpsc::UnboundedSender<Command>,
+/// What the handles and the task share.
+struct Shared {
+    table: Mutex<Table>,
+    lease: Duration,
+    /// Wakes the task to plan again: a run due before it meant to wake.
+    wake: Notify,
+}
+
+impl Shared {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        // Every change to the table is made whole under the lock: a panic
+        // elsewhere while it was held leaves nothing half-done.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 impl Handle {
-    /// Sends a command; if the watchdog is gone (shutdown is complete) there
-    /// is nothing left to renew, so the command is moot.
-    pub fn send(&self, command: Command) {
-        let _ = self.tx.send(command);
+    /// Keeps `hold`'s lease alive from now on, until [`Handle::release`].
+    pub fn hold(&self, hold: LeaseHold) {
+        let lease = self.shared.lease;
+        let deadline = hold.valid_from + lease - lease / MARGIN_DIVISOR;
+        let mut table = self.shared.table();
+        table.hold(hold, deadline);
+        count_held(&table);
+        if table.wake_at.is_none_or(|wake_at| deadline < wake_at) {
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// The run ended: its lease is renewed no more, and a renewal already
+    /// on its way that finds the lease gone (the finish deletes it) is not
+    /// taken for a loss.
+    pub fn release(&self, run_id: &str) {
+        let mut table = self.shared.table();
+        table.release(run_id);
+        count_held(&table);
+    }
+
+    /// Stops every run (the shutdown grace is over).
+    pub fn stop_all(&self, reason: Stop) {
+        for h in self.shared.table().values() {
+            let _ = h.hold.stop.send(Some(reason));
+        }
     }
 
     /// The runs in flight.
-    pub async fn list(&self) -> Vec<RunInFlight> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Command::List(tx));
-        rx.await.unwrap_or_default()
+    pub fn list(&self) -> Vec<RunInFlight> {
+        self.shared
+            .table()
+            .values()
+            .map(|h| RunInFlight {
+                job: h.hold.job.clone(),
+                run_id: h.hold.run_id.clone(),
+                tick_ms: h.hold.tick_ms,
+                fence: h.hold.fence,
+            })
+            .collect()
     }
 }
 
@@ -93,6 +129,8 @@ struct Table {
     runs: HashMap<String, Held>,
     deadlines: BTreeMap<(Instant, u64), String>,
     numbered: u64,
+    /// When the task next wakes by itself; `None` until it first plans.
+    wake_at: Option<Instant>,
 }
 
 impl Table {
@@ -154,66 +192,56 @@ impl Table {
     }
 }
 
+/// Sets the gauge of leases held. Looked up each time, not kept: a
+/// recorder installed after the watchdog was made still gets it.
+fn count_held(table: &Table) {
+    metrics::gauge!(telemetry::LEASES_HELD).set(table.len() as f64);
+}
+
 /// Creates the watchdog; run the returned future until `cancel`.
 pub fn new(
     store: Store,
     lease: Duration,
     cancel: CancellationToken,
 ) -> (Handle, impl Future<Output = ()>) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    (Handle { tx }, run(store, lease, rx, cancel))
+    let shared = Arc::new(Shared {
+        table: Mutex::new(Table::default()),
+        lease,
+        wake: Notify::new(),
+    });
+    (
+        Handle {
+            shared: shared.clone(),
+        },
+        run(shared, store, cancel),
+    )
 }
 
-async fn run(
-    store: Store,
-    lease: Duration,
-    mut rx: mpsc::UnboundedReceiver<Command>,
-    cancel: CancellationToken,
-) {
+async fn run(shared: Arc<Shared>, store: Store, cancel: CancellationToken) {
+    let lease = shared.lease;
     let period = lease / 3;
-    let margin = lease / MARGIN_DIVISOR;
-    let mut held = Table::default();
     let mut next_renewal = Instant::now() + period;
     loop {
-        let earliest_deadline = held.earliest_deadline();
-        let wake = earliest_deadline.map_or(next_renewal, |d| d.min(next_renewal));
+        let wake = {
+            let mut table = shared.table();
+            let wake = table
+                .earliest_deadline()
+                .map_or(next_renewal, |d| d.min(next_renewal));
+            table.wake_at = Some(wake);
+            wake
+        };
         tokio::select! {
             () = cancel.cancelled() => return,
-            command = rx.recv() => match command {
-                None => return,
-                Some(Command::Hold(hold)) => {
-                    let deadline = hold.valid_from + lease - margin;
-                    held.hold(hold, deadline);
-                    metrics::gauge!(telemetry::LEASES_HELD).set(held.len() as f64);
-                }
-                Some(Command::Release { run_id, done }) => {
-                    held.release(&run_id);
-                    metrics::gauge!(telemetry::LEASES_HELD).set(held.len() as f64);
-                    let _ = done.send(());
-                }
-                Some(Command::StopAll(reason)) => {
-                    for h in held.values() {
-                        let _ = h.hold.stop.send(Some(reason));
-                    }
-                }
-                Some(Command::List(reply)) => {
-                    let runs = held.values().map(|h| RunInFlight {
-                        job: h.hold.job.clone(),
-                        run_id: h.hold.run_id.clone(),
-                        tick_ms: h.hold.tick_ms,
-                        fence: h.hold.fence,
-                    }).collect();
-                    let _ = reply.send(runs);
-                }
-            },
+            // A run held since: plan again.
+            () = shared.wake.notified() => {}
             () = sleep_until(wake) => {
                 let now = Instant::now();
                 // A stalled process (SIGSTOP, a long pause) wakes up here late:
                 // check deadlines before trusting any renewal.
-                expire(&mut held, now);
+                expire(&shared, now);
                 if now >= next_renewal {
                     // After a failure, retry sooner than the period.
-                    next_renewal = if renew(&store, lease, &mut held).await {
+                    next_renewal = if renew(&store, &shared).await {
                         now + period
                     } else {
                         now + (period / 2).min(Duration::from_secs(1))
@@ -225,7 +253,8 @@ async fn run(
 }
 
 /// Stops every run whose local deadline has passed.
-fn expire(held: &mut Table, now: Instant) {
+fn expire(shared: &Shared, now: Instant) {
+    let mut held = shared.table();
     while let Some(h) = held.pop_expired(now) {
         error!(
             job = %h.hold.job, run_id = %h.hold.run_id, tick_ms = h.hold.tick_ms, fence = h.hold.fence,
@@ -234,23 +263,31 @@ fn expire(held: &mut Table, now: Instant) {
         metrics::counter!(telemetry::LOST_LEASES, "job" => h.hold.job.clone()).increment(1);
         let _ = h.hold.stop.send(Some(Stop::LostLease));
     }
+    count_held(&held);
 }
 
 /// Renews all leases in one pipeline; false when Redis did not answer.
-async fn renew(store: &Store, lease: Duration, held: &mut Table) -> bool {
-    if held.is_empty() {
-        return true;
-    }
+async fn renew(store: &Store, shared: &Shared) -> bool {
+    let lease = shared.lease;
     let sent = Instant::now();
-    let renewals: Vec<Renewal> = held
-        .values()
-        .map(|h| Renewal {
-            job: h.hold.job.clone(),
-            run_id: h.hold.run_id.clone(),
-            lease_key: h.hold.lease_key.clone(),
-        })
-        .collect();
-    match store.renew(&renewals, lease).await {
+    let renewals: Vec<Renewal> = {
+        let held = shared.table();
+        if held.is_empty() {
+            return true;
+        }
+        held.values()
+            .map(|h| Renewal {
+                job: h.hold.job.clone(),
+                run_id: h.hold.run_id.clone(),
+                lease_key: h.hold.lease_key.clone(),
+            })
+            .collect()
+    };
+    let answer = store.renew(&renewals, lease).await;
+    // Runs released while the renewal was on its way are no longer in the
+    // table: what Redis said of them is moot.
+    let mut held = shared.table();
+    match answer {
         Ok(results) => {
             let margin = lease / MARGIN_DIVISOR;
             for (renewal, ours) in renewals.iter().zip(results) {
@@ -269,6 +306,7 @@ async fn renew(store: &Store, lease: Duration, held: &mut Table) -> bool {
                     let _ = h.hold.stop.send(Some(Stop::LostLease));
                 }
             }
+            count_held(&held);
             true
         }
         Err(e) => {

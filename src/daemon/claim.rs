@@ -104,6 +104,7 @@ pub(super) async fn claim(
         Ahead::By { woke, .. } => Some(woke),
         Ahead::No => None,
     };
+    let mut attempt = Attempt::First;
     loop {
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
@@ -123,8 +124,10 @@ pub(super) async fn claim(
             },
             deadline_ms,
             lead_ms: ahead.script_lead_ms(),
+            attempt,
         };
         let sent = Instant::now();
+        attempt = Attempt::Again;
         let wait = match ctx.store.claim(&request).await {
             Ok(reply) => {
                 ctx.redis_answered();

@@ -73,7 +73,7 @@ async fn deliver_held(ctx: &Ctx) {
     let mut redis_away = false;
     for outcome in held {
         if !redis_away {
-            match ctx.store.finish(&outcome, ctx.config.daemon.history, None).await {
+            match ctx.store.finish(&outcome, ctx.config.daemon.history, None, Attempt::Again).await {
                 Ok(reply) => {
                     ctx.redis_answered();
                     info!(job = %outcome.job, run_id = %outcome.run_id, "outcome held in memory delivered");
@@ -121,7 +121,7 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
         };
         match ctx
             .store
-            .finish(&outcome, ctx.config.daemon.history, None)
+            .finish(&outcome, ctx.config.daemon.history, None, Attempt::Again)
             .await
         {
             Ok(reply) => {

@@ -147,7 +147,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
 /// This replica's heartbeat record, as JSON (its job hashes apart: see
 /// [`job_hashes`]).
 async fn own_record(ctx: &Ctx) -> String {
-    let runs = ctx.watchdog.list().await;
+    let runs = ctx.watchdog.list();
     let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),

@@ -65,7 +65,7 @@ use crate::outcome::{Outcome, Status, Trigger};
 use crate::runner;
 use crate::spool::{Spool, SpoolError};
 use crate::store::{
-    ClaimReply, ClaimRequest, Claimant, FinishReply, ManualReply, ManualRequest,
+    Attempt, ClaimReply, ClaimRequest, Claimant, FinishReply, ManualReply, ManualRequest,
     REPLICA_FORGET_AFTER, Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store,
     StoreError, SweepRequest, TriggerReader, TriggerRequest, WhenBusy,
 };
@@ -522,8 +522,7 @@ async fn drain(
     };
     if timeout(daemon.shutdown_grace, work()).await.is_err() {
         warn!(runs = ctx.runs.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
-        ctx.watchdog
-            .send(watchdog::Command::StopAll(Stop::Shutdown));
+        ctx.watchdog.stop_all(Stop::Shutdown);
         if timeout_at(deadline, work()).await.is_err() {
             error!(
                 runs = ctx.runs.len(),

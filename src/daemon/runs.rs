@@ -26,7 +26,7 @@ pub(super) struct RunStart {
 /// over, if any).
 pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
     let (stop_tx, mut stop_rx) = watch::channel(None);
-    ctx.watchdog.send(watchdog::Command::Hold(LeaseHold {
+    ctx.watchdog.hold(LeaseHold {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
         tick_ms: start.tick_ms,
@@ -35,7 +35,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         replica: ctx.identity.replica.clone(),
         valid_from: start.valid_from,
         stop: stop_tx,
-    }));
+    });
     let registered = ctx
         .tasks
         .read()
@@ -78,18 +78,13 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
                 .record(lateness_ms.max(0) as f64 / 1000.0);
         }
         let result = task::execute(&*task, run, attempts, stop_rx).await;
-        // Release before finishing, and wait for the watchdog to drop the
-        // lease: a renewal racing the finish would see the lease gone.
-        let (done_tx, done_rx) = oneshot::channel();
-        ctx.watchdog.send(watchdog::Command::Release {
-            run_id: start.run_id.clone(),
-            done: done_tx,
-        });
-        let _ = done_rx.await;
+        // Released before the finish deletes the lease: a renewal on its
+        // way that finds it gone is then not taken for a loss.
+        ctx.watchdog.release(&start.run_id);
         let finished_ms = ctx.clock.now_ms();
         let outcome = outcome(&ctx, &job, start, finished_ms, result);
         count_finished(&ctx, &outcome);
-        if let Some(rerun) = deliver(&ctx, &job, outcome).await {
+        if let Some(rerun) = deliver(&ctx, &job, &outcome).await {
             start_reruns(&ctx, &job, vec![rerun]);
         }
     })
@@ -210,37 +205,43 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
 
 /// Writes an outcome to Redis, or spools it when Redis does not take it.
 /// Returns the job's pending rerun when the finish hands one over (its
-/// claim is made: the caller starts it).
+/// claim is made: the caller starts it). The outcome is borrowed: a run's
+/// task keeps it once while the finish waits for its batch, not also in
+/// this future (248 bytes each, thousands of runs at once under load).
 #[must_use = "a rerun handed over is claimed in Redis and must be started"]
-pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: Outcome) -> Option<RunStart> {
-    let rerun_id = Uuid::new_v4().to_string();
-    let offer = RerunOffer {
+pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<RunStart> {
+    // A rerun's id and offer only for a job whose lost runs are rerun: the
+    // usual finish makes neither (a UUID and a marks look-up per run).
+    let rerun_id = reruns_wanted(ctx, job).then(|| Uuid::new_v4().to_string());
+    let offer = rerun_id.as_deref().map(|new_run_id| RerunOffer {
         claimant: ctx.claimant(job, ctx.marks.get(&job.name).fence),
-        new_run_id: &rerun_id,
-    };
-    let offer = reruns_wanted(ctx, job).then_some(&offer);
-    for attempt in 0..3 {
+        new_run_id,
+    });
+    for attempt in [Attempt::First, Attempt::Again, Attempt::Again] {
         let sent = Instant::now();
         match ctx
             .store
-            .finish(&outcome, ctx.config.daemon.history, offer)
+            .finish(outcome, ctx.config.daemon.history, offer.as_ref(), attempt)
             .await
         {
             Ok(reply) => {
                 ctx.redis_answered();
-                log_finish(&outcome, &reply);
-                return reply
-                    .rerun
-                    .map(|rerun| rerun_start(ctx, job, rerun, rerun_id, sent));
+                log_finish(outcome, &reply);
+                return reply.rerun.map(|rerun| {
+                    let run_id = rerun_id.expect(
+                        "a finish hands a rerun over only when it was offered one, with its run id",
+                    );
+                    rerun_start(ctx, job, rerun, run_id, sent)
+                });
             }
             Err(e) => {
                 ctx.redis_failed(&e);
-                debug!(run_id = %outcome.run_id, attempt, error = %e, "cannot record outcome yet");
+                debug!(run_id = %outcome.run_id, ?attempt, error = %e, "cannot record outcome yet");
                 sleep(Duration::from_millis(200)).await;
             }
         }
     }
-    spool_or_hold(ctx, outcome);
+    spool_or_hold(ctx, outcome.clone());
     None
 }
 

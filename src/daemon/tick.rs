@@ -44,7 +44,7 @@ pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: Cl
         // answer, and thousands may be at one instant).
         ClaimEnd::NotDurable { start, acked } => {
             let outcome = not_durable_outcome(ctx, job, start, acked);
-            if let Some(rerun) = Box::pin(deliver(ctx, job, outcome)).await {
+            if let Some(rerun) = Box::pin(deliver(ctx, job, &outcome)).await {
                 start_reruns(ctx, job, vec![rerun]);
             }
             Next::Done

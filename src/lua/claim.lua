@@ -11,7 +11,8 @@
 --       failover that loses the claim's write cannot lose what the others
 --       heard, and remember: daemon/rendezvous.rs),
 --       deadline_ms (Redis time after which this claim must not take effect;
---       -1: none)
+--       -1: none), attempt ('first': no earlier attempt of this run id was
+--       sent, so none can have won; 'again': a retry)
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -26,6 +27,7 @@ local min_tick, min_fence = tonumber(ARGV[9]), tonumber(ARGV[10])
 local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
 local channel, job = ARGV[13], ARGV[14]
 local deadline = tonumber(ARGV[15])
+local retry = ARGV[16] ~= 'first'
 local function announce(fence)
   redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
@@ -34,7 +36,7 @@ local now, now_us = clock()
 -- A retry after an ambiguous reply: the first attempt may have won. The
 -- claim holds only while its lease does: the lease is renewed from now, so
 -- the caller's watchdog may count it from when it sent this retry.
-local mine = redis.call('HGET', running, run_id)
+local mine = retry and redis.call('HGET', running, run_id)
 if mine then
   local e = read_entry(mine)
   -- An entry that is no longer readable proves nothing: not ours to run.
@@ -100,8 +102,11 @@ end
 -- Counted before this run's entry is added, which has not lapsed.
 local expired = count_expired(running, now)
 local started = math.max(now, tick)
-local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, trigger, 0, min_fence, now, started)
-redis.call('HSET', state, 'last_tick', tick)
+-- The next fence (above the highest this replica saw, see next_fence) and
+-- the high-water mark in one write: the fence was read above.
+local fence = math.max(current_fence, min_fence) + 1
+redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])
+local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
+  replica, host, trigger, 0, fence, now, started)
 announce(fence)
 return {'claimed', fence, started, lease_key, expired, regressed, previous, now_us}

@@ -1,11 +1,13 @@
 -- Records the outcome of one run and releases what it held; then, if the
 -- job has a pending rerun (see sweep.lua) and the lease is now free, starts
 -- it for the caller.
--- KEYS: state, running, lease_key, runs, done, lease (the job's base lease
---       key), reruns, done_at
+-- KEYS: state, running, lease_key, runs, done (the previous release's dedup
+--       window, only read), lease (the job's base lease key), reruns, done_at
 -- ARGV: run_id, maxlen, window_ms, window_count, may_rerun ('1'/'0'),
 --       overlap, lease_ms, new run id (for a rerun), min_fence, replica,
---       host, then outcome field name/value pairs
+--       host, delivery ('first': no earlier attempt sent this outcome, so
+--       the dedup window cannot hold it yet; 'again': a retry or a spooled
+--       copy), then outcome field name/value pairs
 -- The outcome is current when the run was still in `running`; when someone
 -- already recorded it (abandoned, or this very outcome delivered before
 -- the dedup window forgot it), it is appended marked stale. Within the
@@ -18,19 +20,21 @@ local run_id, maxlen = ARGV[1], ARGV[2]
 local window_ms, window_count = tonumber(ARGV[3]), tonumber(ARGV[4])
 local may_rerun, overlap, lease_ms = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
 local new_run_id, min_fence, replica, host = ARGV[8], tonumber(ARGV[9]), ARGV[10], ARGV[11]
-local previous = redis.call('HGET', done, run_id)
-if previous then return {'duplicate', previous} end
+if ARGV[12] ~= 'first' then
+  local at = redis.call('ZSCORE', done_at, run_id)
+  if at then return {'duplicate', done_id(runs, done, run_id, at)} end
+end
 local stale = redis.call('HDEL', running, run_id) == 0
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
 local fields = {}
-for i = 12, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = record_outcome(state, runs, maxlen, fields, stale)
-local now = now_ms()
-remember_done(done, done_at, run_id, id, now, window_count, window_ms)
+-- Recorded when its stream entry was: no TIME for the window's clock.
+remember_done(done_at, run_id, id_ms(id), window_count, window_ms)
 local kind = stale and 'stale' or 'current'
 if may_rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
-    new_run_id, min_fence, now)
+    new_run_id, min_fence, now_ms())
   if started then return {kind, id, started[1], started[2], started[3], started[4]} end
 end
 return {kind, id}

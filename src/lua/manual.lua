@@ -3,17 +3,16 @@
 -- The run id comes from the trigger request, so a request delivered twice
 -- (its first consumer died, XAUTOCLAIM gave it to another) starts at most
 -- one run.
--- KEYS: state, running, lease, runs, done, done_at (the dedup window, see
+-- KEYS: state, running, lease, runs, done_at (the dedup window, see
 --       remember_done)
 -- ARGV: tick_ms (the request's time), run_id, lease_ms, overlap, replica,
 --       host, maxlen, min_fence, window_ms, window_count
-local state, running, lease, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local done_at = KEYS[6]
+local state, running, lease, runs, done_at = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
 local maxlen, min_fence = ARGV[7], tonumber(ARGV[8])
 local window_ms, window_count = tonumber(ARGV[9]), tonumber(ARGV[10])
-if redis.call('HEXISTS', running, run_id) == 1 or redis.call('HEXISTS', done, run_id) == 1 then
+if redis.call('HEXISTS', running, run_id) == 1 or redis.call('ZSCORE', done_at, run_id) then
   return {'duplicate'}
 end
 local corrupt = corrupt_state(state)
@@ -24,10 +23,11 @@ if overlap == 'skip' then
   if holder then
     local id = record_outcome(state, runs, maxlen,
       skip_fields(tick, run_id, replica, host, now, 'manual'), false)
-    remember_done(done, done_at, run_id, id, now, window_count, window_ms)
+    remember_done(done_at, run_id, id_ms(id), window_count, window_ms)
     return {'busy', holder}
   end
 end
-local fence, lease_key = start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, 'manual', 0, min_fence, now, now)
+local fence = next_fence(state, min_fence)
+local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
+  replica, host, 'manual', 0, fence, now, now)
 return {'claimed', fence, now, lease_key}

@@ -41,28 +41,34 @@ local function record_outcome(state, runs, maxlen, fields, stale)
   return id
 end
 
--- The dedup window: which run ids have a recorded outcome (hash `done`: run
--- id -> stream id) and when it was recorded (sorted set `done_at`: run id
--- scored by Redis time), so a second delivery of an outcome (a retry after a
--- lost reply, a spooled copy) is recognised. Bounded: the newest `count`
--- run ids of the job, none older than `window_ms`, and both keys expire
+-- The dedup window: which run ids have a recorded outcome (sorted set
+-- `done_at`: run id scored by the ms of its outcome's stream id), so a second
+-- delivery of an outcome (a retry after a lost reply, a spooled copy) is
+-- recognised. Bounded: the newest `count` run ids; the key expires
 -- `window_ms` after the job's last outcome (a job removed from the table).
-local function remember_done(done, done_at, run_id, id, now, count, window_ms)
-  redis.call('HSET', done, run_id, id)
-  redis.call('ZADD', done_at, now, run_id)
-  local forget = redis.call('ZRANGEBYSCORE', done_at, '-inf', now - window_ms, 'LIMIT', 0, 100)
-  local excess = redis.call('ZCARD', done_at) - #forget - count
-  if excess > 0 then
-    for _, old in ipairs(redis.call('ZRANGE', done_at, #forget, #forget + excess - 1)) do
-      forget[#forget + 1] = old
+local function remember_done(done_at, run_id, ms, count, window_ms)
+  redis.call('ZADD', done_at, ms, run_id)
+  redis.call('ZREMRANGEBYRANK', done_at, 0, -count - 1)
+  redis.call('PEXPIRE', done_at, window_ms)
+end
+
+-- The stream id of run_id's outcome, which the dedup window dated `ms`: the
+-- entry of that ms with its run id, or the previous release's `done` hash
+-- (run id -> stream id, read only); '' once the stream trimmed it.
+local function done_id(runs, done, run_id, ms)
+  for _, entry in ipairs(redis.call('XRANGE', runs, ms, ms)) do
+    local fields = entry[2]
+    for i = 1, #fields, 2 do
+      if fields[i] == 'run_id' and fields[i + 1] == run_id then return entry[1] end
     end
   end
-  if #forget > 0 then
-    redis.call('HDEL', done, unpack(forget))
-    redis.call('ZREM', done_at, unpack(forget))
-  end
-  redis.call('PEXPIRE', done, window_ms)
-  redis.call('PEXPIRE', done_at, window_ms)
+  return redis.call('HGET', done, run_id) or ''
+end
+
+-- The ms part of a stream id: Redis time when the entry was added (or just
+-- after the stream's previous entry, should the clock have stepped back).
+local function id_ms(id)
+  return tonumber(string.match(id, '^(%d+)'))
 end
 
 -- A `running` entry as start_run writes it, decoded; nil when it is not one
@@ -103,20 +109,20 @@ local function next_fence(state, min_fence)
   return fence
 end
 
--- Starts a run: fence, running entry, lease. Returns fence, lease key.
+-- Starts a run with `fence` (the caller took it: next_fence, or the claim's
+-- own count): running entry, lease. Returns the lease key.
 -- `started`: when the run starts by Redis time (now, or the tick when it
 -- is claimed ahead of it, see claim.lua); the lease counts from now.
-local function start_run(state, running, lease, run_id, tick, lease_ms, overlap,
-                         replica, host, trigger, rerun, min_fence, now, started)
+local function start_run(running, lease, run_id, tick, lease_ms, overlap,
+                         replica, host, trigger, rerun, fence, now, started)
   local lease_key = lease
   if overlap == 'allow' then lease_key = lease .. ':' .. run_id end
-  local fence = next_fence(state, min_fence)
   redis.call('HSET', running, run_id, cjson.encode({
     tick = tick, fence = fence, replica = replica, host = host, started = started,
     expires = now + lease_ms, lease_key = lease_key, trigger = trigger, rerun = rerun,
   }))
   redis.call('SET', lease_key, run_id, 'PX', lease_ms)
-  return fence, lease_key
+  return lease_key
 end
 
 -- Starts the oldest pending rerun (see sweep.lua) when nothing holds the
@@ -135,8 +141,9 @@ local function take_rerun(state, running, lease, reruns, lease_ms, overlap, repl
   end
   if oldest == nil then return nil end
   redis.call('HDEL', reruns, oldest_key)
-  local fence, lease_key = start_run(state, running, lease, run_id, oldest, lease_ms, overlap,
-    replica, host, 'rerun', 1, min_fence, now, now)
+  local fence = next_fence(state, min_fence)
+  local lease_key = start_run(running, lease, run_id, oldest, lease_ms, overlap,
+    replica, host, 'rerun', 1, fence, now, now)
   return {oldest, fence, lease_key, now}
 end
 

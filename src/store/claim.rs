@@ -3,9 +3,19 @@
 //! raised everywhere to the highest, and a claim without a majority undone
 //! where it landed.
 
-use redis::Value;
+use redis::{RedisWrite, Value};
 
 use super::*;
+
+/// The claim script's keys: state, running, lease, runs.
+const CLAIM_KEYS: usize = 4;
+
+/// The claim script's arguments (`claim.lua`).
+const CLAIM_ARGS: usize = 16;
+
+/// Room for the claim's numbers and words (tick, lease, overlap, …): at
+/// most 20 digits for each of six numbers, and short words.
+const CLAIM_NUMBERS_BYTES: usize = 160;
 
 /// Everything the claim script needs to know.
 #[derive(Debug, Clone)]
@@ -26,6 +36,8 @@ pub struct ClaimRequest<'a> {
     /// that reaches Redis later (it sat in a paused server or a slow
     /// network after its caller stopped waiting) answers `Expired`.
     pub deadline_ms: i64,
+    /// Whether an earlier attempt of this claim was sent.
+    pub attempt: Attempt,
 }
 
 /// What a claim does when a run of the job is in flight and the overlap
@@ -304,7 +316,7 @@ impl Store {
             let reply = self
                 .scripts
                 .claims
-                .call(conn, self.claim_args(request), 4)
+                .call(conn, self.claim_args(request), CLAIM_KEYS)
                 .await?;
             return parse_claim(reply);
         }
@@ -453,15 +465,24 @@ impl Store {
         }
     }
 
-    /// The claim script's keys (4) and arguments for `request`.
+    /// The claim script's keys ([`CLAIM_KEYS`]) and arguments for `request`.
     fn claim_args(&self, request: &ClaimRequest<'_>) -> redis::Cmd {
         let keys = &self.keys;
-        let mut args = redis::Cmd::new();
-        args.arg(keys.state(request.job))
-            .arg(keys.running(request.job))
-            .arg(keys.lease(request.job))
-            .arg(keys.runs(request.job))
-            .arg(request.tick_ms)
+        let job = request.job;
+        let parts = ["state", "running", "lease", "runs"];
+        // Sized once: thousands of claims wait in a batch at once.
+        let bytes = parts.iter().map(|part| keys.job_key_len(job, part)).sum::<usize>()
+            + request.run_id.len()
+            + request.claimant.replica.len()
+            + request.claimant.host.len()
+            + keys.claims_channel().len()
+            + job.len()
+            + CLAIM_NUMBERS_BYTES;
+        let mut args = redis::Cmd::with_capacity(CLAIM_KEYS + CLAIM_ARGS, bytes);
+        for part in parts {
+            args.write_arg_fmt(keys.job_key_arg(job, part));
+        }
+        args.arg(request.tick_ms)
             .arg(request.run_id)
             .arg(duration_ms(request.claimant.lease))
             .arg(request.claimant.overlap.as_str())
@@ -478,7 +499,8 @@ impl Store {
             })
             .arg(keys.claims_channel())
             .arg(request.job)
-            .arg(request.deadline_ms);
+            .arg(request.deadline_ms)
+            .arg(request.attempt.as_arg());
         args
     }
 
@@ -490,7 +512,9 @@ impl Store {
         let args = self.claim_args(request);
         let build = || {
             let mut pipe = redis::pipe();
-            pipe.cmd("EVALSHA").arg(self.scripts.claim.get_hash()).arg(4);
+            pipe.cmd("EVALSHA")
+                .arg(self.scripts.claim.get_hash())
+                .arg(CLAIM_KEYS);
             append(&mut pipe, &args);
             if let Some((replicas, timeout)) = self.wait_replicas {
                 pipe.cmd("WAIT").arg(replicas).arg(duration_ms(timeout));

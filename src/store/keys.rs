@@ -2,21 +2,56 @@
 //! Redis (README, "The data in Redis"). All keys of one job share the hash
 //! tag `{job}`, so a script touches a single Redis Cluster slot.
 
+/// Key `part` of a job: `<prefix>:{<job>}:<part>`.
+pub(super) struct JobKey<'a> {
+    prefix: &'a str,
+    job: &'a str,
+    part: &'a str,
+}
+
+impl std::fmt::Display for JobKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for piece in [self.prefix, ":{", self.job, "}:", self.part] {
+            f.write_str(piece)?;
+        }
+        Ok(())
+    }
+}
+
 /// The names of all keys cronlease writes under one prefix.
 #[derive(Debug, Clone)]
 pub struct Keys {
     prefix: String,
+    /// [`Keys::claims_channel`], named in every claim.
+    claims_channel: String,
 }
 
 impl Keys {
     pub fn new(prefix: &str) -> Keys {
         Keys {
             prefix: prefix.to_string(),
+            claims_channel: format!("{prefix}:claimed"),
         }
     }
 
     fn job_key(&self, job: &str, part: &str) -> String {
-        format!("{}:{{{}}}:{}", self.prefix, job, part)
+        self.job_key_arg(job, part).to_string()
+    }
+
+    /// Key `part` of `job` (as [`Keys::state`] and the like name it), to be
+    /// written where it goes (a command's argument) without a `String` of
+    /// its own.
+    pub(super) fn job_key_arg<'a>(&'a self, job: &'a str, part: &'a str) -> JobKey<'a> {
+        JobKey {
+            prefix: &self.prefix,
+            job,
+            part,
+        }
+    }
+
+    /// The length of [`Keys::job_key_arg`]`(job, part)`.
+    pub(super) fn job_key_len(&self, job: &str, part: &str) -> usize {
+        self.prefix.len() + job.len() + part.len() + 4
     }
 
     /// Hash: `last_tick`, `fence`, `paused`, last outcome summary.
@@ -40,14 +75,17 @@ impl Keys {
         self.job_key(job, "runs")
     }
 
-    /// Hash: run id → stream id of its recorded outcome, for the newest
-    /// [`dedup_entries`](super::dedup_entries) runs (the dedup window).
+    /// Hash: run id → stream id of its recorded outcome, the dedup window
+    /// of the previous release (until 7 days after the upgrade). Only read:
+    /// by the finish script for a duplicate's stream id, and by
+    /// [`super::Store::done_marker`].
     pub fn done(&self, job: &str) -> String {
         self.job_key(job, "done")
     }
 
-    /// Sorted set: the run ids of [`Keys::done`] by when they were recorded
-    /// (Redis ms), so the window forgets the oldest first.
+    /// Sorted set: the run ids whose outcome is recorded, scored by the ms
+    /// of the outcome's stream id, for the newest
+    /// [`dedup_entries`](super::dedup_entries) runs (the dedup window).
     pub fn done_at(&self, job: &str) -> String {
         self.job_key(job, "done_at")
     }
@@ -111,8 +149,8 @@ impl Keys {
 
     /// Pub/sub channel on which the claim script announces each claim as
     /// `<job> <tick> <fence>`.
-    pub fn claims_channel(&self) -> String {
-        format!("{}:claimed", self.prefix)
+    pub fn claims_channel(&self) -> &str {
+        &self.claims_channel
     }
 
     /// Stream: manual run requests (`cronlease trigger`), read by the

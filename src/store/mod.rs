@@ -100,6 +100,27 @@ impl Scripts {
     }
 }
 
+/// Whether an earlier attempt of a claim or of an outcome's delivery (the
+/// same run id) was sent. A first attempt spares Redis the look-up that
+/// recognises a retry: no earlier one can have landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// Nothing was sent for this run id before.
+    First,
+    /// A retry (after an error, or a reply that did not come), or a copy
+    /// from the spool or memory.
+    Again,
+}
+
+impl Attempt {
+    fn as_arg(self) -> &'static str {
+        match self {
+            Attempt::First => "first",
+            Attempt::Again => "again",
+        }
+    }
+}
+
 /// A failed exchange with Redis.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

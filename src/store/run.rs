@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redis::Value;
+use redis::{RedisWrite, Value};
 
 use super::*;
 
@@ -12,9 +12,19 @@ use super::*;
 /// the job's lease, reruns, done_at.
 const FINISH_KEYS: usize = 8;
 
-/// The dedup window's age limit: a second delivery of an outcome (a retry
-/// after a lost reply, a spooled copy) recorded less than this long ago is
-/// recognised as a duplicate. See [`dedup_entries`] for the count limit.
+/// The finish script's arguments, at most: 12 before the outcome's fields,
+/// and up to 17 fields, name and value (`Outcome::each_stream_field`).
+const FINISH_ARGS: usize = 12 + 2 * 17;
+
+/// Room for the finish's numbers, words and field names beside the keys,
+/// ids, names and output counted one by one.
+const FINISH_FIXED_BYTES: usize = 512;
+
+/// How long a job's dedup window outlives its last outcome: a second
+/// delivery of an outcome (a retry after a lost reply, a spooled copy) is
+/// recognised as a duplicate while its run id is among the window's newest
+/// [`dedup_entries`] and the job recorded an outcome less than this long
+/// ago.
 pub const DEDUP_WINDOW: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The fewest run ids a job's dedup window remembers, however small its
@@ -206,19 +216,40 @@ impl Store {
         outcome: &Outcome,
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
+        attempt: Attempt,
     ) -> redis::Cmd {
         let keys = &self.keys;
         let job = outcome.job.as_str();
-        let mut args = redis::Cmd::new();
-        args.arg(keys.state(job))
-            .arg(keys.running(job))
-            .arg(&outcome.lease_key)
-            .arg(keys.runs(job))
-            .arg(keys.done(job))
-            .arg(keys.lease(job))
-            .arg(keys.reruns(job))
-            .arg(keys.done_at(job))
-            .arg(&outcome.run_id)
+        // The job's keys before and after the run's lease key.
+        let (before, after) = (
+            ["state", "running"],
+            ["runs", "done", "lease", "reruns", "done_at"],
+        );
+        let rerun_bytes = rerun.map_or(0, |offer| {
+            offer.new_run_id.len() + offer.claimant.replica.len() + offer.claimant.host.len()
+        });
+        // Sized once: thousands of finishes wait in a batch at once.
+        let bytes = before
+            .iter()
+            .chain(&after)
+            .map(|part| keys.job_key_len(job, part))
+            .sum::<usize>()
+            + outcome.lease_key.len()
+            + outcome.run_id.len()
+            + rerun_bytes
+            + outcome.replica.len()
+            + outcome.host.len()
+            + outcome.output.len()
+            + FINISH_FIXED_BYTES;
+        let mut args = redis::Cmd::with_capacity(FINISH_KEYS + FINISH_ARGS, bytes);
+        for part in before {
+            args.write_arg_fmt(keys.job_key_arg(job, part));
+        }
+        args.arg(&outcome.lease_key);
+        for part in after {
+            args.write_arg_fmt(keys.job_key_arg(job, part));
+        }
+        args.arg(&outcome.run_id)
             .arg(history)
             .arg(duration_ms(DEDUP_WINDOW))
             .arg(dedup_entries(history));
@@ -240,21 +271,24 @@ impl Store {
                 .arg("")
                 .arg(""),
         };
-        for (name, value) in outcome.stream_fields() {
-            args.arg(name).arg(value);
-        }
+        args.arg(attempt.as_arg());
+        outcome.each_stream_field(|name, value| {
+            args.arg(name).write_arg_fmt(value);
+        });
         args
     }
 
     /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
-    /// of the job may be started for the caller.
+    /// of the job may be started for the caller. `attempt`: whether this
+    /// outcome was sent before (only then can it be a duplicate).
     pub async fn finish(
         &self,
         outcome: &Outcome,
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
+        attempt: Attempt,
     ) -> Result<FinishReply, StoreError> {
-        let args = self.finish_args(outcome, history, rerun);
+        let args = self.finish_args(outcome, history, rerun, attempt);
         if !self.is_quorum() {
             let conn = self.single("finish").await?;
             if self.batches(&conn) {
@@ -358,14 +392,31 @@ impl Store {
     }
 
     /// The stream id of a run's recorded outcome, once there is one (and
-    /// while the dedup window remembers it).
+    /// while the dedup window and the stream remember it): the entry of the
+    /// ms the window dated it with this run id.
     pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
+        let mut cmd = redis::cmd("ZSCORE");
+        cmd.arg(self.keys.done_at(job)).arg(run_id);
+        if let Some(ms) = self.read_cmd::<Option<String>>(cmd).await? {
+            let mut cmd = redis::cmd("XRANGE");
+            cmd.arg(self.keys.runs(job)).arg(&ms).arg(&ms);
+            let entries: Vec<(String, Vec<(String, String)>)> = self.read_cmd(cmd).await?;
+            let ours = entries.into_iter().find(|(_, fields)| {
+                fields
+                    .iter()
+                    .any(|(name, value)| name == "run_id" && value == run_id)
+            });
+            if let Some((id, _)) = ours {
+                return Ok(Some(id));
+            }
+        }
+        // A run recorded by the previous release (the window was a hash).
         let mut cmd = redis::cmd("HGET");
         cmd.arg(self.keys.done(job)).arg(run_id);
         if let Some(id) = self.read_cmd::<Option<String>>(cmd).await? {
             return Ok(Some(id));
         }
-        // A run recorded by a replica of the previous release.
+        // A run recorded by a replica of the release before.
         let mut cmd = redis::cmd("GET");
         cmd.arg(self.keys.legacy_done(job, run_id));
         self.read_cmd(cmd).await

@@ -293,7 +293,6 @@ impl Store {
             .key(keys.running(job))
             .key(keys.lease(job))
             .key(keys.runs(job))
-            .key(keys.done(job))
             .key(keys.done_at(job))
             .arg(request.requested_ms())
             .arg(&request.run_id)

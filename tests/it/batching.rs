@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use cronlease::config::Overlap;
-use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Store};
+use cronlease::store::{Attempt, ClaimReply, ClaimRequest, Recorded, Store};
 use futures_util::future::join_all;
 
 use crate::support::{
@@ -90,7 +90,7 @@ fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() 
                 "{job}: expected taken at fence 1, got {reply:?}"
             );
         }
-        let finishes = claimed.iter().map(|outcome| store.finish(outcome, 100, None));
+        let finishes = claimed.iter().map(|outcome| store.finish(outcome, 100, None, Attempt::First));
         for (outcome, reply) in claimed.iter().zip(join_all(finishes).await) {
             let reply = reply.unwrap_or_else(|e| panic!("{}: finish failed: {e}", outcome.job));
             assert_eq!(reply.recorded, Recorded::Current, "{}", outcome.job);

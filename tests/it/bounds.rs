@@ -11,8 +11,8 @@ use cronlease::config::Overlap;
 use cronlease::outcome::Outcome;
 use cronlease::spool::Spool;
 use cronlease::store::{
-    ClaimReply, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest, LockTicket, Recorded,
-    Reentry, Store, dedup_entries,
+    Attempt, ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
+    LockTicket, Recorded, Reentry, Store, dedup_entries,
 };
 
 use crate::support::{
@@ -56,9 +56,66 @@ async fn run_ticks(store: &Store, first_tick: i64, count: usize, history: u32) {
     for n in 0..count {
         let tick = first_tick + 1000 * n as i64;
         let outcome = claim(store, &format!("run-{tick}"), tick, history).await;
-        let reply = store.finish(&outcome, history, None).await.expect("finish");
+        let reply = store
+            .finish(&outcome, history, None, Attempt::First)
+            .await
+            .expect("finish");
         assert_eq!(reply.recorded, Recorded::Current);
     }
+}
+
+#[test]
+fn a_retried_claim_whose_first_attempt_won_is_answered_claimed_with_its_fence() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = store(&server).await;
+        let tick = now_ms() - 10_000;
+        // Overlap allowed: the runs left in flight do not hold the next ticks.
+        let claimant = test_claimant(LEASE, Overlap::Allow, 100);
+        let first = claim_request(JOB, "won", tick, claimant);
+        let ClaimReply::Claimed { fence, .. } = store.claim(&first).await.expect("claim") else {
+            panic!("a fresh tick with no rival is claimed");
+        };
+        // Its reply was lost: the retry carries the same run id.
+        let retry = ClaimRequest {
+            attempt: Attempt::Again,
+            ..first
+        };
+        match store.claim(&retry).await.expect("claim") {
+            ClaimReply::Claimed { fence: again, .. } => assert_eq!(again, fence),
+            other => panic!("the retry of a claim that won: expected claimed, got {other:?}"),
+        }
+        // A rival's first attempt at the same tick finds it taken; the next
+        // tick's fence is one more, and at least one above the highest fence
+        // the claimant saw (a Redis that lost state).
+        let rival = claim_request(JOB, "rival", tick, claimant);
+        assert!(matches!(
+            store.claim(&rival).await.expect("claim"),
+            ClaimReply::Taken { .. }
+        ));
+        let next = claim_request(JOB, "next", tick + 1_000, claimant);
+        let ClaimReply::Claimed { fence: after, .. } = store.claim(&next).await.expect("claim")
+        else {
+            panic!("the next tick is free");
+        };
+        assert_eq!(after, fence + 1);
+        let seen = cronlease::store::Claimant {
+            min_fence: after + 40,
+            ..claimant
+        };
+        let ClaimReply::Claimed { fence: lifted, .. } = store
+            .claim(&claim_request(JOB, "lifted", tick + 2_000, seen))
+            .await
+            .expect("claim")
+        else {
+            panic!("the tick after is free");
+        };
+        assert_eq!(lifted, after + 41);
+        assert_eq!(
+            hget(&server, &key("state"), "fence").as_deref(),
+            Some(lifted.to_string().as_str())
+        );
+    });
 }
 
 #[test]
@@ -68,17 +125,91 @@ fn a_retried_finish_is_applied_once_within_the_window() {
         let store = store(&server).await;
         let tick = now_ms() - 60_000;
         let outcome = claim(&store, "first", tick, 1000).await;
-        let first = store.finish(&outcome, 1000, None).await.expect("finish");
+        let first = store
+            .finish(&outcome, 1000, None, Attempt::First)
+            .await
+            .expect("finish");
         assert_eq!(first.recorded, Recorded::Current);
         // Other runs are recorded in between (fewer than the window holds).
         run_ticks(&store, tick + 1000, 50, 1000).await;
-        let again = store.finish(&outcome, 1000, None).await.expect("finish");
+        let again = store
+            .finish(&outcome, 1000, None, Attempt::Again)
+            .await
+            .expect("finish");
         assert_eq!(again.recorded, Recorded::Duplicate);
         assert_eq!(again.id, first.id, "the duplicate names the first record");
     });
     let outcomes = read_outcomes(&mut server.client(), PREFIX, JOB);
     let firsts = outcomes.iter().filter(|o| o.run_id() == "first").count();
     assert_eq!(firsts, 1, "the outcome is in the stream once");
+}
+
+#[test]
+fn an_outcome_the_previous_release_recorded_is_still_a_duplicate_and_found() {
+    let server = RedisServer::start();
+    let mut redis = server.client();
+    // The previous release's window: a hash run id -> stream id, and the
+    // sorted set scored by Redis time (a ms or so after the entry's id).
+    let id: String = redis::cmd("XADD")
+        .arg(key("runs"))
+        .arg("*")
+        .arg("run_id")
+        .arg("legacy")
+        .arg("status")
+        .arg("ok")
+        .query(&mut redis)
+        .expect("XADD");
+    let ms: i64 = id.split('-').next().unwrap().parse().unwrap();
+    let _: () = redis::pipe()
+        .cmd("HSET")
+        .arg(key("done"))
+        .arg("legacy")
+        .arg(&id)
+        .cmd("ZADD")
+        .arg(key("done_at"))
+        .arg(ms + 3)
+        .arg("legacy")
+        .query(&mut redis)
+        .expect("HSET, ZADD");
+    runtime().block_on(async {
+        let store = store(&server).await;
+        let outcome = ok_outcome(JOB, "legacy", now_ms() - 60_000, 1, key("lease"));
+        let again = store
+            .finish(&outcome, 1000, None, Attempt::Again)
+            .await
+            .expect("finish");
+        assert_eq!(
+            (again.recorded, again.id.as_str()),
+            (Recorded::Duplicate, id.as_str())
+        );
+        assert_eq!(
+            store
+                .done_marker(JOB, "legacy")
+                .await
+                .expect("Redis answers"),
+            Some(id.clone())
+        );
+        // One recorded now is found by its window's date.
+        let outcome = claim(&store, "fresh", now_ms() - 30_000, 1000).await;
+        let first = store
+            .finish(&outcome, 1000, None, Attempt::First)
+            .await
+            .expect("finish");
+        assert_eq!(
+            store
+                .done_marker(JOB, "fresh")
+                .await
+                .expect("Redis answers"),
+            Some(first.id)
+        );
+        assert_eq!(
+            store
+                .done_marker(JOB, "never")
+                .await
+                .expect("Redis answers"),
+            None
+        );
+    });
 }
 
 #[test]
@@ -91,14 +222,20 @@ fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
         let store = store(&server).await;
         let tick = now_ms() - 3_600_000;
         let outcome = claim(&store, "old", tick, history).await;
-        let first = store.finish(&outcome, history, None).await.expect("finish");
+        let first = store
+            .finish(&outcome, history, None, Attempt::First)
+            .await
+            .expect("finish");
         assert_eq!(first.recorded, Recorded::Current);
-        run_ticks(&store, tick + 1000, window + 5, history).await;
+        run_ticks(&store, tick + 1000, window, history).await;
         let current_before = hget(&server, &key("state"), "outcome_run_id");
         // The window forgot "old": a late copy (a spool delivered hours
         // later) is recorded, marked stale, and the job's current outcome
         // stays the latest run's.
-        let late = store.finish(&outcome, history, None).await.expect("finish");
+        let late = store
+            .finish(&outcome, history, None, Attempt::Again)
+            .await
+            .expect("finish");
         assert_eq!(late.recorded, Recorded::Stale);
         assert_eq!(
             hget(&server, &key("state"), "outcome_run_id"),
@@ -129,23 +266,19 @@ fn a_jobs_keys_after_many_runs_stay_within_the_bound() {
         .expect("KEYS");
     let mut sorted = keys.clone();
     sorted.sort();
-    // state, the runs stream, and the dedup window's two keys: no run in
-    // flight, no lease held, no rerun pending.
+    // state, the runs stream, and the dedup window: no run in flight, no
+    // lease held, no rerun pending.
     assert_eq!(
         sorted,
-        ["done", "done_at", "runs", "state"].map(key),
+        ["done_at", "runs", "state"].map(key),
         "after {runs} runs"
     );
     let window = dedup_entries(history) as i64;
-    let done: i64 = redis::cmd("HLEN")
-        .arg(key("done"))
-        .query(&mut redis)
-        .unwrap();
     let done_at: i64 = redis::cmd("ZCARD")
         .arg(key("done_at"))
         .query(&mut redis)
         .unwrap();
-    assert_eq!((done, done_at), (window, window));
+    assert_eq!(done_at, window);
     // MAXLEN ~ trims whole stream nodes (100 entries by default).
     let stream: i64 = redis::cmd("XLEN")
         .arg(key("runs"))
@@ -154,7 +287,7 @@ fn a_jobs_keys_after_many_runs_stay_within_the_bound() {
     assert!(stream <= i64::from(history) + 100, "stream holds {stream}");
     // A job removed from the table: its window expires after 7 days.
     let ttl: i64 = redis::cmd("PTTL")
-        .arg(key("done"))
+        .arg(key("done_at"))
         .query(&mut redis)
         .unwrap();
     assert!(ttl > 6 * 24 * 3_600_000, "done expires in {ttl} ms");
@@ -170,7 +303,10 @@ fn a_spooled_outcome_delivered_twice_by_two_replicas_is_applied_once() {
     let outcome = runtime().block_on(async {
         let store = store(&cluster.redis).await;
         let outcome = claim(&store, "spooled", now_ms() - 10_000, 1000).await;
-        let reply = store.finish(&outcome, 1000, None).await.expect("finish");
+        let reply = store
+            .finish(&outcome, 1000, None, Attempt::First)
+            .await
+            .expect("finish");
         assert_eq!(reply.recorded, Recorded::Current);
         outcome
     });

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::Outcome;
-use cronlease::store::{ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
+use cronlease::store::{Attempt, ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
 
 use crate::support::{
     RedisServer, claim_request, now_ms, ok_outcome, read_outcomes, runtime, test_claimant,
@@ -157,7 +157,12 @@ fn a_majority_claim_has_the_highest_fence_renews_with_a_majority_and_finishes_ev
         );
 
         let finished = store
-            .finish(&outcome("r1", tick, fence, lease_key), 100, None)
+            .finish(
+                &outcome("r1", tick, fence, lease_key),
+                100,
+                None,
+                Attempt::First,
+            )
             .await
             .expect("finish");
         assert_eq!(finished.recorded, Recorded::Current);

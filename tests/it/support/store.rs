@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::Trigger;
-use cronlease::store::{ClaimRequest, Claimant, Store, WhenBusy};
+use cronlease::store::{Attempt, ClaimRequest, Claimant, Store, WhenBusy};
 
 use super::RedisServer;
 
@@ -56,6 +56,7 @@ pub fn claim_request<'a>(
         when_busy: WhenBusy::Skip,
         deadline_ms: -1,
         lead_ms: 0,
+        attempt: Attempt::First,
     }
 }
 
