@@ -26,7 +26,7 @@
 //!   it returns at once without the `end` line, as the killed shell would.
 //!   WALL_MS is the real wall clock: `date +%s%3N` run with `LD_PRELOAD`
 //!   removed, per line, as the shell's `$(LD_PRELOAD= date +%s%3N)` does,
-//!   since this process may run under `faketime`.
+//!   since this process may run with libfaketime preloaded.
 //! - **Redis.** Connecting is retried until Redis answers (like the daemon,
 //!   which waits for it); SIGTERM or SIGINT meanwhile exits 0.
 //! - **Signals.** SIGHUP loads the file again and replaces the jobs

@@ -54,9 +54,10 @@
 //!
 //! Processes are killed on every way out: normal end, error, panic (Drop),
 //! Ctrl-C (the run stops early, replicas are stopped in order and checked),
-//! and the suite itself being killed (`PR_SET_PDEATHSIG`; a replica under
-//! `faketime` is started through this executable's `--exec-tied` trampoline
-//! so that it has the same tie to its parent).
+//! and the suite itself being killed (`PR_SET_PDEATHSIG`). A replica whose
+//! host's clock is skewed runs with libfaketime preloaded, not under the
+//! `faketime` wrapper: the wrapper's named semaphore outlives a SIGKILL and
+//! makes a later wrapper that gets the same pid refuse to start.
 //!
 //! The modules, in the order of a run: `harness` (the private Redis, the
 //! replicas, their config files and processes), `proxy` (the fault-injecting
@@ -83,16 +84,13 @@ mod report;
 mod rng;
 mod wall;
 
-use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use nix::sys::signal::Signal;
 
 use crate::common::{cronlease_binary, example_binary, install_interrupt_handler, on_path};
 use crate::evidence::Evidence;
@@ -100,10 +98,6 @@ use crate::faults::FaultKind;
 use crate::harness::{Harness, Launcher};
 use crate::report::Output;
 use crate::rng::Rng;
-
-/// The hidden first argument that makes this executable a trampoline:
-/// `chaos --exec-tied PROGRAM ARGS…` sets `PR_SET_PDEATHSIG` and execs.
-const EXEC_TIED: &str = "--exec-tied";
 
 /// The output directory, for the message on an error.
 static OUT_DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -168,10 +162,6 @@ impl ReplicaKind {
 }
 
 fn main() -> ExitCode {
-    let mut argv = std::env::args_os();
-    if argv.nth(1).as_deref() == Some(EXEC_TIED.as_ref()) {
-        return exec_tied(argv.collect());
-    }
     let args = Args::parse();
     match run(&args) {
         Ok(true) => ExitCode::SUCCESS,
@@ -186,26 +176,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The trampoline: dies with its parent (`faketime`, which dies with the
-/// suite), then becomes PROGRAM.
-fn exec_tied(rest: Vec<OsString>) -> ExitCode {
-    let Some((program, args)) = rest.split_first() else {
-        eprintln!("chaos {EXEC_TIED}: no program given");
-        return ExitCode::FAILURE;
-    };
-    if let Err(e) = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL) {
-        eprintln!("chaos {EXEC_TIED}: cannot set PR_SET_PDEATHSIG: {e}");
-        return ExitCode::FAILURE;
-    }
-    if std::os::unix::process::parent_id() == 1 {
-        // The parent died before the tie was made.
-        return ExitCode::FAILURE;
-    }
-    let e = Command::new(program).args(args).exec();
-    eprintln!("chaos {EXEC_TIED}: cannot execute {program:?}: {e}");
-    ExitCode::FAILURE
-}
-
 /// The whole run; `Ok(false)` when the checker found violations.
 fn run(args: &Args) -> Result<bool> {
     if let Some(dir) = &args.recheck {
@@ -215,17 +185,13 @@ fn run(args: &Args) -> Result<bool> {
     let kinds = FaultKind::enabled(&args.faults)?;
     let cronlease = cronlease_binary()?;
     let program = args.replica_kind.program(&cronlease)?;
-    // Canonical: a replica under `faketime` is found by its /proc/PID/exe.
-    let program = program.canonicalize().unwrap_or(program);
-    let mut tools = vec!["redis-server"];
-    if kinds.iter().any(|(k, _)| *k == FaultKind::ClockSkew) {
-        tools.push("faketime");
+    if !on_path("redis-server") {
+        bail!("redis-server is not on PATH: run scripts/install-deps (scripts/chaos does)");
     }
-    for tool in tools {
-        if !on_path(tool) {
-            bail!("{tool} is not on PATH: run scripts/install-deps (scripts/chaos does)");
-        }
-    }
+    let libfaketime = match kinds.iter().any(|(k, _)| *k == FaultKind::ClockSkew) {
+        true => Some(libfaketime()?),
+        false => None,
+    };
     let seed = args.seed.unwrap_or_else(random_seed);
     println!("seed: {seed}   (replay with --seed {seed})");
     install_interrupt_handler()?;
@@ -237,7 +203,7 @@ fn run(args: &Args) -> Result<bool> {
     let launcher = Launcher {
         program,
         cronlease,
-        self_exe: std::env::current_exe().context("cannot find the suite's executable")?,
+        libfaketime,
     };
     let mut harness = Harness::start(args.replicas, &out, launcher, seed, kinds)?;
     harness.inject_faults(args.duration)?;
@@ -247,6 +213,21 @@ fn run(args: &Args) -> Result<bool> {
     let passed = evidence.report(&evidence.check(), Output::PrintAndWrite)?;
     println!("\nlogs: {}", out.display());
     Ok(passed)
+}
+
+/// Where Debian's `libfaketime` package put `libfaketime.so.1`
+/// (`/usr/lib/<multiarch>/faketime/`).
+fn libfaketime() -> Result<PathBuf> {
+    let lib = Path::new("/usr/lib");
+    let dirs = std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .chain([lib.to_path_buf(), PathBuf::from("/usr/lib64")]);
+    dirs.map(|dir| dir.join("faketime/libfaketime.so.1"))
+        .find(|path| path.is_file())
+        .context("libfaketime.so.1 is not installed under /usr/lib (clock_skew needs it): run scripts/install-deps (scripts/chaos does)")
 }
 
 fn random_seed() -> u64 {

@@ -86,15 +86,8 @@ fn clock_skew_keeps_exactly_once_and_never_starts_early() {
     let mut cluster = Cluster::new(RedisServer::start());
     let file = cluster.path("side-effects");
     let jobs = probe_job("skewed", "* * * * * *", &file, "true", "");
-    let faketime = |offset: &str| {
-        Some(vec![
-            "faketime".to_string(),
-            "-f".to_string(),
-            offset.to_string(),
-        ])
-    };
-    cluster.start_with("ahead", "", &jobs, faketime("+1.5s"));
-    cluster.start_with("behind", "", &jobs, faketime("-0.7s"));
+    cluster.start_skewed("ahead", &jobs, "+1.5s");
+    cluster.start_skewed("behind", &jobs, "-0.7s");
     cluster.start("exact", &jobs);
     cluster.wait_ready();
     wait_for_starts(&file, 10, Duration::from_secs(40), "10 ticks run");

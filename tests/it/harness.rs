@@ -259,11 +259,14 @@ fn process_state(pid: u32) -> char {
 
 #[test]
 fn signals_reach_the_daemon_under_a_forking_wrapper() {
-    // faketime forks and waits: the signals must go to its child, the daemon.
+    // A shell that runs the daemon and then exits with its status forks and
+    // waits: the signals must go to its child, the daemon.
     let server = RedisServer::start();
     let dir = tempfile::tempdir().expect("cannot create a temporary directory");
     let config = write_config(dir.path(), &server.url(), "", EVERY_SECOND);
-    let wrapper = ["faketime", "-f", "+1.5s"].map(String::from).to_vec();
+    let wrapper = ["sh", "-c", "\"$@\"; exit $?", "sh"]
+        .map(String::from)
+        .to_vec();
     let mut replica = Replica::start_with(&config, "skewed", &[], Some(wrapper));
     let exe = std::fs::read_link(format!("/proc/{}/exe", replica.pid()))
         .expect("the daemon's process exists");

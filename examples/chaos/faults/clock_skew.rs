@@ -1,5 +1,5 @@
 //! clock_skew: a replica stopped (SIGTERM) and started again under
-//! `faketime` with another clock skew, which its host keeps across later
+//! libfaketime and another clock skew, which its host keeps across later
 //! restarts (or back on the true clock).
 
 use anyhow::Result;
@@ -10,7 +10,7 @@ use super::{Draws, Fault};
 use crate::harness::Harness;
 use crate::wall::now_ms;
 
-/// The clock skews a replica's host can get (`faketime -f`); "0" is the
+/// The clock skews a replica's host can get (libfaketime's `FAKETIME`); "0" is the
 /// true clock.
 const SKEWS: [&str; 6] = ["+0.5s", "-0.5s", "+5s", "-5s", "+60s", "-60s"];
 

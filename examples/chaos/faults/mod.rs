@@ -40,7 +40,7 @@ pub enum FaultKind {
     RedisRestart,
     /// Redis killed and restarted without its data: a declared state-loss window.
     RedisWipe,
-    /// A replica restarted with another clock skew (`faketime`).
+    /// A replica restarted with another clock skew (libfaketime).
     ClockSkew,
     /// SIGTERM of a replica, restarted after a moment.
     Sigterm,

@@ -1,6 +1,6 @@
 //! One replica "host": its files, its clock skew, and the `cronlease run`
-//! process while it runs (started directly, or under `faketime` through the
-//! suite's `--exec-tied` trampoline when the host's clock is skewed).
+//! process while it runs (with libfaketime preloaded when the host's clock
+//! is skewed).
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -12,7 +12,6 @@ use anyhow::{Context, Result, bail};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::EXEC_TIED;
 use crate::common::{detach_and_tie_to_parent, tail};
 use crate::wall::{now_ms, rfc3339};
 
@@ -20,13 +19,13 @@ use crate::wall::{now_ms, rfc3339};
 const READY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What starts a replica: its program (the `cronlease` binary, or the
-/// embedded `chaos_replica`), the `cronlease` binary (for `check`), and this
-/// suite's own executable (the trampoline behind `faketime`).
+/// embedded `chaos_replica`), the `cronlease` binary (for `check`), and
+/// libfaketime (when clock skew is among the faults).
 pub struct Launcher {
-    /// Canonical: a replica under `faketime` is found by its /proc/PID/exe.
     pub program: PathBuf,
     pub cronlease: PathBuf,
-    pub self_exe: PathBuf,
+    /// Preloaded into a replica whose host's clock is skewed.
+    pub libfaketime: Option<PathBuf>,
 }
 
 /// A replica "host": its config, log, clock skew, and the daemon process
@@ -37,7 +36,8 @@ pub struct Replica {
     pub config: PathBuf,
     pub log: PathBuf,
     pub proxy_port: u16,
-    /// `faketime -f` offset of this host's clock; kept across restarts.
+    /// libfaketime's `FAKETIME` offset of this host's clock ("+5s"); kept
+    /// across restarts.
     pub skew: Option<&'static str>,
     /// The harmless change a reload toggles: `timeout = "30s"` on `quick`.
     pub quick_timeout: bool,
@@ -46,9 +46,8 @@ pub struct Replica {
 
 /// One running `cronlease run`.
 pub struct Daemon {
-    /// The spawned process: the daemon, or `faketime` running it.
     child: Child,
-    /// The daemon's own pid, which receives the signals.
+    /// `child`'s pid, which receives the signals.
     pid: i32,
     /// Where this process's part of the log starts.
     log_offset: u64,
@@ -91,9 +90,16 @@ impl Replica {
             return;
         };
         if daemon.exit.is_none() {
-            let _ = kill(Pid::from_raw(daemon.pid), Signal::SIGKILL);
             let _ = daemon.child.kill();
             daemon.exit = daemon.child.wait().ok();
+            if self.skew.is_some() {
+                // libfaketime names a semaphore and a shared memory object
+                // after the process and removes them at exit, which a
+                // SIGKILL skips.
+                for name in ["sem.faketime_sem", "faketime_shm"] {
+                    let _ = std::fs::remove_file(format!("/dev/shm/{name}_{}", daemon.pid));
+                }
+            }
         }
     }
 
@@ -107,7 +113,7 @@ impl Replica {
         self.current_log().contains(needle)
     }
 
-    /// Starts the daemon (under `faketime` when the host is skewed).
+    /// Starts the daemon (with libfaketime when the host is skewed).
     pub fn spawn(&mut self, launcher: &Launcher) -> Result<()> {
         let mut log = File::options()
             .create(true)
@@ -122,48 +128,46 @@ impl Replica {
             self.skew.unwrap_or("none")
         )?;
         let log_offset = log.metadata()?.len();
-        let mut command = self.command(launcher);
+        let mut command = self.command(launcher)?;
         command
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         detach_and_tie_to_parent(&mut command);
-        let mut child = command
+        let child = command
             .spawn()
             .with_context(|| format!("cannot start replica {}", self.name))?;
-        let pid = match self.skew {
-            Some(_) => self.daemon_under_faketime(&mut child, &launcher.program)?,
-            None => child.id() as i32,
-        };
         self.process = Some(Daemon {
+            pid: child.id() as i32,
             child,
-            pid,
             log_offset,
             exit: None,
         });
         Ok(())
     }
 
-    /// `cronlease run` with the replica's config and a clean environment,
-    /// behind `faketime` and the trampoline when the host is skewed.
-    fn command(&self, launcher: &Launcher) -> Command {
-        let mut command = match self.skew {
+    /// `cronlease run` with the replica's config and a clean environment;
+    /// libfaketime preloaded when the host is skewed, its monotonic clock
+    /// left real as a host's is.
+    fn command(&self, launcher: &Launcher) -> Result<Command> {
+        let mut command = Command::new(&launcher.program);
+        match self.skew {
             Some(skew) => {
-                let mut command = Command::new("faketime");
+                let Some(libfaketime) = &launcher.libfaketime else {
+                    bail!(
+                        "{} has a skewed clock but libfaketime was not looked for",
+                        self.name
+                    );
+                };
                 command
-                    .args(["-f", skew])
-                    .arg(&launcher.self_exe)
-                    .arg(EXEC_TIED)
-                    .arg(&launcher.program)
+                    .env("LD_PRELOAD", libfaketime)
+                    .env("FAKETIME", skew)
                     .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-                command
             }
             None => {
-                let mut command = Command::new(&launcher.program);
                 command.env_remove("LD_PRELOAD").env_remove("FAKETIME");
-                command
             }
-        };
+        }
         command
             .arg("run")
             .arg("--config")
@@ -175,36 +179,7 @@ impl Replica {
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID")
             .env_remove("JOURNAL_STREAM");
-        command
-    }
-
-    /// faketime forks: the daemon is the descendant running the binary.
-    fn daemon_under_faketime(&self, child: &mut Child, binary: &Path) -> Result<i32> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let found = descendants(child.id()).into_iter().find(|&p| {
-                std::fs::read_link(format!("/proc/{p}/exe")).is_ok_and(|exe| exe == binary)
-            });
-            if let Some(found) = found {
-                return Ok(found as i32);
-            }
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "faketime for {} exited with {status} before starting the daemon:\n{}",
-                    self.name,
-                    tail(&self.log, 20)
-                );
-            }
-            if Instant::now() >= deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "faketime for {} did not start the daemon within 10 s",
-                    self.name
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        Ok(command)
     }
 
     /// Waits until the daemon logs `ready` (its signal handlers are
@@ -241,7 +216,7 @@ impl Drop for Replica {
     }
 }
 
-/// A `faketime -f` offset in ms ("+0.5s" → 500).
+/// A `FAKETIME` offset in ms ("+0.5s" → 500).
 fn skew_ms(skew: &str) -> i64 {
     let number = skew.trim_end_matches('s');
     (number.parse::<f64>().unwrap_or(0.0) * 1000.0).round() as i64
@@ -256,39 +231,4 @@ pub fn read_from(path: &Path, offset: u64) -> String {
         let _ = file.read_to_end(&mut text);
     }
     String::from_utf8_lossy(&text).into_owned()
-}
-
-/// `root` and every process below it.
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parents: Vec<(u32, u32)> = Vec::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            let parent = stat
-                .rfind(')')
-                .and_then(|at| stat[at + 1..].split_whitespace().nth(1))
-                .and_then(|p| p.parse().ok());
-            if let Some(parent) = parent {
-                parents.push((pid, parent));
-            }
-        }
-    }
-    let mut found = vec![root];
-    let mut next = 0;
-    while next < found.len() {
-        let parent = found[next];
-        found.extend(
-            parents
-                .iter()
-                .filter(|&&(_, p)| p == parent)
-                .map(|&(c, _)| c),
-        );
-        next += 1;
-    }
-    found
 }

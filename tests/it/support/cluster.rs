@@ -81,6 +81,22 @@ impl<R: Topology> Cluster<R> {
         self.replicas.len() - 1
     }
 
+    /// Starts replica `name` on a host whose wall clock is `offset`
+    /// (`"+1.5s"`) off ([`super::skewed_clock`]).
+    pub fn start_skewed(&mut self, name: &str, jobs: &str, offset: &str) -> usize {
+        let config = self.config(name, "", jobs);
+        let skew = super::skewed_clock(offset);
+        let env: Vec<(&str, &str)> = self
+            .env
+            .iter()
+            .chain(&skew)
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        self.replicas
+            .push(Replica::start_with(&config, name, &env, None));
+        self.replicas.len() - 1
+    }
+
     pub fn wait_ready(&self) {
         for replica in &self.replicas {
             replica.wait_for_log("ready", Duration::from_secs(20));

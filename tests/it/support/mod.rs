@@ -60,6 +60,41 @@ pub fn die_with_this_thread(command: &mut Command) {
         });
     }
 }
+/// The environment that runs a process as on a host whose wall clock is
+/// `offset` (`"+1.5s"`, `"-0.7s"`) off: libfaketime preloaded, its
+/// monotonic clock left real as a host's is. Preloaded directly rather
+/// than through the `faketime` wrapper, whose named semaphore
+/// (`/dev/shm/sem.faketime_sem_PID`) outlives a killed wrapper and makes a
+/// later wrapper with the same pid refuse to start.
+pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), libfaketime().display().to_string()),
+        ("FAKETIME".into(), offset.into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]
+}
+
+/// Where Debian's `libfaketime` package put `libfaketime.so.1`
+/// (`/usr/lib/<multiarch>/faketime/`).
+///
+/// # Panics
+///
+/// When it is not installed, saying how to install it.
+fn libfaketime() -> PathBuf {
+    let lib = Path::new("/usr/lib");
+    let dirs = std::fs::read_dir(lib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|entry| entry.path())
+        .chain([lib.to_path_buf(), PathBuf::from("/usr/lib64")]);
+    dirs.map(|dir| dir.join("faketime/libfaketime.so.1"))
+        .find(|path| path.is_file())
+        .unwrap_or_else(|| {
+            panic!("libfaketime.so.1 is not installed under /usr/lib: run scripts/install-deps")
+        })
+}
+
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};

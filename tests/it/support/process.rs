@@ -25,7 +25,7 @@ pub struct LoggedProcess {
     /// The spawned process: the program itself, or a wrapper that runs it.
     child: Child,
     /// The process that receives the signals: `child`'s, unless a wrapper
-    /// forks (faketime does) and [`LoggedProcess::signal_instead`] named
+    /// forks (a shell running it, then exiting) and [`LoggedProcess::signal_instead`] named
     /// the program under it.
     pid: u32,
     /// Set once `child` has been reaped, so it is never waited for twice
@@ -61,7 +61,7 @@ impl LoggedProcess {
             Ok(child) => child,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
                 "cannot start {kind} {name}: {e}: {shown}\n\
-                 (a missing faketime or redis-server is installed by scripts/install-deps)"
+                 (a missing redis-server is installed by scripts/install-deps)"
             ),
             Err(e) => panic!("cannot start {kind} {name}: {e}: {shown}"),
         };

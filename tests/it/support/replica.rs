@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use super::process::LoggedProcess;
 
-/// How long a wrapper (e.g. `faketime`, which forks) may take to start the
-/// daemon process itself.
+/// How long a wrapper (e.g. `unshare`, or one that forks) may take to start
+/// the daemon process itself.
 const WRAPPER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running `cronlease run --config FILE`: a [`LoggedProcess`] whose
@@ -24,10 +24,9 @@ impl Replica {
     }
 
     /// Starts the daemon with extra environment `env` (which may override
-    /// `RUST_LOG`) and, when `wrapper` is given, through that command
-    /// prefix, e.g. `["faketime", "-f", "+1.5s"]` for a host whose clock is
-    /// 1.5 s ahead; `FAKETIME_DONT_FAKE_MONOTONIC=1` is then set so only the
-    /// wall clock is skewed, as on a real host.
+    /// `RUST_LOG`; [`super::skewed_clock`] skews its clock) and, when
+    /// `wrapper` is given, through that command prefix, e.g.
+    /// `["unshare", "-Urm", "sh", "-c", …]`.
     ///
     /// The daemon's stdout and stderr go to one log file ([`Replica::log`]);
     /// its stdin is null. Variables that would make it talk to this
@@ -58,9 +57,6 @@ impl Replica {
             .env_remove("NOTIFY_SOCKET")
             .env_remove("WATCHDOG_USEC")
             .env_remove("WATCHDOG_PID");
-        if wrapped {
-            command.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
-        }
         command.envs(env.iter().copied());
         let mut replica = Replica(LoggedProcess::start("replica", name, command));
         if wrapped {
@@ -78,7 +74,7 @@ impl Replica {
         let deadline = Instant::now() + WRAPPER_TIMEOUT;
         loop {
             // The wrapper itself once it has exec'd the daemon (unshare,
-            // sh -c 'exec …'), or a child of it (faketime forks).
+            // sh -c 'exec …'), or a child of it (sh -c '"$@"; exit $?' forks).
             if let Some(pid) = std::iter::once(self.spawned_pid())
                 .chain(descendants(self.spawned_pid()))
                 .find(|&pid| runs(pid, &binary))
