@@ -5,8 +5,9 @@
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
 --       recording skipped_overlap, for catch-up of missed ticks),
 --       channel and job name: when the high-water mark moves (claimed,
---       paused, busy), "<job> <tick> <fence>" is published there, so
---       replicas waiting their turn need not ask; inside the script, so no
+--       paused, busy), "<job> <tick> <fence>" is published there (a
+--       batch's claims as one message of such lines, see announce_claim),
+--       so replicas waiting their turn need not ask; inside the script, so no
 --       replica hears of a claim later than its claimant (a Sentinel
 --       failover that loses the claim's write cannot lose what the others
 --       heard, and remember: daemon/rendezvous.rs),
@@ -29,7 +30,7 @@ local channel, job = ARGV[13], ARGV[14]
 local deadline = tonumber(ARGV[15])
 local retry = ARGV[16] ~= 'first'
 local function announce(fence)
-  redis.call('PUBLISH', channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
+  announce_claim(channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
 
 local now, now_us = clock()

@@ -14,6 +14,25 @@ local function now_ms()
   return ms
 end
 
+-- Claim announcements (claim.lua): nil when a script runs alone, and each
+-- claim publishes its own line; a batch of claims (store/batch.rs) sets a
+-- table of lines per channel and publishes each channel's lines in one
+-- message after its last item, still inside the script.
+local announcements = nil
+
+local function announce_claim(channel, line)
+  if announcements then
+    local lines = announcements[channel]
+    if not lines then
+      lines = {}
+      announcements[channel] = lines
+    end
+    lines[#lines + 1] = line
+  else
+    redis.call('PUBLISH', channel, line)
+  end
+end
+
 -- Appends one outcome to the job's stream and, unless it is stale, makes it
 -- the job's current summary in the state hash (fields `outcome_*`, and
 -- `last_ok_id`; never `last_tick`, which is the claim's high-water mark and

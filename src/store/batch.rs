@@ -55,8 +55,12 @@ pub(super) struct Batcher {
 /// and argument counts, then every item's arguments; KEYS holds every
 /// item's keys in order. Answers one reply per item: `{1, the script's
 /// reply}`, or `{0, the error}` for an item that failed (an error reply
-/// nested in the array would fail the whole batch in the client).
+/// nested in the array would fail the whole batch in the client). The
+/// items' claim announcements (the prelude's `announce_claim`) go out as
+/// one message per channel after the last item: a subscriber wakes once
+/// per batch, not once per claim.
 const BATCH_LOOP: &str = r"
+announcements = {}
 local n = tonumber(ARGV[1])
 local replies = {}
 local k, a = 0, 1 + 2 * n
@@ -74,6 +78,9 @@ for i = 1, n do
   else
     replies[i] = {0, tostring(reply)}
   end
+end
+for channel, lines in pairs(announcements) do
+  redis.call('PUBLISH', channel, table.concat(lines, '\n'))
 end
 return replies
 ";

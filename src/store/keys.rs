@@ -148,7 +148,7 @@ impl Keys {
     }
 
     /// Pub/sub channel on which the claim script announces each claim as
-    /// `<job> <tick> <fence>`.
+    /// a line `<job> <tick> <fence>` (a batch's claims in one message).
     pub fn claims_channel(&self) -> &str {
         &self.claims_channel
     }

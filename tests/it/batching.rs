@@ -112,6 +112,52 @@ fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() 
 }
 
 #[test]
+fn the_claims_of_a_batch_are_announced_in_one_message_a_line_each() {
+    let server = RedisServer::start();
+    let mut listener = server.client();
+    let mut announcements = listener.as_pubsub();
+    announcements
+        .subscribe(format!("{PREFIX}:claimed"))
+        .expect("SUBSCRIBE");
+    announcements
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .expect("a read timeout");
+    let jobs: Vec<String> = (0..JOBS).map(|i| format!("job-{i}")).collect();
+    let run_ids: Vec<String> = (0..JOBS).map(|i| format!("run-{i}")).collect();
+    let tick = now_ms() - 10;
+    runtime().block_on(async {
+        let store = store(&server).await;
+        for (job, reply) in jobs
+            .iter()
+            .zip(claim_all(&store, &jobs, &run_ids, tick).await)
+        {
+            assert!(
+                matches!(reply, Ok(ClaimReply::Claimed { fence: 1, .. })),
+                "{job}: {reply:?}"
+            );
+        }
+    });
+    let mut lines: Vec<String> = Vec::new();
+    let mut messages = 0;
+    while let Ok(message) = announcements.get_message() {
+        let payload: String = message.get_payload().expect("a text payload");
+        messages += 1;
+        lines.extend(payload.lines().map(str::to_string));
+    }
+    lines.sort();
+    let mut expected: Vec<String> = jobs.iter().map(|job| format!("{job} {tick} 1")).collect();
+    expected.sort();
+    assert_eq!(
+        lines, expected,
+        "each claim announced once, as `<job> <tick> <fence>`"
+    );
+    assert!(
+        messages < JOBS / 2,
+        "{JOBS} claims made at once were announced in {messages} messages: not one per batch"
+    );
+}
+
+#[test]
 fn a_call_that_fails_in_a_batch_fails_alone() {
     let server = RedisServer::start();
     // Another writer made one job's state hash a string: its claim's
