@@ -5,11 +5,11 @@
 //! "Benchmark"). Series are still made on first use, so `/metrics` shows
 //! only what happened.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use metrics::{Counter, Gauge, Histogram, SharedString};
 
+use super::JobMap;
 use crate::outcome::Status;
 use crate::telemetry;
 
@@ -54,7 +54,7 @@ impl ClaimCount {
 /// Every job's handles, by job name. Never held across an `.await`.
 #[derive(Default)]
 pub(super) struct Meters {
-    jobs: Mutex<HashMap<Arc<str>, Arc<JobMeters>>>,
+    jobs: Mutex<JobMap<Arc<JobMeters>, Arc<str>>>,
 }
 
 impl Meters {

@@ -72,7 +72,7 @@ use crate::store::{
 use crate::task::{self, Attempts, RunContext, RunResult, Stop, Tasks};
 use crate::telemetry;
 use crate::watchdog::{self, LeaseHold};
-use state::{Announcements, LiveReplicas, MarkBook};
+use state::{LiveReplicas, MarkBook};
 use systemd::Notice;
 
 mod claim;
@@ -90,7 +90,7 @@ mod timer;
 mod triggers;
 
 use claim::{Ahead, ClaimEnd, claim, record_missed};
-use meters::{ClaimCount, Meters};
+use meters::{ClaimCount, JobMeters, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
 use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
@@ -204,8 +204,6 @@ struct Ctx {
     state_loss_events: AtomicU64,
     /// The candidates of the rendezvous ranking.
     live: LiveReplicas,
-    /// Claims other replicas announced.
-    announced: Announcements,
     /// Each job's metric handles.
     meters: Meters,
     /// How long this replica's scheduled claims lately took (the
@@ -256,7 +254,6 @@ impl Ctx {
             heartbeat_now: Notify::new(),
             state_loss_events: AtomicU64::new(0),
             live,
-            announced: Announcements::default(),
             meters: Meters::default(),
             timer: timer::Timer::default(),
             claim_latency: ClaimLatency::default(),
@@ -563,6 +560,11 @@ const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
 
 /// The jobs by name, shared with the tasks that look jobs up.
 type JobTable = BTreeMap<String, Arc<Job>>;
+
+/// A map by job name that every run looks into a few times: hashed with
+/// rapidhash rather than SipHash (job names come from the operator's
+/// config and the replicas' own announcements, not from strangers).
+type JobMap<V, K = String> = HashMap<K, V, rapidhash::fast::RandomState>;
 
 fn job_table(jobs: BTreeMap<String, Job>) -> Arc<JobTable> {
     Arc::new(

@@ -144,7 +144,6 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 // Every fence handed out is remembered, whoever won the
                 // tick: after a Redis state loss no replica re-issues one.
                 ctx.marks.note(job, Some(tick), Some(fence));
-                ctx.announced.record(job, tick);
             }
         }
         if !pause(Duration::from_millis(200), &cancel).await {

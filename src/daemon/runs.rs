@@ -57,6 +57,8 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         retry_backoff: job.retry_backoff,
         output_tail_bytes: ctx.config.daemon.output_tail_bytes,
     };
+    // Looked up once: the run records three of its series.
+    let meters = ctx.meters.job(&job.name);
     let ctx2 = ctx.clone();
     let job = job.clone();
     ctx.runs.spawn(async move {
@@ -72,10 +74,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         }
         if matches!(start.trigger, Trigger::Schedule | Trigger::Misfire) {
             let lateness_ms = start.started_ms - start.tick_ms;
-            ctx.meters
-                .job(&job.name)
-                .lateness()
-                .record(lateness_ms.max(0) as f64 / 1000.0);
+            meters.lateness().record(lateness_ms.max(0) as f64 / 1000.0);
         }
         let result = task::execute(&*task, run, attempts, stop_rx).await;
         // Released before the finish deletes the lease: a renewal on its
@@ -83,7 +82,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         ctx.watchdog.release(&start.run_id);
         let finished_ms = ctx.clock.now_ms();
         let outcome = outcome(&ctx, &job, start, finished_ms, result);
-        count_finished(&ctx, &outcome);
+        count_finished(&meters, &outcome);
         if let Some(rerun) = deliver(&ctx, &job, &outcome).await {
             start_reruns(&ctx, &job, vec![rerun]);
         }
@@ -142,13 +141,12 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
 }
 
 /// The finish log line and the run metrics.
-fn count_finished(ctx: &Ctx, outcome: &Outcome) {
+fn count_finished(meters: &JobMeters, outcome: &Outcome) {
     info!(
         job = %outcome.job, tick = %rfc3339(outcome.tick_ms), fence = outcome.fence, run_id = %outcome.run_id,
         replica = %outcome.replica, status = %outcome.status, exit_code = outcome.exit_code,
         attempts = outcome.attempts, duration_ms = outcome.finished_ms - outcome.started_ms, "finished"
     );
-    let meters = ctx.meters.job(&outcome.job);
     meters.count_run(outcome.status);
     if let Some(cpu_ms) = outcome.cpu_ms {
         meters.cpu().record(cpu_ms as f64 / 1000.0);

@@ -1,15 +1,17 @@
 //! A replica's small shared state, one owner each: the marks it holds Redis
-//! to, the live replicas it ranks claims among, and the claims others
-//! announced. Each type keeps its data behind one `std` mutex (never held
+//! to (which also say which ticks were claimed, by the answers it got and
+//! the claims others announced), and the live replicas it ranks claims
+//! among. Each type keeps its data behind one `std` mutex (never held
 //! across an `.await`: every method takes the lock, reads or updates a few
 //! integers, and returns), so no other part of the daemon touches a lock.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tracing::warn;
+
+use super::JobMap;
 
 /// The highest tick and fence this replica has seen for one job: what it
 /// holds Redis to if Redis loses state.
@@ -23,7 +25,7 @@ pub(super) struct Marks {
 /// restarted together with a Redis that lost its data still remembers.
 pub(super) struct MarkBook {
     path: PathBuf,
-    marks: Mutex<HashMap<String, Marks>>,
+    marks: Mutex<JobMap<Marks>>,
     /// Set when `marks` changed since they were last written to disk.
     dirty: AtomicBool,
 }
@@ -35,12 +37,12 @@ impl MarkBook {
         let marks = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
                 warn!(path = %path.display(), error = %e, "ignoring unreadable remembered marks");
-                HashMap::new()
+                JobMap::default()
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => JobMap::default(),
             Err(e) => {
                 warn!(path = %path.display(), error = %e, "cannot read remembered marks");
-                HashMap::new()
+                JobMap::default()
             }
         };
         MarkBook {
@@ -58,6 +60,15 @@ impl MarkBook {
             .get(job)
             .copied()
             .unwrap_or_default()
+    }
+
+    /// Whether `job`'s tick `tick_ms` (or a later one) is known to be
+    /// claimed: its high-water mark, raised only by Redis's answers and by
+    /// the claims other replicas announced, has reached it. A claim of it
+    /// would be answered `taken`, even after Redis lost its state (the
+    /// claim hands Redis this mark).
+    pub(super) fn covers(&self, job: &str, tick_ms: i64) -> bool {
+        self.get(job).last_tick.is_some_and(|last| last >= tick_ms)
     }
 
     /// Raises `job`'s marks to `tick` and `fence` where those are higher.
@@ -138,36 +149,6 @@ impl LiveReplicas {
     }
 }
 
-/// Per job, the highest tick some replica announced it claimed (from the
-/// claims channel).
-#[derive(Default)]
-pub(super) struct Announcements(Mutex<HashMap<String, i64>>);
-
-impl Announcements {
-    pub(super) fn record(&self, job: &str, tick_ms: i64) {
-        let mut announced = self
-            .0
-            .lock()
-            .expect("announced mutex poisoned: a panic while updating an integer");
-        // Looked up first: `entry` would make a `String` per announcement.
-        match announced.get_mut(job) {
-            Some(seen) => *seen = (*seen).max(tick_ms),
-            None => {
-                announced.insert(job.to_string(), tick_ms);
-            }
-        }
-    }
-
-    /// Whether a claim of `job`'s `tick_ms` (or a later one) was announced.
-    pub(super) fn covers(&self, job: &str, tick_ms: i64) -> bool {
-        self.0
-            .lock()
-            .expect("announced mutex poisoned: a panic while updating an integer")
-            .get(job)
-            .is_some_and(|seen| *seen >= tick_ms)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,11 +168,14 @@ mod tests {
     }
 
     #[test]
-    fn announcements_cover_earlier_ticks() {
-        let announced = Announcements::default();
-        announced.record("draw", 2_000);
-        announced.record("draw", 1_000);
-        assert!(announced.covers("draw", 2_000) && announced.covers("draw", 1_500));
-        assert!(!announced.covers("draw", 2_001) && !announced.covers("other", 0));
+    fn a_mark_covers_its_tick_and_earlier_ones_but_a_fence_alone_none() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let book = MarkBook::load(dir.path().join("marks.json"));
+        book.note("draw", Some(2_000), None);
+        book.note("draw", Some(1_000), Some(3));
+        assert!(book.covers("draw", 2_000) && book.covers("draw", 1_500));
+        assert!(!book.covers("draw", 2_001) && !book.covers("other", 0));
+        book.note("manual", None, Some(9));
+        assert!(!book.covers("manual", 0), "a trigger's fence claims no tick");
     }
 }

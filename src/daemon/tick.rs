@@ -204,14 +204,14 @@ async fn claim_turn(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken, 
     claim_and_follow(ctx, job, cancel, tick_ms, Ahead::No).await
 }
 
-/// Whether another replica announced its claim of `tick_ms` (then counted
-/// and noted here: this replica is done with the tick).
+/// Whether a claim of `tick_ms` is known: another replica announced it (or
+/// a later one), or Redis answered this one so. Then counted: this replica
+/// is done with the tick.
 fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
-    if !ctx.announced.covers(&job.name, tick_ms) {
+    if !ctx.marks.covers(&job.name, tick_ms) {
         return false;
     }
     ctx.meters.count_claim(&job.name, ClaimCount::Announced);
-    ctx.marks.note(&job.name, Some(tick_ms), None);
     true
 }
 
