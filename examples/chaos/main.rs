@@ -73,6 +73,8 @@
 #[path = "../common/mod.rs"]
 #[allow(dead_code)] // shared with the benchmark and the demo; the suite uses part of it
 mod common;
+#[path = "../common/faketime.rs"]
+mod faketime;
 
 mod check;
 mod evidence;
@@ -189,7 +191,10 @@ fn run(args: &Args) -> Result<bool> {
         bail!("redis-server is not on PATH: run scripts/install-deps (scripts/chaos does)");
     }
     let libfaketime = match kinds.iter().any(|(k, _)| *k == FaultKind::ClockSkew) {
-        true => Some(libfaketime()?),
+        true => Some(faketime::libfaketime().context(
+            "libfaketime.so.1 is not installed under /usr/lib (clock_skew needs it): \
+             run scripts/install-deps (scripts/chaos does)",
+        )?),
         false => None,
     };
     let seed = args.seed.unwrap_or_else(random_seed);
@@ -213,21 +218,6 @@ fn run(args: &Args) -> Result<bool> {
     let passed = evidence.report(&evidence.check(), Output::PrintAndWrite)?;
     println!("\nlogs: {}", out.display());
     Ok(passed)
-}
-
-/// Where Debian's `libfaketime` package put `libfaketime.so.1`
-/// (`/usr/lib/<multiarch>/faketime/`).
-fn libfaketime() -> Result<PathBuf> {
-    let lib = Path::new("/usr/lib");
-    let dirs = std::fs::read_dir(lib)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .chain([lib.to_path_buf(), PathBuf::from("/usr/lib64")]);
-    dirs.map(|dir| dir.join("faketime/libfaketime.so.1"))
-        .find(|path| path.is_file())
-        .context("libfaketime.so.1 is not installed under /usr/lib (clock_skew needs it): run scripts/install-deps (scripts/chaos does)")
 }
 
 fn random_seed() -> u64 {

@@ -20,6 +20,8 @@
 mod browser;
 mod child;
 mod cluster;
+#[path = "../../../examples/common/faketime.rs"]
+mod faketime;
 mod outcome;
 mod process;
 mod redis_server;
@@ -74,25 +76,15 @@ pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
     ]
 }
 
-/// Where Debian's `libfaketime` package put `libfaketime.so.1`
-/// (`/usr/lib/<multiarch>/faketime/`).
+/// libfaketime's path.
 ///
 /// # Panics
 ///
 /// When it is not installed, saying how to install it.
 fn libfaketime() -> PathBuf {
-    let lib = Path::new("/usr/lib");
-    let dirs = std::fs::read_dir(lib)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|entry| entry.path())
-        .chain([lib.to_path_buf(), PathBuf::from("/usr/lib64")]);
-    dirs.map(|dir| dir.join("faketime/libfaketime.so.1"))
-        .find(|path| path.is_file())
-        .unwrap_or_else(|| {
-            panic!("libfaketime.so.1 is not installed under /usr/lib: run scripts/install-deps")
-        })
+    faketime::libfaketime().unwrap_or_else(|| {
+        panic!("libfaketime.so.1 is not installed under /usr/lib: run scripts/install-deps")
+    })
 }
 
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
