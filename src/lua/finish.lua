@@ -26,8 +26,7 @@ if ARGV[12] ~= 'first' then
 end
 local stale = redis.call('HDEL', running, run_id) == 0
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
-local fields = {}
-for i = 13, #ARGV do fields[#fields + 1] = ARGV[i] end
+local fields = {unpack(ARGV, 13)}
 local id = record_outcome(state, runs, maxlen, fields, stale)
 -- Recorded when its stream entry was: no TIME for the window's clock.
 remember_done(done_at, run_id, id_ms(id), window_count, window_ms)

@@ -33,26 +33,33 @@ local function announce_claim(channel, line)
   end
 end
 
+-- The outcome fields the job's summary keeps, and their names there.
+local SUMMARY_FIELDS = {
+  status = 'outcome_status', tick = 'outcome_tick', fence = 'outcome_fence',
+  replica = 'outcome_replica', finished_ms = 'outcome_finished_ms',
+  duration_ms = 'outcome_duration_ms', run_id = 'outcome_run_id',
+}
+
 -- Appends one outcome to the job's stream and, unless it is stale, makes it
 -- the job's current summary in the state hash (fields `outcome_*`, and
 -- `last_ok_id`; never `last_tick`, which is the claim's high-water mark and
 -- only ever moves forward). `fields` is a flat list of name, value pairs.
 local function record_outcome(state, runs, maxlen, fields, stale)
-  table.insert(fields, 'stale')
-  table.insert(fields, stale and '1' or '0')
+  fields[#fields + 1] = 'stale'
+  fields[#fields + 1] = stale and '1' or '0'
   local id = redis.call('XADD', runs, 'MAXLEN', '~', maxlen, '*', unpack(fields))
   if not stale then
     local summary = {'outcome_id', id}
     for i = 1, #fields, 2 do
-      local name = fields[i]
-      if name == 'status' or name == 'tick' or name == 'fence' or name == 'replica'
-        or name == 'finished_ms' or name == 'duration_ms' or name == 'run_id' then
-        table.insert(summary, 'outcome_' .. name)
-        table.insert(summary, fields[i + 1])
-      end
-      if name == 'status' and fields[i + 1] == 'ok' then
-        table.insert(summary, 'last_ok_id')
-        table.insert(summary, id)
+      local name, value = fields[i], fields[i + 1]
+      local kept = SUMMARY_FIELDS[name]
+      if kept then
+        summary[#summary + 1] = kept
+        summary[#summary + 1] = value
+        if name == 'status' and value == 'ok' then
+          summary[#summary + 1] = 'last_ok_id'
+          summary[#summary + 1] = id
+        end
       end
     end
     redis.call('HSET', state, unpack(summary))

@@ -66,9 +66,7 @@ local replies = {}
 local k, a = 0, 1 + 2 * n
 for i = 1, n do
   local nk, na = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
-  local keys, argv = {}, {}
-  for j = 1, nk do keys[j] = KEYS[k + j] end
-  for j = 1, na do argv[j] = ARGV[a + j] end
+  local keys, argv = {unpack(KEYS, k + 1, k + nk)}, {unpack(ARGV, a + 1, a + na)}
   k, a = k + nk, a + na
   local ok, reply = pcall(one, keys, argv)
   if ok then
