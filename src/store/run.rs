@@ -393,11 +393,26 @@ impl Store {
 
     /// The stream id of a run's recorded outcome, once there is one (and
     /// while the dedup window and the stream remember it): the entry of the
-    /// ms the window dated it with this run id.
+    /// ms the window dated it with this run id, or what an earlier release
+    /// kept (its `done` hash, or the per-run key of the release before).
+    /// The three places are asked in one round trip, so a caller polling
+    /// for an outcome not recorded yet pays one per poll.
     pub async fn done_marker(&self, job: &str, run_id: &str) -> Result<Option<String>, StoreError> {
-        let mut cmd = redis::cmd("ZSCORE");
-        cmd.arg(self.keys.done_at(job)).arg(run_id);
-        if let Some(ms) = self.read_cmd::<Option<String>>(cmd).await? {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZSCORE")
+            .arg(self.keys.done_at(job))
+            .arg(run_id)
+            .cmd("HGET")
+            .arg(self.keys.done(job))
+            .arg(run_id)
+            .cmd("GET")
+            .arg(self.keys.legacy_done(job, run_id));
+        let pipe = &pipe;
+        type Markers = (Option<String>, Option<String>, Option<String>);
+        let (ms, previous, legacy): Markers = self
+            .read(|mut conn| async move { pipe.query_async(&mut conn).await })
+            .await?;
+        if let Some(ms) = ms {
             let mut cmd = redis::cmd("XRANGE");
             cmd.arg(self.keys.runs(job)).arg(&ms).arg(&ms);
             let entries: Vec<(String, Vec<(String, String)>)> = self.read_cmd(cmd).await?;
@@ -410,15 +425,6 @@ impl Store {
                 return Ok(Some(id));
             }
         }
-        // A run recorded by the previous release (the window was a hash).
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys.done(job)).arg(run_id);
-        if let Some(id) = self.read_cmd::<Option<String>>(cmd).await? {
-            return Ok(Some(id));
-        }
-        // A run recorded by a replica of the release before.
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(self.keys.legacy_done(job, run_id));
-        self.read_cmd(cmd).await
+        Ok(previous.or(legacy))
     }
 }
