@@ -159,10 +159,7 @@ impl Replica {
                         self.name
                     );
                 };
-                command
-                    .env("LD_PRELOAD", libfaketime)
-                    .env("FAKETIME", skew)
-                    .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+                command.envs(crate::faketime::skewed_clock(libfaketime, skew));
             }
             None => {
                 command.env_remove("LD_PRELOAD").env_remove("FAKETIME");

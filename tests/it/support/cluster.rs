@@ -70,30 +70,33 @@ impl<R: Topology> Cluster<R> {
         jobs: &str,
         wrapper: Option<Vec<String>>,
     ) -> usize {
-        let config = self.config(name, extra_daemon, jobs);
-        let env: Vec<(&str, &str)> = self
-            .env
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        self.replicas
-            .push(Replica::start_with(&config, name, &env, wrapper));
-        self.replicas.len() - 1
+        self.launch(name, extra_daemon, jobs, &[], wrapper)
     }
 
     /// Starts replica `name` on a host whose wall clock is `offset`
     /// (`"+1.5s"`) off ([`super::skewed_clock`]).
     pub fn start_skewed(&mut self, name: &str, jobs: &str, offset: &str) -> usize {
-        let config = self.config(name, "", jobs);
-        let skew = super::skewed_clock(offset);
+        self.launch(name, "", jobs, &super::skewed_clock(offset), None)
+    }
+
+    /// Starts replica `name` with the cluster's environment and `env`.
+    fn launch(
+        &mut self,
+        name: &str,
+        extra_daemon: &str,
+        jobs: &str,
+        env: &[(String, String)],
+        wrapper: Option<Vec<String>>,
+    ) -> usize {
+        let config = self.config(name, extra_daemon, jobs);
         let env: Vec<(&str, &str)> = self
             .env
             .iter()
-            .chain(&skew)
+            .chain(env)
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         self.replicas
-            .push(Replica::start_with(&config, name, &env, None));
+            .push(Replica::start_with(&config, name, &env, wrapper));
         self.replicas.len() - 1
     }
 

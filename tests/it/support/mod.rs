@@ -62,29 +62,20 @@ pub fn die_with_this_thread(command: &mut Command) {
         });
     }
 }
-/// The environment that runs a process as on a host whose wall clock is
-/// `offset` (`"+1.5s"`, `"-0.7s"`) off: libfaketime preloaded, its
-/// monotonic clock left real as a host's is. Preloaded directly rather
-/// than through the `faketime` wrapper, whose named semaphore
-/// (`/dev/shm/sem.faketime_sem_PID`) outlives a killed wrapper and makes a
-/// later wrapper with the same pid refuse to start.
-pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
-    vec![
-        ("LD_PRELOAD".into(), libfaketime().display().to_string()),
-        ("FAKETIME".into(), offset.into()),
-        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-    ]
-}
-
-/// libfaketime's path.
+/// The environment of a process on a host whose wall clock is `offset`
+/// (`"+1.5s"`) off ([`faketime::skewed_clock`]).
 ///
 /// # Panics
 ///
-/// When it is not installed, saying how to install it.
-fn libfaketime() -> PathBuf {
-    faketime::libfaketime().unwrap_or_else(|| {
+/// When libfaketime is not installed, saying how to install it.
+pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
+    let libfaketime = faketime::libfaketime().unwrap_or_else(|| {
         panic!("libfaketime.so.1 is not installed under /usr/lib: run scripts/install-deps")
-    })
+    });
+    faketime::skewed_clock(&libfaketime, offset)
+        .into_iter()
+        .map(|(name, value)| (name.to_string(), value))
+        .collect()
 }
 
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
