@@ -247,9 +247,13 @@ pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
     let (run_id, id) = (&outcome.run_id, &reply.id);
     match reply.recorded {
         Recorded::Current => debug!(%run_id, stream_id = %id, "outcome recorded"),
+        Recorded::Restored => warn!(
+            job = %outcome.job, %run_id, stream_id = %id,
+            "outcome recorded as current: Redis lost this job's state while the run was in flight, so no other record of it exists"
+        ),
         Recorded::Stale => warn!(
             job = %outcome.job, %run_id, stream_id = %id,
-            "outcome recorded as stale: another replica had already recorded this run (abandoned)"
+            "outcome recorded as stale: the run was no longer in flight in Redis (its lease lapsed and it was recorded abandoned, or this outcome was delivered before)"
         ),
         Recorded::Duplicate => debug!(%run_id, stream_id = %id, "outcome was already recorded"),
     }

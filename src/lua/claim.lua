@@ -103,10 +103,15 @@ end
 -- Counted before this run's entry is added, which has not lapsed.
 local expired = count_expired(running, now)
 local started = math.max(now, tick)
--- The next fence (above the highest this replica saw, see next_fence) and
--- the high-water mark in one write: the fence was read above.
+-- The next fence (above the highest this replica saw, see next_fence), the
+-- high-water mark and, when a lineage begins, `born`, in one write: the
+-- fence was read above.
 local fence = math.max(current_fence, min_fence) + 1
-redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])
+if lineage_begins(fields[2] and current_fence, min_fence) then
+  redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1], 'born', now)
+else
+  redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])
+end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, fence, now, started)
 announce(fence)

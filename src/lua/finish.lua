@@ -8,12 +8,16 @@
 --       host, delivery ('first': no earlier attempt sent this outcome, so
 --       the dedup window cannot hold it yet; 'again': a retry or a spooled
 --       copy), then outcome field name/value pairs
--- The outcome is current when the run was still in `running`; when someone
--- already recorded it (abandoned, or this very outcome delivered before
--- the dedup window forgot it), it is appended marked stale. Within the
--- dedup window (see remember_done) a second delivery of the same outcome
--- (a retry after a lost reply, a spooled copy) is a no-op.
--- Returns {current|stale|duplicate, stream id[, rerun tick, fence, lease_key, started]}.
+-- The outcome is current when the run was still in `running`. When it was
+-- not, either someone recorded it (a sweep, abandoned; or this very
+-- outcome, delivered before the dedup window forgot it): it is appended
+-- marked stale; or Redis lost the job's state after the run started (see
+-- lost_since), and no record of the run can exist: it is current again,
+-- answered `restored`. Within the dedup window (see remember_done) a second
+-- delivery of the same outcome (a retry after a lost reply, a spooled copy)
+-- is a no-op.
+-- Returns {current|restored|stale|duplicate, stream id[, rerun tick, fence,
+-- lease_key, started]}.
 local state, running, lease_key, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, reruns, done_at = KEYS[6], KEYS[7], KEYS[8]
 local run_id, maxlen = ARGV[1], ARGV[2]
@@ -24,13 +28,21 @@ if ARGV[12] ~= 'first' then
   local at = redis.call('ZSCORE', done_at, run_id)
   if at then return {'duplicate', done_id(runs, done, run_id, at)} end
 end
-local stale = redis.call('HDEL', running, run_id) == 0
+local kind = 'current'
+if redis.call('HDEL', running, run_id) == 0 then
+  kind = 'stale'
+  for i = 13, #ARGV - 1, 2 do
+    if ARGV[i] == 'started_ms' then
+      if lost_since(state, tonumber(ARGV[i + 1]) or 0) then kind = 'restored' end
+      break
+    end
+  end
+end
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
 local fields = {unpack(ARGV, 13)}
-local id = record_outcome(state, runs, maxlen, fields, stale)
+local id = record_outcome(state, runs, maxlen, fields, kind == 'stale')
 -- Recorded when its stream entry was: no TIME for the window's clock.
 remember_done(done_at, run_id, id_ms(id), window_count, window_ms)
-local kind = stale and 'stale' or 'current'
 if may_rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
     new_run_id, min_fence, now_ms())

@@ -27,7 +27,7 @@ if overlap == 'skip' then
     return {'busy', holder}
   end
 end
-local fence = next_fence(state, min_fence)
+local fence = next_fence(state, min_fence, now)
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, 'manual', 0, fence, now, now)
 return {'claimed', fence, now, lease_key}

@@ -124,15 +124,37 @@ local function corrupt_state(state)
   return corrupt_values(values[1], values[2])
 end
 
+-- The job's state has a lineage: it begins with the first run ever started
+-- and again whenever Redis lost the state (the fence missing, or below the
+-- highest fence a replica saw). A run starter that finds it so writes `born`
+-- (Redis ms) beside the fence; a finish compares it with its run's start to
+-- tell "someone recorded this run" from "Redis forgot this run" (finish.lua).
+-- A state written before `born` existed has a fence and no `born`: one
+-- lineage since before any run now in flight.
+local function lineage_begins(fence_before, min_fence)
+  return not fence_before or fence_before < min_fence
+end
+
 -- The fence after `min_fence`, the highest this replica has seen: a Redis
 -- that lost state never hands out a fence that was already used.
-local function next_fence(state, min_fence)
+local function next_fence(state, min_fence, now)
   local fence = redis.call('HINCRBY', state, 'fence', 1)
-  if fence <= min_fence then
-    fence = min_fence + 1
-    redis.call('HSET', state, 'fence', fence)
+  local before = fence - 1
+  if lineage_begins(before > 0 and before or nil, min_fence) then
+    fence = math.max(fence, min_fence + 1)
+    redis.call('HSET', state, 'fence', fence, 'born', now)
   end
   return fence
+end
+
+-- Whether Redis lost this job's state after `started_ms` (a run's start,
+-- Redis ms): its fence is gone (nothing started a run since), or a lineage
+-- began later. Then nothing current can exist for a run started before.
+local function lost_since(state, started_ms)
+  local values = redis.call('HMGET', state, 'fence', 'born')
+  if not values[1] then return true end
+  local born = tonumber(values[2])
+  return born ~= nil and born > started_ms
 end
 
 -- Starts a run with `fence` (the caller took it: next_fence, or the claim's
@@ -167,7 +189,7 @@ local function take_rerun(state, running, lease, reruns, lease_ms, overlap, repl
   end
   if oldest == nil then return nil end
   redis.call('HDEL', reruns, oldest_key)
-  local fence = next_fence(state, min_fence)
+  local fence = next_fence(state, min_fence, now)
   local lease_key = start_run(running, lease, run_id, oldest, lease_ms, overlap,
     replica, host, 'rerun', 1, fence, now, now)
   return {oldest, fence, lease_key, now}

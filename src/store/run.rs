@@ -52,10 +52,25 @@ pub struct Renewal {
 pub enum Recorded {
     /// As the tick's current outcome.
     Current,
-    /// Marked stale: someone had already recorded this run (abandoned).
+    /// As the tick's current outcome, though the run was no longer in
+    /// flight in Redis: Redis lost the job's state after the run started
+    /// (a restart without its data, a failover to a replica that lacked
+    /// it), so nothing else can have recorded it.
+    Restored,
+    /// Marked stale: the run was no longer in flight in Redis and nothing
+    /// was lost since it started, so it was recorded before: abandoned by
+    /// a sweep after its lease lapsed, or this very outcome delivered
+    /// before the dedup window forgot it.
     Stale,
     /// Not again: this outcome was recorded before (a retry, a spooled copy).
     Duplicate,
+}
+
+impl Recorded {
+    /// Whether the outcome is now the run's current record.
+    pub fn is_current(self) -> bool {
+        matches!(self, Recorded::Current | Recorded::Restored)
+    }
 }
 
 /// What the finish script did.
@@ -123,6 +138,7 @@ pub(super) fn parse_finish(reply: Value) -> Result<FinishReply, StoreError> {
     let r = Reply::new(reply, "finish")?;
     let recorded = match r.string(0)?.as_str() {
         "current" => Recorded::Current,
+        "restored" => Recorded::Restored,
         "stale" => Recorded::Stale,
         "duplicate" => Recorded::Duplicate,
         _ => return Err(r.bad()),
@@ -322,7 +338,7 @@ impl Store {
         let mut answers = self.gather("finish", answers)?;
         let best = answers
             .iter()
-            .position(|a| a.recorded == Recorded::Current)
+            .position(|a| a.recorded.is_current())
             .unwrap_or(0);
         Ok(answers.swap_remove(best))
     }

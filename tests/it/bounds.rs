@@ -33,7 +33,8 @@ fn key(part: &str) -> String {
     format!("{PREFIX}:{{{JOB}}}:{part}")
 }
 
-/// Claims `tick` for `run_id` and returns the outcome its run would record.
+/// Claims `tick` for `run_id` and returns the outcome its run would record
+/// (started when the claim said, as a replica's run is).
 async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outcome {
     let request = claim_request(
         JOB,
@@ -43,12 +44,19 @@ async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outco
     );
     let reply = store.claim(&request).await.expect("claim");
     let ClaimReply::Claimed {
-        fence, lease_key, ..
+        fence,
+        lease_key,
+        started_ms,
+        ..
     } = reply
     else {
         panic!("a fresh tick with no rival: expected claimed, got {reply:?}");
     };
-    ok_outcome(JOB, run_id, tick_ms, fence, lease_key)
+    Outcome {
+        started_ms,
+        finished_ms: started_ms + 1,
+        ..ok_outcome(JOB, run_id, tick_ms, fence, lease_key)
+    }
 }
 
 /// Claims and finishes `count` ticks, one second apart from `first_tick`.

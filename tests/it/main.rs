@@ -28,6 +28,7 @@ mod operator;
 mod properties;
 mod quorum;
 mod spool;
+mod state_loss;
 mod support;
 mod systemd;
 mod topology;

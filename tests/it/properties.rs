@@ -391,7 +391,7 @@ proptest! {
 
     #[test]
     fn a_finish_reply_with_its_rerun_reads_back_as_written(
-        kind in prop::sample::select(vec![("current", Recorded::Current), ("stale", Recorded::Stale), ("duplicate", Recorded::Duplicate)]),
+        kind in prop::sample::select(vec![("current", Recorded::Current), ("restored", Recorded::Restored), ("stale", Recorded::Stale), ("duplicate", Recorded::Duplicate)]),
         id in "[0-9]{1,13}-[0-9]{1,3}",
         rerun in proptest::option::of((any::<i64>(), 0..=i64::MAX, "\\PC{0,20}", any::<i64>())),
     ) {
