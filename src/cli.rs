@@ -156,6 +156,13 @@ pub struct LockArgs {
     /// Wait up to this long for the lock instead of exiting 75 at once.
     #[arg(long, value_name = "D", value_parser = parse_cli_duration)]
     pub wait: Option<Duration>,
+    /// Also pass this variable of the caller's environment to the command
+    /// (a name, or a prefix ending in `*`); repeatable. By default the
+    /// command gets PATH, LANG, LC_*, TZ, HOME, USER, LOGNAME and TMPDIR,
+    /// and the config's `[daemon] inherit_env`; never a secret of
+    /// cronlease's own (its Redis password or URL variables).
+    #[arg(long = "inherit-env", value_name = "NAME", value_parser = parse_env_pattern)]
+    pub inherit_env: Vec<crate::config::EnvPattern>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -466,6 +473,33 @@ fn pause(args: &JobArgs, action: PauseAction) -> Exit {
 }
 
 /// `cronlease lock`.
+/// What `cronlease lock`'s command inherits: the default list, the
+/// config's `[daemon] inherit_env` and `--inherit-env`, never a secret.
+fn lock_env(
+    config: Option<&Config>,
+    inherit: &[crate::config::EnvPattern],
+) -> crate::runner::RunEnv {
+    let replica = match config {
+        Some(config) => crate::runner::ReplicaEnv::for_config(config, None),
+        None => crate::runner::ReplicaEnv::capture(
+            &crate::config::secret_env_names(None, None),
+            Vec::new(),
+        ),
+    };
+    let daemon = config.map_or(&[][..], |c| &c.daemon.inherit_env[..]);
+    crate::runner::RunEnv {
+        inherited: replica.for_run(daemon, inherit),
+        secrets: replica.secrets(),
+        ..crate::runner::RunEnv::default()
+    }
+}
+
+fn parse_env_pattern(text: &str) -> Result<crate::config::EnvPattern, String> {
+    crate::config::EnvPattern::parse(text).ok_or_else(|| {
+        format!("{text:?} is not a variable name: expected letters, digits and _, optionally ending in *")
+    })
+}
+
 fn lock(args: LockArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         let shutdown = CancellationToken::new();
@@ -481,6 +515,7 @@ fn lock(args: LockArgs) -> Exit {
                 .as_ref()
                 .map_or(Duration::from_secs(10), |c| c.daemon.kill_grace),
             command: args.command.clone(),
+            env: lock_env(target.config.as_ref(), &args.inherit_env),
             holder: format!("{}:{}", operator::operator_identity(), identity.pid),
             host: identity.host,
         };

@@ -32,6 +32,7 @@ pub(super) struct RawDaemon {
     containment: Option<ContainmentSetting>,
     dashboard_token_env: Option<Spanned<String>>,
     dashboard_token_file: Option<Spanned<String>>,
+    inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 impl RawDaemon {
@@ -51,6 +52,7 @@ impl RawDaemon {
             containment: None,
             dashboard_token_env: None,
             dashboard_token_file: None,
+            inherit_env: None,
         }
     }
 }
@@ -118,6 +120,11 @@ pub(super) fn validate_daemon(
         4096,
         0..1_048_577,
     );
+    let secrets = super::secret_env_names(
+        redis.as_ref().and_then(|r| r.password_env.as_deref()),
+        dashboard_token.as_ref(),
+    );
+    let inherit_env = super::run_env::inherit_env(checker, S, raw.inherit_env, &secrets);
     Some(DaemonConfig {
         lease,
         shutdown_grace,
@@ -133,6 +140,7 @@ pub(super) fn validate_daemon(
         dashboard_listen,
         dashboard_token,
         containment: raw.containment.unwrap_or_default(),
+        inherit_env,
     })
 }
 

@@ -147,7 +147,17 @@ fn validate_sections(
         );
     }
     let base_dir = environment::config_dir(path);
-    let jobs = validate_jobs(checker, sections.jobs, redis.as_ref(), &base_dir, source)?;
+    let secrets = super::secret_env_names(
+        redis.as_ref().and_then(|r| r.password_env.as_deref()),
+        daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
+    );
+    let context = JobContext {
+        redis: redis.as_ref(),
+        base_dir: &base_dir,
+        source,
+        secrets: &secrets,
+    };
+    let jobs = validate_jobs(checker, sections.jobs, &context)?;
     Ok(Some(Config {
         source: path.to_path_buf(),
         redis: match redis {
@@ -249,18 +259,25 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
 /// it (`on_holder_lost = "rerun"` with a quorum). Invalid jobs are left
 /// out (their problems are recorded). Err when a job's piece does not
 /// parse.
+/// What every job of a table is validated against.
+struct JobContext<'a> {
+    redis: Option<&'a RedisConfig>,
+    /// The config file's directory: relative paths start there.
+    base_dir: &'a Path,
+    source: Source,
+    /// The replica's secret variables, which no `inherit_env` may list.
+    secrets: &'a [String],
+}
+
 fn validate_jobs(
     checker: &mut Checker<'_>,
     jobs: Option<Jobs<'_>>,
-    redis: Option<&RedisConfig>,
-    base_dir: &Path,
-    source: Source,
+    context: &JobContext<'_>,
 ) -> Result<BTreeMap<String, Job>, ParseWhole> {
     let mut validated = BTreeMap::new();
     let mut each = |checker: &mut Checker<'_>, table: DeTable<'_>| {
         for (name, raw) in table {
-            if let Some((name, job)) = validate_entry(checker, name, &raw, redis, base_dir, source)
-            {
+            if let Some((name, job)) = validate_entry(checker, name, &raw, context) {
                 validated.insert(name, job);
             }
         }
@@ -301,11 +318,12 @@ fn validate_entry(
     checker: &mut Checker<'_>,
     name: Spanned<Cow<'_, str>>,
     raw: &Spanned<DeValue<'_>>,
-    redis: Option<&RedisConfig>,
-    base_dir: &Path,
-    source: Source,
+    context: &JobContext<'_>,
 ) -> Option<(String, Job)> {
-    let quorum = matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_)));
+    let quorum = matches!(
+        context.redis.map(|r| &r.topology),
+        Some(Topology::Quorum(_))
+    );
     let (name_span, name) = (name.span(), name.into_inner().into_owned());
     let section = format!("jobs.{name}");
     let raw = checker.deserialize_table::<RawJob>(&section, raw);
@@ -319,7 +337,17 @@ fn validate_entry(
             ),
         );
     }
-    let job = raw.and_then(|raw| validate_job(checker, &section, &name, raw, base_dir, source))?;
+    let job = raw.and_then(|raw| {
+        validate_job(
+            checker,
+            &section,
+            &name,
+            raw,
+            context.base_dir,
+            context.source,
+            context.secrets,
+        )
+    })?;
     if quorum && job.on_holder_lost == OnHolderLost::Rerun {
         checker.problem(
             Some(name_span),

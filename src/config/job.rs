@@ -9,9 +9,10 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::checker::Checker;
+use super::run_env;
 use super::daemon_section::MAX_GRACE;
 use super::document::Source;
-use super::{Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap, RESERVED_ENV_PREFIX};
+use super::{Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
 #[derive(Debug, Deserialize)]
@@ -24,6 +25,10 @@ pub(super) struct RawJob {
     workdir: Option<Spanned<String>>,
     #[serde(default)]
     env: BTreeMap<Spanned<String>, Spanned<String>>,
+    inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
+    env_files: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    env_credentials: BTreeMap<Spanned<String>, Spanned<String>>,
     timeout: Option<Spanned<String>>,
     overlap: Option<Overlap>,
     misfire: Option<Misfire>,
@@ -100,6 +105,7 @@ pub(super) fn validate_job(
     raw: RawJob,
     base_dir: &Path,
     source: Source,
+    secrets: &[String],
 ) -> Option<Job> {
     let schedule = job_schedule(checker, section, name, &raw);
     let command = match source {
@@ -108,6 +114,9 @@ pub(super) fn validate_job(
     };
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
+    let inherit_env = run_env::inherit_env(checker, section, raw.inherit_env, secrets);
+    let env_files = run_env::env_files(checker, section, raw.env_files, base_dir);
+    let env_credentials = run_env::env_credentials(checker, section, raw.env_credentials);
     let timeout = raw.timeout.as_ref().map(|t| {
         checker.duration(
             section,
@@ -139,6 +148,9 @@ pub(super) fn validate_job(
         command: command?,
         workdir,
         env,
+        inherit_env,
+        env_files,
+        env_credentials,
         timeout,
         overlap: raw.overlap.unwrap_or(Overlap::Skip),
         misfire: raw.misfire.unwrap_or(Misfire::RunOnce),
@@ -300,18 +312,8 @@ fn job_env(
     let mut env = BTreeMap::new();
     for (key, value) in raw {
         let k = key.get_ref();
-        let valid_key = !k.is_empty() && !k.contains(['=', '\0']);
-        if !valid_key {
-            checker.problem(
-                Some(key.span()),
-                Some(section),
-                Some("env"),
-                format!(
-                    "invalid variable name {k:?}: expected a non-empty name without '=' or NUL"
-                ),
-            );
-        } else if k.starts_with(RESERVED_ENV_PREFIX) {
-            checker.problem(Some(key.span()), Some(section), Some("env"), format!("{k} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"));
+        if let Some(problem) = run_env::variable_problem(k) {
+            checker.problem(Some(key.span()), Some(section), Some("env"), problem);
         } else if value.get_ref().contains('\0') {
             checker.problem(
                 Some(value.span()),

@@ -41,6 +41,8 @@ pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
 mod outline;
 mod redis_section;
+mod run_env;
+pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV};
 
 pub use checker::{parse_duration, redact_url};
 pub(crate) use checker::is_name;
@@ -90,6 +92,8 @@ pub struct RedisConfig {
     pub username: Option<String>,
     /// From `password_env` or `password_file` (overrides one in the URLs).
     pub password: Option<Secret>,
+    /// The variable `password_env` names: a secret no run inherits.
+    pub password_env: Option<String>,
     pub tls: Tls,
     /// After each claim, `WAIT min_replicas_ack ack_timeout` on the same
     /// connection; a claim fewer replicas acknowledged is not run. 0: off.
@@ -184,6 +188,7 @@ impl fmt::Debug for RedisConfig {
             .field("command_timeout", &self.command_timeout)
             .field("username", &self.username)
             .field("password", &self.password)
+            .field("password_env", &self.password_env)
             .field("tls", &self.tls)
             .field("min_replicas_ack", &self.min_replicas_ack)
             .field("ack_timeout", &self.ack_timeout)
@@ -202,6 +207,7 @@ impl RedisConfig {
             command_timeout: Duration::from_secs(5),
             username: None,
             password: None,
+            password_env: None,
             tls: Tls::default(),
             min_replicas_ack: 0,
             ack_timeout: DEFAULT_ACK_TIMEOUT,
@@ -252,6 +258,37 @@ pub struct DaemonConfig {
     /// Where the dashboard's operator token comes from; `None` leaves the
     /// dashboard read-only.
     pub dashboard_token: Option<TokenSource>,
+    /// Which of the replica's variables every run inherits besides
+    /// [`DEFAULT_INHERITED_ENV`] (never one of [`Config::secret_env_names`]).
+    pub inherit_env: Vec<EnvPattern>,
+}
+
+/// A name in `inherit_env`: a variable's name, or a prefix ending in `*`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvPattern(String);
+
+impl Config {
+    /// The replica's variables that hold its secrets: none of them reaches
+    /// a run, whatever `inherit_env` says.
+    pub fn secret_env_names(&self) -> Vec<String> {
+        secret_env_names(
+            self.redis.password_env.as_deref(),
+            self.daemon.dashboard_token.as_ref(),
+        )
+    }
+}
+
+/// [`Config::secret_env_names`] from its parts (also while validating).
+pub fn secret_env_names(
+    password_env: Option<&str>,
+    dashboard_token: Option<&TokenSource>,
+) -> Vec<String> {
+    let mut names: Vec<String> = ALWAYS_SECRET_ENV.iter().map(|s| s.to_string()).collect();
+    names.extend(password_env.map(str::to_string));
+    if let Some(TokenSource::Env(name)) = dashboard_token {
+        names.push(name.clone());
+    }
+    names
 }
 
 /// `[daemon] containment`: how a replica keeps each run's processes
@@ -310,6 +347,15 @@ pub struct Job {
     /// directory.
     pub workdir: PathBuf,
     pub env: BTreeMap<String, String>,
+    /// Which of the replica's variables this job's runs inherit besides
+    /// the default list and `[daemon] inherit_env`.
+    pub inherit_env: Vec<EnvPattern>,
+    /// Files of `NAME=value` lines read at each run (secrets for the job;
+    /// their values are redacted from its output).
+    pub env_files: Vec<PathBuf>,
+    /// Variable → systemd credential name, read from
+    /// `$CREDENTIALS_DIRECTORY` at each run (redacted like `env_files`).
+    pub env_credentials: BTreeMap<String, String>,
     /// `None`: the run may take as long as it takes.
     pub timeout: Option<Duration>,
     pub overlap: Overlap,

@@ -61,6 +61,7 @@ pub(super) fn validate_redis(checker: &mut Checker<'_>, raw: RawRedis) -> Option
         command_timeout: timeouts.command,
         username,
         password: password.ok()?,
+        password_env: raw.password_env.as_ref().map(|v| v.get_ref().clone()),
         tls: tls?,
         min_replicas_ack,
         ack_timeout: timeouts.ack,

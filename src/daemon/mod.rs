@@ -95,7 +95,7 @@ use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
 use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
-use serve::{dashboard_token, start_dashboard, start_metrics};
+use serve::{dashboard_token, start_dashboard, start_metrics, token_secret};
 pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
 use triggers::trigger_consumer;
@@ -215,6 +215,10 @@ struct Ctx {
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]
     containment: std::sync::OnceLock<crate::runner::Containment>,
+    /// What runs may inherit of the replica's environment, and its secrets
+    /// (taken at start).
+    #[cfg(feature = "process")]
+    replica_env: crate::runner::ReplicaEnv,
 }
 
 /// What a replica's `Ctx` is made of besides its config.
@@ -225,6 +229,8 @@ struct Parts {
     identity: Identity,
     spool: Spool,
     watchdog: watchdog::Handle,
+    #[cfg(feature = "process")]
+    replica_env: crate::runner::ReplicaEnv,
 }
 
 impl Ctx {
@@ -259,6 +265,8 @@ impl Ctx {
             claim_latency: ClaimLatency::default(),
             #[cfg(feature = "process")]
             containment: std::sync::OnceLock::new(),
+            #[cfg(feature = "process")]
+            replica_env: parts.replica_env,
         }
     }
 
@@ -365,6 +373,27 @@ pub struct World {
     pub ready: Option<oneshot::Sender<()>>,
 }
 
+/// What runs may inherit of this replica's environment, and the values of
+/// its secrets; logs once which of its variables runs do not inherit
+/// (names only).
+#[cfg(feature = "process")]
+fn replica_env(
+    config: &Config,
+    jobs: &JobTable,
+    token: &serve::DashboardToken,
+) -> crate::runner::ReplicaEnv {
+    let env = crate::runner::ReplicaEnv::for_config(config, token_secret(token));
+    let job_patterns = jobs.values().map(|job| &job.inherit_env[..]);
+    let dropped = env.not_inherited(&config.daemon.inherit_env, job_patterns);
+    if !dropped.is_empty() {
+        info!(
+            variables = %dropped.join(" "),
+            "no run inherits these variables of the replica's environment; list a name in [daemon] inherit_env (every run) or a job's inherit_env to pass it on"
+        );
+    }
+    env
+}
+
 /// Runs a replica until `shutdown` is cancelled and every task is drained
 /// (within one deadline). `reload` asks for the job table to be read again.
 pub async fn run(
@@ -404,6 +433,8 @@ pub async fn run(
         identity,
         spool,
         watchdog,
+        #[cfg(feature = "process")]
+        replica_env: replica_env(&config, &jobs, &dashboard_token),
     };
     let ctx = Arc::new(Ctx::new(config.clone(), jobs.clone(), parts, claiming.clone()));
     // A replica that runs commands says at once how it contains them.

@@ -110,12 +110,7 @@ fn command_task(_ctx: &Ctx, _job: &Job, _start: &RunStart) -> Arc<dyn task::Task
 /// `CRONLEASE_*` environment.
 #[cfg(feature = "process")]
 fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
-    let mut env: Vec<(String, String)> = job
-        .env
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    env.extend([
+    let run = vec![
         ("CRONLEASE_JOB".to_string(), job.name.clone()),
         (
             "CRONLEASE_TICK".to_string(),
@@ -128,7 +123,8 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
             "CRONLEASE_REPLICA".to_string(),
             ctx.identity.replica.clone(),
         ),
-    ]);
+    ];
+    let env = runner::RunEnv::new(&ctx.replica_env, &ctx.config.daemon.inherit_env, job, run);
     runner::Process {
         argv,
         workdir: job.workdir.clone(),

@@ -95,6 +95,17 @@ pub(super) async fn start_dashboard(
 /// The operator token the dashboard's actions need, read at start-up.
 #[cfg(feature = "dashboard")]
 pub(super) type DashboardToken = Option<crate::dashboard::Token>;
+
+/// The token's value, for the redaction of runs' output.
+#[cfg(feature = "dashboard")]
+pub(super) fn token_secret(token: &DashboardToken) -> Option<Vec<u8>> {
+    token.as_ref().map(|t| t.secret_bytes().to_vec())
+}
+
+#[cfg(not(feature = "dashboard"))]
+pub(super) fn token_secret(_token: &DashboardToken) -> Option<Vec<u8>> {
+    None
+}
 #[cfg(not(feature = "dashboard"))]
 pub(super) type DashboardToken = Option<()>;
 

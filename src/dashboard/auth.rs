@@ -87,6 +87,11 @@ impl Token {
         Ok(Token(text.as_bytes().to_vec()))
     }
 
+    /// The token itself: for the redaction of runs' output only.
+    pub(crate) fn secret_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self, label: &[u8]) -> Hmac<Sha256> {
         let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&self.0)
             .expect("HMAC takes a key of any length");

@@ -13,7 +13,7 @@ use super::keeper::Keeper;
 use super::{Acquisition, LockBuilder, LockError, LockGuard, Wait};
 use crate::exit::Exit;
 use crate::outcome::Status;
-use crate::runner::{Process, StdioMode};
+use crate::runner::{Process, RunEnv, StdioMode};
 use crate::store::{Keys, LockHolderTag, Store};
 use crate::task::{self, Attempts, RunContext, RunResult, Stop};
 
@@ -36,6 +36,10 @@ pub struct LockOptions {
     pub kill_grace: Duration,
     /// The command and its arguments (non-empty).
     pub command: Vec<String>,
+    /// The command's environment as a job's run gets it (an allowlist of
+    /// the caller's variables, never its secrets); the lock's
+    /// `CRONLEASE_*` variables are added when it is held.
+    pub env: RunEnv,
     /// Who holds the lock, as shown to other waiters.
     pub holder: String,
     pub host: String,
@@ -82,11 +86,14 @@ pub async fn run(
     let process = Process {
         argv: options.command.clone(),
         workdir,
-        env: vec![
-            ("CRONLEASE_LOCK".to_string(), options.name.clone()),
-            ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
-            ("CRONLEASE_RUN_ID".to_string(), guard.hold.ticket.run_id().to_string()),
-        ],
+        env: RunEnv {
+            run: vec![
+                ("CRONLEASE_LOCK".to_string(), options.name.clone()),
+                ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
+                ("CRONLEASE_RUN_ID".to_string(), guard.hold.ticket.run_id().to_string()),
+            ],
+            ..options.env.clone()
+        },
         stdio: StdioMode::Inherit,
         // The lock's holder: a cgroup of its own where there are cgroups.
         containment: crate::runner::Containment::detect(

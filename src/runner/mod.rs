@@ -32,11 +32,13 @@ use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
 mod cgroup;
 mod child;
+mod environment;
 mod output;
 mod spawn;
 mod tagged;
 
 pub use cgroup::Cgroups;
+pub use environment::{ReplicaEnv, RunEnv};
 use cgroup::RunCgroup;
 use child::{Child, Spawned};
 use output::Output;
@@ -119,8 +121,9 @@ pub struct Process {
     /// see [`Process::argv`].
     pub argv: Vec<String>,
     pub workdir: PathBuf,
-    /// The complete extra environment: the job's `env` and `CRONLEASE_*`.
-    pub env: Vec<(String, String)>,
+    /// What the command's environment is made of, read at each attempt:
+    /// nothing of the replica's but what its allowlist names.
+    pub env: RunEnv,
     pub stdio: StdioMode,
     pub containment: Containment,
     /// What becomes of processes left in the attempt's cgroup when the
@@ -170,15 +173,11 @@ pub enum StdioMode {
 
 /// The command of an attempt (`runner/spawn/`: its own process group,
 /// `PR_SET_PDEATHSIG`, no fork), reaped by no one but [`Child`] (see
-/// `runner/child.rs`).
-fn build_command(spec: &Process) -> spawn::Command {
+/// `runner/child.rs`), with the environment `env` and nothing else.
+fn build_command(spec: &Process, env: &[(std::ffi::OsString, std::ffi::OsString)]) -> spawn::Command {
     let mut command = spawn::Command::new(&spec.argv, &spec.workdir);
-    for (key, value) in &spec.env {
+    for (key, value) in env {
         command.env(key, value);
-    }
-    // systemd's channels are cronlease's, not its jobs'.
-    for key in ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"] {
-        command.env_remove(key);
     }
     command.stdio(spec.stdio);
     command
@@ -190,6 +189,11 @@ async fn run_once(
     mut stop: StopSignal,
     tail: &mut Tail,
 ) -> AttemptEnd {
+    // Read at each attempt: an env file or credential may change between runs.
+    let (env, redactor) = match spec.env.resolve() {
+        Ok(resolved) => resolved,
+        Err(e) => return cannot_start(run, tail, format!("[cronlease] {e}")),
+    };
     let cgroup = match &spec.containment {
         Containment::Cgroup(cgroups) => match cgroups.create(&run.run_id, run.attempt, &spec.limits) {
             Ok(cgroup) => Some(cgroup),
@@ -206,7 +210,7 @@ async fn run_once(
             );
         }
     };
-    let mut command = build_command(spec);
+    let mut command = build_command(spec, &env);
     if let Some(cgroup) = &cgroup {
         let procs = match cgroup.procs_for_child() {
             Ok(procs) => procs,
@@ -249,7 +253,7 @@ async fn run_once(
         job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
         replica = %run.replica, pid = child.pid().as_raw(), "started"
     );
-    let mut output = Output::new(stdout, stderr);
+    let mut output = Output::new(stdout, stderr, redactor);
     let (exit, mut ending) = supervise(run, &mut child, members, &mut stop, &mut output, tail).await;
     // Whatever the command left behind goes with it, or is waited for.
     if spec.leftovers == Leftovers::Kill {
@@ -498,7 +502,11 @@ mod tests {
         Process {
             argv: Process::argv(&command).expect("the tests run argv and shell commands"),
             workdir: std::env::temp_dir(),
-            env: vec![("GREETING".into(), "hello".into())],
+            env: RunEnv {
+                inherited: vec![("PATH".into(), "/usr/bin:/bin".into())],
+                job: vec![("GREETING".into(), "hello".into())],
+                ..RunEnv::default()
+            },
             stdio: StdioMode::Capture,
             containment: Containment::ProcessGroup,
             leftovers: Leftovers::Kill,
@@ -585,13 +593,23 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn systemds_variables_never_reach_the_command() {
-        let mut task = process(shell("echo ${NOTIFY_SOCKET-unset} ${WATCHDOG_USEC-unset} $GREETING"));
-        task.env.push(("NOTIFY_SOCKET".into(), "/run/systemd/notify".into()));
-        task.env.push(("WATCHDOG_USEC".into(), "1000000".into()));
+    async fn the_secrets_a_run_was_given_are_redacted_from_its_output() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let file = dir.path().join("db.env");
+        std::fs::write(&file, "DB_PASSWORD=correct-horse\n").expect("write the env file");
+        let mut task = process(shell("echo \"pw=$DB_PASSWORD replica=$R\" >&2"));
+        task.env.files.push(file.clone());
+        task.env.job.push(("R".into(), "the-replicas-own".into()));
+        task.env.secrets = vec![b"the-replicas-own".to_vec()].into();
         let result = run_with(&task, once()).await;
-        assert_eq!(result.status, Status::Ok);
-        assert!(result.output.contains("unset unset hello\n"), "{result:?}");
+        assert_eq!(result.status, Status::Ok, "{result:?}");
+        assert!(result.output.contains("pw=[redacted] replica=[redacted]"), "{result:?}");
+        // Writable by others: refused, and the run says why (not the value).
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+        let result = run_with(&task, once()).await;
+        assert_eq!(result.status, Status::Failed);
+        assert!(result.output.contains("writable by its group or others"), "{result:?}");
+        assert!(!result.output.contains("correct-horse"), "{result:?}");
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
+use super::environment::Redactor;
 use crate::outcome::Tail;
 use crate::task::RunContext;
 
@@ -142,6 +143,9 @@ pub(super) struct Output {
     stdout: Option<LineReader>,
     stderr: Option<LineReader>,
     budget: LogBudget,
+    /// Secrets the run was given and the replica's: never in the tail or
+    /// the log.
+    redactor: Redactor,
 }
 
 impl Output {
@@ -149,11 +153,13 @@ impl Output {
     pub(super) fn new(
         stdout: Option<impl AsyncRead + Unpin + Send + 'static>,
         stderr: Option<impl AsyncRead + Unpin + Send + 'static>,
+        redactor: Redactor,
     ) -> Output {
         Output {
             stdout: stdout.map(LineReader::new),
             stderr: stderr.map(LineReader::new),
             budget: LogBudget::new(),
+            redactor,
         }
     }
 
@@ -171,9 +177,10 @@ impl Output {
         // is what counts otherwise), and a flooding command would keep its
         // worker for a second or more, stalling the leases' renewals.
         tokio::task::consume_budget().await;
+        let (budget, redactor) = (&mut self.budget, &self.redactor);
         tokio::select! {
-            line = next_line(&mut self.stdout) => log_line(run, tail, "stdout", line, &mut self.stdout, &mut self.budget),
-            line = next_line(&mut self.stderr) => log_line(run, tail, "stderr", line, &mut self.stderr, &mut self.budget),
+            line = next_line(&mut self.stdout) => log_line(run, tail, "stdout", line, &mut self.stdout, budget, redactor),
+            line = next_line(&mut self.stderr) => log_line(run, tail, "stderr", line, &mut self.stderr, budget, redactor),
         }
     }
 
@@ -208,6 +215,7 @@ fn log_line(
     read: std::io::Result<bool>,
     source: &mut Option<LineReader>,
     budget: &mut LogBudget,
+    redactor: &Redactor,
 ) {
     let Some(reader) = source.as_mut() else {
         return;
@@ -218,6 +226,8 @@ fn log_line(
             if line.last() == Some(&b'\r') {
                 line = &line[..line.len() - 1];
             }
+            let line = redactor.redact(line);
+            let line = line.as_ref();
             tail.push_line(line);
             if budget.admit(run) == Admit::Log {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(MAX_LOG_LINE)]);

@@ -135,6 +135,37 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             ],
         ),
         (
+            "inherit_env names the dashboard token's variable",
+            format!(
+                "{REDIS_SECTION}[daemon]\ndashboard_token_env = \"DASH\"\ninherit_env = [\"PATH\", \"DASH\"]\n{JOB}"
+            ),
+            vec![
+                "[daemon]",
+                "field `inherit_env`",
+                "DASH holds a secret of the replica's",
+                "env_files or env_credentials",
+            ],
+        ),
+        (
+            "a job's inherit_env names the Redis URL variable, or no name",
+            with_job("inherit_env = [\"CRONLEASE_REDIS_URL\", \"A-B\"]"),
+            vec![
+                "job \"draw\", field `inherit_env`",
+                "CRONLEASE_REDIS_URL holds a secret of the replica's",
+                "invalid variable name \"A-B\"",
+                "optionally ending in *",
+            ],
+        ),
+        (
+            "bad credential name",
+            with_job("env_credentials = { API_KEY = \"../key\" }"),
+            vec![
+                "field `env_credentials`",
+                "invalid credential name \"../key\"",
+                "LoadCredential=",
+            ],
+        ),
+        (
             "bad token variable name",
             format!("{REDIS_SECTION}[daemon]\ndashboard_token_env = \"1-TOKEN\"\n{JOB}"),
             vec![

@@ -27,6 +27,7 @@ mod metrics;
 mod operator;
 mod properties;
 mod quorum;
+mod run_env;
 mod spool;
 mod state_loss;
 mod support;

@@ -85,9 +85,10 @@ const SHELL: &CStr = c"/bin/sh";
 pub(super) struct Command {
     argv: Vec<String>,
     workdir: PathBuf,
-    /// Changes to the replica's environment, in order: a value to set, or
-    /// None to remove the variable.
-    env: Vec<(OsString, Option<OsString>)>,
+    /// The child's environment, in order: a value to set, or None to
+    /// remove the variable. It starts empty: nothing of the replica's
+    /// reaches the child unless set here.
+    env: Vec<(OsString, OsString)>,
     stdio: StdioMode,
     /// The run's cgroup's `cgroup.procs`, to join.
     cgroup_procs: Option<File>,
@@ -119,14 +120,7 @@ impl Command {
     /// Sets `key` to `value` in the child's environment.
     pub(super) fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Command {
         self.env
-            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
-        self
-    }
-
-    /// Removes `key` from the child's environment (after what was set
-    /// before; a later [`Command::env`] sets it again).
-    pub(super) fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Command {
-        self.env.push((key.as_ref().to_owned(), None));
+            .push((key.as_ref().to_owned(), value.as_ref().to_owned()));
         self
     }
 
@@ -148,7 +142,7 @@ impl Command {
     /// child's stack, no process) or one of the child's (see the module's
     /// documentation), with the system's error.
     pub(super) fn spawn(&self) -> io::Result<Started> {
-        let mut prepared = Prepared::new(self, std::env::vars_os())?;
+        let mut prepared = Prepared::new(self)?;
         let stdio = Stdio::open(self.stdio)?;
         let stack = match SPARE_STACK.take() {
             Some(stack) => stack,
@@ -216,10 +210,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(
-        command: &Command,
-        parent_env: impl Iterator<Item = (OsString, OsString)>,
-    ) -> io::Result<Prepared> {
+    fn new(command: &Command) -> io::Result<Prepared> {
         let argv: Vec<&str> = if command.argv.is_empty() {
             vec![""]
         } else {
@@ -230,7 +221,7 @@ impl Prepared {
             .enumerate()
             .map(|(i, arg)| c_string(arg.as_bytes(), || format!("argv[{i}]")))
             .collect::<io::Result<Vec<CString>>>()?;
-        let environment = environment(parent_env, &command.env);
+        let environment = environment(&command.env);
         let envp = environment
             .iter()
             .map(|(key, value)| {
@@ -316,19 +307,10 @@ impl Prepared {
 }
 
 /// The child's environment, sorted by name as std's `Command` gives it:
-/// the replica's (`parent`) with `changes` applied in order.
-fn environment(
-    parent: impl Iterator<Item = (OsString, OsString)>,
-    changes: &[(OsString, Option<OsString>)],
-) -> BTreeMap<OsString, OsString> {
-    let mut environment: BTreeMap<OsString, OsString> = parent.collect();
-    for (key, value) in changes {
-        match value {
-            Some(value) => environment.insert(key.clone(), value.clone()),
-            None => environment.remove(key),
-        };
-    }
-    environment
+/// what was set, a later value of a name replacing an earlier one. Nothing
+/// of the replica's own environment is in it.
+fn environment(set: &[(OsString, OsString)]) -> BTreeMap<OsString, OsString> {
+    set.iter().cloned().collect()
 }
 
 /// The paths `execvp` tries for `program` in `path`, in order: each entry
