@@ -65,6 +65,13 @@ pub enum Command {
     Pause(JobArgs),
     /// Resume a paused job from its next tick.
     Resume(JobArgs),
+    /// Clear what no replica writes from a job's state in Redis (a
+    /// high-water mark later than any claim could set, a fence past 2^53,
+    /// quarantined runs in flight) once `status` shows it needs repair.
+    ///
+    /// The replicas re-seed what was cleared from what their own claims
+    /// showed. Recorded in the job's actions.
+    Repair(JobArgs),
     /// Run a command under a cluster-wide lock (the flock(1) of a cluster).
     ///
     /// The command gets CRONLEASE_FENCE (growing with every acquisition),
@@ -114,9 +121,14 @@ pub struct HistoryArgs {
     /// Print JSON (schema in the README).
     #[arg(long)]
     pub json: bool,
-    /// Include each run's recorded output tail.
+    /// Include each run's recorded output tail (its control characters
+    /// escaped, unless --raw).
     #[arg(long)]
     pub output: bool,
+    /// Print output tails as the jobs wrote them, control characters and
+    /// terminal escape sequences included.
+    #[arg(long, requires = "output")]
+    pub raw: bool,
 }
 
 #[derive(Debug, Args)]
@@ -271,12 +283,18 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
             Ok(if args.json {
                 json_line(&report)
             } else {
-                operator::render_history(&report, operator::use_colour())
+                let text = if args.raw {
+                    operator::OutputText::Raw
+                } else {
+                    operator::OutputText::Escaped
+                };
+                operator::render_history(&report, operator::use_colour(), text)
             })
         }),
         Command::Trigger(args) => trigger(&args),
         Command::Pause(args) => pause(&args, PauseAction::Pause),
         Command::Resume(args) => pause(&args, PauseAction::Resume),
+        Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
     }
 }
@@ -454,6 +472,19 @@ enum PauseAction {
 }
 
 /// `cronlease pause` and `cronlease resume`.
+fn repair(args: &JobArgs) -> Exit {
+    operator_command(&args.connect, |target| async move {
+        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
+        let who = operator::operator_identity();
+        let cleared = operator::repair(&target.store, &args.job, &who).await?;
+        Ok(if cleared.is_empty() {
+            format!("{}: nothing to repair\n", args.job)
+        } else {
+            format!("{} repaired by {who}: cleared {}\n", args.job, cleared.join(", "))
+        })
+    })
+}
+
 fn pause(args: &JobArgs, action: PauseAction) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;

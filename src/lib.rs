@@ -108,6 +108,7 @@ internal!(
     dashboard,
     embed,
     exit,
+    inert,
     link,
     lock,
     #[cfg(feature = "cli")]

@@ -6,8 +6,15 @@
 //! priority prefix per line, which journald turns into the entry's
 //! priority; and JSON lines (`[daemon] log_format = "json"`) for log
 //! shippers.
+//!
+//! Text lines are inert: an event's line breaks and control characters
+//! are escaped ([`InertStderr`]), so nothing a job prints, nor a name read
+//! from Redis or a socket, starts a log line of its own (a forged journal
+//! entry) or reaches a terminal as a control sequence. JSON escapes them
+//! itself.
 
 use std::fmt;
+use std::io::{self, Write};
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::EnvFilter;
@@ -21,16 +28,21 @@ use crate::config::LogFormat;
 /// is not set.
 pub fn init(default: &str, format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text if std::env::var_os("JOURNAL_STREAM").is_some() => {
-            builder.with_ansi(false).event_format(Journal).try_init()
-        }
+        LogFormat::Json => builder.with_writer(io::stderr).json().try_init(),
+        LogFormat::Text if std::env::var_os("JOURNAL_STREAM").is_some() => builder
+            .with_writer(InertStderr(Escape::AllControls))
+            .with_ansi(false)
+            .event_format(Journal)
+            .try_init(),
+        LogFormat::Text if std::io::IsTerminal::is_terminal(&io::stderr()) => builder
+            .with_writer(InertStderr(Escape::KeepingColours))
+            .with_ansi(true)
+            .try_init(),
         LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(InertStderr(Escape::AllControls))
+            .with_ansi(false)
             .try_init(),
     };
     // Already installed (a second call in one process): keep the first.
@@ -70,5 +82,85 @@ where
         )?;
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
+    }
+}
+
+/// Which control characters an event keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Escape {
+    /// None but its final newline.
+    AllControls,
+    /// ESC too, for the formatter's own colours on a terminal (the events'
+    /// fields still lose their line breaks).
+    KeepingColours,
+}
+
+/// stderr, an event at a time (the formatter writes each event whole, in
+/// one call), its control characters escaped as [`Escape`] says.
+struct InertStderr(Escape);
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for InertStderr {
+    type Writer = InertWriter;
+
+    fn make_writer(&'a self) -> InertWriter {
+        InertWriter(self.0)
+    }
+}
+
+struct InertWriter(Escape);
+
+impl Write for InertWriter {
+    fn write(&mut self, event: &[u8]) -> io::Result<usize> {
+        io::stderr().lock().write_all(&inert_event(event, self.0))?;
+        Ok(event.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
+}
+
+/// `event` with its control characters (C0 but a tab, DEL, C1) escaped
+/// (`\n`, `\r`, `\x1b`…), all but a final newline.
+fn inert_event(event: &[u8], escape: Escape) -> Vec<u8> {
+    let (body, end) = match event.strip_suffix(b"\n") {
+        Some(body) => (body, &b"\n"[..]),
+        None => (event, &b""[..]),
+    };
+    let mut out = Vec::with_capacity(event.len() + 16);
+    let mut i = 0;
+    while i < body.len() {
+        let b = body[i];
+        // C1 controls: U+0080 to U+009F, encoded 0xC2 0x80..=0x9F.
+        if b == 0xc2 && body.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)) {
+            out.extend_from_slice(format!("\\u{{{:x}}}", body[i + 1]).as_bytes());
+            i += 2;
+            continue;
+        }
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.push(b),
+            0x1b if escape == Escape::KeepingColours => out.push(b),
+            0..=0x1f | 0x7f => out.extend_from_slice(format!("\\x{b:02x}").as_bytes()),
+            _ => out.push(b),
+        }
+        i += 1;
+    }
+    out.extend_from_slice(end);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_stays_one_line_without_control_characters() {
+        let event = "INFO job=a: evil\n<3>forged entry\r\x1b[2J\u{9b}31m\tok\n".as_bytes();
+        let out = String::from_utf8(inert_event(event, Escape::AllControls)).expect("UTF-8 in, UTF-8 out");
+        assert_eq!(out, "INFO job=a: evil\\n<3>forged entry\\r\\x1b[2J\\u{9b}31m\tok\n");
+        let kept = String::from_utf8(inert_event(b"\x1b[32mINFO\x1b[0m a\nb", Escape::KeepingColours)).expect("UTF-8");
+        assert_eq!(kept, "\x1b[32mINFO\x1b[0m a\\nb");
     }
 }

@@ -5,6 +5,7 @@
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 
 use super::*;
+use crate::store::StateCheck;
 
 /// How the claim of a tick ended.
 pub(super) enum ClaimEnd {
@@ -114,7 +115,7 @@ pub(super) async fn claim(
             job: &job.name,
             tick_ms,
             run_id: &run_id,
-            claimant: ctx.claimant(job, marks.fence),
+            claimant: ctx.claimant(job, marks.min_fence()),
             min_tick: marks.last_tick.unwrap_or(-1),
             trigger,
             when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
@@ -233,16 +234,19 @@ fn answer(
     reply: ClaimReply,
 ) -> Answer {
     let tick = rfc3339(tick_ms);
+    if let Some(state) = reply.state() {
+        check_state(ctx, job, state);
+    }
     match reply {
         ClaimReply::Claimed {
             fence,
             started_ms,
             lease_key,
             expired,
-            regressed,
             previous,
             acked,
             redis_now_us,
+            ..
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             // Claimed ahead of the tick: the run starts when Redis time
@@ -265,7 +269,6 @@ fn answer(
             };
             let facts = WonFacts {
                 acked,
-                regressed,
                 previous,
                 expired: expired > 0,
             };
@@ -302,16 +305,8 @@ fn answer(
             Answer::End(ClaimEnd::Lapsed)
         }
         ClaimReply::Taken {
-            last_tick,
-            regressed,
-            fence,
+            last_tick, fence, ..
         } => {
-            if regressed {
-                ctx.state_loss(
-                    Some(&job.name),
-                    "the job's high-water mark in Redis was behind what this replica saw",
-                );
-            }
             ctx.meters.count_claim(&job.name, ClaimCount::Taken);
             ctx.marks.note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
@@ -339,12 +334,33 @@ fn answer(
     }
 }
 
+/// Says what a claim found wrong with the job's state in Redis: a state
+/// loss, or a value no honest writer produces (counted, and named with its
+/// key and field; the claim already treated it as lost).
+fn check_state(ctx: &Ctx, job: &Job, state: &StateCheck) {
+    match state {
+        StateCheck::Sound => {}
+        StateCheck::Behind => ctx.state_loss(
+            Some(&job.name),
+            "the job's high-water mark or fence in Redis was behind what this replica saw",
+        ),
+        StateCheck::Implausible(field) => {
+            let field = field.as_str();
+            metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "state", "field" => field)
+                .increment(1);
+            error!(
+                job = %job.name, key = %ctx.store.keys().state(&job.name), %field,
+                "the job's state in Redis held a {field} no claim could have written (later than Redis time, or a fence past 2^53): treated as lost and re-seeded from what this replica saw; `cronlease status` shows the job as needing repair until `cronlease repair {}`",
+                job.name
+            );
+        }
+    }
+}
+
 /// What the claim script says of a claim we won, besides its lease.
 struct WonFacts {
     /// Redis replicas that acknowledged the claim (with `min_replicas_ack`).
     acked: Option<u32>,
-    /// The job's high-water mark or fence in Redis was behind ours.
-    regressed: bool,
     /// The high-water mark the claim moved past (-1: none).
     previous: i64,
     /// The claim saw leases of the job that lapsed.
@@ -355,7 +371,6 @@ struct WonFacts {
 fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let WonFacts {
         acked,
-        regressed,
         previous,
         expired,
     } = facts;
@@ -372,12 +387,6 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let ahead_ms = start
         .not_before
         .map_or(0, |at| at.saturating_duration_since(Instant::now()).as_millis());
-    if regressed {
-        ctx.state_loss(
-            Some(&job.name),
-            "the job's high-water mark or fence in Redis was behind what this replica saw",
-        );
-    }
     info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, ahead_ms, "claimed");
     ClaimEnd::Won {
         start,

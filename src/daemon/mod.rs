@@ -243,7 +243,7 @@ impl Ctx {
         let live = LiveReplicas::new(&parts.identity.replica);
         Ctx {
             jobs: watch::Sender::new(jobs),
-            marks: MarkBook::load(config.daemon.state_dir.join("marks.json")),
+            marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
             config,
             store: parts.store,
             clock: parts.clock,

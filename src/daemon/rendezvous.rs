@@ -5,6 +5,7 @@
 
 use super::*;
 use std::sync::PoisonError;
+use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE};
 
 /// How long each rank waits after the one before it for a claim to be
 /// announced: also the takeover delay when the preferred replica is gone.
@@ -119,6 +120,10 @@ pub(super) fn rendezvous_score(replica: &str, job: &str, tick_ms: i64) -> u64 {
 /// announced. Reconnects on its own; a gap only costs extra claims.
 pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
     use futures_util::StreamExt;
+    let mut forged = Forged {
+        logged: None,
+        since: 0,
+    };
     loop {
         let mut pubsub = match ctx.store.claims_subscriber().await {
             Ok(pubsub) => pubsub,
@@ -140,10 +145,19 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
             let Ok(payload) = message.get_payload::<String>() else {
                 continue;
             };
-            for (job, tick, fence) in announced_claims(&payload) {
-                // Every fence handed out is remembered, whoever won the
-                // tick: after a Redis state loss no replica re-issues one.
-                ctx.marks.note(job, Some(tick), Some(fence));
+            let jobs = ctx.jobs.borrow().clone();
+            let latest = ctx.clock.now_ms() + MAX_CLAIM_AHEAD_MS + CLOCK_SLACK_MS;
+            for line in payload.lines() {
+                match announced_claim(line) {
+                    Some((job, tick, fence))
+                        if jobs.contains_key(job) && tick <= latest && fence <= MAX_FENCE =>
+                    {
+                        // A hint: it ends a wait for a turn, and raises the
+                        // fence asked for (see `MarkBook::hear`).
+                        ctx.marks.hear(job, tick, fence);
+                    }
+                    _ => forged.note(line),
+                }
             }
         }
         if !pause(Duration::from_millis(200), &cancel).await {
@@ -152,14 +166,47 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
 }
 
-/// The claims of one announcement: `<job> <tick> <fence>` lines (job names
-/// have no spaces); a line that is not one is skipped.
-fn announced_claims(payload: &str) -> impl Iterator<Item = (&str, i64, u64)> {
-    payload.lines().filter_map(|line| {
-        let mut parts = line.split(' ');
-        let (job, tick, fence) = (parts.next()?, parts.next()?, parts.next()?);
-        Some((job, tick.parse().ok()?, fence.parse().ok()?))
-    })
+/// One line of an announcement, `<job> <tick> <fence>` (job names have no
+/// spaces), if it is one.
+fn announced_claim(line: &str) -> Option<(&str, i64, u64)> {
+    let mut parts = line.split(' ');
+    let (job, tick, fence) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((job, tick.parse().ok()?, fence.parse().ok()?))
+}
+
+/// How far the replica's estimate of Redis time may be off, beyond the
+/// longest lead, before an announced tick counts as forged.
+const CLOCK_SLACK_MS: i64 = 3_000;
+
+/// Announcement lines no replica sent (a job this replica does not have, a
+/// tick no claim could set yet, a fence past [`MAX_FENCE`], not a claim at
+/// all): counted, and logged at most every [`FORGED_LOG_EVERY`] with the
+/// count since.
+struct Forged {
+    logged: Option<Instant>,
+    since: u64,
+}
+
+const FORGED_LOG_EVERY: Duration = Duration::from_secs(10);
+
+impl Forged {
+    fn note(&mut self, line: &str) {
+        metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "announcement").increment(1);
+        self.since += 1;
+        if self.logged.is_some_and(|at| at.elapsed() < FORGED_LOG_EVERY) {
+            return;
+        }
+        error!(
+            line = %crate::inert::escape(&line.chars().take(200).collect::<String>()),
+            count = self.since,
+            "ignoring claim announcements no replica sent (a job this replica lacks, a tick later than any claim could set, or not a claim): some Redis client publishes on the claims channel"
+        );
+        self.logged = Some(Instant::now());
+        self.since = 0;
+    }
 }
 
 #[cfg(test)]
@@ -215,8 +262,8 @@ mod tests {
 
     #[test]
     fn an_announcement_carries_claims_and_skips_what_is_not_one() {
-        let payload = "draw 1000 7\nreport 2000 3\ngarbage\nx 1 -2\nold 5 6";
-        let claims: Vec<_> = announced_claims(payload).collect();
+        let payload = "draw 1000 7\nreport 2000 3\ngarbage\nx 1 -2\nold 5 6\nlong 1 2 3";
+        let claims: Vec<_> = payload.lines().filter_map(announced_claim).collect();
         assert_eq!(
             claims,
             [("draw", 1_000, 7), ("report", 2_000, 3), ("old", 5, 6)]

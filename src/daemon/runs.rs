@@ -208,7 +208,7 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
     // usual finish makes neither (a UUID and a marks look-up per run).
     let rerun_id = reruns_wanted(ctx, job).then(|| Uuid::new_v4().to_string());
     let offer = rerun_id.as_deref().map(|new_run_id| RerunOffer {
-        claimant: ctx.claimant(job, ctx.marks.get(&job.name).fence),
+        claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence()),
         new_run_id,
     });
     for attempt in [Attempt::First, Attempt::Again, Attempt::Again] {
@@ -302,7 +302,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            claimant: ctx.claimant(job, ctx.marks.get(&job.name).fence),
+            claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence()),
             rerun: reruns_wanted(ctx, job).then_some(new_run_id.as_str()),
         };
         let reply = match ctx.store.sweep(&request).await {

@@ -142,6 +142,20 @@ async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
 
 /// Starts one manual run (or records why not) and acknowledges the request.
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
+    if !crate::store::is_run_id(&request.run_id) {
+        metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "trigger").increment(1);
+        error!(
+            entry = %crate::inert::escape(&request.id),
+            job = %crate::inert::escape(&request.job),
+            run_id = %crate::inert::escape(&request.run_id),
+            requested_by = %crate::inert::escape(&request.requested_by),
+            "refusing a trigger request whose run id cronlease did not make (expected 1 to 64 letters, digits and -): dropped"
+        );
+        if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+            debug!(error = %e, "cannot acknowledge a refused trigger; it is refused again");
+        }
+        return;
+    }
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
         not_ours(ctx, &request).await;
@@ -152,7 +166,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).fence),
+            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence()),
         })
         .await;
     match reply {

@@ -62,10 +62,31 @@ if corrupt then return corrupt end
 local current_fence = tonumber(fields[2] or '0')
 
 local stored = tonumber(fields[1] or '-1')
+-- State no honest writer produces (a high-water mark later than any claim
+-- could have set, a fence past what a number holds exactly) is evidence,
+-- not authority: it is treated as lost (the caller's marks re-seed it, and
+-- this claim overwrites it), and kept beside it for `status` until
+-- `cronlease repair` clears it. The reply names the field instead of the
+-- regression flag. A caller's mark past the same bounds is not used.
 local regressed = 0
+if min_tick > now + MAX_AHEAD_MS then min_tick = -1 end
+if min_fence > MAX_FENCE then min_fence = 0 end
+local implausible = nil
+if stored > now + MAX_AHEAD_MS then
+  implausible, stored = 'last_tick', -1
+elseif current_fence > MAX_FENCE then
+  implausible, current_fence = 'fence', 0
+end
+if implausible then
+  redis.call('HSET', state, 'repair_field', implausible,
+    'repair_value', string.sub(fields[implausible == 'last_tick' and 1 or 2], 1, 40),
+    'repair_at', now)
+  if implausible == 'last_tick' then redis.call('HDEL', state, 'last_tick') end
+  regressed = implausible
+end
 if stored < min_tick then
   -- Redis forgot ticks this replica saw claimed: state was lost. Re-seed.
-  regressed = 1
+  if regressed == 0 then regressed = 1 end
   redis.call('HSET', state, 'last_tick', min_tick)
   stored = min_tick
 end
@@ -107,7 +128,7 @@ local started = math.max(now, tick)
 -- high-water mark and, when a lineage begins, `born`, in one write: the
 -- fence was read above.
 local fence = math.max(current_fence, min_fence) + 1
-if lineage_begins(fields[2] and current_fence, min_fence) then
+if lineage_begins(implausible ~= 'fence' and fields[2] and current_fence, min_fence) then
   redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1], 'born', now)
 else
   redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])

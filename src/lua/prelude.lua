@@ -1,6 +1,13 @@
 -- Shared by every cronlease script (prepended to each). Keys of one job share
 -- the hash tag {job}, so a script touches one Redis Cluster slot.
 
+-- Bounds no honest writer passes (store::MAX_CLAIM_AHEAD_MS, store::MAX_FENCE):
+-- a claim is made at most its lead (under a second) ahead of its tick, so a
+-- high-water mark further ahead of Redis time was forged; a fence above
+-- 2^53 - 1 cannot be counted exactly in a Lua number.
+local MAX_AHEAD_MS = 2000
+local MAX_FENCE = 9007199254740991
+
 -- Redis server time in ms: the one clock all replicas agree on.
 -- Redis time in ms, and in µs.
 local function clock()

@@ -22,7 +22,7 @@ use crate::store::{Action, Store, StoreError};
 
 mod render;
 
-pub use render::{render_history, render_status, use_colour};
+pub use render::{OutputText, render_history, render_status, use_colour};
 
 /// Failures of an operator command.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +103,19 @@ pub struct JobStatus {
     pub missed_ticks: u64,
     /// Replicas whose definition of the job differs (see [`status`]).
     pub config_drift: Vec<String>,
+    /// What a replica found in the job's state that no honest writer puts
+    /// there, until `cronlease repair` clears it.
+    pub needs_repair: Option<Repair>,
+}
+
+/// A finding in a job's state: a `field` whose `value` no honest writer
+/// produces (`last_tick`, `fence`: what a claim replaced; `running`: an
+/// entry a sweep quarantined, by run id), found at `at_ms` (Redis time).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Repair {
+    pub field: String,
+    pub value: String,
+    pub at_ms: Option<i64>,
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -316,7 +329,30 @@ async fn job_status(
         last_outcome: last_outcome(&state),
         missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
         config_drift,
+        needs_repair: needs_repair(&state),
         name,
+    })
+}
+
+/// The finding a claim or a sweep recorded in the job's state, or a
+/// high-water mark or fence that is not a number (which the claim refuses
+/// to guess past).
+fn needs_repair(state: &BTreeMap<String, String>) -> Option<Repair> {
+    let text = |field: &str| state.get(field).map(|v| crate::inert::escape(v).into_owned());
+    if let Some(field) = text("repair_field") {
+        return Some(Repair {
+            field,
+            value: text("repair_value").unwrap_or_default(),
+            at_ms: state.get("repair_at").and_then(|v| v.parse().ok()),
+        });
+    }
+    ["last_tick", "fence"].into_iter().find_map(|field| {
+        let value = state.get(field)?;
+        value.parse::<i64>().is_err().then(|| Repair {
+            field: field.to_string(),
+            value: crate::inert::escape(value).into_owned(),
+            at_ms: None,
+        })
     })
 }
 
@@ -627,6 +663,14 @@ pub async fn resume(store: &Store, job: &str, who: &str) -> Result<i64, Operator
     let at = store.resume(job, who).await?;
     record(store, job, "resume", who, "").await;
     Ok(at)
+}
+
+/// Clears what no honest writer puts in `job`'s state (`cronlease
+/// repair`); returns what was cleared. Recorded in the job's actions.
+pub async fn repair(store: &Store, job: &str, who: &str) -> Result<Vec<String>, OperatorError> {
+    let cleared = store.repair(job).await?;
+    record(store, job, "repair", who, &cleared.join(" ")).await;
+    Ok(cleared)
 }
 
 /// Adds an action that was taken to the job's actions. It has happened

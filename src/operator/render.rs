@@ -30,6 +30,9 @@ fn paint(text: &str, colour: Colour) -> String {
     if colour == Colour::Off {
         return text.to_string();
     }
+    if let Some(rest) = text.strip_prefix("paused by ") {
+        return paint("paused", colour) + " by " + rest;
+    }
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
@@ -40,8 +43,15 @@ fn paint(text: &str, colour: Colour) -> String {
 }
 
 /// Aligns `rows` (the first is the header) in columns two spaces apart.
-/// Widths count characters of the unpainted text; painting is applied after.
+/// Every cell's control characters are escaped first (names and values
+/// come from Redis: see `crate::inert`); widths count characters of the
+/// unpainted text; painting is applied after.
 fn table(rows: &[Vec<String>], colour: Colour) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|row| row.iter().map(|cell| crate::inert::escape(cell).into_owned()).collect())
+        .collect();
+    let rows = &rows;
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)
         .map(|c| {
@@ -124,11 +134,20 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     let _ = writeln!(out, "replicas ({}):", report.replicas.len());
     out.push_str(&table(&replica_rows(report), colour));
     let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
-    out.push_str(&table(&job_rows(report, colour), colour));
+    out.push_str(&table(&job_rows(report), colour));
     let warnings: Vec<String> = report
         .jobs
         .iter()
         .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
+        .chain(report.jobs.iter().filter_map(|j| {
+            j.needs_repair.as_ref().map(|r| {
+                let at = r.at_ms.map(|ms| format!(" {}", ago(report.now_ms, ms))).unwrap_or_default();
+                format!(
+                    "job {:?} needs repair: its state in Redis held {} = {:?}, which no replica writes (found{at}); check who writes to Redis, then run `cronlease repair {}`",
+                    j.name, r.field, r.value, j.name
+                )
+            })
+        }))
         .collect();
     if !warnings.is_empty() {
         let _ = writeln!(out, "\nwarnings ({}):", warnings.len());
@@ -205,7 +224,7 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
 }
 
 /// The jobs table of `status`, header first.
-fn job_rows(report: &StatusReport, colour: Colour) -> Vec<Vec<String>> {
+fn job_rows(report: &StatusReport) -> Vec<Vec<String>> {
     let mut rows = vec![
         [
             "job",
@@ -232,10 +251,9 @@ fn job_rows(report: &StatusReport, colour: Colour) -> Vec<Vec<String>> {
                 (None, Some(_)) => "never (see warnings)".to_string(),
                 (None, None) => "?".to_string(),
             },
-            if j.paused {
-                paint("paused", colour) + &state["paused".len()..]
-            } else {
-                state
+            match &j.needs_repair {
+                Some(repair) => format!("NEEDS REPAIR ({})", repair.field),
+                None => state,
             },
             in_flight(j, report.now_ms),
             last_outcome(j),
@@ -290,8 +308,18 @@ fn last_outcome(j: &JobStatus) -> String {
     }
 }
 
+/// How a run's recorded output reaches a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputText {
+    /// Control characters escaped (`\u{1b}`…): nothing a job printed moves
+    /// the cursor, recolours the screen or retitles the terminal.
+    Escaped,
+    /// As the job printed it (`--raw`).
+    Raw,
+}
+
 /// The text of `cronlease history`.
-pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
+pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) -> String {
     let mut out = String::new();
     let mut rows = vec![
         [
@@ -352,7 +380,11 @@ pub fn render_history(report: &HistoryReport, colour: Colour) -> String {
     for (line, outcome) in lines.zip(&report.outcomes) {
         let _ = writeln!(out, "{line}");
         for output_line in outcome.output.as_deref().unwrap_or_default().lines() {
-            let _ = writeln!(out, "    | {output_line}");
+            let shown = match text {
+                OutputText::Escaped => crate::inert::escape_keeping_lines(output_line),
+                OutputText::Raw => std::borrow::Cow::Borrowed(output_line),
+            };
+            let _ = writeln!(out, "    | {shown}");
         }
     }
     out

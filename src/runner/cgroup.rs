@@ -136,6 +136,12 @@ impl Cgroups {
         attempt: u32,
         limits: &crate::config::Limits,
     ) -> std::io::Result<RunCgroup> {
+        if !crate::store::is_run_id(run_id) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the run id is not one cronlease makes (letters, digits and -): no cgroup is named after it",
+            ));
+        }
         let dir = self.base.join(format!("run-{run_id}-{attempt}"));
         match fs::create_dir_all(&dir) {
             Ok(()) => {}

@@ -51,6 +51,46 @@ pub enum WhenBusy {
     Wait,
 }
 
+/// What a claim found of the job's state in Redis before it acted.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StateCheck {
+    /// Nothing the claimant remembers contradicts it.
+    Sound,
+    /// Behind what the claimant saw (Redis lost state): re-seeded from the
+    /// claimant's marks.
+    Behind,
+    /// A field held a value no honest writer produces: treated as lost
+    /// (re-seeded, overwritten by the claim) and kept in the state hash as
+    /// needing repair until `cronlease repair`.
+    Implausible(StateField),
+}
+
+/// A field of a job's state hash that a claim checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StateField {
+    /// The high-water mark: later than Redis time plus the longest lead.
+    LastTick,
+    /// The fence: past [`super::MAX_FENCE`].
+    Fence,
+}
+
+impl StateField {
+    /// The field's name in the state hash.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateField::LastTick => "last_tick",
+            StateField::Fence => "fence",
+        }
+    }
+
+    /// The field named `name`, if a claim checks it.
+    pub fn parse(name: &str) -> Option<StateField> {
+        [StateField::LastTick, StateField::Fence]
+            .into_iter()
+            .find(|f| f.as_str() == name)
+    }
+}
+
 /// The claim script's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimReply {
@@ -68,8 +108,8 @@ pub enum ClaimReply {
         lease_key: String,
         /// Runs of this job in flight whose lease lapsed: a sweep is due.
         expired: u32,
-        /// Redis had forgotten a tick or fence this replica remembered.
-        regressed: bool,
+        /// What the claim found of the job's state before it acted.
+        state: StateCheck,
         /// The high-water mark before this claim (-1: none, -2: unknown, a
         /// retry of a claim that had won); schedule ticks between it and
         /// this tick were missed.
@@ -84,19 +124,19 @@ pub enum ClaimReply {
     /// current fence.
     Taken {
         last_tick: i64,
-        regressed: bool,
+        state: StateCheck,
         fence: u64,
     },
     /// The job is paused; the tick is skipped.
     Paused {
-        regressed: bool,
+        state: StateCheck,
         previous: i64,
         fence: u64,
     },
     /// A run is in flight and `overlap = "skip"`: recorded as skipped.
     Busy {
         holder: String,
-        regressed: bool,
+        state: StateCheck,
         previous: i64,
         fence: u64,
     },
@@ -122,7 +162,7 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             started_ms: r.int(2)?,
             lease_key: r.string(3)?,
             expired: u32::try_from(r.int_or(4, 0)).unwrap_or(0),
-            regressed: r.flag(5),
+            state: r.state_check(5)?,
             previous: r.int_or(6, -1),
             acked: None,
             redis_now_us: r.int(7)?,
@@ -130,17 +170,17 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
         "early" => ClaimReply::Early { ms: r.int(1)? },
         "taken" => ClaimReply::Taken {
             last_tick: r.int(1)?,
-            regressed: r.flag(2),
+            state: r.state_check(2)?,
             fence: r.fence_or_zero(3)?,
         },
         "paused" => ClaimReply::Paused {
-            regressed: r.flag(1),
+            state: r.state_check(1)?,
             previous: r.int_or(2, -1),
             fence: r.fence_or_zero(3)?,
         },
         "busy" => ClaimReply::Busy {
             holder: r.string_or_empty(1),
-            regressed: r.flag(2),
+            state: r.state_check(2)?,
             previous: r.int_or(3, -1),
             fence: r.fence_or_zero(4)?,
         },
@@ -158,6 +198,17 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
 }
 
 impl ClaimReply {
+    /// What the claim found of the job's state, if the answer says.
+    pub fn state(&self) -> Option<&StateCheck> {
+        match self {
+            ClaimReply::Claimed { state, .. }
+            | ClaimReply::Taken { state, .. }
+            | ClaimReply::Paused { state, .. }
+            | ClaimReply::Busy { state, .. } => Some(state),
+            _ => None,
+        }
+    }
+
     /// The answer's name, as the claim script says it.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -198,7 +249,7 @@ fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimRepl
 
 impl ClaimReply {
     /// Two masters' answers of the same kind as one: the highest fence,
-    /// tick and wait, the earliest start, any regression. Answers of
+    /// tick and wait, the earliest start, the worst state found. Answers of
     /// different kinds keep the first.
     fn merge(self, next: ClaimReply) -> ClaimReply {
         match (self, next) {
@@ -208,7 +259,7 @@ impl ClaimReply {
                     started_ms,
                     lease_key,
                     expired,
-                    regressed,
+                    state,
                     previous,
                     acked,
                     redis_now_us,
@@ -218,7 +269,7 @@ impl ClaimReply {
                     started_ms: s,
                     redis_now_us: n,
                     expired: e,
-                    regressed: r,
+                    state: r,
                     previous: p,
                     ..
                 },
@@ -227,7 +278,7 @@ impl ClaimReply {
                 started_ms: started_ms.min(s),
                 lease_key,
                 expired: expired.max(e),
-                regressed: regressed || r,
+                state: state.max(r),
                 previous: previous.max(p),
                 acked,
                 // The earliest master's time: the longest wait to the tick.
@@ -236,51 +287,51 @@ impl ClaimReply {
             (
                 ClaimReply::Taken {
                     last_tick,
-                    regressed,
+                    state,
                     fence,
                 },
                 ClaimReply::Taken {
                     last_tick: t,
-                    regressed: r,
+                    state: r,
                     fence: f,
                 },
             ) => ClaimReply::Taken {
                 last_tick: last_tick.max(t),
-                regressed: regressed || r,
+                state: state.max(r),
                 fence: fence.max(f),
             },
             (
                 ClaimReply::Paused {
-                    regressed,
+                    state,
                     previous,
                     fence,
                 },
                 ClaimReply::Paused {
-                    regressed: r,
+                    state: r,
                     previous: p,
                     fence: f,
                 },
             ) => ClaimReply::Paused {
-                regressed: regressed || r,
+                state: state.max(r),
                 previous: previous.max(p),
                 fence: fence.max(f),
             },
             (
                 ClaimReply::Busy {
                     holder,
-                    regressed,
+                    state,
                     previous,
                     fence,
                 },
                 ClaimReply::Busy {
-                    regressed: r,
+                    state: r,
                     previous: p,
                     fence: f,
                     ..
                 },
             ) => ClaimReply::Busy {
                 holder,
-                regressed: regressed || r,
+                state: state.max(r),
                 previous: previous.max(p),
                 fence: fence.max(f),
             },

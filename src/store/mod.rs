@@ -31,7 +31,26 @@ mod triggers;
 use reply::Reply;
 
 pub use audit::Action;
-pub use claim::{ClaimReply, ClaimRequest, WhenBusy};
+pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+
+/// How far ahead of Redis time a claim may set a job's high-water mark
+/// (a claim is made at most its lead, under a second, ahead of its tick):
+/// a `last_tick` or an announced tick further ahead was forged. The claim
+/// script holds the same number (`MAX_AHEAD_MS` in `prelude.lua`).
+pub const MAX_CLAIM_AHEAD_MS: i64 = 2_000;
+
+/// Whether `text` can be a run id: what cronlease makes is a UUID; what
+/// it accepts from Redis (a trigger request) is 1 to 64 ASCII letters,
+/// digits and `-`, so that it is safe as a key part, a cgroup's name and a
+/// log field.
+pub fn is_run_id(text: &str) -> bool {
+    (1..=64).contains(&text.len()) && text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// The highest fence a claim hands out or believes: 2^53 - 1, the largest
+/// integer a Lua number (and a JSON reader) holds exactly. The claim
+/// script holds the same number (`MAX_FENCE` in `prelude.lua`).
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
 pub use heartbeat::{Epoch, REPLICA_FORGET_AFTER, ServerTime};
 #[cfg(feature = "internals")]
 pub use run::DEDUP_MIN_ENTRIES;
@@ -74,6 +93,7 @@ struct Scripts {
     missed: Script,
     release: Script,
     raise_fence: Script,
+    repair: Script,
 }
 
 impl Scripts {
@@ -96,6 +116,7 @@ impl Scripts {
             missed: script(include_str!("../lua/missed.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
             raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),
+            repair: script(include_str!("../lua/repair.lua")),
         }
     }
 }
@@ -697,6 +718,20 @@ impl Store {
         Ok(at.into_iter().max().unwrap_or(0))
     }
 
+    /// Clears what no honest writer puts in `job`'s state (`repair.lua`);
+    /// returns what was cleared (with `quorum`: on any master).
+    pub async fn repair(&self, job: &str) -> Result<Vec<String>, StoreError> {
+        let mut invocation = self.scripts.repair.prepare_invoke();
+        invocation
+            .key(self.keys.state(job))
+            .key(self.keys.quarantine(job));
+        let cleared: Vec<Vec<String>> = self.invoke_on_all("repair", &invocation).await?;
+        let mut all: Vec<String> = cleared.into_iter().flatten().collect();
+        all.sort();
+        all.dedup();
+        Ok(all)
+    }
+
     /// A hash as field → value (state, running, replicas).
     pub async fn hash(&self, key: &str) -> Result<Vec<(String, String)>, StoreError> {
         let mut cmd = redis::cmd("HGETALL");
@@ -792,4 +827,19 @@ fn append(pipe: &mut redis::Pipeline, args: &redis::Cmd) {
 
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripts_hold_the_bounds_the_replica_checks() {
+        for line in [
+            format!("local MAX_AHEAD_MS = {MAX_CLAIM_AHEAD_MS}\n"),
+            format!("local MAX_FENCE = {MAX_FENCE}\n"),
+        ] {
+            assert!(PRELUDE.contains(&line), "prelude.lua lacks {line:?}");
+        }
+    }
 }

@@ -68,8 +68,24 @@ impl Reply {
     }
 
     /// Item `i` is the flag 1.
-    pub(super) fn flag(&self, i: usize) -> bool {
-        self.int_or(i, 0) == 1
+    /// Item `i` as what a claim found of the job's state: 1 behind, a
+    /// checked field's name implausible, 0 or missing sound; anything else
+    /// is an error.
+    pub(super) fn state_check(&self, i: usize) -> Result<super::StateCheck, StoreError> {
+        use super::{StateCheck, StateField};
+        match self.items.get(i) {
+            None => Ok(StateCheck::Sound),
+            Some(Value::BulkString(name)) => std::str::from_utf8(name)
+                .ok()
+                .and_then(StateField::parse)
+                .map(StateCheck::Implausible)
+                .ok_or_else(|| self.bad()),
+            Some(_) => match self.int_or(i, -1) {
+                0 => Ok(StateCheck::Sound),
+                1 => Ok(StateCheck::Behind),
+                _ => Err(self.bad()),
+            },
+        }
     }
 
     /// Item `i` as a fence; an error when missing, not a number or negative.
@@ -115,7 +131,9 @@ mod tests {
         assert_eq!(r.int(2).unwrap(), -3);
         assert_eq!(r.int_or(9, -1), -1);
         assert_eq!(r.fence_or_zero(9).unwrap(), 0);
-        assert!(!r.flag(9));
+        assert_eq!(r.state_check(9).unwrap(), super::super::StateCheck::Sound);
+        assert!(r.state_check(0).is_err(), "\"claimed\" names no checked field");
+        assert_eq!(r.state_check(1).unwrap_err().to_string(), r.bad().to_string());
         let error = r.fence(2).unwrap_err().to_string();
         assert!(
             error.contains("claim") && error.contains("claimed"),

@@ -38,6 +38,7 @@ pub const REDIS_ERRORS: &str = "cronlease_redis_errors_total";
 pub const SPOOLED: &str = "cronlease_spooled_outcomes";
 pub const UNSPOOLED: &str = "cronlease_unspooled_outcomes";
 pub const STATE_LOSS: &str = "cronlease_state_loss_events_total";
+pub const UNTRUSTED_DATA: &str = "cronlease_untrusted_data_total";
 pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
 pub const MISSED_TICKS: &str = "cronlease_missed_ticks_total";
 pub const BUILD_INFO: &str = "cronlease_build_info";
@@ -118,6 +119,10 @@ pub fn install() -> Result<Exposition, TelemetryError> {
     describe_counter!(
         STATE_LOSS,
         "Redis state-loss events detected (epoch changed, high-water mark behind)."
+    );
+    describe_counter!(
+        UNTRUSTED_DATA,
+        "Data read from Redis that no honest writer produces, not acted on: forged claim announcements (source=announcement) and implausible job state (source=state, field=last_tick|fence)."
     );
     describe_gauge!(
         LAST_SUCCESS,

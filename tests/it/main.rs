@@ -20,6 +20,7 @@ mod embedded;
 mod embedded_processes;
 mod engine;
 mod flood;
+mod forged;
 mod harness;
 mod hostile;
 mod locks;

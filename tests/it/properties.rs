@@ -17,7 +17,7 @@ use cronlease::outcome::{Outcome, Status, Trigger};
 use cronlease::schedule::{DstPolicy, Schedule, Zone};
 use cronlease::spool::Spool;
 use cronlease::store::fuzzing;
-use cronlease::store::{ClaimReply, Recorded};
+use cronlease::store::{ClaimReply, Recorded, StateCheck};
 use cronlease::{DstGap, DstRepeat};
 use proptest::prelude::*;
 use redis::Value;
@@ -372,7 +372,7 @@ proptest! {
                 started_ms,
                 lease_key,
                 expired,
-                regressed,
+                state: if regressed { StateCheck::Behind } else { StateCheck::Sound },
                 previous,
                 acked: None,
                 redis_now_us,

@@ -1,0 +1,201 @@
+//! Redis data is evidence, never authority: what any Redis client can
+//! write — an announcement on the claims channel, a job's state, a trigger
+//! request — neither silences a job nor becomes a path or a terminal
+//! control sequence. Real replicas against a private Redis.
+
+use std::time::Duration;
+
+use crate::support::{Cluster, RedisServer, cronlease, probe_job, starts, wait_until};
+
+/// A tick in the year 2100: no claim sets it before then.
+const YEAR_2100_MS: &str = "4102444800000";
+
+/// Waits until the probe file has `more` starts beyond `before`, each of
+/// a distinct tick one second after the other: the job ran every tick.
+fn wait_for_every_tick(file: &std::path::Path, before: usize, more: usize) {
+    let ticks = wait_until(Duration::from_secs(30), "consecutive ticks", || {
+        let all = starts(file);
+        (all.len() >= before + more).then(|| all[before..].iter().map(|s| s.0).collect::<Vec<_>>())
+    });
+    for pair in ticks.windows(2) {
+        assert_eq!(pair[1] - pair[0], 1000, "a tick was skipped: {ticks:?}");
+    }
+}
+
+#[test]
+fn a_forged_announcement_leaves_the_job_running_every_tick_and_is_never_kept() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("tick", "* * * * * *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    wait_for_every_tick(&file, 0, 2);
+    let before = starts(&file).len();
+    for line in [
+        format!("tick {YEAR_2100_MS} 1"),
+        "tick 1 99999999999999999".to_string(),
+        "no-such-job 1 1".to_string(),
+        "garbage".to_string(),
+    ] {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg("cl:claimed")
+            .arg(&line)
+            .query(&mut cluster.redis.client())
+            .expect("PUBLISH");
+    }
+    wait_for_every_tick(&file, before, 6);
+    cluster.stop_all();
+    let log = cluster.logs();
+    assert!(
+        log.contains("ignoring claim announcements no replica sent"),
+        "{log}"
+    );
+    for name in ["a", "b"] {
+        let marks = std::fs::read_to_string(cluster.path(name).join("state").join("marks.json"))
+            .expect("marks were saved");
+        assert!(
+            !marks.contains(YEAR_2100_MS) && !marks.contains("no-such-job"),
+            "{marks}"
+        );
+    }
+}
+
+#[test]
+fn a_forged_high_water_mark_is_replaced_shown_as_needing_repair_and_repaired_for_good() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    cluster.start(
+        "a",
+        &probe_job(
+            "tick",
+            "* * * * * *",
+            &file,
+            "printf '\\033[31mred\\033]0;title\\007\\n'",
+            "",
+        ),
+    );
+    cluster.wait_ready();
+    wait_for_every_tick(&file, 0, 2);
+    let before = starts(&file).len();
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{tick}:state")
+        .arg("last_tick")
+        .arg(YEAR_2100_MS)
+        .query(&mut cluster.redis.client())
+        .expect("HSET");
+    wait_for_every_tick(&file, before, 5);
+    let config = cluster.config_path("a");
+    let config = config.to_str().expect("a UTF-8 path");
+    let status = cronlease(["status", "-c", config]).expect_code(0);
+    assert!(
+        status.stdout().contains("NEEDS REPAIR (last_tick)"),
+        "{}",
+        status.describe()
+    );
+    assert!(
+        status
+            .stdout()
+            .contains(&format!("last_tick = \"{YEAR_2100_MS}\""))
+            && status.stdout().contains("cronlease repair tick"),
+        "{}",
+        status.describe()
+    );
+    let json = cronlease(["status", "-c", config, "--json"]).expect_code(0);
+    assert!(
+        json.stdout()
+            .contains("\"needs_repair\":{\"field\":\"last_tick\""),
+        "{}",
+        json.describe()
+    );
+    let repaired = cronlease(["repair", "-c", config, "tick"]).expect_code(0);
+    assert!(
+        repaired.stdout().contains("cleared finding"),
+        "{}",
+        repaired.describe()
+    );
+    // No replica undoes the repair, and the job goes on.
+    let before = starts(&file).len();
+    wait_for_every_tick(&file, before, 3);
+    let status = cronlease(["status", "-c", config]).expect_code(0);
+    assert!(
+        !status.stdout().contains("NEEDS REPAIR"),
+        "{}",
+        status.describe()
+    );
+    let again = cronlease(["repair", "-c", config, "tick"]).expect_code(0);
+    assert!(
+        again.stdout().contains("nothing to repair"),
+        "{}",
+        again.describe()
+    );
+    let actions: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("cl:{tick}:actions")
+        .arg("-")
+        .arg("+")
+        .query(&mut cluster.redis.client())
+        .expect("XRANGE");
+    assert!(
+        actions
+            .iter()
+            .any(|(_, fields)| fields.contains(&("action".into(), "repair".into()))),
+        "{actions:?}"
+    );
+    // The job's output reaches the terminal inert, unless asked raw.
+    let history =
+        cronlease(["history", "-c", config, "tick", "-n", "1", "--output"]).expect_code(0);
+    let shown = history.stdout();
+    assert!(
+        shown.contains("\\u{1b}[31mred\\u{1b}]0;title\\u{7}"),
+        "{shown:?}"
+    );
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+    let raw = cronlease([
+        "history", "-c", config, "tick", "-n", "1", "--output", "--raw",
+    ])
+    .expect_code(0);
+    assert!(raw.stdout().contains("\u{1b}[31mred"), "{:?}", raw.stdout());
+    cluster.stop_all();
+    let log = cluster.logs();
+    assert!(
+        log.contains("held a last_tick no claim could have written")
+            && log.contains("cl:{tick}:state"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\u{1b}'),
+        "a control sequence reached the log"
+    );
+}
+
+#[test]
+fn a_trigger_whose_run_id_is_a_path_is_refused_by_name() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    cluster.start("a", &probe_job("work", "@yearly", &file, "true", ""));
+    cluster.wait_ready();
+    let _: String = redis::cmd("XADD")
+        .arg("cl:triggers")
+        .arg("*")
+        .arg(&[
+            "job",
+            "work",
+            "run_id",
+            "../../x",
+            "requested_by",
+            "mallory",
+        ])
+        .query(&mut cluster.redis.client())
+        .expect("XADD");
+    cluster.replicas[0].wait_for_log(
+        "refusing a trigger request whose run id cronlease did not make",
+        Duration::from_secs(20),
+    );
+    cluster.stop_all();
+    assert!(starts(&file).is_empty(), "the forged trigger ran");
+    assert!(
+        cluster.logs().contains("run_id=../../x"),
+        "{}",
+        cluster.logs()
+    );
+}
