@@ -32,6 +32,7 @@ use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 
 mod cgroup;
 mod child;
+pub mod orphans;
 mod output;
 mod spawn;
 mod tagged;

@@ -25,6 +25,7 @@ mod hostile;
 mod locks;
 mod metrics;
 mod operator;
+mod pid_one;
 mod properties;
 mod quorum;
 mod spool;
