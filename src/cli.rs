@@ -600,7 +600,18 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
                 return Exit::Failure;
             }
         };
+        // As a container's PID 1, the replica is handed every orphan of
+        // its namespace and reaps those its runner did not start.
+        let reaping = CancellationToken::new();
+        let reaper = crate::runner::orphans::is_init().then(|| {
+            tracing::info!("running as PID 1: orphaned processes are reaped");
+            tokio::spawn(crate::runner::orphans::reap_orphans(reaping.clone()))
+        });
         let Some(store) = crate::daemon::connect(&config.redis, &shutdown).await else {
+            reaping.cancel();
+            if let Some(reaper) = reaper {
+                let _ = reaper.await;
+            }
             let _ = signals.await;
             return Exit::Success;
         };
@@ -612,6 +623,10 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
         };
         let result = crate::daemon::run(config, world, shutdown.clone(), reload_rx).await;
         shutdown.cancel();
+        reaping.cancel();
+        if let Some(reaper) = reaper {
+            let _ = reaper.await;
+        }
         let _ = signals.await;
         match result {
             Ok(()) => Exit::Success,

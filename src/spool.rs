@@ -5,20 +5,87 @@
 //! outcome survives a crash. Delivery goes through the finish script, whose
 //! per-run done marker makes a second delivery a no-op, so a file is removed
 //! only after Redis has the outcome and a crash between the two is harmless.
+//!
+//! The spool is a trust boundary: whatever is in the directory is read by
+//! the replica and sent to Redis. So the directory is the replica's alone
+//! (0700, tightened when found wider; never a symbolic link), its files are
+//! 0600, and no file in it is opened through a symbolic link (`O_NOFOLLOW`)
+//! or read unless it is a regular file of at most [`MAX_FILE_BYTES`]; what
+//! is not is refused like a file cut short, and moved aside by
+//! [`Spool::quarantine`].
+//!
+//! What the spool holds (files and bytes) is counted in memory: from one
+//! listing when it is opened, kept up to date by `save`, `remove` and
+//! `quarantine`, and taken again from the directory by each listing for
+//! delivery ([`Spool::listing`]). So saving an outcome costs the same
+//! whatever the spool holds, and the size cap (`[daemon] spool_max_bytes`)
+//! is checked without reading the directory.
+//!
+//! Every function here blocks (file system calls, fsync): the daemon calls
+//! them from `spawn_blocking`, never on an async worker.
 
-use std::fs::{self, File};
-use std::io::Write;
+use std::collections::HashMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tracing::{info, warn};
 
 use crate::outcome::Outcome;
 
 /// One spooled file and what it holds (or why it could not be read).
+#[cfg_attr(
+    not(feature = "internals"),
+    allow(dead_code, reason = "for the tests, fuzz targets and benchmarks")
+)]
 pub type Spooled = (PathBuf, Result<Outcome, SpoolError>);
 
-/// A spool directory.
+/// The default of `[daemon] spool_max_bytes`: 256 MiB, some 50,000
+/// outcomes with the default output tail.
+pub const DEFAULT_MAX_BYTES: u64 = 256 * 1024 * 1024;
+
+/// The largest spool file read: an outcome holds at most a 1 MiB output
+/// tail (`output_tail_bytes`), which JSON may write six times longer. A
+/// larger file is no outcome of ours and is refused, not read into memory.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The mode of the spool directory: the replica's alone.
+const DIR_MODE: u32 = 0o700;
+
+/// The mode of every file the spool (and [`write_durably`]) writes.
+const FILE_MODE: u32 = 0o600;
+
+/// A spool directory. Clones share one count of what it holds.
 #[derive(Debug, Clone)]
 pub struct Spool {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
     dir: PathBuf,
+    /// `[daemon] spool_max_bytes`: the most the spooled files may hold.
+    max_bytes: u64,
+    /// What the spool holds. A `std` mutex: held for a few map operations,
+    /// never across a file system call or an `.await`.
+    ledger: Mutex<Ledger>,
+}
+
+/// What the spool holds, kept in memory.
+#[derive(Debug, Default)]
+struct Ledger {
+    /// Spooled files by name and their sizes in bytes (0 for an entry
+    /// that is not a regular file: it waits to be moved aside).
+    files: HashMap<OsString, u64>,
+    /// Outcomes being written (name, bytes reserved for them), counted
+    /// before they are on disk so that concurrent saves share the cap.
+    writing: Vec<(OsString, u64)>,
+    /// The sizes of `files` and `writing` together.
+    bytes: u64,
 }
 
 /// A spool operation that failed, naming the path.
@@ -30,6 +97,25 @@ pub struct SpoolError {
     pub source: std::io::Error,
 }
 
+/// Why an outcome was not saved.
+#[derive(Debug, thiserror::Error)]
+pub enum SaveError {
+    /// Saving it would take the spool past `[daemon] spool_max_bytes`:
+    /// nothing was written.
+    #[error(
+        "the spool is full: {held} bytes spooled, and this outcome's {needed} bytes would pass spool_max_bytes = {max_bytes}"
+    )]
+    Full {
+        held: u64,
+        needed: u64,
+        max_bytes: u64,
+    },
+    /// The disk refused it (full, failing, read-only); no temporary file
+    /// is left behind.
+    #[error(transparent)]
+    Write(#[from] SpoolError),
+}
+
 fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
     move |source| SpoolError {
         path: path.to_path_buf(),
@@ -37,47 +123,189 @@ fn at(path: &Path) -> impl FnOnce(std::io::Error) -> SpoolError + '_ {
     }
 }
 
+/// An error of `path` that is no system call's (`kind`, and why).
+fn refused(path: &Path, kind: std::io::ErrorKind, why: &str) -> SpoolError {
+    SpoolError {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(kind, why.to_string()),
+    }
+}
+
 impl Spool {
-    /// Opens (creating if needed) `<state_dir>/spool`.
-    pub fn open(state_dir: &Path) -> Result<Spool, SpoolError> {
+    /// Opens (creating if needed) `<state_dir>/spool`, which may hold at
+    /// most `max_bytes` of outcomes. The directory is made 0700 (a wider
+    /// one is tightened and logged); temporary files a crash left
+    /// mid-write are removed, spooled files readable by others are made
+    /// 0600, and what the spool holds is counted.
+    pub fn open(state_dir: &Path, max_bytes: u64) -> Result<Spool, SpoolError> {
         let dir = state_dir.join("spool");
-        fs::create_dir_all(&dir).map_err(at(&dir))?;
-        Ok(Spool { dir })
+        private_dir(&dir)?;
+        let spool = Spool {
+            shared: Arc::new(Shared {
+                dir,
+                max_bytes,
+                ledger: Mutex::default(),
+            }),
+        };
+        spool.tidy()?;
+        spool.listing()?;
+        Ok(spool)
     }
 
-    /// Writes `outcome` durably. Saving the same run twice keeps one file.
-    pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SpoolError> {
-        let path = self.dir.join(file_name(&outcome.run_id));
+    /// The spool's directory.
+    #[cfg_attr(
+        not(feature = "internals"),
+        allow(dead_code, reason = "for the tests, fuzz targets and benchmarks")
+    )]
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// How many outcome files the spool holds, as counted in memory (no
+    /// file system call).
+    pub fn len(&self) -> usize {
+        self.ledger().files.len()
+    }
+
+    /// Whether the spool holds no outcome file, as counted in memory.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes the spool's files hold (and those being written), as
+    /// counted in memory.
+    #[cfg_attr(
+        not(feature = "internals"),
+        allow(dead_code, reason = "for the tests, fuzz targets and benchmarks")
+    )]
+    pub fn bytes(&self) -> u64 {
+        self.ledger().bytes
+    }
+
+    /// Writes `outcome` durably, unless that would take the spool past its
+    /// cap ([`SaveError::Full`]: nothing is written). Saving the same run
+    /// twice keeps one file. A write that fails leaves no file behind.
+    /// Costs the same whatever the spool holds: the directory is not read.
+    pub fn save(&self, outcome: &Outcome) -> Result<PathBuf, SaveError> {
+        let name = OsString::from(file_name(&outcome.run_id));
+        let path = self.shared.dir.join(&name);
         let json = serde_json::to_vec(outcome).map_err(|e| SpoolError {
             path: path.clone(),
             source: std::io::Error::other(e),
         })?;
-        write_durably(&path, &json)?;
+        let needed = u64::try_from(json.len()).unwrap_or(u64::MAX);
+        self.reserve(&name, needed)?;
+        let written = write_durably(&path, &json);
+        self.settle(&name, needed, &written);
+        written?;
         Ok(path)
     }
 
-    /// Every spooled outcome, oldest file name first. A file that cannot be
-    /// read or parsed comes with its error (see [`Spool::quarantine`]).
-    pub fn pending(&self) -> Result<Vec<Spooled>, SpoolError> {
-        let mut paths: Vec<PathBuf> = fs::read_dir(&self.dir)
-            .map_err(at(&self.dir))?
-            .filter_map(|entry| entry.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .filter(|p| {
-                !p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            })
-            .collect();
+    /// Counts `needed` bytes for `name` before it is written, or refuses
+    /// them when they would pass the cap.
+    fn reserve(&self, name: &OsStr, needed: u64) -> Result<(), SaveError> {
+        let mut ledger = self.ledger();
+        let held = ledger.bytes;
+        if held.saturating_add(needed) > self.shared.max_bytes {
+            return Err(SaveError::Full {
+                held,
+                needed,
+                max_bytes: self.shared.max_bytes,
+            });
+        }
+        ledger.writing.push((name.to_os_string(), needed));
+        ledger.bytes = held + needed;
+        Ok(())
+    }
+
+    /// Ends the reservation of [`Spool::reserve`]: the file is counted if
+    /// it was written.
+    fn settle(&self, name: &OsStr, needed: u64, written: &Result<(), SpoolError>) {
+        let mut ledger = self.ledger();
+        if let Some(i) = ledger
+            .writing
+            .iter()
+            .position(|(n, size)| n == name && *size == needed)
+        {
+            ledger.writing.swap_remove(i);
+            ledger.bytes = ledger.bytes.saturating_sub(needed);
+        }
+        if written.is_ok() {
+            let replaced = ledger.files.insert(name.to_os_string(), needed);
+            ledger.bytes = (ledger.bytes + needed).saturating_sub(replaced.unwrap_or(0));
+        }
+    }
+
+    /// Forgets the file `path` in the count (removed or moved aside).
+    fn forget(&self, path: &Path) {
+        let Some(name) = path.file_name() else { return };
+        let mut ledger = self.ledger();
+        if let Some(size) = ledger.files.remove(name) {
+            ledger.bytes = ledger.bytes.saturating_sub(size);
+        }
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // A panic cannot leave the ledger half-updated in a way that
+        // matters: at worst a count is off until the next listing.
+        self.shared
+            .ledger
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The spooled files, oldest name first, read from the directory (what
+    /// is in memory is counted again from it). Every name is listed,
+    /// whatever it is (a symbolic link, a directory, a FIFO): reading it
+    /// ([`Spool::read`]) refuses what is not a regular file.
+    pub fn listing(&self) -> Result<Vec<PathBuf>, SpoolError> {
+        let dir = &self.shared.dir;
+        let mut files = HashMap::new();
+        for entry in fs::read_dir(dir).map_err(at(dir))?.flatten() {
+            let name = entry.file_name();
+            if !is_outcome_name(&name) {
+                continue;
+            }
+            // The entry's own type and size: a symbolic link is not followed.
+            let size = match entry.metadata() {
+                Ok(meta) if meta.file_type().is_file() => meta.len(),
+                _ => 0,
+            };
+            files.insert(name, size);
+        }
+        let mut paths: Vec<PathBuf> = files.keys().map(|name| dir.join(name)).collect();
         paths.sort();
-        Ok(paths
+        let mut ledger = self.ledger();
+        let writing: u64 = ledger.writing.iter().map(|(_, size)| size).sum();
+        ledger.bytes = files.values().sum::<u64>().saturating_add(writing);
+        ledger.files = files;
+        Ok(paths)
+    }
+
+    /// The outcome in the spooled file `path`. Refused, unread: a symbolic
+    /// link (never followed), anything but a regular file, a file larger
+    /// than [`MAX_FILE_BYTES`]; and a file that is not an outcome.
+    pub fn read(&self, path: &Path) -> Result<Outcome, SpoolError> {
+        let bytes = read_regular(path)?;
+        serde_json::from_slice(&bytes).map_err(|e| SpoolError {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    /// Every spooled outcome, oldest file name first ([`Spool::listing`],
+    /// each file [`Spool::read`]). A file that cannot be read comes with
+    /// its error (see [`Spool::quarantine`]).
+    #[cfg_attr(
+        not(feature = "internals"),
+        allow(dead_code, reason = "for the tests, fuzz targets and benchmarks")
+    )]
+    pub fn pending(&self) -> Result<Vec<Spooled>, SpoolError> {
+        Ok(self
+            .listing()?
             .into_iter()
             .map(|path| {
-                let outcome = fs::read(&path).map_err(at(&path)).and_then(|bytes| {
-                    serde_json::from_slice(&bytes).map_err(|e| SpoolError {
-                        path: path.clone(),
-                        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-                    })
-                });
+                let outcome = self.read(&path);
                 (path, outcome)
             })
             .collect())
@@ -85,24 +313,194 @@ impl Spool {
 
     /// Moves a spooled file that cannot be read (cut short by a power loss
     /// mid-write on a file system that does not order the rename after the
-    /// data, a disk error, another writer) to `spool/quarantine/`, where it
-    /// is kept for an operator and no longer read; returns its new path.
+    /// data, a disk error, another writer, a symbolic link: the link itself
+    /// is moved, not what it names) to `spool/quarantine/`, where it is
+    /// kept for an operator and no longer read; returns its new path.
     pub fn quarantine(&self, path: &Path) -> Result<PathBuf, SpoolError> {
-        let dir = self.dir.join("quarantine");
-        fs::create_dir_all(&dir).map_err(at(&dir))?;
+        let dir = self.shared.dir.join("quarantine");
+        private_dir(&dir)?;
         let to = dir.join(path.file_name().unwrap_or_default());
         fs::rename(path, &to).map_err(at(path))?;
+        self.forget(path);
         Ok(to)
     }
 
     /// Removes a delivered outcome.
     pub fn remove(&self, path: &Path) -> Result<(), SpoolError> {
         match fs::remove_file(path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(at(path)(e)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(at(path)(e)),
         }
+        self.forget(path);
+        Ok(())
     }
+
+    /// Removes the temporary files of writes a crash cut short (never
+    /// renamed, so never an outcome), and makes spooled files that others
+    /// could read 0600.
+    fn tidy(&self) -> Result<(), SpoolError> {
+        let dir = &self.shared.dir;
+        let (mut removed, mut tightened) = (0usize, 0usize);
+        for entry in fs::read_dir(dir).map_err(at(dir))?.flatten() {
+            let name = entry.file_name();
+            let path = entry.path();
+            if is_temporary_name(&name) {
+                match fs::remove_file(&path) {
+                    Ok(()) => removed += 1,
+                    Err(e) => warn!(path = %path.display(), error = %e, "cannot remove a temporary spool file"),
+                }
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if is_outcome_name(&name)
+                && meta.file_type().is_file()
+                && meta.permissions().mode() & 0o077 != 0
+            {
+                match tighten(&path) {
+                    Ok(()) => tightened += 1,
+                    Err(e) => warn!(error = %e, "cannot make a spooled file 0600"),
+                }
+            }
+        }
+        if removed > 0 {
+            info!(dir = %dir.display(), removed, "temporary files of interrupted spool writes removed");
+        }
+        if tightened > 0 {
+            warn!(dir = %dir.display(), files = tightened, "spooled files were readable by other users; their mode is now 0600");
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` is a spooled outcome's: `*.json`, not hidden (the
+/// writer's temporary files are).
+fn is_outcome_name(name: &OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    name.ends_with(b".json") && !name.starts_with(b".")
+}
+
+/// Whether `name` is one of [`write_durably`]'s temporary files.
+fn is_temporary_name(name: &OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    name.starts_with(b".") && name.ends_with(b".tmp")
+}
+
+/// Makes the directory `dir` (and its parents) if needed, the replica's
+/// alone: created 0700, tightened to 0700 (and logged) when others could
+/// use it, refused when it is a symbolic link or not a directory.
+fn private_dir(dir: &Path) -> Result<(), SpoolError> {
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent).map_err(at(parent))?;
+    }
+    match fs::DirBuilder::new().mode(DIR_MODE).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(at(dir)(e)),
+    }
+    let meta = fs::symlink_metadata(dir).map_err(at(dir))?;
+    if meta.file_type().is_symlink() {
+        return Err(refused(
+            dir,
+            std::io::ErrorKind::InvalidInput,
+            "a symbolic link, not followed: expected a directory of the replica's own",
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(refused(
+            dir,
+            std::io::ErrorKind::InvalidInput,
+            "not a directory",
+        ));
+    }
+    let mode = meta.permissions().mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        let handle = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
+            .open(dir)
+            .map_err(at(dir))?;
+        handle
+            .set_permissions(fs::Permissions::from_mode(DIR_MODE))
+            .map_err(at(dir))?;
+        warn!(
+            dir = %dir.display(), mode = %format!("{mode:04o}"),
+            "the spool directory was open to other users; its mode is now 0700"
+        );
+    }
+    Ok(())
+}
+
+/// Opens `path` for reading only if it is a regular file, never through a
+/// symbolic link and never blocking (a FIFO).
+fn open_regular(path: &Path) -> Result<File, SpoolError> {
+    // Looked at before it is opened: opening a device or a FIFO can have
+    // effects of its own.
+    let meta = fs::symlink_metadata(path).map_err(at(path))?;
+    not_followed(path, &meta)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(nix::libc::ELOOP) {
+                symbolic_link(path)
+            } else {
+                at(path)(e)
+            }
+        })?;
+    // And again on what was opened, in case the name changed meanwhile.
+    let meta = file.metadata().map_err(at(path))?;
+    not_followed(path, &meta)?;
+    Ok(file)
+}
+
+/// Refuses what is not a regular file.
+fn not_followed(path: &Path, meta: &fs::Metadata) -> Result<(), SpoolError> {
+    if meta.file_type().is_symlink() {
+        Err(symbolic_link(path))
+    } else if !meta.file_type().is_file() {
+        Err(refused(
+            path,
+            std::io::ErrorKind::InvalidData,
+            "not a regular file, not read",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+fn symbolic_link(path: &Path) -> SpoolError {
+    refused(
+        path,
+        std::io::ErrorKind::InvalidData,
+        "a symbolic link, not followed",
+    )
+}
+
+/// The bytes of the regular file `path`, at most [`MAX_FILE_BYTES`].
+fn read_regular(path: &Path) -> Result<Vec<u8>, SpoolError> {
+    let file = open_regular(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(at(path))?;
+    if u64::try_from(bytes.len()).unwrap_or(u64::MAX) > MAX_FILE_BYTES {
+        return Err(refused(
+            path,
+            std::io::ErrorKind::InvalidData,
+            "larger than any outcome (16 MiB), not read",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Makes the regular file `path` 0600, through a descriptor opened without
+/// following a symbolic link.
+fn tighten(path: &Path) -> Result<(), SpoolError> {
+    open_regular(path)?
+        .set_permissions(fs::Permissions::from_mode(FILE_MODE))
+        .map_err(at(path))
 }
 
 /// The spool file of run `run_id`: the id itself when it is letters,
@@ -111,7 +509,7 @@ impl Spool {
 /// triggers stream, which anyone with write access can fill): one such as
 /// `../../etc/x` or `/etc/x` must name a file in the spool, not elsewhere.
 /// A name that would be too long for the file system (255 bytes, with the
-/// writer's `.` and `.tmp`) keeps its first [`NAME_KEPT`] bytes and ends
+/// writer's `.`, number and `.tmp`) keeps its first [`NAME_KEPT`] bytes and ends
 /// with a hash of the whole id. The empty id is `%`. One run id, one name.
 fn file_name(run_id: &str) -> String {
     if run_id.is_empty() {
@@ -146,19 +544,44 @@ fn file_name(run_id: &str) -> String {
 const NAME_KEPT: usize = 160;
 
 /// Replaces `path` with `bytes` so that after return the new content
-/// survives a crash and a reader never sees half of it: a temporary file,
-/// fsync, rename, fsync of the directory.
+/// survives a crash and a reader never sees half of it: a temporary file
+/// (0600, a name of its own, created new: never an existing file or a
+/// symbolic link), fsync, rename, fsync of the directory. A write that
+/// fails (a full disk, a file size limit) removes its temporary file.
+/// Blocks: call it off the async workers.
 pub fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), SpoolError> {
+    /// Numbers the temporary files, so that two writers never share one.
+    static NEXT_TEMPORARY: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let mut file = File::create(&tmp).map_err(at(&tmp))?;
-    file.write_all(bytes).map_err(at(&tmp))?;
-    file.sync_all().map_err(at(&tmp))?;
-    fs::rename(&tmp, path).map_err(at(path))?;
+    let n = NEXT_TEMPORARY.fetch_add(1, Ordering::Relaxed);
+    let tmp = dir.join(format!(".{name}.{n}.tmp"));
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(at(&tmp))?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(at(&tmp))
+        .and_then(|()| fs::rename(&tmp, path).map_err(at(path)));
+    drop(file);
+    if let Err(e) = written {
+        // The temporary file is ours alone (created new): nothing else
+        // can be removed by this.
+        if let Err(removal) = fs::remove_file(&tmp)
+            && removal.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(path = %tmp.display(), error = %removal, "cannot remove the temporary file of a failed write");
+        }
+        return Err(e);
+    }
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(at(dir))?;
@@ -196,7 +619,7 @@ mod tests {
     #[test]
     fn save_pending_remove() {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
         let outcome = outcome();
         let path = spool.save(&outcome).unwrap();
         spool.save(&outcome).unwrap();
@@ -212,7 +635,7 @@ mod tests {
     fn a_run_id_names_a_file_in_the_spool_whatever_it_holds() {
         // Found writing the `spool` fuzz target: a run id is a file name.
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
         let in_spool = dir.path().join("spool");
         let mut saved = Vec::new();
         for run_id in [
@@ -250,4 +673,176 @@ mod tests {
         assert!(pending.iter().all(|(_, read)| read.is_ok()));
         assert!(!dir.path().join("escaped.json").exists());
     }
+
+    fn mode(path: &Path) -> u32 {
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o777
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn the_spool_is_0700_and_its_files_0600_whatever_the_umask() {
+        let dir = tempfile::tempdir().unwrap();
+        // SAFETY: umask only sets the process's mask; the old one is put back.
+        let old = unsafe { nix::libc::umask(0) };
+        let opened = Spool::open(dir.path(), DEFAULT_MAX_BYTES);
+        let saved = opened.as_ref().map(|spool| spool.save(&outcome()));
+        // SAFETY: as above.
+        unsafe { nix::libc::umask(old) };
+        let path = saved.unwrap().unwrap();
+        assert_eq!(mode(&dir.path().join("spool")), 0o700);
+        assert_eq!(mode(&path), 0o600);
+    }
+
+    #[test]
+    fn a_spool_open_to_others_is_tightened_with_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        fs::create_dir(&spool_dir).unwrap();
+        fs::set_permissions(&spool_dir, fs::Permissions::from_mode(0o777)).unwrap();
+        let file = spool_dir.join("old.json");
+        fs::write(&file, serde_json::to_vec(&outcome()).unwrap()).unwrap();
+        fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        assert_eq!(mode(&spool_dir), 0o700);
+        assert_eq!(mode(&file), 0o600);
+        assert_eq!(spool.len(), 1);
+    }
+
+    #[test]
+    fn a_spool_that_is_a_symbolic_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("spool")).unwrap();
+        let e = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap_err();
+        assert!(e.to_string().contains("a symbolic link, not followed"), "{e}");
+    }
+
+    #[test]
+    fn a_symbolic_link_in_the_spool_is_not_followed_but_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let target = elsewhere.path().join("precious.json");
+        let bytes = serde_json::to_vec(&outcome()).unwrap();
+        fs::write(&target, &bytes).unwrap();
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+        let spool_dir = dir.path().join("spool");
+        fs::create_dir(&spool_dir).unwrap();
+        let link = spool_dir.join("link.json");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        let pending = spool.pending().unwrap();
+        assert_eq!(pending.len(), 1);
+        let e = pending[0].1.as_ref().unwrap_err();
+        assert!(e.to_string().contains("link.json: a symbolic link, not followed"), "{e}");
+        let to = spool.quarantine(&link).unwrap();
+        assert!(fs::symlink_metadata(&to).unwrap().file_type().is_symlink());
+        assert_eq!(fs::read(&target).unwrap(), bytes, "the target is unchanged");
+        assert_eq!(mode(&target), 0o644, "the target's mode is unchanged");
+        assert!(spool.is_empty());
+    }
+
+    #[test]
+    fn a_fifo_or_a_directory_in_the_spool_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        let fifo = spool.dir().join("fifo.json");
+        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo reads the NUL-terminated path, which outlives the call.
+        assert_eq!(unsafe { nix::libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+        fs::create_dir(spool.dir().join("dir.json")).unwrap();
+        let pending = spool.pending().unwrap();
+        assert_eq!(pending.len(), 2);
+        for (path, read) in &pending {
+            let e = read.as_ref().unwrap_err();
+            assert!(e.to_string().contains("not a regular file"), "{path:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_cap_refuses_an_outcome_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = serde_json::to_vec(&outcome()).unwrap().len() as u64;
+        let spool = Spool::open(dir.path(), one * 2).unwrap();
+        spool.save(&outcome()).unwrap();
+        spool
+            .save(&Outcome {
+                run_id: "run-2".into(),
+                ..outcome()
+            })
+            .unwrap();
+        assert_eq!((spool.len(), spool.bytes()), (2, one * 2));
+        let refused = spool.save(&Outcome {
+            run_id: "run-3".into(),
+            ..outcome()
+        });
+        let Err(SaveError::Full { held, needed, max_bytes }) = refused else {
+            panic!("not refused: {refused:?}");
+        };
+        assert_eq!((held, needed, max_bytes), (one * 2, one, one * 2));
+        assert_eq!(names(spool.dir()), ["run-1.json", "run-2.json"]);
+        // Delivery makes room.
+        spool.remove(&spool.dir().join("run-1.json")).unwrap();
+        spool
+            .save(&Outcome {
+                run_id: "run-3".into(),
+                ..outcome()
+            })
+            .unwrap();
+        assert_eq!((spool.len(), spool.bytes()), (2, one * 2));
+    }
+
+    #[test]
+    fn the_count_follows_saves_and_the_directory_at_each_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        for i in 0..3 {
+            spool
+                .save(&Outcome {
+                    run_id: format!("run-{i}"),
+                    ..outcome()
+                })
+                .unwrap();
+        }
+        assert_eq!(spool.len(), 3);
+        // Removed behind the spool's back: counted again by a listing.
+        fs::remove_file(spool.dir().join("run-0.json")).unwrap();
+        assert_eq!(spool.listing().unwrap().len(), 2);
+        assert_eq!(spool.len(), 2);
+        // And by another spool opened on the same directory.
+        let again = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        assert_eq!((again.len(), again.bytes()), (2, spool.bytes()));
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        // The rename fails: a directory holds the outcome's name.
+        fs::create_dir(spool.dir().join("run-1.json")).unwrap();
+        fs::write(spool.dir().join("run-1.json").join("x"), b"x").unwrap();
+        let e = spool.save(&outcome()).unwrap_err();
+        assert!(matches!(e, SaveError::Write(_)), "{e}");
+        assert_eq!(names(spool.dir()), ["run-1.json"]);
+        assert_eq!(spool.bytes(), 0, "nothing counted: {e}");
+    }
+
+    #[test]
+    fn temporary_files_of_a_crash_are_removed_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool_dir = dir.path().join("spool");
+        fs::create_dir(&spool_dir).unwrap();
+        fs::write(spool_dir.join(".run-1.json.7.tmp"), b"{\"job").unwrap();
+        fs::write(spool_dir.join(".run-1.json.tmp"), b"{\"job").unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
+        assert!(names(spool.dir()).is_empty());
+    }
+
 }

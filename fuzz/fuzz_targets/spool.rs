@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use cronlease::spool::Spool;
+use cronlease::spool::{DEFAULT_MAX_BYTES, Spool};
 use libfuzzer_sys::fuzz_target;
 
 /// One spool directory for the process, emptied before each input.
@@ -17,7 +17,7 @@ fn spool() -> &'static (PathBuf, Spool) {
     SPOOL.get_or_init(|| {
         let state =
             std::env::temp_dir().join(format!("cronlease-fuzz-spool-{}", std::process::id()));
-        let spool = Spool::open(&state).expect("a spool in the temporary directory");
+        let spool = Spool::open(&state, DEFAULT_MAX_BYTES).expect("a spool in the temporary directory");
         (state.join("spool"), spool)
     })
 }

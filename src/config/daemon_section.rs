@@ -25,6 +25,7 @@ pub(super) struct RawDaemon {
     state_dir: Option<Spanned<String>>,
     history: Option<Spanned<i64>>,
     output_tail_bytes: Option<Spanned<i64>>,
+    spool_max_bytes: Option<Spanned<i64>>,
     heartbeat: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
     metrics_listen: Option<Spanned<String>>,
@@ -45,6 +46,7 @@ impl RawDaemon {
             state_dir: None,
             history: None,
             output_tail_bytes: None,
+            spool_max_bytes: None,
             heartbeat: None,
             log_format: None,
             metrics_listen: None,
@@ -125,6 +127,7 @@ pub(super) fn validate_daemon(
         dashboard_token.as_ref(),
     );
     let inherit_env = super::run_env::inherit_env(checker, S, raw.inherit_env, &secrets);
+    let spool_max_bytes = spool_max_bytes(checker, raw.spool_max_bytes.as_ref());
     Some(DaemonConfig {
         lease,
         shutdown_grace,
@@ -134,6 +137,7 @@ pub(super) fn validate_daemon(
         history: u32::try_from(history).expect("history was checked to be within 1..=1_000_000"),
         output_tail_bytes: usize::try_from(output_tail_bytes)
             .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
+        spool_max_bytes,
         heartbeat,
         log_format: raw.log_format.unwrap_or(LogFormat::Text),
         metrics_listen,
@@ -189,6 +193,34 @@ fn daemon_lease(
         );
     }
     lease
+}
+
+/// The least `spool_max_bytes`: one outcome with a short output tail.
+const MIN_SPOOL_BYTES: u64 = 4096;
+
+/// The most `spool_max_bytes`: 1 TiB.
+const MAX_SPOOL_BYTES: u64 = 1 << 40;
+
+/// `spool_max_bytes`: bytes, from [`MIN_SPOOL_BYTES`] to
+/// [`MAX_SPOOL_BYTES`]; [`crate::spool::DEFAULT_MAX_BYTES`] when unset.
+fn spool_max_bytes(checker: &mut Checker<'_>, given: Option<&Spanned<i64>>) -> u64 {
+    let default = crate::spool::DEFAULT_MAX_BYTES;
+    let Some(given) = given else { return default };
+    match u64::try_from(*given.get_ref()) {
+        Ok(bytes) if (MIN_SPOOL_BYTES..=MAX_SPOOL_BYTES).contains(&bytes) => bytes,
+        _ => {
+            checker.problem(
+                Some(given.span()),
+                Some(S),
+                Some("spool_max_bytes"),
+                format!(
+                    "{} is out of range: expected a number of bytes from {MIN_SPOOL_BYTES} (4 KiB) to {MAX_SPOOL_BYTES} (1 TiB), such as {default} (256 MiB, the default)",
+                    given.get_ref()
+                ),
+            );
+            default
+        }
+    }
 }
 
 /// `replica_id`: a name like a job's; `None` lets the daemon make one.

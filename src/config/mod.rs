@@ -246,6 +246,10 @@ pub struct DaemonConfig {
     pub history: u32,
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
+    /// The most the spool's files may hold, in bytes: an outcome that
+    /// would pass it is not written to disk but kept in memory (README,
+    /// "Monitoring" and `[daemon]`).
+    pub spool_max_bytes: u64,
     /// How often the replica writes its heartbeat.
     pub heartbeat: Duration,
     pub log_format: LogFormat,

@@ -1,16 +1,23 @@
 //! The spool courier: delivers outcomes that could not reach Redis when
 //! their run ended (one file each in `state_dir/spool`), as soon as Redis
 //! answers again; and those the spool could not take either (a full or
-//! failing disk), which wait in memory and go to Redis or the disk,
-//! whichever takes them first.
+//! failing disk, or a spool at `spool_max_bytes`), which wait in memory and
+//! go to Redis or the disk, whichever takes them first.
+//!
+//! Every spool call that touches the disk runs in `spawn_blocking`, awaited:
+//! no fsync, no directory listing and no file read runs on an async worker.
+//! The spool's size is counted in memory, so spooling an outcome and
+//! setting the gauge never read the directory; only a delivery does.
+
+use std::path::PathBuf;
 
 use super::*;
+use crate::spool::SaveError;
 
-/// Sets the spooled-outcomes gauge from the spool directory.
+/// Sets the spooled-outcomes gauge from the spool's count (no file system
+/// call).
 pub(super) fn count_spooled(ctx: &Ctx) {
-    if let Ok(pending) = ctx.spool.pending() {
-        metrics::gauge!(telemetry::SPOOLED).set(pending.len() as f64);
-    }
+    metrics::gauge!(telemetry::SPOOLED).set(ctx.spool.len() as f64);
 }
 
 /// Sets the gauge of outcomes held in memory.
@@ -18,25 +25,71 @@ fn count_unspooled(held: usize) {
     metrics::gauge!(telemetry::UNSPOOLED).set(held as f64);
 }
 
-/// Spools `outcome`, or, when the disk refuses, keeps it in memory for the
-/// courier to retry: nothing is lost while the process lives.
-pub(super) fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
-    match ctx.spool.save(&outcome) {
+/// Runs `f` on the spool on a blocking thread and waits for it. A panic
+/// there (or a runtime going away) comes back as an error of the spool's
+/// directory, so the caller keeps what it was writing.
+async fn off_workers<T, E>(
+    spool: &Spool,
+    f: impl FnOnce(&Spool) -> Result<T, E> + Send + 'static,
+) -> Result<T, E>
+where
+    T: Send + 'static,
+    E: From<SpoolError> + Send + 'static,
+{
+    let spool = spool.clone();
+    match tokio::task::spawn_blocking(move || f(&spool)).await {
+        Ok(result) => result,
+        Err(e) => Err(E::from(SpoolError {
+            path: PathBuf::new(),
+            source: std::io::Error::other(format!("the spool's blocking task failed: {e}")),
+        })),
+    }
+}
+
+/// Saves `outcome` to the spool off the async workers.
+async fn save(ctx: &Ctx, outcome: &Outcome) -> Result<PathBuf, SaveError> {
+    let copy = outcome.clone();
+    off_workers(&ctx.spool, move |spool| spool.save(&copy)).await
+}
+
+/// Spools `outcome`, or, when the spool refuses it (the disk, or the cap),
+/// keeps it in memory for the courier to retry: nothing is lost while the
+/// process lives.
+pub(super) async fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
+    match save(ctx, &outcome).await {
         Ok(path) => {
             warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
             count_spooled(ctx);
         }
-        Err(e) => {
+        Err(SaveError::Full { held, needed, max_bytes }) => {
+            metrics::counter!(telemetry::SPOOL_FULL).increment(1);
+            error!(
+                job = %outcome.job, run_id = %outcome.run_id, spool_max_bytes = max_bytes,
+                spooled_bytes = held, outcome_bytes = needed,
+                outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
+                "SPOOL FULL: the outcome is not written to disk (Redis unreachable, and the spool holds spool_max_bytes); kept in memory and retried, and written here in full; it is lost if this replica dies before Redis or the spool takes it"
+            );
+            hold(ctx, outcome);
+        }
+        Err(SaveError::Write(e)) => {
             error!(
                 job = %outcome.job, run_id = %outcome.run_id, error = %e,
                 "CANNOT SPOOL THE OUTCOME (Redis unreachable, and the disk refused it): kept in memory and retried; it is lost if this replica dies before Redis or the disk takes it"
             );
-            let mut held = ctx.unspooled.lock().expect("unspooled mutex poisoned: a panic while pushing to a Vec");
-            held.push(outcome);
-            count_unspooled(held.len());
+            hold(ctx, outcome);
         }
     }
     ctx.spooled.notify_one();
+}
+
+/// Keeps `outcome` in memory for the courier.
+fn hold(ctx: &Ctx, outcome: Outcome) {
+    let mut held = ctx
+        .unspooled
+        .lock()
+        .expect("unspooled mutex poisoned: a panic while pushing to a Vec");
+    held.push(outcome);
+    count_unspooled(held.len());
 }
 
 pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
@@ -52,7 +105,12 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
     // The last chance of what is only in memory.
     deliver_held(&ctx).await;
-    let held = std::mem::take(&mut *ctx.unspooled.lock().expect("unspooled mutex poisoned: a panic while pushing to a Vec"));
+    let held = std::mem::take(
+        &mut *ctx
+            .unspooled
+            .lock()
+            .expect("unspooled mutex poisoned: a panic while pushing to a Vec"),
+    );
     for outcome in held {
         error!(
             job = %outcome.job, run_id = %outcome.run_id,
@@ -63,9 +121,15 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
 }
 
 /// Outcomes held in memory: to Redis if it answers, else to the spool if
-/// the disk takes them now; the rest stay held.
+/// it takes them now (the disk is back, deliveries made room); the rest
+/// stay held.
 async fn deliver_held(ctx: &Ctx) {
-    let held = std::mem::take(&mut *ctx.unspooled.lock().expect("unspooled mutex poisoned: a panic while pushing to a Vec"));
+    let held = std::mem::take(
+        &mut *ctx
+            .unspooled
+            .lock()
+            .expect("unspooled mutex poisoned: a panic while pushing to a Vec"),
+    );
     if held.is_empty() {
         return;
     }
@@ -86,30 +150,43 @@ async fn deliver_held(ctx: &Ctx) {
                 }
             }
         }
-        match ctx.spool.save(&outcome) {
+        match save(ctx, &outcome).await {
             Ok(path) => info!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "outcome held in memory spooled"),
             Err(_) => still.push(outcome),
         }
     }
     if !still.is_empty() {
-        error!(held = still.len(), "outcomes still held in memory: Redis is unreachable and the disk refuses them");
+        error!(held = still.len(), "outcomes still held in memory: Redis is unreachable and the spool refuses them");
     }
-    let mut held = ctx.unspooled.lock().expect("unspooled mutex poisoned: a panic while pushing to a Vec");
+    let mut held = ctx
+        .unspooled
+        .lock()
+        .expect("unspooled mutex poisoned: a panic while pushing to a Vec");
     held.extend(still);
     count_unspooled(held.len());
 }
 
-/// Delivers spooled outcomes until the spool is empty or Redis fails.
+/// Delivers spooled outcomes until the spool is empty or Redis fails. The
+/// directory is read only when the spool's count says it holds something;
+/// each file is read when its turn comes, so a Redis still away costs one
+/// listing and one file.
 pub(super) async fn deliver_spooled(ctx: &Ctx) {
-    let pending = match ctx.spool.pending() {
-        Ok(pending) => pending,
+    if ctx.spool.is_empty() {
+        return;
+    }
+    let listing = match off_workers(&ctx.spool, Spool::listing).await {
+        Ok(listing) => listing,
         Err(e) => {
             error!(error = %e, "cannot read the spool");
             return;
         }
     };
-    for (path, outcome) in pending {
-        let outcome = match outcome {
+    for path in listing {
+        let read = {
+            let path = path.clone();
+            off_workers(&ctx.spool, move |spool| spool.read(&path)).await
+        };
+        let outcome = match read {
             Ok(outcome) => outcome,
             Err(e) => {
                 match ctx.spool.quarantine(&path) {

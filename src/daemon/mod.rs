@@ -394,6 +394,23 @@ fn replica_env(
     env
 }
 
+/// Opens the spool (listing it, tightening its modes) off the async
+/// workers.
+async fn open_spool(config: &Config) -> Result<Spool, SpoolError> {
+    let (dir, max_bytes) = (
+        config.daemon.state_dir.clone(),
+        config.daemon.spool_max_bytes,
+    );
+    tokio::task::spawn_blocking(move || Spool::open(&dir, max_bytes))
+        .await
+        .unwrap_or_else(|e| {
+            Err(SpoolError {
+                path: config.daemon.state_dir.join("spool"),
+                source: std::io::Error::other(format!("the spool's blocking task failed: {e}")),
+            })
+        })
+}
+
 /// Runs a replica until `shutdown` is cancelled and every task is drained
 /// (within one deadline). `reload` asks for the job table to be read again.
 pub async fn run(
@@ -408,7 +425,7 @@ pub async fn run(
     let jobs = job_table(std::mem::take(&mut config.jobs));
     let config = Arc::new(config);
     let identity = Identity::new(config.daemon.replica_id.as_deref());
-    let spool = Spool::open(&config.daemon.state_dir)?;
+    let spool = open_spool(&config).await?;
     let dashboard_token = dashboard_token(&config)?;
     info!(
         replica = %identity.replica, host = %identity.host, jobs = jobs.len(),

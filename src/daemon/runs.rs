@@ -235,7 +235,7 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
             }
         }
     }
-    spool_or_hold(ctx, outcome.clone());
+    spool_or_hold(ctx, outcome.clone()).await;
     None
 }
 

@@ -9,7 +9,10 @@
 //! `wait`, or from its orphan queue once dropped unwaited), and a second
 //! reaper would race it — or, once the pid is reused, reap another run's
 //! process. Nothing else in the replica waits for a child by its pid or for
-//! any child (`waitpid(-1)`), so a [`Child`] is its process's one reaper;
+//! any child (`waitpid(-1)`; the orphan reaper of a replica that is PID 1,
+//! `orphans`, reaps by pid only zombies not in the runner's table, which
+//! holds this process until it is reaped), so a [`Child`] is its process's
+//! one reaper;
 //! until it reaps, the process stays (at worst a zombie) and its pid
 //! cannot name another, so signalling it is safe.
 //!
@@ -32,7 +35,7 @@ use tokio::process::{ChildStderr, ChildStdout};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
-use super::spawn;
+use super::{orphans, spawn};
 use crate::task::Usage;
 
 /// How often to look for the exit when SIGCHLD cannot be listened to.
@@ -108,7 +111,17 @@ impl Child {
     /// streams.
     pub(super) fn spawn(command: &spawn::Command) -> io::Result<Spawned> {
         let sigchld = signal(SignalKind::child()).ok();
-        let started = command.spawn()?;
+        // Started and entered in the runner's table together while
+        // orphans are reaped (PID 1): the reaper never takes a pid that is
+        // not in it yet.
+        let started = {
+            let table = orphans::lock_for_start();
+            let started = command.spawn()?;
+            table
+                .unwrap_or_else(orphans::started)
+                .insert(started.pid);
+            started
+        };
         let pid = Pid::from_raw(started.pid);
         // From here on the process is this Child's: dropping it (an error
         // below) kills it.
@@ -184,6 +197,9 @@ impl Child {
         // SAFETY: rusage is a C struct of integers, for which all zeros is
         // a valid value.
         let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
+        // Held from the reap to the pid's removal from the table: a process
+        // started meanwhile (with this pid again) enters it after.
+        let mut table = orphans::started();
         loop {
             // SAFETY: wait4 writes only through the two pointers, which
             // point to locals that outlive the call.
@@ -199,11 +215,13 @@ impl Child {
                     usage: ProcessUsage::of(&rusage),
                 };
                 self.state = State::Exited(exit);
+                table.remove(&self.pid.as_raw());
                 return Ok(Some(exit));
             }
             let error = io::Error::last_os_error();
             if error.kind() != io::ErrorKind::Interrupted {
                 self.state = State::Lost;
+                table.remove(&self.pid.as_raw());
                 return Err(error);
             }
         }
@@ -214,11 +232,17 @@ impl Drop for Child {
     /// An attempt dropped before its process was reaped (the runtime going
     /// away under it, or an error right after the start): the process is
     /// killed, as tokio's `kill_on_drop` did, and reaped if it is dead
-    /// already; otherwise it stays a zombie until the replica exits.
+    /// already; otherwise it stays a zombie until the replica exits, or,
+    /// when the replica is PID 1, until the orphan reaper (`orphans`)
+    /// takes it: it leaves the runner's table here.
     fn drop(&mut self) {
         if let State::Running = self.state {
             let _ = kill(self.pid, Signal::SIGKILL);
             let _ = self.try_wait();
+            if let State::Running = self.state {
+                // Not reaped, so the pid is still this process's.
+                orphans::started().remove(&self.pid.as_raw());
+            }
         }
     }
 }

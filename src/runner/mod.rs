@@ -33,6 +33,7 @@ use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task};
 mod cgroup;
 mod child;
 mod environment;
+pub mod orphans;
 mod output;
 mod spawn;
 mod tagged;

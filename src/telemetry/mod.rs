@@ -37,6 +37,7 @@ pub const LOST_LEASES: &str = "cronlease_lost_leases_total";
 pub const REDIS_ERRORS: &str = "cronlease_redis_errors_total";
 pub const SPOOLED: &str = "cronlease_spooled_outcomes";
 pub const UNSPOOLED: &str = "cronlease_unspooled_outcomes";
+pub const SPOOL_FULL: &str = "cronlease_spool_full_total";
 pub const STATE_LOSS: &str = "cronlease_state_loss_events_total";
 pub const UNTRUSTED_DATA: &str = "cronlease_untrusted_data_total";
 pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
@@ -115,6 +116,10 @@ pub fn install() -> Result<Exposition, TelemetryError> {
     describe_gauge!(
         UNSPOOLED,
         "Outcomes held in memory: Redis was unreachable and the spool's disk refused them. Lost if the replica dies."
+    );
+    describe_counter!(
+        SPOOL_FULL,
+        "Outcomes not written to the spool because it held spool_max_bytes (kept in memory instead)."
     );
     describe_counter!(
         STATE_LOSS,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cronlease::config::Overlap;
 use cronlease::outcome::Outcome;
-use cronlease::spool::Spool;
+use cronlease::spool::{DEFAULT_MAX_BYTES, Spool};
 use cronlease::store::{
     Attempt, ClaimReply, ClaimRequest, DEDUP_MIN_ENTRIES, LockHolderTag, LockReply, LockRequest,
     LockTicket, Recorded, Reentry, Store, dedup_entries,
@@ -320,14 +320,16 @@ fn a_spooled_outcome_delivered_twice_by_two_replicas_is_applied_once() {
     });
     for name in ["alpha", "bravo"] {
         cluster.config(name, "", &jobs);
-        let spool = Spool::open(&cluster.path(name).join("state")).expect("open the spool");
+        let spool = Spool::open(&cluster.path(name).join("state"), DEFAULT_MAX_BYTES)
+            .expect("open the spool");
         spool.save(&outcome).expect("spool the outcome");
     }
     cluster.start("alpha", &jobs);
     cluster.start("bravo", &jobs);
     cluster.wait_ready();
     for name in ["alpha", "bravo"] {
-        let spool = Spool::open(&cluster.path(name).join("state")).expect("open the spool");
+        let spool = Spool::open(&cluster.path(name).join("state"), DEFAULT_MAX_BYTES)
+            .expect("open the spool");
         wait_until(Duration::from_secs(20), "the spool delivered", || {
             spool.pending().ok().filter(|p| p.is_empty()).map(|_| ())
         });

@@ -166,6 +166,23 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             ],
         ),
         (
+            "spool cap too small",
+            format!("{REDIS_SECTION}[daemon]\nspool_max_bytes = 100\n{JOB}"),
+            vec![
+                "jobs.toml:4:19",
+                "[daemon]",
+                "field `spool_max_bytes`",
+                "100 is out of range",
+                "from 4096 (4 KiB) to 1099511627776 (1 TiB)",
+                "268435456 (256 MiB, the default)",
+            ],
+        ),
+        (
+            "spool cap not a number",
+            format!("{REDIS_SECTION}[daemon]\nspool_max_bytes = \"1G\"\n{JOB}"),
+            vec!["field `spool_max_bytes`", "invalid type"],
+        ),
+        (
             "bad token variable name",
             format!("{REDIS_SECTION}[daemon]\ndashboard_token_env = \"1-TOKEN\"\n{JOB}"),
             vec![

@@ -26,6 +26,7 @@ mod hostile;
 mod locks;
 mod metrics;
 mod operator;
+mod pid_one;
 mod properties;
 mod quorum;
 mod run_env;

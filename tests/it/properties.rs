@@ -15,7 +15,7 @@ use cronlease::config::Config;
 use cronlease::membership::{Heartbeat, RunInFlight};
 use cronlease::outcome::{Outcome, Status, Trigger};
 use cronlease::schedule::{DstPolicy, Schedule, Zone};
-use cronlease::spool::Spool;
+use cronlease::spool::{DEFAULT_MAX_BYTES, Spool};
 use cronlease::store::fuzzing;
 use cronlease::store::{ClaimReply, Recorded, StateCheck};
 use cronlease::{DstGap, DstRepeat};
@@ -462,7 +462,7 @@ proptest! {
     #[test]
     fn an_outcome_reads_back_from_the_spool_as_written(outcome in outcome()) {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
         let _ = outcome.stream_fields();
         let path = spool.save(&outcome).unwrap();
         let in_spool = dir.path().join("spool");
@@ -485,7 +485,7 @@ proptest! {
         ],
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let spool = Spool::open(dir.path()).unwrap();
+        let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
         std::fs::write(dir.path().join("spool").join("run.json"), &bytes).unwrap();
         let pending = spool.pending().unwrap();
         prop_assert_eq!(pending.len(), 1);
