@@ -108,6 +108,8 @@ internal!(
     dashboard,
     embed,
     exit,
+    #[cfg(feature = "http-server")]
+    http,
     link,
     lock,
     #[cfg(feature = "cli")]
