@@ -136,7 +136,14 @@ impl Hosts {
         if name.is_empty() {
             return false;
         }
-        if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        let literal = match name.strip_prefix('[') {
+            Some(bracketed) => match bracketed.strip_suffix(']') {
+                Some(inside) => inside,
+                None => return false,
+            },
+            None => name,
+        };
+        if let Ok(ip) = literal.parse::<IpAddr>() {
             return ip.is_loopback() || ip == self.listen || self.listen.is_unspecified();
         }
         let name = normalize(name);
