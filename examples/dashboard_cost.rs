@@ -92,7 +92,8 @@ impl Replica {
         let mut config = format!(
             "[redis]\nurl = {url}\nkey_prefix = \"{prefix}\"\n\n\
              [daemon]\nreplica_id = \"{prefix}\"\nstate_dir = {state}\nmetrics_listen = \"\"\n\
-             dashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n\n",
+             dashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n\
+             dashboard_read = \"public\"\n\n",
             url = toml_string(&redis.url()),
             state = toml_string(&dir.join("state").to_string_lossy()),
         );

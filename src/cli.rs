@@ -564,6 +564,22 @@ fn lock(args: LockArgs) -> Exit {
     })
 }
 
+/// Raises this process's soft limit on open files to its hard limit, so
+/// that the limit systemd (or a shell) gives by default, often 1024, does
+/// not cap runs, Redis connections and the spool. The HTTP servers take
+/// at most a quarter of whatever it is (`http::connection_limit`).
+fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => tracing::info!(from = soft, to = hard, "raised the soft limit on open files"),
+            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files"),
+        },
+        Ok((soft, _)) => tracing::debug!(soft, "the soft limit on open files is the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read the limit on open files"),
+    }
+}
+
 /// `cronlease run`.
 fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
     let mut config = match Config::load(&args.config.config) {
@@ -577,6 +593,7 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
         config.daemon.replica_id = Some(id.clone());
     }
     crate::logging::init("info", config.daemon.log_format);
+    raise_open_files_limit();
     for warning in config.warnings(Utc::now()) {
         tracing::warn!("{warning}");
     }

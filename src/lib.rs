@@ -109,6 +109,8 @@ internal!(
     embed,
     exit,
     inert,
+    #[cfg(feature = "http-server")]
+    http,
     link,
     lock,
     #[cfg(feature = "cli")]

@@ -11,8 +11,9 @@ use toml::Spanned;
 use super::checker::{Checker, is_name};
 use super::environment;
 use super::{
-    ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR,
-    DaemonConfig, LogFormat, RedisConfig, TokenSource,
+    ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_HTTP_MAX_CONNECTIONS,
+    DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, DashboardRead, LogFormat,
+    RedisConfig, TokenSource,
 };
 
 #[derive(Debug, Deserialize)]
@@ -34,6 +35,9 @@ pub(super) struct RawDaemon {
     dashboard_token_env: Option<Spanned<String>>,
     dashboard_token_file: Option<Spanned<String>>,
     inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
+    dashboard_read: Option<Spanned<String>>,
+    dashboard_hosts: Option<Vec<Spanned<String>>>,
+    http_max_connections: Option<Spanned<i64>>,
 }
 
 impl RawDaemon {
@@ -55,6 +59,9 @@ impl RawDaemon {
             dashboard_token_env: None,
             dashboard_token_file: None,
             inherit_env: None,
+            dashboard_read: None,
+            dashboard_hosts: None,
+            http_max_connections: None,
         }
     }
 }
@@ -114,6 +121,15 @@ pub(super) fn validate_daemon(
         raw.dashboard_token_env,
         raw.dashboard_token_file,
     );
+    let dashboard_read = dashboard_read(checker, raw.dashboard_read, dashboard_token.as_ref());
+    let dashboard_hosts = dashboard_hosts(checker, raw.dashboard_hosts.unwrap_or_default());
+    let http_max_connections = checker.integer(
+        S,
+        "http_max_connections",
+        raw.http_max_connections.as_ref(),
+        i64::try_from(DEFAULT_HTTP_MAX_CONNECTIONS).expect("the default is a small number"),
+        1..65_537,
+    );
     let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
     let output_tail_bytes = checker.integer(
         S,
@@ -143,6 +159,10 @@ pub(super) fn validate_daemon(
         metrics_listen,
         dashboard_listen,
         dashboard_token,
+        dashboard_read,
+        dashboard_hosts,
+        http_max_connections: usize::try_from(http_max_connections)
+            .expect("http_max_connections was checked to be within 1..=65536"),
         containment: raw.containment.unwrap_or_default(),
         inherit_env,
     })
@@ -345,4 +365,81 @@ fn dashboard_token(
             Some(TokenSource::File(PathBuf::from(path.into_inner())))
         }
     }
+}
+
+/// `dashboard_read`: `"token"` (the default) or `"public"`; `"token"`
+/// written out without a token to log in with is a problem (nobody could
+/// read the pages).
+fn dashboard_read(
+    checker: &mut Checker<'_>,
+    given: Option<Spanned<String>>,
+    token: Option<&TokenSource>,
+) -> DashboardRead {
+    let Some(given) = given else {
+        return DashboardRead::default();
+    };
+    let valid = DashboardRead::NAMES
+        .map(|n| format!("\"{n}\""))
+        .join(" or ");
+    match DashboardRead::parse(given.get_ref()) {
+        None => {
+            checker.problem(
+                Some(given.span()),
+                Some(S),
+                Some("dashboard_read"),
+                format!(
+                    "invalid value {:?}: expected {valid} (\"token\": reading the pages needs the login; \"public\": anyone who reaches the dashboard may read it)",
+                    given.get_ref()
+                ),
+            );
+            DashboardRead::default()
+        }
+        Some(DashboardRead::Token) if token.is_none() => {
+            checker.problem(
+                Some(given.span()),
+                Some(S),
+                Some("dashboard_read"),
+                "\"token\" needs a token to log in with: set dashboard_token_env or dashboard_token_file, or leave dashboard_read out (without a token the dashboard is read-only and public)".into(),
+            );
+            DashboardRead::Token
+        }
+        Some(read) => read,
+    }
+}
+
+/// `dashboard_hosts`: host names (or addresses) the HTTP servers answer
+/// to, each a DNS name or an IP address; lowercased.
+fn dashboard_hosts(checker: &mut Checker<'_>, given: Vec<Spanned<String>>) -> Vec<String> {
+    let mut hosts = Vec::with_capacity(given.len());
+    for host in given {
+        let text = host.get_ref().trim_end_matches('.');
+        let address = text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok();
+        let name = !text.is_empty()
+            && text.len() <= 253
+            && text.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            });
+        if address || name {
+            hosts.push(text.to_ascii_lowercase());
+        } else {
+            checker.problem(
+                Some(host.span()),
+                Some(S),
+                Some("dashboard_hosts"),
+                format!(
+                    "invalid host name {:?}: expected a DNS name such as \"cron.example.com\" or an IP address, without a port or scheme",
+                    host.get_ref()
+                ),
+            );
+        }
+    }
+    hosts
 }

@@ -265,6 +265,16 @@ pub struct DaemonConfig {
     /// Which of the replica's variables every run inherits besides
     /// [`DEFAULT_INHERITED_ENV`] (never one of [`Config::secret_env_names`]).
     pub inherit_env: Vec<EnvPattern>,
+    /// Whether reading the dashboard's pages needs the login, when a token
+    /// is configured (without one there is no login: pages are public).
+    pub dashboard_read: DashboardRead,
+    /// Host names the dashboard and `/metrics` answer to besides their
+    /// listen address and loopback (`localhost`, `127.0.0.1`, `[::1]`),
+    /// lowercased: a request naming any other host gets 400.
+    pub dashboard_hosts: Vec<String>,
+    /// The most connections each HTTP server (dashboard, metrics) serves
+    /// at once; also at most an eighth of the soft limit on open files.
+    pub http_max_connections: usize,
 }
 
 /// A name in `inherit_env`: a variable's name, or a prefix ending in `*`.
@@ -294,6 +304,35 @@ pub fn secret_env_names(
     }
     names
 }
+
+/// `[daemon] dashboard_read`: who may read the dashboard's pages when an
+/// operator token is configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DashboardRead {
+    /// Only a logged-in browser (the session cookie); others are sent to
+    /// the login page.
+    #[default]
+    Token,
+    /// Anyone who can reach it; actions still need the login.
+    Public,
+}
+
+impl DashboardRead {
+    /// The setting's values, as written in the config.
+    pub const NAMES: [&str; 2] = ["token", "public"];
+
+    /// The value named `name` in the config.
+    pub fn parse(name: &str) -> Option<DashboardRead> {
+        match name {
+            "token" => Some(DashboardRead::Token),
+            "public" => Some(DashboardRead::Public),
+            _ => None,
+        }
+    }
+}
+
+/// The default of `[daemon] http_max_connections`.
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 
 /// `[daemon] containment`: how a replica keeps each run's processes
 /// together so that none outlives the run.

@@ -476,7 +476,7 @@ pub async fn run(
     ));
     health.beat();
     if let Some(addr) = config.daemon.metrics_listen {
-        start_metrics(addr, health.clone(), &background, &service).await;
+        start_metrics(addr, &config.daemon, health.clone(), &background, &service).await;
     }
     if let Some(addr) = config.daemon.dashboard_listen {
         start_dashboard(addr, &ctx, dashboard_token, &background, &service).await;

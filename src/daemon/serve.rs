@@ -10,6 +10,7 @@ use super::*;
 #[cfg(feature = "metrics-server")]
 pub(super) async fn start_metrics(
     addr: std::net::SocketAddr,
+    daemon: &crate::config::DaemonConfig,
     health: Arc<telemetry::Health>,
     tasks: &TaskTracker,
     cancel: &CancellationToken,
@@ -26,8 +27,12 @@ pub(super) async fn start_metrics(
             let bound = listener
                 .local_addr()
                 .map_or_else(|_| addr.to_string(), |a| a.to_string());
-            info!(addr = %bound, "metrics listening on http://{bound}/metrics");
-            tasks.spawn(telemetry::serve(listener, exposition, health, cancel.clone()));
+            let limits = http_limits("metrics", addr, daemon, 0);
+            info!(
+                addr = %bound, max_connections = limits.max_connections,
+                "metrics listening on http://{bound}/metrics"
+            );
+            tasks.spawn(telemetry::serve(listener, exposition, health, limits, cancel.clone()));
         }
         Err(e) => error!(error = %e, "metrics and /healthz are not served"),
     }
@@ -37,6 +42,7 @@ pub(super) async fn start_metrics(
 #[cfg(not(feature = "metrics-server"))]
 pub(super) async fn start_metrics(
     addr: std::net::SocketAddr,
+    _daemon: &crate::config::DaemonConfig,
     _health: Arc<telemetry::Health>,
     _tasks: &TaskTracker,
     _cancel: &CancellationToken,
@@ -64,20 +70,53 @@ pub(super) async fn start_dashboard(
     let bound = listener
         .local_addr()
         .map_or_else(|_| addr.to_string(), |a| a.to_string());
-    let mode = if token.is_some() { "actions need the operator token" } else { "read-only (no dashboard token)" };
-    info!(addr = %bound, mode, "dashboard on http://{bound}/");
+    // Its own connections: a page's reads never queue with the claims.
+    let store = match crate::store::Store::connect_lazily(&ctx.config.redis) {
+        Ok(store) => store,
+        Err(e) => {
+            error!(%addr, error = %e, "the dashboard is not served: cannot make its Redis connection");
+            return;
+        }
+    };
+    let read = ctx.config.daemon.dashboard_read;
+    let mode = match (&token, read) {
+        (None, _) => "read-only and public (no dashboard token)",
+        (Some(_), crate::config::DashboardRead::Token) => "reading and actions need the login",
+        (Some(_), crate::config::DashboardRead::Public) => "public to read, actions need the login",
+    };
+    let limits = http_limits("dashboard", addr, &ctx.config.daemon, crate::dashboard::MAX_BODY);
+    info!(addr = %bound, mode, max_connections = limits.max_connections, "dashboard on http://{bound}/");
     let dashboard = crate::dashboard::Dashboard::new(
-        ctx.store.clone(),
+        store,
         ctx.jobs.subscribe(),
         &ctx.identity.replica,
         &ctx.config.redis.key_prefix,
         token,
+        read,
     );
     tasks.spawn(crate::dashboard::serve(
         listener,
         Arc::new(dashboard),
+        limits,
         cancel.clone(),
     ));
+}
+
+/// What an HTTP server listening on `addr` holds its clients to: the
+/// `[daemon]` settings (`http_max_connections`, `dashboard_hosts`), at
+/// most an eighth of the soft limit on open files in connections, and
+/// bodies of at most `max_body` bytes.
+#[cfg(feature = "http-server")]
+fn http_limits(
+    name: &'static str,
+    addr: std::net::SocketAddr,
+    daemon: &crate::config::DaemonConfig,
+    max_body: usize,
+) -> crate::http::Limits {
+    let nofile = crate::http::open_files_limit();
+    let max_connections = crate::http::connection_limit(daemon.http_max_connections, nofile);
+    let hosts = crate::http::Hosts::new(addr.ip(), &daemon.dashboard_hosts);
+    crate::http::Limits::new(name, max_connections, max_body, hosts)
 }
 
 /// Built without the `dashboard` feature: nothing is served.

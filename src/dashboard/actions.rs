@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Form, Path, Query, State};
@@ -72,14 +73,23 @@ pub(super) async fn act(
     // CSRF token (403, not 415: it changes nothing either way).
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let caller = if headers.contains_key(header::AUTHORIZATION) { Caller::Script } else { Caller::Browser };
+    // A bearer token is a guess like a login's: counted and throttled.
+    if caller == Caller::Script
+        && let Err(wait) = dashboard.throttle.check(peer.ip())
+    {
+        return too_many(&dashboard, &visitor, wait, peer);
+    }
     let who = match auth::authorize(dashboard.token.as_ref(), &headers, form.csrf.as_deref(), peer, &dashboard.replica) {
         Ok(who) => who,
         Err(refusal) => {
+            if caller == Caller::Script && refusal == Refusal::NotAuthorized {
+                dashboard.throttle.failed(peer.ip());
+            }
             tracing::warn!(job = %name, action, peer = %peer, reason = %refusal, "dashboard action refused");
             return refused(&dashboard, &visitor, &refusal);
         }
     };
-    let caller = if headers.contains_key(header::AUTHORIZATION) { Caller::Script } else { Caller::Browser };
     let Some(action) = Action::parse(&action) else {
         return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no action {action:?}: expected trigger, pause or resume"));
     };
@@ -113,6 +123,20 @@ fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Respo
     error_page(dashboard, visitor, StatusCode::FORBIDDEN, &format!("Refused, nothing changed: {refusal}."))
 }
 
+/// `429` with `Retry-After`: too many wrong tokens from this address.
+fn too_many(dashboard: &Dashboard, visitor: &Visitor, wait: Duration, peer: SocketAddr) -> Response {
+    let seconds = wait.as_secs().max(1);
+    tracing::warn!(peer = %peer, retry_after_s = seconds, "dashboard login throttled: too many wrong tokens from this address");
+    let mut response = error_page(
+        dashboard,
+        visitor,
+        StatusCode::TOO_MANY_REQUESTS,
+        &format!("Too many wrong tokens from your address: try again in {seconds} s."),
+    );
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
 /// `GET /login`'s query.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct LoginQuery {
@@ -130,7 +154,7 @@ pub(super) async fn login_form(
     if visitor == Visitor::ReadOnly {
         return refused(&dashboard, &visitor, &Refusal::NoToken);
     }
-    respond(StatusCode::OK, login_page(&dashboard, &visitor, &query.next, None))
+    respond(StatusCode::OK, login_page(&dashboard, &visitor, auth::login_destination(&query.next), None))
 }
 
 fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Option<&str>) -> Markup {
@@ -167,7 +191,13 @@ pub(super) async fn login(
 ) -> Response {
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    if let Err(wait) = dashboard.throttle.check(peer.ip()) {
+        return too_many(&dashboard, &visitor, wait, peer);
+    }
     if let Err(refusal) = auth::login(dashboard.token.as_ref(), &headers, &form.token) {
+        if refusal == Refusal::NotAuthorized {
+            dashboard.throttle.failed(peer.ip());
+        }
         tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
         return respond(StatusCode::FORBIDDEN, login_page(&dashboard, &visitor, &form.next, Some(&format!("Refused: {refusal}."))));
     }
@@ -178,8 +208,7 @@ pub(super) async fn login(
     let name = if name.is_empty() { "operator".to_string() } else { name };
     tracing::info!(peer = %peer, operator = %name, "dashboard login");
     // Only a path on this site: never an open redirect.
-    let next = if form.next.starts_with('/') && !form.next.starts_with("//") { form.next } else { "/".to_string() };
-    let mut response = Redirect::to(&next).into_response();
+    let mut response = Redirect::to(auth::login_destination(&form.next)).into_response();
     for cookie in auth::login_cookies(token, &name) {
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().append(header::SET_COOKIE, value);

@@ -11,7 +11,9 @@
 //! to be the dashboard's own. A script may instead send
 //! `Authorization: Bearer <token>`, which browsers never add on their own.
 
-use std::net::SocketAddr;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 use hmac::{Hmac, KeyInit, Mac};
@@ -237,6 +239,89 @@ fn same_origin(headers: &HeaderMap) -> Result<(), Refusal> {
     }
 }
 
+/// Where a login may lead: `next` if it is a path on this site (one `/`
+/// first, not `//` or `/\`, which browsers read as another host, and no
+/// backslash, whitespace or control character anywhere, which browsers
+/// drop or rewrite), else `/`.
+pub(super) fn login_destination(next: &str) -> &str {
+    let mut bytes = next.bytes();
+    let path = bytes.next() == Some(b'/')
+        && !matches!(bytes.next(), Some(b'/'))
+        && next.len() <= 2048
+        && !next
+            .bytes()
+            .any(|b| b == b'\\' || b.is_ascii_whitespace() || b.is_ascii_control());
+    if path { next } else { "/" }
+}
+
+/// Failed logins (and wrong bearer tokens) per client address: after
+/// [`Throttle::MAX_FAILURES`] within [`Throttle::WINDOW`], that address is
+/// refused (429) until the oldest of them is a window old, right token or
+/// not. At most [`Throttle::MAX_ADDRESSES`] addresses are remembered;
+/// when that many failed within the window, every address is refused
+/// until one ages out.
+#[derive(Debug, Default)]
+pub(super) struct Throttle {
+    /// Per address, its failures within the window, oldest first. A `std`
+    /// mutex, never held across an `.await`.
+    failures: std::sync::Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+}
+
+impl Throttle {
+    pub(super) const MAX_FAILURES: usize = 5;
+    pub(super) const WINDOW: Duration = Duration::from_secs(60);
+    const MAX_ADDRESSES: usize = 10_000;
+
+    /// `Err(wait)` while `address` may not try again, for `wait`.
+    pub(super) fn check(&self, address: IpAddr) -> Result<(), Duration> {
+        let mut failures = self.lock();
+        let now = Instant::now();
+        forget_old(&mut failures, now);
+        let full = failures.len() >= Self::MAX_ADDRESSES && !failures.contains_key(&address);
+        match failures.get(&address) {
+            Some(times) if times.len() >= Self::MAX_FAILURES => {
+                let oldest = times.front().copied().unwrap_or(now);
+                Err((oldest + Self::WINDOW).saturating_duration_since(now).max(Duration::from_secs(1)))
+            }
+            _ if full => Err(Self::WINDOW),
+            _ => Ok(()),
+        }
+    }
+
+    /// Notes a failed attempt from `address`.
+    pub(super) fn failed(&self, address: IpAddr) {
+        let mut failures = self.lock();
+        let now = Instant::now();
+        forget_old(&mut failures, now);
+        if failures.len() < Self::MAX_ADDRESSES || failures.contains_key(&address) {
+            let times = failures.entry(address).or_default();
+            times.push_back(now);
+            while times.len() > Self::MAX_FAILURES {
+                times.pop_front();
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, VecDeque<Instant>>> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Drops the failures older than the window, and addresses left with none.
+fn forget_old(failures: &mut HashMap<IpAddr, VecDeque<Instant>>, now: Instant) {
+    failures.retain(|_, times| {
+        while times
+            .front()
+            .is_some_and(|t| now.saturating_duration_since(*t) >= Throttle::WINDOW)
+        {
+            times.pop_front();
+        }
+        !times.is_empty()
+    });
+}
+
 /// The value of cookie `name`, if the request has it.
 fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
@@ -392,6 +477,36 @@ mod tests {
             authorize(Some(&token), &wrong, None, peer(), "r1"),
             Err(Refusal::NotAuthorized)
         );
+    }
+
+    #[test]
+    fn a_login_leads_only_to_a_path_on_this_site() {
+        for (next, to) in [
+            ("/jobs/draw", "/jobs/draw"),
+            ("/?q=a&state=all", "/?q=a&state=all"),
+            ("", "/"),
+            ("//evil.example", "/"),
+            ("/\\evil.example", "/"),
+            ("/\t/evil.example", "/"),
+            ("https://evil.example/", "/"),
+            ("evil.example", "/"),
+            ("/jobs/a\\b", "/"),
+        ] {
+            assert_eq!(login_destination(next), to, "{next:?}");
+        }
+    }
+
+    #[test]
+    fn the_sixth_failure_within_a_minute_is_throttled() {
+        let throttle = Throttle::default();
+        let (attacker, other) = (peer().ip(), "127.0.0.2".parse().expect("test address"));
+        for _ in 0..Throttle::MAX_FAILURES {
+            assert_eq!(throttle.check(attacker), Ok(()));
+            throttle.failed(attacker);
+        }
+        let wait = throttle.check(attacker).expect_err("throttled after five failures");
+        assert!(wait <= Throttle::WINDOW && wait >= Duration::from_secs(1), "{wait:?}");
+        assert_eq!(throttle.check(other), Ok(()), "another address is not");
     }
 
     #[test]

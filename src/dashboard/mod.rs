@@ -31,7 +31,7 @@ use tokio::sync::{Mutex, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Job;
+use crate::config::{DashboardRead, Job};
 use crate::operator::{self, HistoryEntry, Locks, OperatorError, OutputTail, StatusReport};
 use crate::outcome::Status;
 use crate::store::Store;
@@ -55,11 +55,18 @@ pub type JobTable = BTreeMap<String, Arc<Job>>;
 
 /// What the dashboard reads from and who it is.
 pub struct Dashboard {
+    /// A store with connections of its own (`Store::connect_lazily`): a
+    /// page's reads never wait behind the claims and renewals, nor delay
+    /// them.
     store: Store,
     jobs: watch::Receiver<Arc<JobTable>>,
     replica: String,
     prefix: String,
     token: Option<Token>,
+    /// Whether reading needs the login (when there is a token).
+    read: DashboardRead,
+    /// Wrong tokens per client address (login and bearer).
+    throttle: auth::Throttle,
     snapshot: Mutex<Option<(Instant, Arc<StatusReport>)>>,
     timeline: Mutex<Option<(Instant, Arc<Vec<TimelineRun>>)>>,
 }
@@ -91,6 +98,7 @@ impl Dashboard {
         replica: &str,
         prefix: &str,
         token: Option<Token>,
+        read: DashboardRead,
     ) -> Dashboard {
         Dashboard {
             store,
@@ -98,6 +106,8 @@ impl Dashboard {
             replica: replica.to_string(),
             prefix: prefix.to_string(),
             token,
+            read,
+            throttle: auth::Throttle::default(),
             snapshot: Mutex::new(None),
             timeline: Mutex::new(None),
         }
@@ -214,17 +224,17 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
     tokio::net::TcpListener::bind(addr).await
 }
 
-/// Serves the dashboard on `listener` until `cancel`.
+/// The largest request body the dashboard reads: its forms are a few
+/// hundred bytes.
+pub const MAX_BODY: usize = 64 * 1024;
+
+/// Serves the dashboard on `listener` under `limits` (`http::serve`)
+/// until `cancel`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     dashboard: Arc<Dashboard>,
+    limits: crate::http::Limits,
     cancel: CancellationToken,
 ) {
-    let app = router(dashboard).into_make_service_with_connect_info::<SocketAddr>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "the dashboard server stopped");
-    }
+    crate::http::serve(listener, router(dashboard), limits, cancel).await;
 }

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Redirect, Response};
 use chrono::DateTime;
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::auth::{self, Visitor};
 use super::format::{ago, clock, duration, iso, until, utc};
 use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
-use crate::config::Job;
+use crate::config::{DashboardRead, Job};
 use crate::operator::{self, JobStatus, OperatorError, OutputTail, StatusReport};
 use crate::outcome::Status;
 
@@ -137,12 +137,20 @@ pub(super) fn error_page(dashboard: &Dashboard, visitor: &Visitor, status: Statu
 }
 
 /// Who is looking, and the shared status snapshot every page starts from;
-/// the "cannot read from Redis" page when there is none.
+/// the "cannot read from Redis" page when there is none, and the way to
+/// the login (back to `uri` after it) when reading needs one
+/// (`[daemon] dashboard_read = "token"` with a token) and the visitor has
+/// not logged in.
 async fn looking(
     dashboard: &Dashboard,
     headers: &HeaderMap,
+    uri: &Uri,
 ) -> Result<(Visitor, Arc<StatusReport>), Response> {
     let visitor = Visitor::of(dashboard.token.as_ref(), headers);
+    if visitor == Visitor::Anonymous && dashboard.read == DashboardRead::Token {
+        let back = uri.path_and_query().map_or("/", |p| p.as_str());
+        return Err(Redirect::to(&format!("/login?next={}", auth::percent_encode(back))).into_response());
+    }
     match dashboard.status(Fresh::Cached).await {
         Ok(status) => Ok((visitor, status)),
         Err(e) => Err(unavailable(dashboard, &visitor, &e)),
@@ -240,9 +248,10 @@ impl StateFilter {
 pub(super) async fn overview(
     State(dashboard): State<Arc<Dashboard>>,
     Query(query): Query<OverviewQuery>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let (visitor, status) = match looking(&dashboard, &headers).await {
+    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
         Ok(seen) => seen,
         Err(page) => return page,
     };
@@ -319,7 +328,7 @@ async fn strips(
     use futures_util::{StreamExt as _, TryStreamExt as _};
     futures_util::stream::iter(names)
         .map(|name| async move {
-            let outcomes = dashboard.history(&name, STRIP_LENGTH, OutputTail::Omit).await?;
+            let outcomes = operator::outcome_strip(&dashboard.store, &name, STRIP_LENGTH).await?;
             Ok::<_, OperatorError>((name, outcomes))
         })
         .buffered(32)
@@ -470,13 +479,14 @@ const SPANS: [i64; 4] = [5, 15, 30, 60];
 pub(super) async fn replicas(
     State(dashboard): State<Arc<Dashboard>>,
     Query(query): Query<ReplicasQuery>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let minutes = query
         .minutes
         .filter(|m| SPANS.contains(m))
         .unwrap_or(TIMELINE_SPAN_MS / 60_000);
-    let (visitor, status) = match looking(&dashboard, &headers).await {
+    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
         Ok(seen) => seen,
         Err(page) => return page,
     };
@@ -547,9 +557,10 @@ pub(super) async fn job(
     State(dashboard): State<Arc<Dashboard>>,
     Path(name): Path<String>,
     Query(query): Query<JobQuery>,
+    uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let (visitor, status) = match looking(&dashboard, &headers).await {
+    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
         Ok(seen) => seen,
         Err(page) => return page,
     };

@@ -615,6 +615,34 @@ pub async fn history(
     Ok(report)
 }
 
+/// The newest `count` outcomes of `job`, newest first, each with only
+/// its status, tick, replica and fence read from Redis (what the
+/// dashboard's outcome strips show): no output tail crosses the network.
+/// Unreadable entries are left out with a warning, as `history` does.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
+pub async fn outcome_strip(
+    store: &Store,
+    job: &str,
+    count: usize,
+) -> Result<Vec<HistoryEntry>, OperatorError> {
+    let entries = store
+        .history_fields(job, count, &["status", "tick", "replica", "fence", "trigger"])
+        .await?;
+    let mut strip = Vec::with_capacity(entries.len());
+    for (id, fields) in entries {
+        match history_entry(id, fields, OutputTail::Omit) {
+            Ok(entry) => strip.push(entry),
+            Err(bad) => {
+                tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+            }
+        }
+    }
+    Ok(strip)
+}
+
 /// The outcomes each of `jobs` recorded since `since_ms` (by the Redis
 /// time of their recording), its newest `per_job` at most, read
 /// [`READ_AHEAD`] jobs at a time. Unreadable entries are left out with a

@@ -94,6 +94,7 @@ struct Scripts {
     release: Script,
     raise_fence: Script,
     repair: Script,
+    outcome_fields: Script,
 }
 
 impl Scripts {
@@ -117,6 +118,7 @@ impl Scripts {
             release: Script::new(include_str!("../lua/release.lua")),
             raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),
             repair: script(include_str!("../lua/repair.lua")),
+            outcome_fields: Script::new(include_str!("../lua/outcome_fields.lua")),
         }
     }
 }
@@ -378,6 +380,17 @@ impl Store {
     /// Connects (one attempt, bounded by `connect_timeout`); with `quorum`,
     /// to at least a majority of the masters (the others when they answer).
     pub async fn connect(config: &RedisConfig) -> Result<Store, StoreError> {
+        let store = Store::connect_lazily(config)?;
+        let connected = store.on_all(|conn| async move { Ok(conn) }).await;
+        store.gather("connect", connected)?;
+        Ok(store)
+    }
+
+    /// A store with connections of its own, none shared with any other
+    /// `Store`, each made on first use (so a Redis that is down now is not
+    /// an error yet). The dashboard reads through one, so that its reads
+    /// never queue behind, or in front of, the claims and renewals.
+    pub fn connect_lazily(config: &RedisConfig) -> Result<Store, StoreError> {
         let nodes: Arc<[Node]> = Link::nodes(config)?
             .into_iter()
             .map(|(name, link)| Node {
@@ -388,17 +401,14 @@ impl Store {
                 connect_timeout: config.connect_timeout + config.command_timeout,
             })
             .collect();
-        let store = Store {
+        Ok(Store {
             nodes,
             command_timeout: config.command_timeout,
             keys: Arc::new(Keys::new(&config.key_prefix)),
             scripts: Arc::new(Scripts::new()),
             wait_replicas: (config.min_replicas_ack > 0)
                 .then_some((config.min_replicas_ack, config.ack_timeout)),
-        };
-        let connected = store.on_all(|conn| async move { Ok(conn) }).await;
-        store.gather("connect", connected)?;
-        Ok(store)
+        })
     }
 
     /// Whether this store speaks to a quorum of independent masters.
@@ -752,6 +762,29 @@ impl Store {
             .arg("COUNT")
             .arg(count);
         self.read_cmd(cmd).await
+    }
+
+    /// The newest `count` entries of a job's outcome stream, newest
+    /// first, with only the fields named in `fields` (`outcome_fields.lua`:
+    /// Redis leaves the rest, the output tail above all, out of the reply).
+    #[cfg_attr(
+        not(feature = "dashboard"),
+        allow(dead_code, reason = "read by the dashboard only")
+    )]
+    pub async fn history_fields(
+        &self,
+        job: &str,
+        count: usize,
+        fields: &[&str],
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, StoreError> {
+        let mut invocation = self.scripts.outcome_fields.prepare_invoke();
+        invocation.key(self.keys.runs(job)).arg(count);
+        for field in fields {
+            invocation.arg(*field);
+        }
+        let invocation = &invocation;
+        self.read(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
     }
 
     /// The newest `count` outcomes of a job recorded at or after

@@ -200,24 +200,21 @@ pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, Telemetry
         .map_err(|source| TelemetryError::Bind { addr, source })
 }
 
-/// Serves `/metrics` and `/healthz` until `cancel`.
+/// Serves `/metrics` and `/healthz` under `limits` (`http::serve`: no
+/// request body is read) until `cancel`.
 #[cfg(feature = "metrics-server")]
 pub async fn serve(
     listener: tokio::net::TcpListener,
     exposition: Exposition,
     health: Arc<Health>,
+    limits: crate::http::Limits,
     cancel: CancellationToken,
 ) {
     let app = Router::new()
         .route("/metrics", get(metrics_page))
         .route("/healthz", get(healthz))
         .with_state(Served { exposition, health });
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(cancel.cancelled_owned())
-        .await;
-    if let Err(e) = result {
-        tracing::error!(error = %e, "the metrics server stopped");
-    }
+    crate::http::serve(listener, app, limits, cancel).await;
 }
 
 #[cfg(feature = "metrics-server")]

@@ -183,6 +183,39 @@ fn every_bad_input_is_rejected_with_its_place_and_what_is_valid() {
             vec!["field `spool_max_bytes`", "invalid type"],
         ),
         (
+            "bad dashboard_read",
+            format!(
+                "{REDIS_SECTION}[daemon]\ndashboard_token_env = \"T\"\ndashboard_read = \"open\"\n{JOB}"
+            ),
+            vec![
+                "jobs.toml:5:18",
+                "[daemon]",
+                "field `dashboard_read`",
+                "invalid value \"open\"",
+                "expected \"token\" or \"public\"",
+            ],
+        ),
+        (
+            "dashboard_read token without a token",
+            format!("{REDIS_SECTION}[daemon]\ndashboard_read = \"token\"\n{JOB}"),
+            vec![
+                "field `dashboard_read`",
+                "needs a token to log in with",
+                "dashboard_token_env or dashboard_token_file",
+            ],
+        ),
+        (
+            "bad dashboard host",
+            format!(
+                "{REDIS_SECTION}[daemon]\ndashboard_hosts = [\"cron.example.com\", \"http://evil:80\"]\n{JOB}"
+            ),
+            vec![
+                "field `dashboard_hosts`",
+                "invalid host name \"http://evil:80\"",
+                "without a port or scheme",
+            ],
+        ),
+        (
             "bad token variable name",
             format!("{REDIS_SECTION}[daemon]\ndashboard_token_env = \"1-TOKEN\"\n{JOB}"),
             vec![

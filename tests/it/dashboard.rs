@@ -24,7 +24,7 @@ use fantoccini::Locator;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::support::{self, Browser, Cluster, RedisServer, Replica, read_outcomes};
+use crate::support::{self, Browser, Cluster, RedisServer, Replica, http, read_outcomes};
 
 /// The operator token every replica reads from [`TOKEN_ENV`].
 const TOKEN: &str = "dashboard-test-token-4815162342";
@@ -73,11 +73,13 @@ struct Dashboards {
 }
 
 impl Dashboards {
-    fn start() -> Dashboards {
+    /// With `read` (`"token"` or `"public"`) as `[daemon] dashboard_read`.
+    fn start(read: &str) -> Dashboards {
         let mut cluster = Cluster::new(RedisServer::start());
         cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
         let daemon = format!(
-            "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n"
+            "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n\
+             dashboard_read = \"{read}\"\n"
         );
         for name in ["a", "b", "c"] {
             cluster.start_with(name, &daemon, JOBS, None);
@@ -218,7 +220,8 @@ fn next_new_year_3am() -> String {
 
 #[test]
 fn pages_show_jobs_outcomes_output_and_runs_on_every_replica_live() {
-    let mut dashboards = Dashboards::start();
+    // Public to read: these pages are looked at without logging in.
+    let mut dashboards = Dashboards::start("public");
     support::runtime().block_on(async {
         let browser = Browser::start().await;
 
@@ -439,13 +442,14 @@ fn post(url: &str, headers: &[(&str, &str)], form: &[(&str, &str)]) -> u16 {
 
 #[test]
 fn run_now_needs_a_session_its_csrf_token_and_the_same_origin_and_runs_once() {
-    let dashboards = Dashboards::start();
+    let dashboards = Dashboards::start("token");
     let job_page = dashboards.url(0, "/jobs/yearly-report");
     let trigger = dashboards.url(0, "/jobs/yearly-report/trigger");
     support::runtime().block_on(async {
         let browser = Browser::start().await;
 
-        // Without logging in there is no button, only a way to log in.
+        // Without logging in there is no button, only a way to log in
+        // (reading needs the login too: the job page leads to it).
         goto(&browser, &job_page).await;
         let (buttons, login_links): (usize, usize) = js(
             &browser,
@@ -587,4 +591,104 @@ fn percent_encode(text: &str) -> String {
             }
         })
         .collect()
+}
+
+#[test]
+fn with_a_token_reading_needs_the_login_which_is_throttled_and_leads_only_here() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
+    let daemon = format!(
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n"
+    );
+    let jobs =
+        "[jobs.nightly]\nschedule = \"0 0 3 * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n";
+    cluster.start_with("guarded", &daemon, jobs, None);
+    cluster.start_with(
+        "open",
+        &format!("{daemon}dashboard_read = \"public\"\n"),
+        jobs,
+        None,
+    );
+    cluster.wait_ready();
+    let guarded = dashboard_addr(&cluster.replicas[0]);
+    let open = dashboard_addr(&cluster.replicas[1]);
+    let get = |addr: &str, path: &str, extra: &str| http::get(addr, addr, path, extra);
+
+    // With a token and no `dashboard_read`, pages lead to the login and
+    // back; the login page and the assets are there for everyone.
+    for (path, next) in [
+        ("/", "%2F"),
+        ("/jobs/nightly", "%2Fjobs%2Fnightly"),
+        ("/replicas?minutes=5", "%2Freplicas%3Fminutes%3D5"),
+    ] {
+        let answer = get(&guarded, path, "");
+        assert_eq!(answer.status, 303, "{path}: {answer:?}");
+        assert_eq!(
+            answer.header("location"),
+            Some(format!("/login?next={next}").as_str()),
+            "{path}"
+        );
+    }
+    for path in ["/login?next=%2F", "/assets/style.css", "/assets/app.js"] {
+        assert_eq!(get(&guarded, path, "").status, 200, "{path}");
+    }
+    // With `dashboard_read = "public"` the pages are read without it.
+    for path in ["/", "/jobs/nightly", "/replicas"] {
+        let answer = get(&open, path, "");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+    }
+
+    // The right token leads back only to a path of this site.
+    let login = |addr: &str, token: &str, next: &str| {
+        let form = format!(
+            "name=tester&token={}&next={}",
+            percent_encode(token),
+            percent_encode(next)
+        );
+        http::post_form(addr, addr, "/login", &form)
+    };
+    for (next, to) in [
+        ("/\\evil.example", "/"),
+        ("//evil.example", "/"),
+        ("https://evil.example/", "/"),
+        ("/jobs/nightly", "/jobs/nightly"),
+    ] {
+        let answer = login(&guarded, TOKEN, next);
+        assert_eq!(answer.status, 303, "next={next}: {answer:?}");
+        assert_eq!(
+            answer.header("location"),
+            Some(to),
+            "next={next}: {answer:?}"
+        );
+    }
+    // The session it sets reads the pages.
+    let answer = login(&guarded, TOKEN, "/");
+    let session = answer
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "set-cookie")
+        .filter_map(|(_, value)| value.split(';').next())
+        .collect::<Vec<_>>()
+        .join("; ");
+    assert!(session.contains("cronlease_session="), "{answer:?}");
+    let page = get(&guarded, "/", &format!("Cookie: {session}\r\n"));
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("nightly"), "{page:?}");
+
+    // Five wrong tokens within a minute are refused; the sixth attempt is
+    // throttled (429 with Retry-After), and so is the right token then.
+    for attempt in 1..=5 {
+        let answer = login(&guarded, "not-the-token-but-long-enough", "/");
+        assert_eq!(answer.status, 403, "wrong token {attempt}: {answer:?}");
+    }
+    let answer = login(&guarded, "not-the-token-but-long-enough", "/");
+    assert_eq!(answer.status, 429, "{answer:?}");
+    let wait: u64 = answer
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After in seconds: {answer:?}"));
+    assert!((1..=60).contains(&wait), "{answer:?}");
+    assert_eq!(login(&guarded, TOKEN, "/").status, 429);
+    // Another replica keeps its own count.
+    assert_eq!(login(&open, TOKEN, "/").status, 303);
 }

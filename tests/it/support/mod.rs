@@ -22,6 +22,7 @@ mod child;
 mod cluster;
 #[path = "../../../examples/common/faketime.rs"]
 mod faketime;
+pub mod http;
 mod outcome;
 mod process;
 mod redis_server;
