@@ -89,7 +89,7 @@ pub struct ConnectArgs {
     #[arg(long, short = 'c', value_name = "FILE", env = "CRONLEASE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Redis URL to use instead of a config file's (redis://, rediss://).
-    #[arg(long, value_name = "URL", env = "CRONLEASE_REDIS_URL")]
+    #[arg(long, value_name = "URL", env = "CRONLEASE_REDIS_URL", hide_env_values = true)]
     pub redis_url: Option<String>,
     /// Key prefix (default: the config's, else "cronlease").
     #[arg(long, value_name = "P")]
@@ -572,7 +572,10 @@ fn raise_open_files_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => tracing::info!(from = soft, to = hard, "raised the soft limit on open files"),
+            Ok(()) => {
+                crate::runner::set_runs_open_files_limit(soft, hard);
+                tracing::info!(from = soft, to = hard, "raised the soft limit on open files (runs keep the one they had)");
+            }
             Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files"),
         },
         Ok((soft, _)) => tracing::debug!(soft, "the soft limit on open files is the hard limit"),

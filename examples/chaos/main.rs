@@ -122,7 +122,7 @@ struct Args {
     out: Option<PathBuf>,
     /// Only these kinds of fault, comma-separated (default: all): kill9, sigstop,
     /// proxy_delay, proxy_blackhole, proxy_drop, proxy_reset, client_pause,
-    /// redis_restart, redis_wipe, clock_skew, sigterm, reload.
+    /// redis_restart, redis_wipe, clock_skew, sigterm, reload, forge.
     #[arg(long, value_delimiter = ',')]
     faults: Vec<String>,
     /// Run only the checker again, on the output directory of an earlier run

@@ -232,21 +232,38 @@ pub(crate) fn is_name(name: &str, max_len: usize) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
-/// Replaces the password (or lone user token) of a Redis URL with `***`.
+/// Replaces the password (or lone user token) of a Redis URL with `***`,
+/// and the value of a `pass` or `password` query parameter (a Unix
+/// socket's). Everything before the URL's last `@` counts as its user
+/// information, so a password holding `/`, `?` or `@` is hidden whole.
 pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_string();
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let userinfo = &rest[..at];
-            let redacted = match userinfo.split_once(':') {
-                Some((user, _password)) => format!("{user}:***"),
-                None => "***".to_string(),
-            };
-            format!("{scheme}://{redacted}{}", &rest[at..])
-        }
-        None => url.to_string(),
+    let (userinfo, rest) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
+    };
+    let mut out = format!("{scheme}://");
+    match userinfo.map(|u| u.split_once(':')) {
+        Some(Some((user, _password))) => out.push_str(&format!("{user}:***")),
+        Some(None) => out.push_str("***"),
+        None => {}
     }
+    match rest.split_once('?') {
+        None => out.push_str(rest),
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if matches!(key, "pass" | "password") => format!("{key}=***"),
+                    _ => pair.to_string(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+        }
+    }
+    out
 }

@@ -756,6 +756,11 @@ mod tests {
         assert_eq!(redact_url("rediss://:secret@h/0"), "rediss://:***@h/0");
         assert_eq!(redact_url("redis://token@h"), "redis://***@h");
         assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
+        assert_eq!(redact_url("redis://u:pa/ss?w@rd@h:6379/0"), "redis://u:***@h:6379/0");
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=0&pass=s3cret"),
+            "redis+unix:///run/redis.sock?db=0&pass=***"
+        );
     }
 
     #[test]

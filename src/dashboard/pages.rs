@@ -403,6 +403,12 @@ fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Mar
 
 fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
     html! {
+        @if let Some(repair) = &job.needs_repair {
+            span.badge.repair title=(format!("its state in Redis held {} = {:?}, which no replica writes: check who writes to Redis, then run `cronlease repair {}`", repair.field, repair.value, job.name)) {
+                "needs repair (" (repair.field) ")"
+            }
+            " "
+        }
         @if job.paused {
             span.badge.paused { "paused" }
             @if let Some(by) = &job.paused_by { " " small { "by " (by) } }

@@ -71,19 +71,19 @@ local stored = tonumber(fields[1] or '-1')
 local regressed = 0
 if min_tick > now + MAX_AHEAD_MS then min_tick = -1 end
 if min_fence > MAX_FENCE then min_fence = 0 end
-local implausible = nil
+local implausible, forged_fence = nil, false
+if current_fence > MAX_FENCE then
+  implausible, forged_fence, current_fence = 'fence', true, 0
+  redis.call('HSET', state, 'repair_field', 'fence', 'repair_value', string.sub(fields[2], 1, 40),
+    'repair_at', now)
+end
 if stored > now + MAX_AHEAD_MS then
   implausible, stored = 'last_tick', -1
-elseif current_fence > MAX_FENCE then
-  implausible, current_fence = 'fence', 0
-end
-if implausible then
-  redis.call('HSET', state, 'repair_field', implausible,
-    'repair_value', string.sub(fields[implausible == 'last_tick' and 1 or 2], 1, 40),
+  redis.call('HSET', state, 'repair_field', 'last_tick', 'repair_value', string.sub(fields[1], 1, 40),
     'repair_at', now)
-  if implausible == 'last_tick' then redis.call('HDEL', state, 'last_tick') end
-  regressed = implausible
+  redis.call('HDEL', state, 'last_tick')
 end
+if implausible then regressed = implausible end
 if stored < min_tick then
   -- Redis forgot ticks this replica saw claimed: state was lost. Re-seed.
   if regressed == 0 then regressed = 1 end
@@ -128,7 +128,7 @@ local started = math.max(now, tick)
 -- high-water mark and, when a lineage begins, `born`, in one write: the
 -- fence was read above.
 local fence = math.max(current_fence, min_fence) + 1
-if lineage_begins(implausible ~= 'fence' and fields[2] and current_fence, min_fence) then
+if lineage_begins(not forged_fence and fields[2] and current_fence, min_fence) then
   redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1], 'born', now)
 else
   redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])

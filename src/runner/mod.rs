@@ -40,6 +40,7 @@ mod tagged;
 
 pub use cgroup::Cgroups;
 pub use environment::{ReplicaEnv, RunEnv};
+pub use spawn::set_runs_open_files_limit;
 use cgroup::RunCgroup;
 use child::{Child, Spawned};
 use output::Output;

@@ -65,8 +65,9 @@ fn a_forged_announcement_leaves_the_job_running_every_tick_and_is_never_kept() {
 fn a_forged_high_water_mark_is_replaced_shown_as_needing_repair_and_repaired_for_good() {
     let mut cluster = Cluster::new(RedisServer::start());
     let file = cluster.path("side-effects");
-    cluster.start(
+    cluster.start_with(
         "a",
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n",
         &probe_job(
             "tick",
             "* * * * * *",
@@ -74,6 +75,7 @@ fn a_forged_high_water_mark_is_replaced_shown_as_needing_repair_and_repaired_for
             "printf '\\033[31mred\\033]0;title\\007\\n'",
             "",
         ),
+        None,
     );
     cluster.wait_ready();
     wait_for_every_tick(&file, 0, 2);
@@ -100,6 +102,15 @@ fn a_forged_high_water_mark_is_replaced_shown_as_needing_repair_and_repaired_for
             && status.stdout().contains("cronlease repair tick"),
         "{}",
         status.describe()
+    );
+    let dashboard =
+        cluster.replicas[0].logged_address("dashboard on http://", Duration::from_secs(10));
+    let page = crate::support::http::get(&dashboard, &dashboard, "/jobs/tick", "");
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains("needs repair (last_tick)"),
+        "{}",
+        page.body
     );
     let json = cronlease(["status", "-c", config, "--json"]).expect_code(0);
     assert!(
@@ -197,5 +208,53 @@ fn a_trigger_whose_run_id_is_a_path_is_refused_by_name() {
         cluster.logs().contains("run_id=../../x"),
         "{}",
         cluster.logs()
+    );
+}
+
+/// Driven through the library's `Store`: a fence past 2^53 - 1 is never
+/// handed out nor believed; the claim goes on from the claimant's own
+/// mark, records the finding, and `repair` clears it.
+#[test]
+fn a_forged_fence_is_replaced_by_the_claim_and_repaired() {
+    use cronlease::config::Overlap;
+    use cronlease::store::{ClaimReply, StateCheck, StateField};
+
+    use crate::support::{claim_request, connect_store, hget, now_ms, runtime, test_claimant};
+
+    let server = RedisServer::start();
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{draw}:state")
+        .arg("fence")
+        .arg("1152921504606846976")
+        .query(&mut server.client())
+        .expect("HSET");
+    runtime().block_on(async {
+        let store = connect_store(&server, "cl", "1s").await;
+        let claimant = cronlease::store::Claimant {
+            min_fence: 41,
+            ..test_claimant(Duration::from_secs(10), Overlap::Skip, 100)
+        };
+        let reply = store
+            .claim(&claim_request("draw", "run", now_ms() - 1000, claimant))
+            .await
+            .expect("claim");
+        let ClaimReply::Claimed { fence, state, .. } = reply else {
+            panic!("expected claimed, got {reply:?}");
+        };
+        assert_eq!(fence, 42, "the claimant's own mark, not the forged fence");
+        assert_eq!(state, StateCheck::Implausible(StateField::Fence));
+        assert_eq!(
+            hget(&server, "cl:{draw}:state", "repair_field").as_deref(),
+            Some("fence")
+        );
+        assert_eq!(store.repair("draw").await.expect("repair"), ["finding"]);
+        assert_eq!(
+            store.repair("draw").await.expect("repair"),
+            Vec::<String>::new()
+        );
+    });
+    assert_eq!(
+        hget(&server, "cl:{draw}:state", "fence").as_deref(),
+        Some("42")
     );
 }

@@ -192,3 +192,34 @@ fn the_lock_commands_command_gets_the_allowlist_and_never_the_redis_url() {
     assert!(!out.contains("OTHER_VAR"), "{}", run.describe());
     assert!(!out.contains("CRONLEASE_REDIS_URL"), "{}", run.describe());
 }
+
+#[test]
+fn a_run_keeps_the_open_files_limit_the_replica_started_with() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("limit");
+    let jobs = format!(
+        "[jobs.limit]\nschedule = \"* * * * * *\"\nshell = 'ulimit -n > {}'\n",
+        file.display()
+    );
+    // The replica raises its own soft limit to the hard one for its servers;
+    // a run gets the 1,024 it started with (what `select` needs).
+    let wrapper = ["prlimit", "--nofile=1024:8192", "--"]
+        .map(String::from)
+        .to_vec();
+    cluster.start_with("a", "", &jobs, Some(wrapper));
+    cluster.wait_ready();
+    let limit = wait_until(Duration::from_secs(20), "a run", || {
+        std::fs::read_to_string(&file)
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    cluster.stop_all();
+    assert_eq!(limit.trim(), "1024");
+    assert!(
+        cluster
+            .logs()
+            .contains("raised the soft limit on open files"),
+        "{}",
+        cluster.logs()
+    );
+}

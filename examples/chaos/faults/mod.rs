@@ -3,6 +3,7 @@
 
 mod client_pause;
 mod clock_skew;
+mod forge;
 mod kill9;
 mod proxy_mode;
 mod proxy_reset;
@@ -46,6 +47,9 @@ pub enum FaultKind {
     Sigterm,
     /// A changed config and SIGHUP, mid-tick.
     Reload,
+    /// Forged claim announcements and a job's high-water mark set a day
+    /// ahead, as any Redis client could write them.
+    Forge,
     /// Not injected: a replica that died by itself (and was restarted).
     UnexpectedExit,
 }
@@ -53,7 +57,7 @@ pub enum FaultKind {
 use FaultKind::*;
 
 /// Every kind of fault the suite injects, with its weight in the random choice.
-const INJECTED: [(FaultKind, u64); 12] = [
+const INJECTED: [(FaultKind, u64); 13] = [
     (Kill9, 30),
     (Sigstop, 30),
     (ProxyDelay, 15),
@@ -66,6 +70,7 @@ const INJECTED: [(FaultKind, u64); 12] = [
     (ClockSkew, 20),
     (Sigterm, 15),
     (Reload, 15),
+    (Forge, 10),
 ];
 
 impl FaultKind {
@@ -84,6 +89,7 @@ impl FaultKind {
             ClockSkew => "clock_skew",
             Sigterm => "sigterm",
             Reload => "reload",
+            Forge => "forge",
             UnexpectedExit => "unexpected_exit",
         }
     }
@@ -219,6 +225,7 @@ impl Harness {
             ClockSkew => clock_skew::inject(self, f, draws)?,
             Sigterm => sigterm::inject(self, f, draws)?,
             Reload => reload::inject(self, f, draws)?,
+            Forge => forge::inject(self, f, draws)?,
             UnexpectedExit => bail!("unexpected_exit is recorded, not injected"),
         }
         Ok(fault)

@@ -324,8 +324,12 @@ unsafe fn child_steps(args: &ChildArgs<'_>) -> (Step, c_int) {
             return (Step::Workdir, errno());
         }
 
-        // 7. No signal blocked.
+        // 7. No signal blocked; the replica's own limit on open files
+        // lowered back to what it started with (lowering cannot fail).
         libc::pthread_sigmask(libc::SIG_SETMASK, &prepared.empty_mask, ptr::null_mut());
+        if let Some(nofile) = &prepared.nofile {
+            libc::setrlimit(libc::RLIMIT_NOFILE, nofile);
+        }
 
         // 8. execvp's search.
         let argv = prepared.argv_ptrs.as_ptr();

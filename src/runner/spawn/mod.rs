@@ -207,6 +207,20 @@ struct Prepared {
     workdir: CString,
     /// The signal mask the program starts with: empty.
     empty_mask: libc::sigset_t,
+    /// The limit on open files the program starts with: the replica's
+    /// before it raised its own ([`set_runs_open_files_limit`]).
+    nofile: Option<libc::rlimit>,
+}
+
+/// The soft and hard limits on open files the replica started with,
+/// before it raised its own for its servers and connections.
+static RUNS_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
+
+/// Runs start with this limit on open files (the replica's before it
+/// raised its own), not the replica's: a program that expects the usual
+/// 1,024 (`select`) keeps it. Set once, at start.
+pub fn set_runs_open_files_limit(soft: u64, hard: u64) {
+    let _ = RUNS_NOFILE.set((soft, hard));
 }
 
 impl Prepared {
@@ -278,6 +292,10 @@ impl Prepared {
             _envp: envp,
             workdir,
             empty_mask,
+            nofile: RUNS_NOFILE.get().map(|&(soft, hard)| libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            }),
         })
     }
 
