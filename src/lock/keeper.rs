@@ -60,7 +60,18 @@ struct Shared {
     /// Wakes the task when a hold is due before the task planned to wake.
     wake: Notify,
     cancel: CancellationToken,
+    /// The lock names this process put in the registry, and when
+    /// ([`Keeper::register`]). A `std` mutex: looked up and updated, never
+    /// held across an `.await`.
+    registered: Mutex<HashMap<String, Instant>>,
 }
+
+/// How often one process puts a lock it acquires in the registry again.
+const REGISTER_EVERY: Duration = Duration::from_secs(24 * 3600);
+
+/// The most names [`Keeper::register`] remembers; past it, it starts over
+/// (a process taking a lock per customer registers each again, no more).
+const REGISTERED_KEPT: usize = 10_000;
 
 /// The holds being renewed.
 #[derive(Default)]
@@ -149,6 +160,7 @@ impl Keeper {
                 table: Mutex::new(Table::default()),
                 wake: Notify::new(),
                 cancel,
+                registered: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -167,6 +179,35 @@ impl Keeper {
         let server_us = self.shared.store.server_time_us().await?;
         self.shared.clock.observe(server_us, sent_us, local_now_us());
         Ok(())
+    }
+
+    /// Puts lock `name`, just acquired, in the registry the dashboard
+    /// lists locks from (`Store::register_lock`): at most once a day per
+    /// name in this process, so that an acquisition costs nothing more.
+    /// A failure is logged: the lock is held, and the registry is an index.
+    pub(crate) async fn register(&self, name: &str) {
+        {
+            let mut registered = self
+                .shared
+                .registered
+                .lock()
+                .expect("registry mutex poisoned: a panic while updating a map");
+            if registered.get(name).is_some_and(|at| at.elapsed() < REGISTER_EVERY) {
+                return;
+            }
+            if registered.len() >= REGISTERED_KEPT {
+                registered.clear();
+            }
+            registered.insert(name.to_string(), Instant::now());
+        }
+        if let Err(e) = self.shared.store.register_lock(name, self.redis_now_ms()).await {
+            tracing::debug!(lock = %name, error = %e, "cannot put the lock in the registry; tried again at its next acquisition");
+            self.shared
+                .registered
+                .lock()
+                .expect("registry mutex poisoned: a panic while updating a map")
+                .remove(name);
+        }
     }
 
     /// The Redis time now, ms, as this process estimates it: what a lock's

@@ -311,7 +311,14 @@ impl LockBuilder {
             };
             let reply = store.lock_acquire(&hold.ticket, request).await?;
             let (holder, ttl_ms) = match reply {
-                LockReply::Acquired { fence } | LockReply::Reentered { fence, .. } => {
+                LockReply::Acquired { fence } => {
+                    // Registered once the hold is renewed: the registry
+                    // waits for Redis, the lease must not.
+                    let guard = self.hold(hold, reentry, fence, sent);
+                    self.keeper.register(&self.name).await;
+                    return Ok(Acquisition::Acquired(guard));
+                }
+                LockReply::Reentered { fence, .. } => {
                     return Ok(Acquisition::Acquired(self.hold(hold, reentry, fence, sent)));
                 }
                 LockReply::Held { holder, ttl_ms } => (holder, ttl_ms),

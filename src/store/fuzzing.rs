@@ -60,11 +60,6 @@ pub fn lock_holder(name: &str, reply: Value) -> Result<Option<LockHolder>, Store
     lock::parse_lock_holder(name, value, ttl_ms, &fence)
 }
 
-/// A `CLUSTER NODES` reply: the masters' addresses.
-pub fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
-    lock::cluster_masters(nodes)
-}
-
 /// A `TIME` reply, as the heartbeat reads it.
 pub fn time(reply: Value) -> Option<i64> {
     heartbeat::parse_time(reply)

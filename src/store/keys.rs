@@ -116,16 +116,11 @@ impl Keys {
         self.job_key(job, "actions")
     }
 
-    /// The pattern [`Keys::lease`] of every lock matches (SCAN).
-    pub fn lock_lease_pattern(&self) -> String {
-        format!("{}:{{lock:*}}:lease", self.prefix)
-    }
-
-    /// The lock name in a key [`Keys::lock_lease_pattern`] matched.
-    pub fn lock_name_of<'k>(&self, key: &'k str) -> Option<&'k str> {
-        key.strip_prefix(&self.prefix)?
-            .strip_prefix(":{lock:")?
-            .strip_suffix("}:lease")
+    /// Sorted set: the name of every lock acquired lately → when (Redis
+    /// ms) a process last registered it; how the dashboard finds locks
+    /// without a keyspace scan.
+    pub fn lock_registry(&self) -> String {
+        format!("{}:locks", self.prefix)
     }
 
     /// Hash: replica id → heartbeat JSON.

@@ -11,7 +11,6 @@ mod record;
 
 use std::time::{Duration, Instant};
 
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, RedisWrite, Value};
 
 use super::*;
@@ -555,19 +554,87 @@ impl Store {
     }
 }
 
-/// How many keys one SCAN step asks Redis to look at.
-const SCAN_STEP: u32 = 1000;
+/// How long a lock stays in the registry after a process last registered
+/// it: as long as its state key lives (30 days after it was made).
+const REGISTRY_KEEP_MS: i64 = 30 * 24 * 3600 * 1000;
+
+/// The most names the registry lists at once.
+const REGISTRY_LISTED: isize = 10_000;
 
 impl Store {
+    /// Adds lock `name` to the registry of locks (`Keys::lock_registry`)
+    /// at Redis time `now_ms`, and drops names not registered for 30 days;
+    /// on every node. The lock's holder calls it after an acquisition, at
+    /// most once a day per name and process: an index, not the lock.
+    pub async fn register_lock(&self, name: &str, now_ms: i64) -> Result<(), StoreError> {
+        let registry = self.keys.lock_registry();
+        let answers = self
+            .on_all(|mut conn| {
+                let registry = registry.clone();
+                async move {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ZADD")
+                        .arg(&registry)
+                        .arg(now_ms)
+                        .arg(name)
+                        .ignore()
+                        .cmd("ZREMRANGEBYSCORE")
+                        .arg(&registry)
+                        .arg("-inf")
+                        .arg(now_ms - REGISTRY_KEEP_MS)
+                        .ignore();
+                    pipe.query_async::<()>(&mut conn).await?;
+                    Ok(())
+                }
+            })
+            .await;
+        self.gather("register lock", answers).map(drop)
+    }
+
     /// The names of the locks that exist now (held, or held recently
-    /// enough that their lease key has not lapsed), sorted: found by SCAN
-    /// on every node (every master of a Cluster, every quorum master).
+    /// enough that their lease key has not lapsed), sorted: the registry's
+    /// names (every node's) whose lease key exists. No keyspace scan.
     pub async fn lock_names(&self) -> Result<Vec<String>, StoreError> {
-        let pattern = self.keys.lock_lease_pattern();
+        let registry = self.keys.lock_registry();
         let found = self
-            .on_all(|conn| {
-                let pattern = pattern.clone();
-                async move { scan_node(conn, &pattern).await }
+            .on_all(|mut conn| {
+                let registry = registry.clone();
+                async move {
+                    let names: Vec<String> = redis::cmd("ZRANGE")
+                        .arg(&registry)
+                        .arg(0)
+                        .arg(REGISTRY_LISTED - 1)
+                        .query_async(&mut conn)
+                        .await?;
+                    let names: Vec<String> = names
+                        .into_iter()
+                        .filter(|name| crate::config::is_name(name, 128))
+                        .collect();
+                    if names.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    // One EXISTS each, sent together: in a Cluster the
+                    // lease keys live in as many slots as there are locks.
+                    let held = futures_util::future::join_all(names.iter().map(|name| {
+                        let mut conn = conn.clone();
+                        let key = self.keys.lock_key(name, "lease");
+                        async move {
+                            redis::cmd("EXISTS")
+                                .arg(key)
+                                .query_async::<i64>(&mut conn)
+                                .await
+                        }
+                    }))
+                    .await
+                    .into_iter()
+                    .collect::<Result<Vec<i64>, _>>()?;
+                    Ok(names
+                        .into_iter()
+                        .zip(held)
+                        .filter(|(_, exists)| *exists == 1)
+                        .map(|(name, _)| name)
+                        .collect::<Vec<_>>())
+                }
             })
             .await;
         let mut names = std::collections::BTreeSet::new();
@@ -575,13 +642,9 @@ impl Store {
         let mut answered = 0;
         for result in found {
             match result {
-                Ok(keys) => {
+                Ok(found) => {
                     answered += 1;
-                    names.extend(
-                        keys.iter()
-                            .filter_map(|key| self.keys.lock_name_of(key))
-                            .map(str::to_string),
-                    );
+                    names.extend(found);
                 }
                 Err(e) => last_error = Some(e),
             }
@@ -591,84 +654,6 @@ impl Store {
             _ => Ok(names.into_iter().collect()),
         }
     }
-}
-
-/// Every key matching `pattern` on the node behind `conn`; on a Cluster,
-/// on each of its masters in turn.
-async fn scan_node(conn: Conn, pattern: &str) -> Result<Vec<String>, StoreError> {
-    match conn {
-        Conn::Cluster(mut cluster) => {
-            let nodes: String = redis::cmd("CLUSTER")
-                .arg("NODES")
-                .query_async(&mut cluster)
-                .await?;
-            let mut keys = Vec::new();
-            for (host, port) in cluster_masters(&nodes) {
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port,
-                });
-                let mut cursor = 0u64;
-                loop {
-                    let mut cmd = redis::cmd("SCAN");
-                    cmd.arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(SCAN_STEP);
-                    let reply = cluster.route_command(cmd, routing.clone()).await?;
-                    let (next, batch): (u64, Vec<String>) = redis::from_redis_value(reply)
-                        .map_err(|e| StoreError::Protocol {
-                            what: "SCAN",
-                            reply: e.to_string(),
-                        })?;
-                    keys.extend(batch);
-                    if next == 0 {
-                        break;
-                    }
-                    cursor = next;
-                }
-            }
-            Ok(keys)
-        }
-        mut conn => {
-            let mut keys = Vec::new();
-            let mut cursor = 0u64;
-            loop {
-                let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_STEP)
-                    .query_async(&mut conn)
-                    .await?;
-                keys.extend(batch);
-                if next == 0 {
-                    return Ok(keys);
-                }
-                cursor = next;
-            }
-        }
-    }
-}
-
-/// The masters' addresses in a `CLUSTER NODES` reply (`id host:port@bus
-/// flags …`; a line that does not read so is skipped).
-pub(super) fn cluster_masters(nodes: &str) -> Vec<(String, u16)> {
-    nodes
-        .lines()
-        .filter_map(|line| {
-            let mut parts = line.split_whitespace();
-            let (_id, address, flags) = (parts.next()?, parts.next()?, parts.next()?);
-            if !flags.split(',').any(|f| f == "master") || flags.contains("fail") {
-                return None;
-            }
-            let address = address.split('@').next()?;
-            let (host, port) = address.rsplit_once(':')?;
-            Some((host.to_string(), port.parse().ok()?))
-        })
-        .collect()
 }
 
 #[cfg(test)]

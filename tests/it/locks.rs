@@ -651,3 +651,40 @@ fn a_bad_name_or_lease_is_refused_before_redis_hears_of_it() {
         guard.release().await.expect("Redis answers");
     });
 }
+
+#[test]
+fn existing_locks_are_listed_from_the_registry_without_a_keyspace_scan() {
+    let redis = RedisServer::start();
+    runtime().block_on(async {
+        let cluster = cluster(&redis).await;
+        let store = crate::support::connect_store(&redis, PREFIX, "1s").await;
+        let migration = cluster
+            .lock("migration")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        let backup = cluster
+            .lock("backup")
+            .try_acquire()
+            .await
+            .expect("Redis answers")
+            .expect("the lock is free");
+        assert_eq!(
+            store.lock_names().await.expect("Redis answers"),
+            ["backup", "migration"]
+        );
+        assert!(backup.release().await.expect("Redis answers"));
+        assert_eq!(
+            store.lock_names().await.expect("Redis answers"),
+            ["migration"],
+            "a released lock is not listed"
+        );
+        drop(migration);
+    });
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis.client())
+        .expect("INFO");
+    assert!(!stats.contains("cmdstat_scan"), "{stats}");
+}
