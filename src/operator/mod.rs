@@ -281,7 +281,8 @@ fn fill_job_hashes(replicas: &mut [ReplicaStatus], stored: &[(String, String)]) 
 }
 
 /// The jobs `status` reports: the table's, else every job some replica's
-/// heartbeat names, sorted.
+/// heartbeat names, sorted (a name no job can have is named in a warning
+/// and left out: it would become a key).
 fn job_names<J>(jobs: Option<&BTreeMap<String, J>>, replicas: &[ReplicaStatus]) -> Vec<String> {
     match jobs {
         Some(jobs) => jobs.keys().cloned().collect(),
@@ -289,6 +290,13 @@ fn job_names<J>(jobs: Option<&BTreeMap<String, J>>, replicas: &[ReplicaStatus]) 
             let mut names: Vec<String> = replicas
                 .iter()
                 .flat_map(|r| r.config_hash.keys().cloned())
+                .filter(|name| {
+                    let valid = crate::config::is_name(name, 128);
+                    if !valid {
+                        tracing::warn!(job = %crate::inert::escape(name), "a replica's heartbeat names a job no table can have; left out");
+                    }
+                    valid
+                })
                 .collect();
             names.sort();
             names.dedup();
