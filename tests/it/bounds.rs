@@ -16,8 +16,8 @@ use cronlease::store::{
 };
 
 use crate::support::{
-    Cluster, RedisServer, claim_request, connect_store, hget, now_ms, ok_outcome, read_outcomes,
-    runtime, test_claimant, wait_until,
+    Cluster, RedisServer, claim_request, claimed_outcome, connect_store, hget, now_ms, ok_outcome,
+    read_outcomes, runtime, test_claimant, wait_until,
 };
 
 /// The prefix `support::write_config_section` gives replicas.
@@ -42,21 +42,7 @@ async fn claim(store: &Store, run_id: &str, tick_ms: i64, history: u32) -> Outco
         tick_ms,
         test_claimant(LEASE, Overlap::Skip, history),
     );
-    let reply = store.claim(&request).await.expect("claim");
-    let ClaimReply::Claimed {
-        fence,
-        lease_key,
-        started_ms,
-        ..
-    } = reply
-    else {
-        panic!("a fresh tick with no rival: expected claimed, got {reply:?}");
-    };
-    Outcome {
-        started_ms,
-        finished_ms: started_ms + 1,
-        ..ok_outcome(JOB, run_id, tick_ms, fence, lease_key)
-    }
+    claimed_outcome(store, &request).await
 }
 
 /// Claims and finishes `count` ticks, one second apart from `first_tick`.

@@ -8,13 +8,11 @@ use std::time::Duration;
 
 use cronlease::config::Overlap;
 use cronlease::outcome::Outcome;
-use cronlease::store::{
-    Attempt, ClaimReply, ClaimRequest, Claimant, Recorded, Store, SweepRequest,
-};
+use cronlease::store::{Attempt, ClaimRequest, Claimant, Recorded, Store, SweepRequest};
 
 use crate::support::{
-    Cluster, RedisServer, claim_request, connect_store, current_by_tick, hget, now_ms, ok_outcome,
-    probe_job, read_outcomes, runtime, test_claimant, wait_until,
+    Cluster, RedisServer, claim_request, claimed_outcome, connect_store, current_by_tick, hget,
+    now_ms, probe_job, read_outcomes, runtime, test_claimant, wait_until,
 };
 
 const PREFIX: &str = "cl";
@@ -30,24 +28,8 @@ fn flushall(server: &RedisServer) {
         .expect("FLUSHALL");
 }
 
-/// Sends `request` and returns the outcome its run would record, started
-/// when the claim said (as a replica's run is).
 async fn claim(store: &Store, request: &ClaimRequest<'_>) -> Outcome {
-    let reply = store.claim(request).await.expect("claim");
-    let ClaimReply::Claimed {
-        fence,
-        lease_key,
-        started_ms,
-        ..
-    } = reply
-    else {
-        panic!("{}: expected claimed, got {reply:?}", request.run_id);
-    };
-    Outcome {
-        started_ms,
-        finished_ms: started_ms + 1,
-        ..ok_outcome(JOB, request.run_id, request.tick_ms, fence, lease_key)
-    }
+    claimed_outcome(store, request).await
 }
 
 async fn finish(store: &Store, outcome: &Outcome) -> Recorded {

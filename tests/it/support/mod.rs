@@ -84,7 +84,7 @@ pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 pub use outcome::{Outcome, read_outcomes};
 pub use redis_server::RedisServer;
 pub use replica::Replica;
-pub use store::{claim_request, connect_store, hget, test_claimant};
+pub use store::{claim_request, claimed_outcome, connect_store, hget, test_claimant};
 pub use topology::{ClientCert, RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
 
 /// What one run of the binary did.

@@ -68,3 +68,33 @@ pub fn hget(server: &RedisServer, key: &str, field: &str) -> Option<String> {
         .query(&mut server.client())
         .expect("HGET")
 }
+
+/// Sends `request`, which must be won, and returns the outcome of its run
+/// as `super::ok_outcome` makes it, started when the claim said (as a
+/// replica's run is: never before its claim).
+pub async fn claimed_outcome(
+    store: &Store,
+    request: &ClaimRequest<'_>,
+) -> cronlease::outcome::Outcome {
+    let reply = store.claim(request).await.expect("claim");
+    let cronlease::store::ClaimReply::Claimed {
+        fence,
+        lease_key,
+        started_ms,
+        ..
+    } = reply
+    else {
+        panic!("{}: expected claimed, got {reply:?}", request.run_id);
+    };
+    cronlease::outcome::Outcome {
+        started_ms,
+        finished_ms: started_ms + 1,
+        ..super::ok_outcome(
+            request.job,
+            request.run_id,
+            request.tick_ms,
+            fence,
+            lease_key,
+        )
+    }
+}
