@@ -97,8 +97,12 @@ if tick <= stored then return {'taken', stored, regressed, current_fence} end
 -- the same run id can still win; the caller knows for sure it lost.
 if deadline >= 0 and now > deadline then return {'expired', now - tick} end
 -- The high-water mark before this tick: ticks of the schedule between it and
--- this one were never claimed (the caller records them as missed).
+-- this one were never claimed (the caller records them as missed). Unknown
+-- (-2) when Redis lost it or it was forged: the caller's mark that took its
+-- place says nothing of the ticks other replicas ran since, and they must
+-- not be recorded as missed.
 local previous = stored
+if regressed ~= 0 then previous = -2 end
 
 if fields[3] == '1' then
   if ahead then return {'early', tick - now} end
