@@ -74,13 +74,11 @@ if min_fence > MAX_FENCE then min_fence = 0 end
 local implausible, forged_fence = nil, false
 if current_fence > MAX_FENCE then
   implausible, forged_fence, current_fence = 'fence', true, 0
-  redis.call('HSET', state, 'repair_field', 'fence', 'repair_value', string.sub(fields[2], 1, 40),
-    'repair_at', now)
+  note_finding(state, 'fence', fields[2], now)
 end
 if stored > now + MAX_AHEAD_MS then
   implausible, stored = 'last_tick', -1
-  redis.call('HSET', state, 'repair_field', 'last_tick', 'repair_value', string.sub(fields[1], 1, 40),
-    'repair_at', now)
+  note_finding(state, 'last_tick', fields[1], now)
   redis.call('HDEL', state, 'last_tick')
 end
 if implausible then regressed = implausible end

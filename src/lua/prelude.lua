@@ -142,14 +142,29 @@ local function lineage_begins(fence_before, min_fence)
   return not fence_before or fence_before < min_fence
 end
 
+-- Records in the job's state that `field` held `raw`, a value no honest
+-- writer produces: `status` shows the job as needing repair until
+-- `cronlease repair` (repair.lua) clears the finding.
+local function note_finding(state, field, raw, now)
+  redis.call('HSET', state, 'repair_field', field, 'repair_value', string.sub(raw, 1, 40),
+    'repair_at', now)
+end
+
 -- The fence after `min_fence`, the highest this replica has seen: a Redis
--- that lost state never hands out a fence that was already used.
+-- that lost state never hands out a fence that was already used. A fence
+-- past MAX_FENCE (forged) counts as lost, and is noted.
 local function next_fence(state, min_fence, now)
-  local fence = redis.call('HINCRBY', state, 'fence', 1)
-  local before = fence - 1
+  local raw = redis.call('HGET', state, 'fence')
+  local before = tonumber(raw or '0')
+  if before > MAX_FENCE then
+    note_finding(state, 'fence', raw, now)
+    before = 0
+  end
+  local fence = math.max(before, min_fence) + 1
   if lineage_begins(before > 0 and before or nil, min_fence) then
-    fence = math.max(fence, min_fence + 1)
-    redis.call('HSET', state, 'fence', fence, 'born', now)
+    redis.call('HSET', state, 'fence', string.format('%d', fence), 'born', now)
+  else
+    redis.call('HSET', state, 'fence', string.format('%d', fence))
   end
   return fence
 end

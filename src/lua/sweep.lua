@@ -25,9 +25,7 @@ for i = 1, #entries, 2 do
     redis.call('HDEL', running, run_id)
     redis.call('HSET', quarantine, 'running:' .. run_id, entries[i + 1])
     redis.call('PEXPIRE', quarantine, 30 * 24 * 3600 * 1000)
-    -- A finding for `status` until `cronlease repair` (see repair.lua).
-    redis.call('HSET', state, 'repair_field', 'running', 'repair_value',
-      string.sub(run_id, 1, 40), 'repair_at', now)
+    note_finding(state, 'running', run_id, now)
     quarantined[#quarantined + 1] = run_id
   elseif e.expires < now then
     abandoned = abandoned + 1

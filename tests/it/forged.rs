@@ -258,3 +258,52 @@ fn a_forged_fence_is_replaced_by_the_claim_and_repaired() {
         Some("42")
     );
 }
+
+/// A manual run never hands out a forged fence either.
+#[test]
+fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
+    use cronlease::config::Overlap;
+    use cronlease::store::{ManualReply, ManualRequest, TriggerRequest};
+
+    use crate::support::{connect_store, hget, runtime, test_claimant};
+
+    let server = RedisServer::start();
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{draw}:state")
+        .arg("fence")
+        .arg("9223372036854775807")
+        .query(&mut server.client())
+        .expect("HSET");
+    runtime().block_on(async {
+        let store = connect_store(&server, "cl", "1s").await;
+        let request = TriggerRequest {
+            id: "1-0".into(),
+            job: "draw".into(),
+            run_id: "manual-run".into(),
+            requested_by: "test".into(),
+        };
+        let claimant = cronlease::store::Claimant {
+            min_fence: 6,
+            ..test_claimant(Duration::from_secs(10), Overlap::Skip, 100)
+        };
+        let reply = store
+            .manual_claim(&ManualRequest {
+                request: &request,
+                claimant,
+            })
+            .await
+            .expect("manual claim");
+        let ManualReply::Claimed { fence, .. } = reply else {
+            panic!("expected claimed, got {reply:?}");
+        };
+        assert_eq!(fence, 7);
+    });
+    assert_eq!(
+        hget(&server, "cl:{draw}:state", "repair_field").as_deref(),
+        Some("fence")
+    );
+    assert_eq!(
+        hget(&server, "cl:{draw}:state", "fence").as_deref(),
+        Some("7")
+    );
+}
