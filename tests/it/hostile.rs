@@ -133,11 +133,12 @@ fn garbage_in_redis_is_named_and_skipped_by_every_command_and_a_live_replica() {
     let config = write_config(
         dir.path(),
         &redis.url(),
-        "metrics_listen = \"\"\ndashboard_listen = \"\"",
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"",
         JOBS,
     );
     let config_arg = config.to_string_lossy().to_string();
     let replica = Replica::start(&config, "a");
+    let dashboard = replica.logged_address("dashboard on http://", Duration::from_secs(30));
     let mut conn = redis.client();
     let count = |conn: &mut redis::Connection, job: &str| {
         read_outcomes(conn, "cl", job)
@@ -218,6 +219,27 @@ fn garbage_in_redis_is_named_and_skipped_by_every_command_and_a_live_replica() {
         ticks.len(),
         "a tick of stuck ran twice: {ticks:?}"
     );
+
+    // The dashboard shows every page over the garbage, the job whose runs
+    // in flight were quarantined as needing repair.
+    for path in [
+        "/",
+        "/replicas",
+        "/jobs/good",
+        "/jobs/victim",
+        "/jobs/quiet",
+        "/jobs/stuck",
+    ] {
+        let page = crate::support::http::get(&dashboard, &dashboard, path, "");
+        assert_eq!(page.status, 200, "{path}: {page:?}");
+        if path == "/jobs/victim" {
+            assert!(
+                page.body.contains("needs repair (running)"),
+                "{}",
+                page.body
+            );
+        }
+    }
 
     // Every operator command works and names what it left out.
     let status = cronlease(["status", "--config", &config_arg]).expect_code(0);
