@@ -89,7 +89,12 @@ pub struct ConnectArgs {
     #[arg(long, short = 'c', value_name = "FILE", env = "CRONLEASE_CONFIG")]
     pub config: Option<PathBuf>,
     /// Redis URL to use instead of a config file's (redis://, rediss://).
-    #[arg(long, value_name = "URL", env = "CRONLEASE_REDIS_URL", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "CRONLEASE_REDIS_URL",
+        hide_env_values = true
+    )]
     pub redis_url: Option<String>,
     /// Key prefix (default: the config's, else "cronlease").
     #[arg(long, value_name = "P")]
@@ -480,7 +485,11 @@ fn repair(args: &JobArgs) -> Exit {
         Ok(if cleared.is_empty() {
             format!("{}: nothing to repair\n", args.job)
         } else {
-            format!("{} repaired by {who}: cleared {}\n", args.job, cleared.join(", "))
+            format!(
+                "{} repaired by {who}: cleared {}\n",
+                args.job,
+                cleared.join(", ")
+            )
         })
     })
 }
@@ -574,9 +583,15 @@ fn raise_open_files_limit() {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
             Ok(()) => {
                 crate::runner::set_runs_open_files_limit(soft, hard);
-                tracing::info!(from = soft, to = hard, "raised the soft limit on open files (runs keep the one they had)");
+                tracing::info!(
+                    from = soft,
+                    to = hard,
+                    "raised the soft limit on open files (runs keep the one they had)"
+                );
             }
-            Err(e) => tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files"),
+            Err(e) => {
+                tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files")
+            }
         },
         Ok((soft, _)) => tracing::debug!(soft, "the soft limit on open files is the hard limit"),
         Err(e) => tracing::warn!(error = %e, "cannot read the limit on open files"),

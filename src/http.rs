@@ -80,7 +80,12 @@ pub struct Limits {
 impl Limits {
     /// The defaults: headers within 10 s, 30 s without a byte, 10 minutes
     /// in all; `max_connections`, `max_body` and `hosts` as given.
-    pub fn new(name: &'static str, max_connections: usize, max_body: usize, hosts: Hosts) -> Limits {
+    pub fn new(
+        name: &'static str,
+        max_connections: usize,
+        max_body: usize,
+        hosts: Hosts,
+    ) -> Limits {
         Limits {
             name,
             header_read: Duration::from_secs(10),
@@ -163,7 +168,9 @@ fn host_name(host: &str) -> &str {
         return host.find(']').map_or(host, |end| &host[..=end]);
     }
     match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.contains(':') => name,
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.contains(':') => {
+            name
+        }
         _ => host,
     }
 }
@@ -227,7 +234,13 @@ fn refuse(stream: &TcpStream) {
 
 /// Serves one connection until it ends, stays silent for `limits.idle`,
 /// or outlives `limits.lifetime` or the server (plus [`CLOSE_GRACE`]).
-async fn connection(stream: TcpStream, peer: SocketAddr, app: Router, limits: &Arc<Limits>, cancel: &CancellationToken) {
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    limits: &Arc<Limits>,
+    cancel: &CancellationToken,
+) {
     let _ = stream.set_nodelay(true);
     let opened = Instant::now();
     let activity = Arc::new(AtomicU64::new(0));
@@ -285,10 +298,18 @@ async fn connection(stream: TcpStream, peer: SocketAddr, app: Router, limits: &A
 
 /// One request: its `Host` checked, its body read whole under the limit,
 /// then `app`'s answer (with the peer's address as `ConnectInfo`).
-async fn handle(request: Request<Incoming>, app: Router, limits: &Limits, peer: SocketAddr) -> Response<Body> {
+async fn handle(
+    request: Request<Incoming>,
+    app: Router,
+    limits: &Limits,
+    peer: SocketAddr,
+) -> Response<Body> {
     if !limits.hosts.allows(request.headers().get(header::HOST)) {
         tracing::info!(server = limits.name, %peer, host = ?request.headers().get(header::HOST), "request for another host refused");
-        return refusal(StatusCode::BAD_REQUEST, "unknown Host: this server answers only to its own names\n");
+        return refusal(
+            StatusCode::BAD_REQUEST,
+            "unknown Host: this server answers only to its own names\n",
+        );
     }
     let declared = request
         .headers()
@@ -302,7 +323,12 @@ async fn handle(request: Request<Incoming>, app: Router, limits: &Limits, peer: 
     let body = match Limited::new(body, limits.max_body).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(limits),
-        Err(_) => return refusal(StatusCode::BAD_REQUEST, "the request body could not be read\n"),
+        Err(_) => {
+            return refusal(
+                StatusCode::BAD_REQUEST,
+                "the request body could not be read\n",
+            );
+        }
     };
     let mut request = Request::from_parts(parts, Body::from(body));
     request.extensions_mut().insert(ConnectInfo(peer));
@@ -317,7 +343,10 @@ async fn handle(request: Request<Incoming>, app: Router, limits: &Limits, peer: 
 fn too_large(limits: &Limits) -> Response<Body> {
     refusal(
         StatusCode::PAYLOAD_TOO_LARGE,
-        &format!("request body too large: at most {} bytes\n", limits.max_body),
+        &format!(
+            "request body too large: at most {} bytes\n",
+            limits.max_body
+        ),
     )
 }
 
@@ -327,7 +356,10 @@ fn refusal(status: StatusCode, text: &str) -> Response<Body> {
     let mut response = Response::new(Body::from(text.to_string()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
 }
@@ -348,7 +380,11 @@ impl Watched {
 }
 
 impl AsyncRead for Watched {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
         let before = buf.filled().len();
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
@@ -360,7 +396,11 @@ impl AsyncRead for Watched {
 }
 
 impl AsyncWrite for Watched {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
         let poll = Pin::new(&mut this.inner).poll_write(cx, data);
         if matches!(poll, Poll::Ready(Ok(n)) if n > 0) {
@@ -405,11 +445,28 @@ mod tests {
 
     #[test]
     fn only_own_names_and_addresses_are_answered() {
-        let loopback = Hosts::new("127.0.0.1".parse().expect("an address"), &["Cron.Example.".to_string()]);
-        for host in ["127.0.0.1:9465", "localhost:9465", "LOCALHOST", "[::1]:9465", "cron.example:9465", "cron.example"] {
+        let loopback = Hosts::new(
+            "127.0.0.1".parse().expect("an address"),
+            &["Cron.Example.".to_string()],
+        );
+        for host in [
+            "127.0.0.1:9465",
+            "localhost:9465",
+            "LOCALHOST",
+            "[::1]:9465",
+            "cron.example:9465",
+            "cron.example",
+        ] {
             assert!(allows(&loopback, host), "{host}");
         }
-        for host in ["evil.example", "evil.example:9465", "10.0.0.5:9465", "", "localhost.evil.example", "[::1"] {
+        for host in [
+            "evil.example",
+            "evil.example:9465",
+            "10.0.0.5:9465",
+            "",
+            "localhost.evil.example",
+            "[::1",
+        ] {
             assert!(!allows(&loopback, host), "{host}");
         }
         assert!(!loopback.allows(None));

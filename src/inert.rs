@@ -34,7 +34,10 @@ pub fn escape(text: &str) -> Cow<'_, str> {
 /// [`escape`], keeping line breaks and tabs: for multi-line output (a run's
 /// output tail) shown in a terminal, where lines are what a reader expects.
 pub fn escape_keeping_lines(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(|c| needs_escape(c) && !matches!(c, '\n' | '\t')) {
+    if !text
+        .chars()
+        .any(|c| needs_escape(c) && !matches!(c, '\n' | '\t'))
+    {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
@@ -68,7 +71,10 @@ mod tests {
         check("plain text, déjà vu, 中文", "plain text, déjà vu, 中文");
         check("\x1b[31mred\x1b[0m", "\\u{1b}[31mred\\u{1b}[0m");
         check("a\nforged line", "a\\nforged line");
-        check("bell\x07 del\x7f c1\u{9b}", "bell\\u{7} del\\u{7f} c1\\u{9b}");
+        check(
+            "bell\x07 del\x7f c1\u{9b}",
+            "bell\\u{7} del\\u{7f} c1\\u{9b}",
+        );
         check("\u{202e}evil", "\\u{202e}evil");
         assert!(matches!(escape("clean"), Cow::Borrowed(_)));
     }

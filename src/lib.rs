@@ -83,51 +83,133 @@ macro_rules! enum_names {
     };
 }
 
-/// Declares the engine's modules: private to the crate, and public but
-/// hidden from the docs with the `internals` feature, which only this
-/// crate's own tests, examples and benchmarks enable.
-macro_rules! internal {
-    ($($(#[$attr:meta])* $name:ident),* $(,)?) => {$(
-        $(#[$attr])*
-        #[cfg(feature = "internals")]
-        #[doc(hidden)]
-        pub mod $name;
-        $(#[$attr])*
-        #[cfg(not(feature = "internals"))]
-        mod $name;
-    )*};
-}
+// The engine's modules: private to the crate, and public but hidden from
+// the docs with the `internals` feature, which only this crate's own
+// tests, examples and benchmarks enable. Declared one by one (not by a
+// macro) so that rustfmt and every lint see each file.
 
-internal!(
-    #[cfg(feature = "cli")]
-    cli,
-    clock,
-    config,
-    daemon,
-    #[cfg(feature = "dashboard")]
-    dashboard,
-    embed,
-    exit,
-    inert,
-    #[cfg(feature = "http-server")]
-    http,
-    link,
-    lock,
-    #[cfg(feature = "cli")]
-    logging,
-    membership,
-    #[cfg(feature = "cli")]
-    operator,
-    outcome,
-    #[cfg(feature = "process")]
-    runner,
-    schedule,
-    spool,
-    store,
-    task,
-    telemetry,
-    watchdog,
-);
+#[cfg(feature = "cli")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod cli;
+#[cfg(feature = "cli")]
+#[cfg(not(feature = "internals"))]
+mod cli;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod clock;
+#[cfg(not(feature = "internals"))]
+mod clock;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod config;
+#[cfg(not(feature = "internals"))]
+mod config;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod daemon;
+#[cfg(not(feature = "internals"))]
+mod daemon;
+#[cfg(feature = "dashboard")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod dashboard;
+#[cfg(feature = "dashboard")]
+#[cfg(not(feature = "internals"))]
+mod dashboard;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod embed;
+#[cfg(not(feature = "internals"))]
+mod embed;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod exit;
+#[cfg(not(feature = "internals"))]
+mod exit;
+#[cfg(feature = "http-server")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod http;
+#[cfg(feature = "http-server")]
+#[cfg(not(feature = "internals"))]
+mod http;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod inert;
+#[cfg(not(feature = "internals"))]
+mod inert;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod link;
+#[cfg(not(feature = "internals"))]
+mod link;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod lock;
+#[cfg(not(feature = "internals"))]
+mod lock;
+#[cfg(feature = "cli")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod logging;
+#[cfg(feature = "cli")]
+#[cfg(not(feature = "internals"))]
+mod logging;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod membership;
+#[cfg(not(feature = "internals"))]
+mod membership;
+#[cfg(feature = "cli")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod operator;
+#[cfg(feature = "cli")]
+#[cfg(not(feature = "internals"))]
+mod operator;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod outcome;
+#[cfg(not(feature = "internals"))]
+mod outcome;
+#[cfg(feature = "process")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod runner;
+#[cfg(feature = "process")]
+#[cfg(not(feature = "internals"))]
+mod runner;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod schedule;
+#[cfg(not(feature = "internals"))]
+mod schedule;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod spool;
+#[cfg(not(feature = "internals"))]
+mod spool;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod store;
+#[cfg(not(feature = "internals"))]
+mod store;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod task;
+#[cfg(not(feature = "internals"))]
+mod task;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod telemetry;
+#[cfg(not(feature = "internals"))]
+mod telemetry;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod watchdog;
+#[cfg(not(feature = "internals"))]
+mod watchdog;
 
 pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
 pub use embed::{

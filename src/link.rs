@@ -128,10 +128,12 @@ fn clone_certificates(certificates: &TlsCertificates) -> TlsCertificates {
 /// The TLS files, read now (the config checked they are readable at load).
 fn certificates(tls: &Tls) -> Result<Option<TlsCertificates>, LinkError> {
     let read = |what: &'static str, path: &std::path::Path| {
-        crate::config::read_bounded(path, crate::config::MAX_PEM_FILE).map_err(|source| LinkError::File {
-            what,
-            path: path.display().to_string(),
-            source,
+        crate::config::read_bounded(path, crate::config::MAX_PEM_FILE).map_err(|source| {
+            LinkError::File {
+                what,
+                path: path.display().to_string(),
+                source,
+            }
         })
     };
     let root_cert = tls

@@ -158,9 +158,17 @@ mod tests {
     #[test]
     fn an_event_stays_one_line_without_control_characters() {
         let event = "INFO job=a: evil\n<3>forged entry\r\x1b[2J\u{9b}31m\tok\n".as_bytes();
-        let out = String::from_utf8(inert_event(event, Escape::AllControls)).expect("UTF-8 in, UTF-8 out");
-        assert_eq!(out, "INFO job=a: evil\\n<3>forged entry\\r\\x1b[2J\\u{9b}31m\tok\n");
-        let kept = String::from_utf8(inert_event(b"\x1b[32mINFO\x1b[0m a\nb", Escape::KeepingColours)).expect("UTF-8");
+        let out = String::from_utf8(inert_event(event, Escape::AllControls))
+            .expect("UTF-8 in, UTF-8 out");
+        assert_eq!(
+            out,
+            "INFO job=a: evil\\n<3>forged entry\\r\\x1b[2J\\u{9b}31m\tok\n"
+        );
+        let kept = String::from_utf8(inert_event(
+            b"\x1b[32mINFO\x1b[0m a\nb",
+            Escape::KeepingColours,
+        ))
+        .expect("UTF-8");
         assert_eq!(kept, "\x1b[32mINFO\x1b[0m a\\nb");
     }
 }

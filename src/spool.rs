@@ -348,7 +348,9 @@ impl Spool {
             if is_temporary_name(&name) {
                 match fs::remove_file(&path) {
                     Ok(()) => removed += 1,
-                    Err(e) => warn!(path = %path.display(), error = %e, "cannot remove a temporary spool file"),
+                    Err(e) => {
+                        warn!(path = %path.display(), error = %e, "cannot remove a temporary spool file")
+                    }
                 }
                 continue;
             }
@@ -722,7 +724,10 @@ mod tests {
         let elsewhere = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("spool")).unwrap();
         let e = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap_err();
-        assert!(e.to_string().contains("a symbolic link, not followed"), "{e}");
+        assert!(
+            e.to_string().contains("a symbolic link, not followed"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -741,7 +746,11 @@ mod tests {
         let pending = spool.pending().unwrap();
         assert_eq!(pending.len(), 1);
         let e = pending[0].1.as_ref().unwrap_err();
-        assert!(e.to_string().contains("link.json: a symbolic link, not followed"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("link.json: a symbolic link, not followed"),
+            "{e}"
+        );
         let to = spool.quarantine(&link).unwrap();
         assert!(fs::symlink_metadata(&to).unwrap().file_type().is_symlink());
         assert_eq!(fs::read(&target).unwrap(), bytes, "the target is unchanged");
@@ -762,7 +771,10 @@ mod tests {
         assert_eq!(pending.len(), 2);
         for (path, read) in &pending {
             let e = read.as_ref().unwrap_err();
-            assert!(e.to_string().contains("not a regular file"), "{path:?}: {e}");
+            assert!(
+                e.to_string().contains("not a regular file"),
+                "{path:?}: {e}"
+            );
         }
     }
 
@@ -783,7 +795,12 @@ mod tests {
             run_id: "run-3".into(),
             ..outcome()
         });
-        let Err(SaveError::Full { held, needed, max_bytes }) = refused else {
+        let Err(SaveError::Full {
+            held,
+            needed,
+            max_bytes,
+        }) = refused
+        else {
             panic!("not refused: {refused:?}");
         };
         assert_eq!((held, needed, max_bytes), (one * 2, one, one * 2));
@@ -844,5 +861,4 @@ mod tests {
         let spool = Spool::open(dir.path(), DEFAULT_MAX_BYTES).unwrap();
         assert!(names(spool.dir()).is_empty());
     }
-
 }

@@ -166,7 +166,9 @@ impl Table {
     }
 
     fn earliest_deadline(&self) -> Option<Instant> {
-        self.deadlines.first_key_value().map(|((deadline, _), _)| *deadline)
+        self.deadlines
+            .first_key_value()
+            .map(|((deadline, _), _)| *deadline)
     }
 
     /// A run whose deadline is `now` or earlier, taken off the table.

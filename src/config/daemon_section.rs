@@ -12,8 +12,8 @@ use super::checker::{Checker, is_name};
 use super::environment;
 use super::{
     ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_HTTP_MAX_CONNECTIONS,
-    DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, DashboardRead, LogFormat,
-    RedisConfig, TokenSource,
+    DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, DashboardRead, LogFormat, RedisConfig,
+    TokenSource,
 };
 
 #[derive(Debug, Deserialize)]
@@ -116,11 +116,8 @@ pub(super) fn validate_daemon(
         raw.dashboard_listen,
         DEFAULT_DASHBOARD_LISTEN,
     );
-    let dashboard_token = dashboard_token(
-        checker,
-        raw.dashboard_token_env,
-        raw.dashboard_token_file,
-    );
+    let dashboard_token =
+        dashboard_token(checker, raw.dashboard_token_env, raw.dashboard_token_file);
     let dashboard_read = dashboard_read(checker, raw.dashboard_read, dashboard_token.as_ref());
     let dashboard_hosts = dashboard_hosts(checker, raw.dashboard_hosts.unwrap_or_default());
     let http_max_connections = checker.integer(
@@ -328,16 +325,16 @@ fn dashboard_token(
                 Some(file.span()),
                 Some(S),
                 Some("dashboard_token_file"),
-                "both dashboard_token_env and dashboard_token_file are set: expected one of them".into(),
+                "both dashboard_token_env and dashboard_token_file are set: expected one of them"
+                    .into(),
             );
             None
         }
         (Some(name), None) => {
-            let valid = name
-                .get_ref()
-                .chars()
-                .enumerate()
-                .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()));
+            let valid =
+                name.get_ref().chars().enumerate().all(|(i, c)| {
+                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
+                });
             if name.get_ref().is_empty() || !valid {
                 checker.problem(
                     Some(name.span()),
@@ -425,7 +422,9 @@ fn dashboard_hosts(checker: &mut Checker<'_>, given: Vec<Spanned<String>>) -> Ve
                     && label.len() <= 63
                     && !label.starts_with('-')
                     && !label.ends_with('-')
-                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             });
         if address || name {
             hosts.push(text.to_ascii_lowercase());

@@ -9,9 +9,9 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::checker::Checker;
-use super::run_env;
 use super::daemon_section::MAX_GRACE;
 use super::document::Source;
+use super::run_env;
 use super::{Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
@@ -141,7 +141,13 @@ pub(super) fn validate_job(
         MAX_GRACE,
     );
     let retries = checker.integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
-    let limits = job_limits(checker, section, &raw.memory_max, &raw.cpu_max, &raw.tasks_max);
+    let limits = job_limits(
+        checker,
+        section,
+        &raw.memory_max,
+        &raw.cpu_max,
+        &raw.tasks_max,
+    );
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,

@@ -44,8 +44,8 @@ mod redis_section;
 mod run_env;
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV};
 
-pub use checker::{parse_duration, redact_url};
 pub(crate) use checker::is_name;
+pub use checker::{parse_duration, redact_url};
 pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE, renewable};
 pub(crate) use document::Source;
 
@@ -457,7 +457,6 @@ pub enum Leftovers {
     Wait,
 }
 
-
 impl Job {
     /// A hash of the whole definition (FNV-1a of its debug form, so the same
     /// binary on every host computes the same value). Replicas publish it in
@@ -756,7 +755,10 @@ mod tests {
         assert_eq!(redact_url("rediss://:secret@h/0"), "rediss://:***@h/0");
         assert_eq!(redact_url("redis://token@h"), "redis://***@h");
         assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
-        assert_eq!(redact_url("redis://u:pa/ss?w@rd@h:6379/0"), "redis://u:***@h:6379/0");
+        assert_eq!(
+            redact_url("redis://u:pa/ss?w@rd@h:6379/0"),
+            "redis://u:***@h:6379/0"
+        );
         assert_eq!(
             redact_url("redis+unix:///run/redis.sock?db=0&pass=s3cret"),
             "redis+unix:///run/redis.sock?db=0&pass=***"

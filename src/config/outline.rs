@@ -259,7 +259,8 @@ mod tests {
 
     #[test]
     fn a_piece_keeps_its_place_in_the_document() {
-        let text = "[redis]\nurl = \"u\"\n[jobs.a]\ncommand = [\"x\", \"y\"]\nenv = { K = \"v\" }\n";
+        let text =
+            "[redis]\nurl = \"u\"\n[jobs.a]\ncommand = [\"x\", \"y\"]\nenv = { K = \"v\" }\n";
         let outline = outline(text).expect("a plain document");
         let range = outline.jobs[0].1.clone();
         let piece = parse_piece(text, range).expect("a valid piece");

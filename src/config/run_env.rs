@@ -29,9 +29,7 @@ impl EnvPattern {
     /// `_`, not starting with a digit), optionally ending in `*`, or `*`.
     pub fn parse(text: &str) -> Option<EnvPattern> {
         let name = text.strip_suffix('*').unwrap_or(text);
-        let valid = name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        let valid = name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !name.starts_with(|c: char| c.is_ascii_digit())
             && (!name.is_empty() || text == "*");
         valid.then(|| EnvPattern(text.to_string()))

@@ -384,9 +384,9 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     ctx.meters.count_claim(&job.name, ClaimCount::Claimed);
     let lateness_ms = start.started_ms - start.tick_ms;
     // Claimed this long before the tick (the run waits for it).
-    let ahead_ms = start
-        .not_before
-        .map_or(0, |at| at.saturating_duration_since(Instant::now()).as_millis());
+    let ahead_ms = start.not_before.map_or(0, |at| {
+        at.saturating_duration_since(Instant::now()).as_millis()
+    });
     info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, ahead_ms, "claimed");
     ClaimEnd::Won {
         start,

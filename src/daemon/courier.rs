@@ -61,7 +61,11 @@ pub(super) async fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
             warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
             count_spooled(ctx);
         }
-        Err(SaveError::Full { held, needed, max_bytes }) => {
+        Err(SaveError::Full {
+            held,
+            needed,
+            max_bytes,
+        }) => {
             metrics::counter!(telemetry::SPOOL_FULL).increment(1);
             error!(
                 job = %outcome.job, run_id = %outcome.run_id, spool_max_bytes = max_bytes,
@@ -137,7 +141,11 @@ async fn deliver_held(ctx: &Ctx) {
     let mut redis_away = false;
     for outcome in held {
         if !redis_away {
-            match ctx.store.finish(&outcome, ctx.config.daemon.history, None, Attempt::Again).await {
+            match ctx
+                .store
+                .finish(&outcome, ctx.config.daemon.history, None, Attempt::Again)
+                .await
+            {
                 Ok(reply) => {
                     ctx.redis_answered();
                     info!(job = %outcome.job, run_id = %outcome.run_id, "outcome held in memory delivered");
@@ -151,12 +159,17 @@ async fn deliver_held(ctx: &Ctx) {
             }
         }
         match save(ctx, &outcome).await {
-            Ok(path) => info!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "outcome held in memory spooled"),
+            Ok(path) => {
+                info!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "outcome held in memory spooled")
+            }
             Err(_) => still.push(outcome),
         }
     }
     if !still.is_empty() {
-        error!(held = still.len(), "outcomes still held in memory: Redis is unreachable and the spool refuses them");
+        error!(
+            held = still.len(),
+            "outcomes still held in memory: Redis is unreachable and the spool refuses them"
+        );
     }
     let mut held = ctx
         .unspooled
@@ -190,8 +203,12 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
             Ok(outcome) => outcome,
             Err(e) => {
                 match ctx.spool.quarantine(&path) {
-                    Ok(to) => error!(error = %e, quarantined = %to.display(), "unreadable spooled outcome moved to the spool's quarantine"),
-                    Err(q) => error!(error = %e, quarantine_error = %q, "unreadable spooled outcome, and it cannot be moved aside"),
+                    Ok(to) => {
+                        error!(error = %e, quarantined = %to.display(), "unreadable spooled outcome moved to the spool's quarantine")
+                    }
+                    Err(q) => {
+                        error!(error = %e, quarantine_error = %q, "unreadable spooled outcome, and it cannot be moved aside")
+                    }
                 }
                 continue;
             }

@@ -105,7 +105,13 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     beats.count += 1;
     let reply = match ctx
         .store
-        .heartbeat(&ctx.identity.replica, &record, jobs.as_deref(), &beats.new_epoch, time)
+        .heartbeat(
+            &ctx.identity.replica,
+            &record,
+            jobs.as_deref(),
+            &beats.new_epoch,
+            time,
+        )
         .await
     {
         Ok(reply) => reply,

@@ -129,9 +129,7 @@ impl JobMeters {
 
     /// Counts one finished run: `cronlease_runs_total{job, status}`.
     pub(super) fn count_run(&self, status: Status) {
-        let runs = || {
-            metrics::counter!(telemetry::RUNS, "job" => self.job.clone(), "status" => status.as_str())
-        };
+        let runs = || metrics::counter!(telemetry::RUNS, "job" => self.job.clone(), "status" => status.as_str());
         match status {
             Status::Ok => self.ok.get_or_init(runs).increment(1),
             _ => runs().increment(1),
@@ -147,9 +145,8 @@ impl JobMeters {
 
     /// A run's duration.
     pub(super) fn duration(&self) -> &Histogram {
-        self.duration.get_or_init(
-            || metrics::histogram!(telemetry::RUN_DURATION, "job" => self.job.clone()),
-        )
+        self.duration
+            .get_or_init(|| metrics::histogram!(telemetry::RUN_DURATION, "job" => self.job.clone()))
     }
 
     /// A run's CPU time.
@@ -160,9 +157,8 @@ impl JobMeters {
 
     /// When the job last succeeded.
     pub(super) fn last_success(&self) -> &Gauge {
-        self.last_success.get_or_init(
-            || metrics::gauge!(telemetry::LAST_SUCCESS, "job" => self.job.clone()),
-        )
+        self.last_success
+            .get_or_init(|| metrics::gauge!(telemetry::LAST_SUCCESS, "job" => self.job.clone()))
     }
 
     /// Counts `n` ticks nobody claimed.

@@ -90,14 +90,14 @@ mod timer;
 mod triggers;
 
 use claim::{Ahead, ClaimEnd, claim, record_missed};
-use meters::{ClaimCount, JobMeters, Meters};
 use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
+use meters::{ClaimCount, JobMeters, Meters};
 use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
-use serve::{dashboard_token, start_dashboard, start_metrics, token_secret};
 pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
+use serve::{dashboard_token, start_dashboard, start_metrics, token_secret};
 use triggers::trigger_consumer;
 
 /// A tick claimed no later than this after its time is on time; older
@@ -273,13 +273,12 @@ impl Ctx {
     /// How this replica contains its runs' processes (found once).
     #[cfg(feature = "process")]
     fn containment(&self) -> &crate::runner::Containment {
-        self.containment
-            .get_or_init(|| {
-                crate::runner::Containment::detect(
-                    &self.identity.replica,
-                    self.config.daemon.containment,
-                )
-            })
+        self.containment.get_or_init(|| {
+            crate::runner::Containment::detect(
+                &self.identity.replica,
+                self.config.daemon.containment,
+            )
+        })
     }
 
     /// Whether every job of `table` with resource limits can have them
@@ -302,7 +301,10 @@ impl Ctx {
     /// process jobs), for its heartbeat.
     fn containment_name(&self) -> Option<&'static str> {
         #[cfg(feature = "process")]
-        return self.containment.get().map(crate::runner::Containment::as_str);
+        return self
+            .containment
+            .get()
+            .map(crate::runner::Containment::as_str);
         #[cfg(not(feature = "process"))]
         None
     }
@@ -453,12 +455,20 @@ pub async fn run(
         #[cfg(feature = "process")]
         replica_env: replica_env(&config, &jobs, &dashboard_token),
     };
-    let ctx = Arc::new(Ctx::new(config.clone(), jobs.clone(), parts, claiming.clone()));
+    let ctx = Arc::new(Ctx::new(
+        config.clone(),
+        jobs.clone(),
+        parts,
+        claiming.clone(),
+    ));
     // A replica that runs commands says at once how it contains them.
     #[cfg(feature = "process")]
     if jobs.values().any(|job| {
         crate::runner::Process::argv(&job.command).is_some()
-            && ctx.tasks.read().is_ok_and(|tasks| tasks.registered(&job.name).is_none())
+            && ctx
+                .tasks
+                .read()
+                .is_ok_and(|tasks| tasks.registered(&job.name).is_none())
     }) {
         if let crate::runner::Containment::Unavailable(reason) = ctx.containment() {
             return Err(DaemonError::Containment(reason.clone()));

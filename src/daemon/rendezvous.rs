@@ -4,8 +4,8 @@
 //! script announces it); and the listener of those announcements.
 
 use super::*;
-use std::sync::PoisonError;
 use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE};
+use std::sync::PoisonError;
 
 /// How long each rank waits after the one before it for a claim to be
 /// announced: also the takeover delay when the preferred replica is gone.
@@ -89,8 +89,8 @@ impl ClaimLatency {
 /// A peak `(value, when)` as it weighs at `now`.
 fn decayed(peak: Option<(Duration, Instant)>, now: Instant) -> Duration {
     peak.map_or(Duration::ZERO, |(value, when)| {
-        let half_lives = now.saturating_duration_since(when).as_secs_f64()
-            / PEAK_HALF_LIFE.as_secs_f64();
+        let half_lives =
+            now.saturating_duration_since(when).as_secs_f64() / PEAK_HALF_LIFE.as_secs_f64();
         value.mul_f64(0.5f64.powf(half_lives))
     })
 }
@@ -196,7 +196,10 @@ impl Forged {
     fn note(&mut self, line: &str) {
         metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "announcement").increment(1);
         self.since += 1;
-        if self.logged.is_some_and(|at| at.elapsed() < FORGED_LOG_EVERY) {
+        if self
+            .logged
+            .is_some_and(|at| at.elapsed() < FORGED_LOG_EVERY)
+        {
             return;
         }
         error!(

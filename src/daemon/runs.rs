@@ -151,7 +151,9 @@ fn count_finished(meters: &JobMeters, outcome: &Outcome) {
         .duration()
         .record((outcome.finished_ms - outcome.started_ms).max(0) as f64 / 1000.0);
     if outcome.status == Status::Ok {
-        meters.last_success().set(outcome.finished_ms as f64 / 1000.0);
+        meters
+            .last_success()
+            .set(outcome.finished_ms as f64 / 1000.0);
     }
 }
 

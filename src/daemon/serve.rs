@@ -32,7 +32,13 @@ pub(super) async fn start_metrics(
                 addr = %bound, max_connections = limits.max_connections,
                 "metrics listening on http://{bound}/metrics"
             );
-            tasks.spawn(telemetry::serve(listener, exposition, health, limits, cancel.clone()));
+            tasks.spawn(telemetry::serve(
+                listener,
+                exposition,
+                health,
+                limits,
+                cancel.clone(),
+            ));
         }
         Err(e) => error!(error = %e, "metrics and /healthz are not served"),
     }
@@ -84,7 +90,12 @@ pub(super) async fn start_dashboard(
         (Some(_), crate::config::DashboardRead::Token) => "reading and actions need the login",
         (Some(_), crate::config::DashboardRead::Public) => "public to read, actions need the login",
     };
-    let limits = http_limits("dashboard", addr, &ctx.config.daemon, crate::dashboard::MAX_BODY);
+    let limits = http_limits(
+        "dashboard",
+        addr,
+        &ctx.config.daemon,
+        crate::dashboard::MAX_BODY,
+    );
     info!(addr = %bound, mode, max_connections = limits.max_connections, "dashboard on http://{bound}/");
     let dashboard = crate::dashboard::Dashboard::new(
         store,
@@ -153,7 +164,10 @@ pub(super) type DashboardToken = Option<()>;
 /// replica with the reason (the operator expects actions to work).
 #[cfg(feature = "dashboard")]
 pub(super) fn dashboard_token(config: &Config) -> Result<DashboardToken, DaemonError> {
-    match (&config.daemon.dashboard_listen, &config.daemon.dashboard_token) {
+    match (
+        &config.daemon.dashboard_listen,
+        &config.daemon.dashboard_token,
+    ) {
         (Some(_), Some(source)) => Ok(Some(crate::dashboard::Token::load(source)?)),
         _ => Ok(None),
     }

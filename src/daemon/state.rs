@@ -80,7 +80,9 @@ impl MarkBook {
         };
         marks.retain(|job, marks| {
             let believable = marks.fence <= MAX_FENCE
-                && marks.last_tick.is_none_or(|t| t <= now_ms.saturating_add(MAX_REMEMBERED_AHEAD_MS));
+                && marks
+                    .last_tick
+                    .is_none_or(|t| t <= now_ms.saturating_add(MAX_REMEMBERED_AHEAD_MS));
             if !believable {
                 warn!(
                     path = %path.display(), job = %crate::inert::escape(job),
@@ -111,7 +113,10 @@ impl MarkBook {
     /// be claimed: Redis answered so, or another replica announced it.
     pub(super) fn covers(&self, job: &str, tick_ms: i64) -> bool {
         let marks = self.get(job);
-        marks.last_tick.max(marks.heard_tick).is_some_and(|last| last >= tick_ms)
+        marks
+            .last_tick
+            .max(marks.heard_tick)
+            .is_some_and(|last| last >= tick_ms)
     }
 
     /// Remembers an announced claim of `job` (which the caller checked is
@@ -120,7 +125,12 @@ impl MarkBook {
     pub(super) fn hear(&self, job: &str, tick: i64, fence: u64) {
         self.update(job, |entry| {
             entry.heard_tick = Some(entry.heard_tick.map_or(tick, |t| t.max(tick)));
-            if fence <= entry.fence.saturating_add(MAX_HEARD_FENCE_STEP).min(MAX_FENCE) {
+            if fence
+                <= entry
+                    .fence
+                    .saturating_add(MAX_HEARD_FENCE_STEP)
+                    .min(MAX_FENCE)
+            {
                 entry.heard_fence = entry.heard_fence.max(fence);
             }
             false
@@ -240,7 +250,10 @@ mod tests {
         assert!(book.covers("draw", 2_000) && book.covers("draw", 1_500));
         assert!(!book.covers("draw", 2_001) && !book.covers("other", 0));
         book.note("manual", None, Some(9));
-        assert!(!book.covers("manual", 0), "a trigger's fence claims no tick");
+        assert!(
+            !book.covers("manual", 0),
+            "a trigger's fence claims no tick"
+        );
     }
 
     #[test]
@@ -252,8 +265,16 @@ mod tests {
         book.hear("draw", 9_000, 8);
         assert!(book.covers("draw", 9_000), "heard: no need to wait");
         let marks = book.get("draw");
-        assert_eq!(marks.last_tick, Some(1_000), "the claim's min_tick is its own");
-        assert_eq!(marks.min_fence(), 8, "a heard fence is asked to be stayed above");
+        assert_eq!(
+            marks.last_tick,
+            Some(1_000),
+            "the claim's min_tick is its own"
+        );
+        assert_eq!(
+            marks.min_fence(),
+            8,
+            "a heard fence is asked to be stayed above"
+        );
         // A fence far above what Redis answered is not believed.
         book.hear("draw", 9_000, 5 + MAX_HEARD_FENCE_STEP + 1);
         assert_eq!(book.get("draw").min_fence(), 8);

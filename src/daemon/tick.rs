@@ -134,7 +134,9 @@ pub(super) async fn job_step(
     // job is an alarm, not a future). A catch-up is rare and its future
     // large: boxed, so that the tick's steps are not made its size.
     let claimed = match step {
-        Step::CatchUp => return next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?),
+        Step::CatchUp => {
+            return next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?);
+        }
         Step::Tick { tick_ms, lead } => {
             let next = claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await;
             (tick_ms, next)
@@ -191,7 +193,12 @@ async fn claim_tick(
 
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
 /// claim was announced.
-async fn claim_turn(ctx: &Arc<Ctx>, job: &Arc<Job>, cancel: &CancellationToken, tick_ms: i64) -> Next {
+async fn claim_turn(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    cancel: &CancellationToken,
+    tick_ms: i64,
+) -> Next {
     if cancel.is_cancelled() {
         return Next::Cancelled;
     }

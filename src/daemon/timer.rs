@@ -227,7 +227,10 @@ mod tests {
         let ats: Vec<Instant> = due.iter().map(|alarm| alarm.at).collect();
         assert_eq!(
             ats,
-            [now + Duration::from_millis(10), now + Duration::from_millis(20)]
+            [
+                now + Duration::from_millis(10),
+                now + Duration::from_millis(20)
+            ]
         );
         assert_eq!(timer.len(), 1);
     }

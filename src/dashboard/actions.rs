@@ -73,14 +73,24 @@ pub(super) async fn act(
     // CSRF token (403, not 415: it changes nothing either way).
     let form = form.map(|Form(f)| f).unwrap_or_default();
     let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
-    let caller = if headers.contains_key(header::AUTHORIZATION) { Caller::Script } else { Caller::Browser };
+    let caller = if headers.contains_key(header::AUTHORIZATION) {
+        Caller::Script
+    } else {
+        Caller::Browser
+    };
     // A bearer token is a guess like a login's: counted and throttled.
     if caller == Caller::Script
         && let Err(wait) = dashboard.throttle.check(peer.ip())
     {
         return too_many(&dashboard, &visitor, wait, peer);
     }
-    let who = match auth::authorize(dashboard.token.as_ref(), &headers, form.csrf.as_deref(), peer, &dashboard.replica) {
+    let who = match auth::authorize(
+        dashboard.token.as_ref(),
+        &headers,
+        form.csrf.as_deref(),
+        peer,
+        &dashboard.replica,
+    ) {
         Ok(who) => who,
         Err(refusal) => {
             if caller == Caller::Script && refusal == Refusal::NotAuthorized {
@@ -91,17 +101,31 @@ pub(super) async fn act(
         }
     };
     let Some(action) = Action::parse(&action) else {
-        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no action {action:?}: expected trigger, pause or resume"));
+        return error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no action {action:?}: expected trigger, pause or resume"),
+        );
     };
     let known = dashboard.job_table().contains_key(&name);
     let known = known || dashboard.store.job_exists(&name).await.unwrap_or(false);
     if !known {
-        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?}"));
+        return error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no job {name:?}"),
+        );
     }
     let result = match action {
         Action::Trigger => operator::trigger(&dashboard.store, &name, &who).await,
-        Action::Pause => operator::pause(&dashboard.store, &name, &who).await.map(|_| String::new()),
-        Action::Resume => operator::resume(&dashboard.store, &name, &who).await.map(|_| String::new()),
+        Action::Pause => operator::pause(&dashboard.store, &name, &who)
+            .await
+            .map(|_| String::new()),
+        Action::Resume => operator::resume(&dashboard.store, &name, &who)
+            .await
+            .map(|_| String::new()),
     };
     dashboard.invalidate().await;
     match result {
@@ -110,21 +134,50 @@ pub(super) async fn act(
             // Read the state again now, so the next page shows the change.
             let _ = dashboard.status(Fresh::Now).await;
             match caller {
-                Caller::Script => (StatusCode::OK, format!("{} {name} {run}\n", action.as_str())).into_response(),
-                Caller::Browser => Redirect::to(&format!("/jobs/{name}?done={}&run={}", action.as_str(), auth::percent_encode(&run))).into_response(),
+                Caller::Script => (
+                    StatusCode::OK,
+                    format!("{} {name} {run}\n", action.as_str()),
+                )
+                    .into_response(),
+                Caller::Browser => Redirect::to(&format!(
+                    "/jobs/{name}?done={}&run={}",
+                    action.as_str(),
+                    auth::percent_encode(&run)
+                ))
+                .into_response(),
             }
         }
-        Err(OperatorError::Paused(job)) => error_page(&dashboard, &visitor, StatusCode::CONFLICT, &format!("{job} is paused: resume it first")),
-        Err(e) => error_page(&dashboard, &visitor, StatusCode::SERVICE_UNAVAILABLE, &format!("{} {name} failed: {e}", action.as_str())),
+        Err(OperatorError::Paused(job)) => error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::CONFLICT,
+            &format!("{job} is paused: resume it first"),
+        ),
+        Err(e) => error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{} {name} failed: {e}", action.as_str()),
+        ),
     }
 }
 
 fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
-    error_page(dashboard, visitor, StatusCode::FORBIDDEN, &format!("Refused, nothing changed: {refusal}."))
+    error_page(
+        dashboard,
+        visitor,
+        StatusCode::FORBIDDEN,
+        &format!("Refused, nothing changed: {refusal}."),
+    )
 }
 
 /// `429` with `Retry-After`: too many wrong tokens from this address.
-fn too_many(dashboard: &Dashboard, visitor: &Visitor, wait: Duration, peer: SocketAddr) -> Response {
+fn too_many(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    wait: Duration,
+    peer: SocketAddr,
+) -> Response {
     let seconds = wait.as_secs().max(1);
     tracing::warn!(peer = %peer, retry_after_s = seconds, "dashboard login throttled: too many wrong tokens from this address");
     let mut response = error_page(
@@ -133,7 +186,9 @@ fn too_many(dashboard: &Dashboard, visitor: &Visitor, wait: Duration, peer: Sock
         StatusCode::TOO_MANY_REQUESTS,
         &format!("Too many wrong tokens from your address: try again in {seconds} s."),
     );
-    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
     response
 }
 
@@ -154,21 +209,36 @@ pub(super) async fn login_form(
     if visitor == Visitor::ReadOnly {
         return refused(&dashboard, &visitor, &Refusal::NoToken);
     }
-    respond(StatusCode::OK, login_page(&dashboard, &visitor, auth::login_destination(&query.next), None))
+    respond(
+        StatusCode::OK,
+        login_page(
+            &dashboard,
+            &visitor,
+            auth::login_destination(&query.next),
+            None,
+        ),
+    )
 }
 
 fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Option<&str>) -> Markup {
-    layout(dashboard, visitor, "Log in", 0, html! {}, html! {
-        h1 { "Log in" }
-        p { "The operator token is the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ". Your name is recorded with every action you take." }
-        @if let Some(error) = error { p.error role="alert" { (error) } }
-        form.login method="post" action="/login" {
-            input type="hidden" name="next" value=(next);
-            label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
-            label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
-            button #login type="submit" { "Log in" }
-        }
-    })
+    layout(
+        dashboard,
+        visitor,
+        "Log in",
+        0,
+        html! {},
+        html! {
+            h1 { "Log in" }
+            p { "The operator token is the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ". Your name is recorded with every action you take." }
+            @if let Some(error) = error { p.error role="alert" { (error) } }
+            form.login method="post" action="/login" {
+                input type="hidden" name="next" value=(next);
+                label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
+                label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
+                button #login type="submit" { "Log in" }
+            }
+        },
+    )
 }
 
 /// `POST /login`'s form.
@@ -199,13 +269,31 @@ pub(super) async fn login(
             dashboard.throttle.failed(peer.ip());
         }
         tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
-        return respond(StatusCode::FORBIDDEN, login_page(&dashboard, &visitor, &form.next, Some(&format!("Refused: {refusal}."))));
+        return respond(
+            StatusCode::FORBIDDEN,
+            login_page(
+                &dashboard,
+                &visitor,
+                &form.next,
+                Some(&format!("Refused: {refusal}.")),
+            ),
+        );
     }
     let Some(token) = dashboard.token.as_ref() else {
         return refused(&dashboard, &visitor, &Refusal::NoToken);
     };
-    let name: String = form.name.trim().chars().filter(|c| !c.is_control()).take(64).collect();
-    let name = if name.is_empty() { "operator".to_string() } else { name };
+    let name: String = form
+        .name
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect();
+    let name = if name.is_empty() {
+        "operator".to_string()
+    } else {
+        name
+    };
     tracing::info!(peer = %peer, operator = %name, "dashboard login");
     // Only a path on this site: never an open redirect.
     let mut response = Redirect::to(auth::login_destination(&form.next)).into_response();

@@ -39,7 +39,9 @@ pub enum TokenError {
         #[source]
         source: std::io::Error,
     },
-    #[error("[daemon] dashboard_token_file: {0} is empty (it should hold the dashboard's operator token)")]
+    #[error(
+        "[daemon] dashboard_token_file: {0} is empty (it should hold the dashboard's operator token)"
+    )]
     FileEmpty(String),
     #[error(
         "[daemon] dashboard_token_*: the token is {0} bytes long; expected at least 16 (generate one with `openssl rand -hex 32`)"
@@ -103,12 +105,18 @@ impl Token {
 
     /// The session cookie's value.
     pub(super) fn session(&self) -> String {
-        hex(&self.mac(b"cronlease dashboard session").finalize().into_bytes())
+        hex(&self
+            .mac(b"cronlease dashboard session")
+            .finalize()
+            .into_bytes())
     }
 
     /// The CSRF token every action form carries.
     pub(super) fn csrf(&self) -> String {
-        hex(&self.mac(b"cronlease dashboard csrf").finalize().into_bytes())
+        hex(&self
+            .mac(b"cronlease dashboard csrf")
+            .finalize()
+            .into_bytes())
     }
 
     /// Whether `presented` is the token (constant time).
@@ -165,7 +173,9 @@ impl Visitor {
 /// Why an action was refused (always 403, nothing changed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(super) enum Refusal {
-    #[error("actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)")]
+    #[error(
+        "actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)"
+    )]
     NoToken,
     #[error("not logged in, or the token given is wrong")]
     NotAuthorized,
@@ -208,7 +218,11 @@ pub(super) fn authorize(
 }
 
 /// The login form's check: the token, and (as for every form) the origin.
-pub(super) fn login(token: Option<&Token>, headers: &HeaderMap, given: &str) -> Result<(), Refusal> {
+pub(super) fn login(
+    token: Option<&Token>,
+    headers: &HeaderMap,
+    given: &str,
+) -> Result<(), Refusal> {
     let token = token.ok_or(Refusal::NoToken)?;
     same_origin(headers)?;
     if token.matches(given) {
@@ -281,7 +295,9 @@ impl Throttle {
         match failures.get(&address) {
             Some(times) if times.len() >= Self::MAX_FAILURES => {
                 let oldest = times.front().copied().unwrap_or(now);
-                Err((oldest + Self::WINDOW).saturating_duration_since(now).max(Duration::from_secs(1)))
+                Err((oldest + Self::WINDOW)
+                    .saturating_duration_since(now)
+                    .max(Duration::from_secs(1)))
             }
             _ if full => Err(Self::WINDOW),
             _ => Ok(()),
@@ -437,7 +453,10 @@ mod tests {
     #[test]
     fn an_action_needs_session_csrf_and_same_origin() {
         let token = Token::new(TOKEN).expect("long enough");
-        let session = format!("{SESSION_COOKIE}={}; {OPERATOR_COOKIE}=alice", token.session());
+        let session = format!(
+            "{SESSION_COOKIE}={}; {OPERATOR_COOKIE}=alice",
+            token.session()
+        );
         let csrf = token.csrf();
         let ok = headers(&[
             (header::COOKIE, &session),
@@ -504,13 +523,21 @@ mod tests {
             assert_eq!(throttle.check(attacker), Ok(()));
             throttle.failed(attacker);
         }
-        let wait = throttle.check(attacker).expect_err("throttled after five failures");
-        assert!(wait <= Throttle::WINDOW && wait >= Duration::from_secs(1), "{wait:?}");
+        let wait = throttle
+            .check(attacker)
+            .expect_err("throttled after five failures");
+        assert!(
+            wait <= Throttle::WINDOW && wait >= Duration::from_secs(1),
+            "{wait:?}"
+        );
         assert_eq!(throttle.check(other), Ok(()), "another address is not");
     }
 
     #[test]
     fn names_survive_the_cookie() {
-        assert_eq!(percent_decode(&percent_encode("Zoë O'Brien")), "Zoë O'Brien");
+        assert_eq!(
+            percent_decode(&percent_encode("Zoë O'Brien")),
+            "Zoë O'Brien"
+        );
     }
 }

@@ -48,13 +48,20 @@ const LABEL_WIDTH: f64 = 160.0;
 const MAX_BARS: usize = 4000;
 
 /// The windows the timeline zooms to, shortest first (ms).
-const TIMELINE_WINDOWS_MS: [i64; 7] = [60_000, 120_000, 300_000, 600_000, 900_000, 1_800_000, 3_600_000];
+const TIMELINE_WINDOWS_MS: [i64; 7] = [
+    60_000, 120_000, 300_000, 600_000, 900_000, 1_800_000, 3_600_000,
+];
 
 /// One lane per replica, one bar per run from its start to its end (now,
 /// for a run in flight, drawn hatched), over the hour before `now_ms` —
 /// or over the shortest of [`TIMELINE_WINDOWS_MS`] that holds every run of
 /// that hour, so that a young cluster's runs are not slivers at the edge.
-pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, span_ms: i64) -> Markup {
+pub(super) fn timeline(
+    runs: &[TimelineRun],
+    replicas: &[String],
+    now_ms: i64,
+    span_ms: i64,
+) -> Markup {
     let oldest_ms = runs
         .iter()
         .filter(|r| r.finished_ms >= now_ms - span_ms)
@@ -74,7 +81,10 @@ pub(super) fn timeline(runs: &[TimelineRun], replicas: &[String], now_ms: i64, s
     }
     lanes.sort_unstable();
     let start_ms = now_ms - span_ms;
-    let x = |ms: i64| LABEL_WIDTH + ms.saturating_sub(start_ms).clamp(0, span_ms) as f64 / span_ms as f64 * TIMELINE_WIDTH;
+    let x = |ms: i64| {
+        LABEL_WIDTH
+            + ms.saturating_sub(start_ms).clamp(0, span_ms) as f64 / span_ms as f64 * TIMELINE_WIDTH
+    };
     let height = LANE_HEIGHT * lanes.len().max(1) as f64 + 24.0;
     let mut newest: Vec<&TimelineRun> = runs.iter().filter(|r| r.finished_ms >= start_ms).collect();
     newest.sort_unstable_by_key(|r| std::cmp::Reverse(r.started_ms));
@@ -214,7 +224,12 @@ mod tests {
         let now = 10_000_000;
         let runs = [
             run("a", "draw", now - 60_000, RunState::Ended(Status::Ok)),
-            run("b", "draw", now - 30_000, RunState::Ended(Status::Abandoned)),
+            run(
+                "b",
+                "draw",
+                now - 30_000,
+                RunState::Ended(Status::Abandoned),
+            ),
             run("c", "report<&>", now - 5_000, RunState::Running),
             // Older than the span: not drawn.
             run("a", "old", now - 7_200_000, RunState::Ended(Status::Ok)),
@@ -226,7 +241,10 @@ mod tests {
         assert_eq!(svg.matches("<rect class=\"bar").count(), 3, "{svg}");
         assert!(svg.contains("bar s-abandoned"));
         assert!(svg.contains("bar running"));
-        assert!(svg.contains("report&lt;&amp;&gt;"), "names are escaped: {svg}");
+        assert!(
+            svg.contains("report&lt;&amp;&gt;"),
+            "names are escaped: {svg}"
+        );
         assert!(!svg.contains("data-job=\"old\""));
     }
 
@@ -253,7 +271,10 @@ mod tests {
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();
-        assert!(html.find("t1").unwrap() < html.find("t2").unwrap(), "{html}");
+        assert!(
+            html.find("t1").unwrap() < html.find("t2").unwrap(),
+            "{html}"
+        );
         assert!(html.contains("last 2 outcomes: 1 failed, 1 ok"), "{html}");
     }
 }

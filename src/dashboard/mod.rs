@@ -136,7 +136,10 @@ impl Dashboard {
 
     /// The runs of the last hour on every replica, finished or not, at
     /// most [`TIMELINE_TTL`] old.
-    async fn timeline(&self, status: &StatusReport) -> Result<Arc<Vec<TimelineRun>>, OperatorError> {
+    async fn timeline(
+        &self,
+        status: &StatusReport,
+    ) -> Result<Arc<Vec<TimelineRun>>, OperatorError> {
         let mut cached = self.timeline.lock().await;
         if let Some((at, runs)) = cached.as_ref()
             && at.elapsed() < TIMELINE_TTL

@@ -64,15 +64,23 @@ pub(super) fn respond(status: StatusCode, markup: Markup) -> Response {
             "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
         ),
     );
-    response
-        .headers_mut()
-        .insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+    response.headers_mut().insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
     response
 }
 
 /// The frame every page shares: navigation, who is looking, and `main`,
 /// the part the script refreshes.
-pub(super) fn layout(dashboard: &Dashboard, visitor: &Visitor, title: &str, now_ms: i64, top: Markup, main: Markup) -> Markup {
+pub(super) fn layout(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    title: &str,
+    now_ms: i64,
+    top: Markup,
+    main: Markup,
+) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -118,7 +126,12 @@ pub(super) fn layout(dashboard: &Dashboard, visitor: &Visitor, title: &str, now_
 }
 
 /// A page saying what went wrong.
-pub(super) fn error_page(dashboard: &Dashboard, visitor: &Visitor, status: StatusCode, message: &str) -> Response {
+pub(super) fn error_page(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    status: StatusCode,
+    message: &str,
+) -> Response {
     respond(
         status,
         layout(
@@ -149,7 +162,9 @@ async fn looking(
     let visitor = Visitor::of(dashboard.token.as_ref(), headers);
     if visitor == Visitor::Anonymous && dashboard.read == DashboardRead::Token {
         let back = uri.path_and_query().map_or("/", |p| p.as_str());
-        return Err(Redirect::to(&format!("/login?next={}", auth::percent_encode(back))).into_response());
+        return Err(
+            Redirect::to(&format!("/login?next={}", auth::percent_encode(back))).into_response(),
+        );
     }
     match dashboard.status(Fresh::Cached).await {
         Ok(status) => Ok((visitor, status)),
@@ -237,7 +252,10 @@ impl StateFilter {
             StateFilter::Active => !job.paused && job.warning.is_none(),
             StateFilter::Paused => job.paused,
             StateFilter::Running => !job.running.is_empty(),
-            StateFilter::Failing => job.last_outcome.as_ref().is_some_and(|o| o.status != Status::Ok),
+            StateFilter::Failing => job
+                .last_outcome
+                .as_ref()
+                .is_some_and(|o| o.status != Status::Ok),
             StateFilter::Drift => !job.config_drift.is_empty(),
             StateFilter::Ended => job.warning.is_some(),
         }
@@ -317,7 +335,10 @@ pub(super) async fn overview(
         }
         (locks(&status))
     };
-    respond(StatusCode::OK, layout(&dashboard, &visitor, "Jobs", status.now_ms, top, main))
+    respond(
+        StatusCode::OK,
+        layout(&dashboard, &visitor, "Jobs", status.now_ms, top, main),
+    )
 }
 
 /// The last outcomes of each job in `names`, newest first.
@@ -336,7 +357,12 @@ async fn strips(
         .await
 }
 
-fn job_row(job: &JobStatus, definition: Option<&Job>, strip: Option<&Vec<operator::HistoryEntry>>, now_ms: i64) -> Markup {
+fn job_row(
+    job: &JobStatus,
+    definition: Option<&Job>,
+    strip: Option<&Vec<operator::HistoryEntry>>,
+    now_ms: i64,
+) -> Markup {
     html! {
         tr data-job=(job.name) {
             th scope="row" { a href=(format!("/jobs/{}", job.name)) { (job.name) } }
@@ -537,7 +563,17 @@ pub(super) async fn replicas(
         (draw::timeline(&runs, &ids, status.now_ms, minutes * 60_000))
         (legend())
     };
-    respond(StatusCode::OK, layout(&dashboard, &visitor, "Replicas", status.now_ms, html! {}, main))
+    respond(
+        StatusCode::OK,
+        layout(
+            &dashboard,
+            &visitor,
+            "Replicas",
+            status.now_ms,
+            html! {},
+            main,
+        ),
+    )
 }
 
 fn legend() -> Markup {
@@ -571,11 +607,19 @@ pub(super) async fn job(
         Err(page) => return page,
     };
     let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
-        return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &format!("no job {name:?} in this replica's job table"));
+        return error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no job {name:?} in this replica's job table"),
+        );
     };
     let table = dashboard.job_table();
     let definition = table.get(&name).map(|j| &**j);
-    let history = match dashboard.history(&name, JOB_HISTORY, OutputTail::Include).await {
+    let history = match dashboard
+        .history(&name, JOB_HISTORY, OutputTail::Include)
+        .await
+    {
         Ok(history) => history,
         Err(e) => return unavailable(&dashboard, &visitor, &e),
     };
@@ -584,11 +628,39 @@ pub(super) async fn job(
         Err(e) => return unavailable(&dashboard, &visitor, &e),
     };
     let now = DateTime::from_timestamp_millis(status.now_ms).unwrap_or_default();
-    let upcoming = definition.map(|d| d.schedule.upcoming(now, UPCOMING)).unwrap_or_default();
-    let ran: Vec<&operator::HistoryEntry> = history.iter().rev().filter(|e| e.started_ms > 0 && !e.replica.is_empty()).collect();
-    let durations: Vec<(i64, String, Status)> = ran.iter().map(|e| (e.duration_ms, format!("{} on {}", e.tick, e.replica), e.status)).collect();
-    let lateness: Vec<(i64, String, Status)> = ran.iter().map(|e| (e.started_ms.saturating_sub(e.tick_ms).max(0), format!("{} on {}", e.tick, e.replica), e.status)).collect();
-    let csrf = dashboard.token.as_ref().map(|t| t.csrf()).unwrap_or_default();
+    let upcoming = definition
+        .map(|d| d.schedule.upcoming(now, UPCOMING))
+        .unwrap_or_default();
+    let ran: Vec<&operator::HistoryEntry> = history
+        .iter()
+        .rev()
+        .filter(|e| e.started_ms > 0 && !e.replica.is_empty())
+        .collect();
+    let durations: Vec<(i64, String, Status)> = ran
+        .iter()
+        .map(|e| {
+            (
+                e.duration_ms,
+                format!("{} on {}", e.tick, e.replica),
+                e.status,
+            )
+        })
+        .collect();
+    let lateness: Vec<(i64, String, Status)> = ran
+        .iter()
+        .map(|e| {
+            (
+                e.started_ms.saturating_sub(e.tick_ms).max(0),
+                format!("{} on {}", e.tick, e.replica),
+                e.status,
+            )
+        })
+        .collect();
+    let csrf = dashboard
+        .token
+        .as_ref()
+        .map(|t| t.csrf())
+        .unwrap_or_default();
     let main = html! {
         h1 { (name) }
         @if !query.done.is_empty() {
@@ -691,5 +763,8 @@ pub(super) async fn job(
             ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }
         }
     };
-    respond(StatusCode::OK, layout(&dashboard, &visitor, &name, status.now_ms, html! {}, main))
+    respond(
+        StatusCode::OK,
+        layout(&dashboard, &visitor, &name, status.now_ms, html! {}, main),
+    )
 }

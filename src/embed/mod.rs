@@ -56,9 +56,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
-use crate::lock::keeper::Keeper;
 use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
 use crate::daemon::{self, DaemonError, Reload, World};
+use crate::lock::keeper::Keeper;
 use crate::outcome::{Status, Tail};
 use crate::schedule::{DstGap, DstRepeat};
 use crate::store::{Store, StoreError};

@@ -90,7 +90,10 @@ pub async fn run(
             run: vec![
                 ("CRONLEASE_LOCK".to_string(), options.name.clone()),
                 ("CRONLEASE_FENCE".to_string(), guard.fence.to_string()),
-                ("CRONLEASE_RUN_ID".to_string(), guard.hold.ticket.run_id().to_string()),
+                (
+                    "CRONLEASE_RUN_ID".to_string(),
+                    guard.hold.ticket.run_id().to_string(),
+                ),
             ],
             ..options.env.clone()
         },

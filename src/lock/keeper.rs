@@ -177,7 +177,9 @@ impl Keeper {
     pub(crate) async fn sync_clock(&self) -> Result<(), StoreError> {
         let sent_us = local_now_us();
         let server_us = self.shared.store.server_time_us().await?;
-        self.shared.clock.observe(server_us, sent_us, local_now_us());
+        self.shared
+            .clock
+            .observe(server_us, sent_us, local_now_us());
         Ok(())
     }
 
@@ -192,7 +194,10 @@ impl Keeper {
                 .registered
                 .lock()
                 .expect("registry mutex poisoned: a panic while updating a map");
-            if registered.get(name).is_some_and(|at| at.elapsed() < REGISTER_EVERY) {
+            if registered
+                .get(name)
+                .is_some_and(|at| at.elapsed() < REGISTER_EVERY)
+            {
                 return;
             }
             if registered.len() >= REGISTERED_KEPT {
@@ -200,7 +205,12 @@ impl Keeper {
             }
             registered.insert(name.to_string(), Instant::now());
         }
-        if let Err(e) = self.shared.store.register_lock(name, self.redis_now_ms()).await {
+        if let Err(e) = self
+            .shared
+            .store
+            .register_lock(name, self.redis_now_ms())
+            .await
+        {
             tracing::debug!(lock = %name, error = %e, "cannot put the lock in the registry; tried again at its next acquisition");
             self.shared
                 .registered
@@ -307,7 +317,8 @@ fn expire(table: &mut Table, now: Instant) {
             lock = %ticket.name(), run_id = %ticket.run_id(),
             "lock lease could not be renewed before its deadline; it is lost"
         );
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name())).increment(1);
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name()))
+            .increment(1);
         h.hold.lose();
         false
     });
@@ -393,7 +404,8 @@ fn record_renewal(table: &mut Table, id: u64, sent: Instant, ours: bool) {
     } else if let Some(h) = table.holds.remove(&id) {
         let ticket = &h.hold.ticket;
         metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
-        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name())).increment(1);
+        metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name()))
+            .increment(1);
         tracing::error!(lock = %ticket.name(), run_id = %ticket.run_id(), "the lock's lease is no longer ours");
         h.hold.lose();
     }

@@ -534,7 +534,6 @@ impl LockGuard {
         }
         Ok(released)
     }
-
 }
 
 impl Drop for LockGuard {

@@ -346,7 +346,11 @@ async fn job_status(
 /// high-water mark or fence that is not a number (which the claim refuses
 /// to guess past).
 fn needs_repair(state: &BTreeMap<String, String>) -> Option<Repair> {
-    let text = |field: &str| state.get(field).map(|v| crate::inert::escape(v).into_owned());
+    let text = |field: &str| {
+        state
+            .get(field)
+            .map(|v| crate::inert::escape(v).into_owned())
+    };
     if let Some(field) = text("repair_field") {
         return Some(Repair {
             field,
@@ -637,7 +641,11 @@ pub async fn outcome_strip(
     count: usize,
 ) -> Result<Vec<HistoryEntry>, OperatorError> {
     let entries = store
-        .history_fields(job, count, &["status", "tick", "replica", "fence", "trigger"])
+        .history_fields(
+            job,
+            count,
+            &["status", "tick", "replica", "fence", "trigger"],
+        )
         .await?;
     let mut strip = Vec::with_capacity(entries.len());
     for (id, fields) in entries {

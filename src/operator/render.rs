@@ -49,7 +49,11 @@ fn paint(text: &str, colour: Colour) -> String {
 fn table(rows: &[Vec<String>], colour: Colour) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|row| row.iter().map(|cell| crate::inert::escape(cell).into_owned()).collect())
+        .map(|row| {
+            row.iter()
+                .map(|cell| crate::inert::escape(cell).into_owned())
+                .collect()
+        })
         .collect();
     let rows = &rows;
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -354,7 +358,10 @@ pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) 
             o.replica.clone(),
             o.fence.to_string(),
             duration(o.duration_ms),
-            o.cpu_ms.map_or_else(|| "-".to_string(), |ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))),
+            o.cpu_ms.map_or_else(
+                || "-".to_string(),
+                |ms| duration(i64::try_from(ms).unwrap_or(i64::MAX)),
+            ),
             o.peak_memory_kb.map_or_else(|| "-".to_string(), memory),
             exit,
             o.trigger.as_str().to_string(),

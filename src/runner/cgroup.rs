@@ -52,7 +52,8 @@ impl Cgroups {
     pub fn detect(replica: &str) -> Result<Cgroups, String> {
         let mountinfo = fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
-        let mount = cgroup2_mount(&mountinfo).ok_or("no cgroup v2 (cgroup2) file system is mounted")?;
+        let mount =
+            cgroup2_mount(&mountinfo).ok_or("no cgroup v2 (cgroup2) file system is mounted")?;
         let own = fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
         let own = own
@@ -109,17 +110,28 @@ impl Cgroups {
                 && self.owned == Owned::Replica
                 && let Some(root) = self.base.parent()
             {
-                let _ = fs::write(root.join("cgroup.subtree_control"), format!("+{controller}"));
+                let _ = fs::write(
+                    root.join("cgroup.subtree_control"),
+                    format!("+{controller}"),
+                );
             }
             let available = read(self.base.join("cgroup.controllers"));
             if !has(&available, controller) {
                 return Err(format!(
                     "the {controller} controller is not available to the runs' cgroups under {} (available there: {})",
                     self.base.display(),
-                    if available.trim().is_empty() { "none" } else { available.trim() }
+                    if available.trim().is_empty() {
+                        "none"
+                    } else {
+                        available.trim()
+                    }
                 ));
             }
-            fs::write(self.base.join("cgroup.subtree_control"), format!("+{controller}")).map_err(|e| {
+            fs::write(
+                self.base.join("cgroup.subtree_control"),
+                format!("+{controller}"),
+            )
+            .map_err(|e| {
                 format!(
                     "cannot enable the {controller} controller for the runs' cgroups under {}: {e}",
                     self.base.display()
@@ -151,7 +163,10 @@ impl Cgroups {
         }
         let set = |file: &str, value: String| {
             fs::write(dir.join(file), value).map_err(|e| {
-                std::io::Error::new(e.kind(), format!("cannot set {file} of {}: {e}", dir.display()))
+                std::io::Error::new(
+                    e.kind(),
+                    format!("cannot set {file} of {}: {e}", dir.display()),
+                )
             })
         };
         if let Some(bytes) = limits.memory_max_bytes {
@@ -326,7 +341,10 @@ mod tests {
         let hybrid = "35 25 0:30 / /sys/fs/cgroup ro,nosuid shared:9 - tmpfs tmpfs ro,mode=755\n\
                       36 35 0:31 / /sys/fs/cgroup/unified rw,nosuid shared:10 - cgroup2 cgroup2 rw\n\
                       37 35 0:32 / /sys/fs/cgroup/memory rw shared:11 - cgroup cgroup rw,memory\n";
-        assert_eq!(cgroup2_mount(hybrid), Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            cgroup2_mount(hybrid),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
         let pure = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(cgroup2_mount(pure), Some(PathBuf::from("/sys/fs/cgroup")));
         assert_eq!(cgroup2_mount("1 0 8:1 / / rw - ext4 /dev/sda1 rw\n"), None);

@@ -117,9 +117,7 @@ impl Child {
         let started = {
             let table = orphans::lock_for_start();
             let started = command.spawn()?;
-            table
-                .unwrap_or_else(orphans::started)
-                .insert(started.pid);
+            table.unwrap_or_else(orphans::started).insert(started.pid);
             started
         };
         let pid = Pid::from_raw(started.pid);
@@ -203,9 +201,8 @@ impl Child {
         loop {
             // SAFETY: wait4 writes only through the two pointers, which
             // point to locals that outlive the call.
-            let reaped = unsafe {
-                libc::wait4(self.pid.as_raw(), &mut status, libc::WNOHANG, &mut rusage)
-            };
+            let reaped =
+                unsafe { libc::wait4(self.pid.as_raw(), &mut status, libc::WNOHANG, &mut rusage) };
             if reaped == 0 {
                 return Ok(None);
             }

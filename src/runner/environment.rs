@@ -122,9 +122,7 @@ impl ReplicaEnv {
     ) -> Vec<(String, OsString)> {
         self.vars
             .iter()
-            .filter(|(name, _)| {
-                inherits(name, daemon_patterns, job_patterns) && !is_systemds(name)
-            })
+            .filter(|(name, _)| inherits(name, daemon_patterns, job_patterns) && !is_systemds(name))
             .cloned()
             .collect()
     }
@@ -143,8 +141,15 @@ fn inherits(name: &str, daemon: &[EnvPattern], job: &[EnvPattern]) -> bool {
 fn is_systemds(name: &str) -> bool {
     matches!(
         name,
-        "NOTIFY_SOCKET" | "WATCHDOG_USEC" | "WATCHDOG_PID" | "LISTEN_FDS" | "LISTEN_PID"
-            | "LISTEN_FDNAMES" | "CREDENTIALS_DIRECTORY" | "INVOCATION_ID" | "JOURNAL_STREAM"
+        "NOTIFY_SOCKET"
+            | "WATCHDOG_USEC"
+            | "WATCHDOG_PID"
+            | "LISTEN_FDS"
+            | "LISTEN_PID"
+            | "LISTEN_FDNAMES"
+            | "CREDENTIALS_DIRECTORY"
+            | "INVOCATION_ID"
+            | "JOURNAL_STREAM"
     )
 }
 
@@ -237,7 +242,10 @@ fn check_owner_and_mode(path: &Path, what: &str) -> Result<(), String> {
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))?;
     if !meta.is_file() {
-        return Err(format!("the {what} {} is not a regular file", path.display()));
+        return Err(format!(
+            "the {what} {} is not a regular file",
+            path.display()
+        ));
     }
     if meta.mode() & 0o022 != 0 {
         return Err(format!(
@@ -265,7 +273,8 @@ fn read_env_file(path: &Path) -> Result<Vec<(String, OsString)>, String> {
     check_owner_and_mode(path, "env file")?;
     let bytes = crate::config::read_bounded(path, MAX_ENV_FILE)
         .map_err(|e| format!("cannot read the env file {}: {e}", path.display()))?;
-    parse_env_file(&bytes).map_err(|(line, why)| format!("env file {} line {line}: {why}", path.display()))
+    parse_env_file(&bytes)
+        .map_err(|(line, why)| format!("env file {} line {line}: {why}", path.display()))
 }
 
 fn parse_env_file(bytes: &[u8]) -> Result<Vec<(String, OsString)>, (usize, String)> {
@@ -283,11 +292,16 @@ fn parse_env_file(bytes: &[u8]) -> Result<Vec<(String, OsString)>, (usize, Strin
         let name = std::str::from_utf8(line[..eq].trim_ascii())
             .ok()
             .filter(|n| EnvPattern::parse(n).is_some() && !n.ends_with('*'))
-            .ok_or((i + 1, "expected a variable name (letters, digits, _) before '='".to_string()))?;
+            .ok_or((
+                i + 1,
+                "expected a variable name (letters, digits, _) before '='".to_string(),
+            ))?;
         if name.starts_with(RESERVED_ENV_PREFIX) {
             return Err((
                 i + 1,
-                format!("{name} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"),
+                format!(
+                    "{name} is reserved: cronlease sets the {RESERVED_ENV_PREFIX}* variables of every run"
+                ),
             ));
         }
         let mut value = line[eq + 1..].trim_ascii();
@@ -313,8 +327,12 @@ fn read_credential(dir: Option<&Path>, credential: &str) -> Result<OsString, Str
         ));
     };
     let path = dir.join(credential);
-    let mut bytes = crate::config::read_bounded(&path, MAX_ENV_FILE)
-        .map_err(|e| format!("cannot read credential {credential:?} ({}): {e}", path.display()))?;
+    let mut bytes = crate::config::read_bounded(&path, MAX_ENV_FILE).map_err(|e| {
+        format!(
+            "cannot read credential {credential:?} ({}): {e}",
+            path.display()
+        )
+    })?;
     if bytes.ends_with(b"\n") {
         bytes.pop();
     }
@@ -379,9 +397,17 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_longest_first_and_short_ones_left() {
-        let redactor = Redactor::new(vec![b"hunter2".to_vec(), b"hunter2hunter2x".to_vec(), b"ab".to_vec()]);
+        let redactor = Redactor::new(vec![
+            b"hunter2".to_vec(),
+            b"hunter2hunter2x".to_vec(),
+            b"ab".to_vec(),
+        ]);
         let check = |line: &str, expected: &str| {
-            assert_eq!(redactor.redact(line.as_bytes()).as_ref(), expected.as_bytes(), "{line}");
+            assert_eq!(
+                redactor.redact(line.as_bytes()).as_ref(),
+                expected.as_bytes(),
+                "{line}"
+            );
         };
         check("pw=hunter2 and hunter2", "pw=[redacted] and [redacted]");
         check("hunter2hunter2x!", "[redacted]!");
@@ -398,10 +424,7 @@ mod tests {
             .map(|(k, v)| (k, v.into_string().expect("utf-8")))
             .collect();
         let expected = [("A", "1"), ("B", "two words"), ("C", "x=y"), ("D", "")];
-        assert_eq!(
-            got,
-            expected.map(|(k, v)| (k.to_string(), v.to_string()))
-        );
+        assert_eq!(got, expected.map(|(k, v)| (k.to_string(), v.to_string())));
         for (bad, line) in [
             (&b"A=1\nnovalue\n"[..], 2),
             (b"1A=s3cr3t", 1),

@@ -39,11 +39,11 @@ mod spawn;
 mod tagged;
 
 pub use cgroup::Cgroups;
-pub use environment::{ReplicaEnv, RunEnv};
-pub use spawn::set_runs_open_files_limit;
 use cgroup::RunCgroup;
 use child::{Child, Spawned};
+pub use environment::{ReplicaEnv, RunEnv};
 use output::Output;
+pub use spawn::set_runs_open_files_limit;
 
 /// How long the processes of a run's cgroup may take to die once killed.
 const EMPTY_AFTER_KILL: Duration = Duration::from_secs(5);
@@ -176,7 +176,10 @@ pub enum StdioMode {
 /// The command of an attempt (`runner/spawn/`: its own process group,
 /// `PR_SET_PDEATHSIG`, no fork), reaped by no one but [`Child`] (see
 /// `runner/child.rs`), with the environment `env` and nothing else.
-fn build_command(spec: &Process, env: &[(std::ffi::OsString, std::ffi::OsString)]) -> spawn::Command {
+fn build_command(
+    spec: &Process,
+    env: &[(std::ffi::OsString, std::ffi::OsString)],
+) -> spawn::Command {
     let mut command = spawn::Command::new(&spec.argv, &spec.workdir);
     for (key, value) in env {
         command.env(key, value);
@@ -197,12 +200,18 @@ async fn run_once(
         Err(e) => return cannot_start(run, tail, format!("[cronlease] {e}")),
     };
     let cgroup = match &spec.containment {
-        Containment::Cgroup(cgroups) => match cgroups.create(&run.run_id, run.attempt, &spec.limits) {
-            Ok(cgroup) => Some(cgroup),
-            Err(e) => {
-                return cannot_start(run, tail, format!("[cronlease] cannot create the run's cgroup: {e}"));
+        Containment::Cgroup(cgroups) => {
+            match cgroups.create(&run.run_id, run.attempt, &spec.limits) {
+                Ok(cgroup) => Some(cgroup),
+                Err(e) => {
+                    return cannot_start(
+                        run,
+                        tail,
+                        format!("[cronlease] cannot create the run's cgroup: {e}"),
+                    );
+                }
             }
-        },
+        }
         Containment::ProcessGroup => None,
         Containment::Unavailable(reason) => {
             return cannot_start(
@@ -218,7 +227,11 @@ async fn run_once(
             Ok(procs) => procs,
             Err(e) => {
                 cgroup.remove();
-                return cannot_start(run, tail, format!("[cronlease] cannot open the run's cgroup: {e}"));
+                return cannot_start(
+                    run,
+                    tail,
+                    format!("[cronlease] cannot open the run's cgroup: {e}"),
+                );
             }
         };
         command.join_cgroup(procs);
@@ -256,12 +269,22 @@ async fn run_once(
         replica = %run.replica, pid = child.pid().as_raw(), "started"
     );
     let mut output = Output::new(stdout, stderr, redactor);
-    let (exit, mut ending) = supervise(run, &mut child, members, &mut stop, &mut output, tail).await;
+    let (exit, mut ending) =
+        supervise(run, &mut child, members, &mut stop, &mut output, tail).await;
     // Whatever the command left behind goes with it, or is waited for.
     if spec.leftovers == Leftovers::Kill {
         members.group.signal(Signal::SIGKILL);
     }
-    if let Some(reason) = leftovers(run, members.scope, spec.leftovers, &mut stop, &mut output, tail).await {
+    if let Some(reason) = leftovers(
+        run,
+        members.scope,
+        spec.leftovers,
+        &mut stop,
+        &mut output,
+        tail,
+    )
+    .await
+    {
         ending = ending.or(Some(reason));
     }
     members.group.signal(Signal::SIGKILL);
@@ -605,12 +628,19 @@ mod tests {
         task.env.secrets = vec![b"the-replicas-own".to_vec()].into();
         let result = run_with(&task, once()).await;
         assert_eq!(result.status, Status::Ok, "{result:?}");
-        assert!(result.output.contains("pw=[redacted] replica=[redacted]"), "{result:?}");
+        assert!(
+            result.output.contains("pw=[redacted] replica=[redacted]"),
+            "{result:?}"
+        );
         // Writable by others: refused, and the run says why (not the value).
-        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666)).expect("chmod");
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .expect("chmod");
         let result = run_with(&task, once()).await;
         assert_eq!(result.status, Status::Failed);
-        assert!(result.output.contains("writable by its group or others"), "{result:?}");
+        assert!(
+            result.output.contains("writable by its group or others"),
+            "{result:?}"
+        );
         assert!(!result.output.contains("correct-horse"), "{result:?}");
     }
 
@@ -623,7 +653,11 @@ mod tests {
         ))
         .await;
         assert_eq!(result.status, Status::Ok, "{result:?}");
-        assert!(result.output.ends_with("THE-END\n"), "{:?}", &result.output[result.output.len().saturating_sub(100)..]);
+        assert!(
+            result.output.ends_with("THE-END\n"),
+            "{:?}",
+            &result.output[result.output.len().saturating_sub(100)..]
+        );
     }
 
     #[tokio::test]
@@ -699,9 +733,15 @@ mod tests {
         let idle = process(shell("sleep 1"));
         let (busy, idle) = tokio::join!(run_with(&busy, once()), run_with(&idle, once()));
         assert_eq!((busy.status, idle.status), (Status::Ok, Status::Ok));
-        let (cpu, peak) = (busy.usage.cpu_us.unwrap_or(0), busy.usage.peak_memory_bytes.unwrap_or(0));
+        let (cpu, peak) = (
+            busy.usage.cpu_us.unwrap_or(0),
+            busy.usage.peak_memory_bytes.unwrap_or(0),
+        );
         assert!(cpu >= 100_000 && peak >= 40_000 * 1024, "{:?}", busy.usage);
-        let (cpu, peak) = (idle.usage.cpu_us.unwrap_or(u64::MAX), idle.usage.peak_memory_bytes.unwrap_or(u64::MAX));
+        let (cpu, peak) = (
+            idle.usage.cpu_us.unwrap_or(u64::MAX),
+            idle.usage.peak_memory_bytes.unwrap_or(u64::MAX),
+        );
         assert!(cpu < 50_000 && peak < 20_000 * 1024, "{:?}", idle.usage);
     }
 

@@ -140,7 +140,9 @@ mod tests {
 
     #[test]
     fn a_zombie_child_is_found_in_proc() {
-        let child = std::process::Command::new("true").spawn().expect("true starts");
+        let child = std::process::Command::new("true")
+            .spawn()
+            .expect("true starts");
         let pid = i32::try_from(child.id()).expect("a pid fits an i32");
         let found = (0..500).any(|_| {
             std::thread::sleep(Duration::from_millis(10));
@@ -148,6 +150,9 @@ mod tests {
         });
         let mut child = child;
         let _ = child.wait();
-        assert!(found, "the exited child {pid} is a zombie child of this process");
+        assert!(
+            found,
+            "the exited child {pid} is a zombie child of this process"
+        );
     }
 }

@@ -252,7 +252,17 @@ mod tests {
             assert!(reader.line.len() <= MAX_LINE);
             lengths.push(reader.line.len());
         }
-        assert_eq!(lengths, [MAX_LINE, MAX_LINE, MAX_LINE, 200 * 1024 - 3 * MAX_LINE, 6, 21]);
+        assert_eq!(
+            lengths,
+            [
+                MAX_LINE,
+                MAX_LINE,
+                MAX_LINE,
+                200 * 1024 - 3 * MAX_LINE,
+                6,
+                21
+            ]
+        );
         assert!(!reader.next().await.expect("still at the end"));
     }
 }

@@ -102,7 +102,12 @@ impl Batcher {
     /// If the caller whose batch carries this call stops waiting (its task
     /// was cancelled), the call may or may not have run: it answers an
     /// ambiguous error, which callers retry as they retry a lost reply.
-    pub(super) async fn call(&self, conn: Conn, args: Cmd, keys: usize) -> Result<Value, StoreError> {
+    pub(super) async fn call(
+        &self,
+        conn: Conn,
+        args: Cmd,
+        keys: usize,
+    ) -> Result<Value, StoreError> {
         let (reply, mut answer) = oneshot::channel();
         self.queue
             .lock()

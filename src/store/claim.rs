@@ -522,7 +522,10 @@ impl Store {
         let job = request.job;
         let parts = ["state", "running", "lease", "runs"];
         // Sized once: thousands of claims wait in a batch at once.
-        let bytes = parts.iter().map(|part| keys.job_key_len(job, part)).sum::<usize>()
+        let bytes = parts
+            .iter()
+            .map(|part| keys.job_key_len(job, part))
+            .sum::<usize>()
             + request.run_id.len()
             + request.claimant.replica.len()
             + request.claimant.host.len()

@@ -236,7 +236,8 @@ pub(super) fn parse_lock(value: Value) -> Result<LockReply, StoreError> {
         "held" => {
             let value = r.string_or_empty(1);
             Ok(LockReply::Held {
-                holder: record::parse(&value).map_or_else(|| value.clone(), |r| r.holder.to_string()),
+                holder: record::parse(&value)
+                    .map_or_else(|| value.clone(), |r| r.holder.to_string()),
                 ttl_ms: r.int_or(2, 0),
             })
         }
@@ -481,7 +482,9 @@ impl Store {
         }
         let cmd = &cmd;
         let answers = self
-            .on_all(|mut conn| async move { parse_release(&evalsha(&mut conn, script, cmd).await?) })
+            .on_all(
+                |mut conn| async move { parse_release(&evalsha(&mut conn, script, cmd).await?) },
+            )
             .await;
         let answers = self.gather("lock release", answers)?;
         Ok(answers.iter().filter(|released| **released).count() >= self.majority())
@@ -527,8 +530,13 @@ impl Store {
             }
             pipe
         };
-        self.renew_all("lock renew", &self.scripts.lock_renew, renewals.len(), build)
-            .await
+        self.renew_all(
+            "lock renew",
+            &self.scripts.lock_renew,
+            renewals.len(),
+            build,
+        )
+        .await
     }
 
     /// Who holds lock `name` now; None when it is free. A lease whose

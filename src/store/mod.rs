@@ -72,7 +72,6 @@ pub use triggers::{ManualReply, ManualRequest, TriggerReader, TriggerRequest};
 #[doc(hidden)]
 pub mod fuzzing;
 
-
 const PRELUDE: &str = include_str!("../lua/prelude.lua");
 
 struct Scripts {

@@ -132,8 +132,14 @@ mod tests {
         assert_eq!(r.int_or(9, -1), -1);
         assert_eq!(r.fence_or_zero(9).unwrap(), 0);
         assert_eq!(r.state_check(9).unwrap(), super::super::StateCheck::Sound);
-        assert!(r.state_check(0).is_err(), "\"claimed\" names no checked field");
-        assert_eq!(r.state_check(1).unwrap_err().to_string(), r.bad().to_string());
+        assert!(
+            r.state_check(0).is_err(),
+            "\"claimed\" names no checked field"
+        );
+        assert_eq!(
+            r.state_check(1).unwrap_err().to_string(),
+            r.bad().to_string()
+        );
         let error = r.fence(2).unwrap_err().to_string();
         assert!(
             error.contains("claim") && error.contains("claimed"),

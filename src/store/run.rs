@@ -315,23 +315,23 @@ impl Store {
         // Boxed, as the claim's paths that do not batch are.
         let args = &args;
         let answers = Box::pin(self.on_all(|conn| async move {
-                let build = || {
-                    let mut pipe = redis::pipe();
-                    pipe.cmd("EVALSHA")
-                        .arg(self.scripts.finish.get_hash())
-                        .arg(FINISH_KEYS);
-                    append(&mut pipe, args);
-                    pipe
-                };
-                let reply = self
-                    .query_with_script(conn, &self.scripts.finish, build)
-                    .await?
-                    .into_iter()
-                    .next()
-                    .unwrap_or(Value::Nil);
-                parse_finish(reply)
-            }))
-            .await;
+            let build = || {
+                let mut pipe = redis::pipe();
+                pipe.cmd("EVALSHA")
+                    .arg(self.scripts.finish.get_hash())
+                    .arg(FINISH_KEYS);
+                append(&mut pipe, args);
+                pipe
+            };
+            let reply = self
+                .query_with_script(conn, &self.scripts.finish, build)
+                .await?
+                .into_iter()
+                .next()
+                .unwrap_or(Value::Nil);
+            parse_finish(reply)
+        }))
+        .await;
         // With `quorum`: the outcome is recorded once a majority has it (a
         // retry or the spool sends it again; the done marker makes that a
         // no-op where it landed). The current record, if any, is the answer.

@@ -270,7 +270,11 @@ impl Exposition {
         let names = family
             .names
             .get_or_insert_with(|| key.labels().map(label_name).collect());
-        if !names.iter().map(|n| n.as_ref()).eq(key.labels().map(Label::key)) {
+        if !names
+            .iter()
+            .map(|n| n.as_ref())
+            .eq(key.labels().map(Label::key))
+        {
             return None;
         }
         let values: Vec<SharedString> = key.labels().map(label_value).collect();
@@ -629,6 +633,9 @@ mod tests {
         for thread in threads {
             thread.join().expect("the counting threads do not panic");
         }
-        assert_eq!(e.page(usize::MAX).0, "# TYPE c_total counter\nc_total 40000\n");
+        assert_eq!(
+            e.page(usize::MAX).0,
+            "# TYPE c_total counter\nc_total 40000\n"
+        );
     }
 }

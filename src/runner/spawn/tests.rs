@@ -191,8 +191,13 @@ fn the_program_is_found_in_the_childs_path_and_scripts_without_a_shebang_run_in_
 
 #[test]
 fn the_environment_is_what_was_set_sorted_and_the_last_value_wins() {
-    let set = [("PATH", "/bin"), ("KEEP", "1"), ("GREETING", "hello"), ("KEEP", "2")]
-        .map(|(k, v)| (OsString::from(k), OsString::from(v)));
+    let set = [
+        ("PATH", "/bin"),
+        ("KEEP", "1"),
+        ("GREETING", "hello"),
+        ("KEEP", "2"),
+    ]
+    .map(|(k, v)| (OsString::from(k), OsString::from(v)));
     let environment = environment(&set);
     let pairs: Vec<(&str, &str)> = environment
         .iter()

@@ -110,7 +110,11 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
             format!("every {step} hours")
         };
         return Times {
-            text: format!("{every} from {} to {}", at(hours[0]), at(hours[hours.len() - 1])),
+            text: format!(
+                "{every} from {} to {}",
+                at(hours[0]),
+                at(hours[hours.len() - 1])
+            ),
             daily: even_step(&hours, 24).is_none(),
             open_clause: false,
         };
@@ -236,9 +240,8 @@ fn within_hour(
         if let Some((start, step)) = even_step(minutes, 60) {
             return WithinHour::Cadence {
                 every: format!("every {step} minutes"),
-                offset: (start != 0).then(|| {
-                    format!("starting at {} past the hour", amount(start, "minute"))
-                }),
+                offset: (start != 0)
+                    .then(|| format!("starting at {} past the hour", amount(start, "minute"))),
             };
         }
         return WithinHour::Pinned {
@@ -254,9 +257,8 @@ fn within_hour(
         even_step(seconds, 60).map(|(start, step)| {
             (
                 format!("every {step} seconds"),
-                (start != 0).then(|| {
-                    format!("starting at {} past the minute", amount(start, "second"))
-                }),
+                (start != 0)
+                    .then(|| format!("starting at {} past the minute", amount(start, "second"))),
             )
         })
     };
@@ -307,16 +309,17 @@ fn calendar(expr: &Expr) -> Calendar {
         && let ([day], [month]) = (&month_days[..], &months[..])
     {
         return Calendar {
-            days: Some(format!("on {day} {}", MONTH_FULL_NAMES[(*month - 1) as usize])),
+            days: Some(format!(
+                "on {day} {}",
+                MONTH_FULL_NAMES[(*month - 1) as usize]
+            )),
             months: None,
         };
     }
     let days = match (expr.day_rule, all_days, all_weekdays) {
         (_, true, true) | (DayRule::Either, true, _) | (DayRule::Either, _, true) => None,
         (DayRule::Both, false, true) => Some(format!("on {}", days_of_month(&expr.days))),
-        (DayRule::Both, true, false) => {
-            Some(format!("on {}", days_of_week(&expr.weekdays, "and")))
-        }
+        (DayRule::Both, true, false) => Some(format!("on {}", days_of_week(&expr.weekdays, "and"))),
         (DayRule::Both, false, false) => Some(format!(
             "on {}, if it falls on {}",
             days_of_month(&expr.days),
@@ -329,7 +332,9 @@ fn calendar(expr: &Expr) -> Calendar {
         )),
     };
     let months = (months.len() < 12).then(|| {
-        let names = pieces(&months, |month| MONTH_FULL_NAMES[(month - 1) as usize].to_string());
+        let names = pieces(&months, |month| {
+            MONTH_FULL_NAMES[(month - 1) as usize].to_string()
+        });
         format!("in {}", join(&names))
     });
     Calendar { days, months }
@@ -376,7 +381,10 @@ fn days_of_week(weekdays: &DaysOfWeek, conjunction: &str) -> String {
     let mut of_the_month = false;
     for index in values(weekdays.nth, 0, 34) {
         let (nth, day) = (index / 7, index % 7);
-        items.push(format!("the {} {}", NTH[nth as usize], WEEKDAYS[day as usize]));
+        items.push(format!(
+            "the {} {}",
+            NTH[nth as usize], WEEKDAYS[day as usize]
+        ));
         of_the_month = true;
     }
     for day in values(weekdays.last, 0, 6) {
@@ -456,7 +464,9 @@ fn clock(hour: u32, minute: u32, second: u32, seconds: bool) -> String {
 
 /// The values of a set within `low..=high`, ascending.
 fn values(set: Bits, low: u32, high: u32) -> Vec<u32> {
-    (low..=high).filter(|&value| set & bit(value) != 0).collect()
+    (low..=high)
+        .filter(|&value| set & bit(value) != 0)
+        .collect()
 }
 
 /// The set of `low..=high`.

@@ -2,8 +2,8 @@
 //! expressions, and readings checked against the ticks they describe.
 
 use super::super::{DstPolicy, Zone};
-use chrono::{DateTime, Utc};
 use super::*;
+use chrono::{DateTime, Utc};
 
 /// The one helper: `expression`, parsed for the job "job", reads as
 /// `expected`.
@@ -34,10 +34,19 @@ fn common_schedules_read_as_crontab_guru_would() {
     check("0 0 * * 5-0", "at 00:00 on Friday to Sunday");
     check("0 0 * * 1,3,5", "at 00:00 on Monday, Wednesday and Friday");
     check("*/30 * * * *", "every 30 minutes");
-    check("5/15 * * * *", "every 15 minutes, starting at 5 minutes past the hour");
+    check(
+        "5/15 * * * *",
+        "every 15 minutes, starting at 5 minutes past the hour",
+    );
     check("0 9-17 * * *", "every hour from 09:00 to 17:00 every day");
-    check("0 9-17 * * mon-fri", "every hour from 09:00 to 17:00 on Monday to Friday");
-    check("*/15 9-17 * * 1-5", "every 15 minutes from 09:00 to 17:45 on Monday to Friday");
+    check(
+        "0 9-17 * * mon-fri",
+        "every hour from 09:00 to 17:00 on Monday to Friday",
+    );
+    check(
+        "*/15 9-17 * * 1-5",
+        "every 15 minutes from 09:00 to 17:45 on Monday to Friday",
+    );
     check("* 9 * * *", "every minute from 09:00 to 09:59 every day");
     check("0,30 9 * * *", "at 09:00 and 09:30 every day");
     check("0 0,12 * * *", "at 00:00 and 12:00 every day");
@@ -73,11 +82,23 @@ fn seconds_lead_when_given() {
     check("30 0 */2 * * *", "every 2 hours from 00:00:30 to 22:00:30");
     check("30 * * * * *", "at 30 seconds past every minute");
     check("0,30 * * * * *", "every 30 seconds");
-    check("10/20 * * * * *", "every 20 seconds, starting at 10 seconds past the minute");
-    check("*/10 * 9-17 * * *", "every 10 seconds from 09:00:00 to 17:59:50 every day");
+    check(
+        "10/20 * * * * *",
+        "every 20 seconds, starting at 10 seconds past the minute",
+    );
+    check(
+        "*/10 * 9-17 * * *",
+        "every 10 seconds from 09:00:00 to 17:59:50 every day",
+    );
     check("* 5 * * * *", "every second during minute 5 of every hour");
-    check("*/5 0-4 * * * *", "every 5 seconds during minutes 0 to 4 of every hour");
-    check("30 * 3 * * *", "at 30 seconds past every minute of hour 3 every day");
+    check(
+        "*/5 0-4 * * * *",
+        "every 5 seconds during minutes 0 to 4 of every hour",
+    );
+    check(
+        "30 * 3 * * *",
+        "at 30 seconds past every minute of hour 3 every day",
+    );
     check(
         "15,45 */10 * * * *",
         "every 30 seconds, starting at 15 seconds past the minute, during every 10th minute from 0 to 50 of every hour",
@@ -92,7 +113,10 @@ fn seconds_lead_when_given() {
 fn the_day_rule_reads_as_and_or_or() {
     // Both restricted: cronie's either.
     check("0 0 1 * 1", "at 00:00 on day 1 of the month or on Monday");
-    check("0 0 1,15 * Sun", "at 00:00 on days 1 and 15 of the month or on Sunday");
+    check(
+        "0 0 1,15 * Sun",
+        "at 00:00 on days 1 and 15 of the month or on Sunday",
+    );
     // One `*`-led: both must match.
     check(
         "43 9 */5 6 */7",
@@ -107,25 +131,43 @@ fn the_day_rule_reads_as_and_or_or() {
     check("0 0 1 * 0-6", "at 00:00 every day");
     check("0 0 ? * 1", "at 00:00 on Monday");
     check("0 0 1 * ?", "at 00:00 on day 1 of the month");
-    check("0 0 1-5,10 * *", "at 00:00 on days 1 to 5 and 10 of the month");
-    check("0 0 1,15 3 *", "at 00:00 on days 1 and 15 of the month in March");
+    check(
+        "0 0 1-5,10 * *",
+        "at 00:00 on days 1 to 5 and 10 of the month",
+    );
+    check(
+        "0 0 1,15 3 *",
+        "at 00:00 on days 1 and 15 of the month in March",
+    );
     check("0 0 25 12 *", "at 00:00 on 25 December");
-    check("0 0 1 1,7 *", "at 00:00 on day 1 of the month in January and July");
+    check(
+        "0 0 1 1,7 *",
+        "at 00:00 on day 1 of the month in January and July",
+    );
 }
 
 #[test]
 fn quartz_extensions_read_as_what_they_pick() {
     check("0 0 L * *", "at 00:00 on the last day of the month");
     check("0 0 LW * *", "at 00:00 on the last weekday of the month");
-    check("0 0 15W * *", "at 00:00 on the weekday nearest day 15 of the month");
-    check("0 0 1,L * *", "at 00:00 on day 1 and the last day of the month");
+    check(
+        "0 0 15W * *",
+        "at 00:00 on the weekday nearest day 15 of the month",
+    );
+    check(
+        "0 0 1,L * *",
+        "at 00:00 on day 1 and the last day of the month",
+    );
     check("0 0 * * 2#2", "at 00:00 on the second Tuesday of the month");
     check("0 0 * * 5L", "at 00:00 on the last Friday of the month");
     check(
         "0 0 * * 1#1,5L",
         "at 00:00 on the first Monday and the last Friday of the month",
     );
-    check("0 0 L 2 *", "at 00:00 on the last day of the month in February");
+    check(
+        "0 0 L 2 *",
+        "at 00:00 on the last day of the month in February",
+    );
     check(
         "0 0 L * 1",
         "at 00:00 on the last day of the month or on Monday",
@@ -135,8 +177,14 @@ fn quartz_extensions_read_as_what_they_pick() {
 #[test]
 fn years_come_last() {
     check("0 0 0 1 1 * 2027", "at 00:00 on 1 January in 2027");
-    check("0 30 2 * * * 2027-2030", "at 02:30 every day in 2027 to 2030");
-    check("0 0 12 * * 1-5 2027,2029", "at 12:00 on Monday to Friday in 2027 and 2029");
+    check(
+        "0 30 2 * * * 2027-2030",
+        "at 02:30 every day in 2027 to 2030",
+    );
+    check(
+        "0 0 12 * * 1-5 2027,2029",
+        "at 12:00 on Monday to Friday in 2027 and 2029",
+    );
     check(
         "0 0 0 * * * 2026-2034/4",
         "at 00:00 every day in every 4th year from 2026 to 2034",
@@ -146,19 +194,37 @@ fn years_come_last() {
 
 #[test]
 fn irregular_sets_read_back_value_by_value() {
-    check("3,17,44 1-5 * * *", "at minutes 3, 17 and 44 past hours 1 to 5 every day");
-    check("*/7 * * * *", "at every 7th minute from 0 to 56 past every hour");
+    check(
+        "3,17,44 1-5 * * *",
+        "at minutes 3, 17 and 44 past hours 1 to 5 every day",
+    );
+    check(
+        "*/7 * * * *",
+        "at every 7th minute from 0 to 56 past every hour",
+    );
     check("0-10 3 * * *", "at minutes 0 to 10 past hour 3 every day");
-    check("0 1-5,9 * * *", "at 01:00, 02:00, 03:00, 04:00, 05:00 and 09:00 every day");
+    check(
+        "0 1-5,9 * * *",
+        "at 01:00, 02:00, 03:00, 04:00, 05:00 and 09:00 every day",
+    );
     check(
         "0 1-5,9-11 * * *",
         "at minute 0 past hours 1 to 5 and 9 to 11 every day",
     );
-    check("15 1,3,9,11,20,22,23 * * *", "at 15 minutes past hours 1, 3, 9, 11, 20, 22 and 23 every day");
+    check(
+        "15 1,3,9,11,20,22,23 * * *",
+        "at 15 minutes past hours 1, 3, 9, 11, 20, 22 and 23 every day",
+    );
     check("0 */5 * * *", "every 5 hours from 00:00 to 20:00 every day");
-    check("0,30 */5 * * *", "every 30 minutes during every 5th hour from 0 to 20 every day");
+    check(
+        "0,30 */5 * * *",
+        "every 30 minutes during every 5th hour from 0 to 20 every day",
+    );
     check("*/25 * * * *", "at minutes 0, 25 and 50 past every hour");
-    check("0-10/2 * * * *", "at every 2nd minute from 0 to 10 past every hour");
+    check(
+        "0-10/2 * * * *",
+        "at every 2nd minute from 0 to 10 past every hour",
+    );
     check("* 1,3 * * *", "every minute during hours 1 and 3 every day");
     check(
         "5/15 1,3 * * *",
@@ -168,8 +234,13 @@ fn irregular_sets_read_back_value_by_value() {
 
 #[test]
 fn hashed_fields_read_as_what_they_picked() {
-    let schedule = Schedule::parse("H H(1-5) * * *", Zone::utc(), "report", DstPolicy::default())
-        .expect("a valid expression");
+    let schedule = Schedule::parse(
+        "H H(1-5) * * *",
+        Zone::utc(),
+        "report",
+        DstPolicy::default(),
+    )
+    .expect("a valid expression");
     // "26 4 * * *" for the job "report" (README).
     assert_eq!(schedule.resolved(), "26 4 * * *");
     assert_eq!(schedule.describe(), "at 04:26 every day");
@@ -187,11 +258,26 @@ fn next(state: &mut u64) -> u64 {
 fn every_valid_expression_has_a_reading() {
     let items: [&[&str]; 7] = [
         &["0", "*", "*/5", "10/20", "7,19,33", "0-9", "H", "30"],
-        &["0", "*", "*/15", "*/7", "5-10,30", "H", "0-59/3", "1,2,4,8,16,32"],
-        &["0", "*", "*/2", "*/5", "9-17", "1,13", "H(0-5)", "0-23/7", "3"],
-        &["*", "?", "1", "1,15", "L", "LW", "15W", "*/5", "1-31", "H", "31", "L,10"],
+        &[
+            "0",
+            "*",
+            "*/15",
+            "*/7",
+            "5-10,30",
+            "H",
+            "0-59/3",
+            "1,2,4,8,16,32",
+        ],
+        &[
+            "0", "*", "*/2", "*/5", "9-17", "1,13", "H(0-5)", "0-23/7", "3",
+        ],
+        &[
+            "*", "?", "1", "1,15", "L", "LW", "15W", "*/5", "1-31", "H", "31", "L,10",
+        ],
         &["*", "1", "1-6", "*/3", "2,8", "jan-mar", "12"],
-        &["*", "?", "1-5", "0", "7", "5#2", "1L", "mon,fri", "0-6", "*/2", "2#1,5L"],
+        &[
+            "*", "?", "1-5", "0", "7", "5#2", "1L", "mon,fri", "0-6", "*/2", "2#1,5L",
+        ],
         &["*", "2027", "2027-2030", "2026-2040/3", "2027,2029"],
     ];
     let mut state = 0x9e37_79b9_7f4a_7c15;
@@ -207,8 +293,7 @@ fn every_valid_expression_has_a_reading() {
             _ => {}
         }
         let expression = fields.join(" ");
-        let Ok(schedule) =
-            Schedule::parse(&expression, Zone::utc(), "job", DstPolicy::default())
+        let Ok(schedule) = Schedule::parse(&expression, Zone::utc(), "job", DstPolicy::default())
         else {
             continue;
         };
@@ -248,8 +333,12 @@ fn clock_times_and_windows_are_the_ticks() {
     // lists exactly the day's ticks; one with a window "from A to B"
     // has the day's first tick at A and its last at B.
     let seconds = ["0", "0", "30", "*/20", "5,10"];
-    let minutes = ["0", "15", "*/15", "5/15", "0,30", "*", "3,17,44", "*/7", "H"];
-    let hours = ["9", "9-17", "*/2", "*/5", "1,13", "9,17", "0-3", "H(0-5)", "1-5,9"];
+    let minutes = [
+        "0", "15", "*/15", "5/15", "0,30", "*", "3,17,44", "*/7", "H",
+    ];
+    let hours = [
+        "9", "9-17", "*/2", "*/5", "1,13", "9,17", "0-3", "H(0-5)", "1-5,9",
+    ];
     let (mut lists, mut windows) = (0, 0);
     for second in seconds {
         for minute in minutes {
@@ -264,7 +353,11 @@ fn clock_times_and_windows_are_the_ticks() {
                 if let Some(list) = reading
                     .strip_prefix("at ")
                     .and_then(|rest| rest.strip_suffix(" every day"))
-                    .filter(|list| list.split(' ').next().is_some_and(|word| word.contains(':')))
+                    .filter(|list| {
+                        list.split(' ')
+                            .next()
+                            .is_some_and(|word| word.contains(':'))
+                    })
                 {
                     let listed: Vec<&str> = list
                         .split([',', ' '])
@@ -288,5 +381,8 @@ fn clock_times_and_windows_are_the_ticks() {
             }
         }
     }
-    assert!(lists >= 100 && windows >= 50, "{lists} lists, {windows} windows");
+    assert!(
+        lists >= 100 && windows >= 50,
+        "{lists} lists, {windows} windows"
+    );
 }
