@@ -512,34 +512,13 @@ fn pause(args: &JobArgs, action: PauseAction) -> Exit {
     })
 }
 
-/// `cronlease lock`.
-/// What `cronlease lock`'s command inherits: the default list, the
-/// config's `[daemon] inherit_env` and `--inherit-env`, never a secret.
-fn lock_env(
-    config: Option<&Config>,
-    inherit: &[crate::config::EnvPattern],
-) -> crate::runner::RunEnv {
-    let replica = match config {
-        Some(config) => crate::runner::ReplicaEnv::for_config(config, None),
-        None => crate::runner::ReplicaEnv::capture(
-            &crate::config::secret_env_names(None, None),
-            Vec::new(),
-        ),
-    };
-    let daemon = config.map_or(&[][..], |c| &c.daemon.inherit_env[..]);
-    crate::runner::RunEnv {
-        inherited: replica.for_run(daemon, inherit),
-        secrets: replica.secrets(),
-        ..crate::runner::RunEnv::default()
-    }
-}
-
 fn parse_env_pattern(text: &str) -> Result<crate::config::EnvPattern, String> {
     crate::config::EnvPattern::parse(text).ok_or_else(|| {
         format!("{text:?} is not a variable name: expected letters, digits and _, optionally ending in *")
     })
 }
 
+/// `cronlease lock`.
 fn lock(args: LockArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         let shutdown = CancellationToken::new();
@@ -555,7 +534,7 @@ fn lock(args: LockArgs) -> Exit {
                 .as_ref()
                 .map_or(Duration::from_secs(10), |c| c.daemon.kill_grace),
             command: args.command.clone(),
-            env: lock_env(target.config.as_ref(), &args.inherit_env),
+            env: crate::runner::RunEnv::for_lock(target.config.as_ref(), &args.inherit_env),
             holder: format!("{}:{}", operator::operator_identity(), identity.pid),
             host: identity.host,
         };
@@ -573,31 +552,6 @@ fn lock(args: LockArgs) -> Exit {
     })
 }
 
-/// Raises this process's soft limit on open files to its hard limit, so
-/// that the limit systemd (or a shell) gives by default, often 1024, does
-/// not cap runs, Redis connections and the spool. The HTTP servers take
-/// at most a quarter of whatever it is (`http::connection_limit`).
-fn raise_open_files_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => {
-                crate::runner::set_runs_open_files_limit(soft, hard);
-                tracing::info!(
-                    from = soft,
-                    to = hard,
-                    "raised the soft limit on open files (runs keep the one they had)"
-                );
-            }
-            Err(e) => {
-                tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files")
-            }
-        },
-        Ok((soft, _)) => tracing::debug!(soft, "the soft limit on open files is the hard limit"),
-        Err(e) => tracing::warn!(error = %e, "cannot read the limit on open files"),
-    }
-}
-
 /// `cronlease run`.
 fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
     let mut config = match Config::load(&args.config.config) {
@@ -611,8 +565,8 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
         config.daemon.replica_id = Some(id.clone());
     }
     crate::logging::init("info", config.daemon.log_format);
-    raise_open_files_limit();
-    for warning in config.warnings(Utc::now()) {
+    crate::runner::raise_open_files_limit();
+    for warning in config.warnings(crate::clock::local_now_utc()) {
         tracing::warn!("{warning}");
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -721,7 +675,7 @@ fn watch_signals(
 
 /// `cronlease check`.
 fn check(args: &CheckArgs) -> Exit {
-    let from = args.from.unwrap_or_else(Utc::now);
+    let from = args.from.unwrap_or_else(crate::clock::local_now_utc);
     let config = match Config::load(&args.config.config) {
         Ok(config) => config,
         Err(e) => {

@@ -28,6 +28,12 @@ pub fn local_now_ms() -> i64 {
     local_now_us().div_euclid(1000)
 }
 
+/// Local wall time as a UTC date and time (what `check` reads schedules
+/// from, and a job's end warnings are judged against).
+pub fn local_now_utc() -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_micros(local_now_us()).unwrap_or_default()
+}
+
 /// Local wall time, µs since the epoch.
 pub fn local_now_us() -> i64 {
     SystemTime::now()

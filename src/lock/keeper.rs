@@ -371,7 +371,11 @@ async fn renew(shared: &Shared, due: Vec<Due>) {
     match answer {
         Ok(ours) => {
             for (d, ours) in due.iter().zip(ours) {
-                record_renewal(&mut table, d.id, sent, ours);
+                if ours {
+                    note_renewed(&mut table, d.id, sent);
+                } else {
+                    note_lost(&mut table, d.id);
+                }
             }
         }
         Err(error) => {
@@ -392,16 +396,20 @@ async fn renew(shared: &Shared, due: Vec<Due>) {
     }
 }
 
-/// What one renewal of hold `id`, sent at `sent`, said. A hold forgotten
-/// meanwhile (released, dropped) is left alone.
-fn record_renewal(table: &mut Table, id: u64, sent: Instant, ours: bool) {
-    if ours {
-        if let Some(h) = table.holds.get_mut(&id) {
-            h.next_renewal = sent + h.lease / 3;
-            h.deadline = sent + h.lease - h.lease / MARGIN_DIVISOR;
-            metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
-        }
-    } else if let Some(h) = table.holds.remove(&id) {
+/// Hold `id`'s renewal, sent at `sent`, said the lease is still ours. A
+/// hold forgotten meanwhile (released, dropped) is left alone.
+fn note_renewed(table: &mut Table, id: u64, sent: Instant) {
+    if let Some(h) = table.holds.get_mut(&id) {
+        h.next_renewal = sent + h.lease / 3;
+        h.deadline = sent + h.lease - h.lease / MARGIN_DIVISOR;
+        metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
+    }
+}
+
+/// Hold `id`'s renewal said the lease is no longer ours: the holder is
+/// told. A hold forgotten meanwhile is left alone.
+fn note_lost(table: &mut Table, id: u64) {
+    if let Some(h) = table.holds.remove(&id) {
         let ticket = &h.hold.ticket;
         metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "lost").increment(1);
         metrics::counter!(telemetry::LOST_LEASES, "job" => format!("lock:{}", ticket.name()))

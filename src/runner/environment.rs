@@ -174,6 +174,22 @@ pub struct RunEnv {
 }
 
 impl RunEnv {
+    /// What `cronlease lock`'s command inherits of the caller's
+    /// environment: the default list, the config's `[daemon] inherit_env`
+    /// and `inherit` (`--inherit-env`), never a secret.
+    pub fn for_lock(config: Option<&Config>, inherit: &[EnvPattern]) -> RunEnv {
+        let replica = match config {
+            Some(config) => ReplicaEnv::for_config(config, None),
+            None => ReplicaEnv::capture(&crate::config::secret_env_names(None, None), Vec::new()),
+        };
+        let daemon = config.map_or(&[][..], |c| &c.daemon.inherit_env[..]);
+        RunEnv {
+            inherited: replica.for_run(daemon, inherit),
+            secrets: replica.secrets(),
+            ..RunEnv::default()
+        }
+    }
+
     /// The environment of a run of a job with `job_patterns`, `files` and
     /// `credentials` on a replica whose environment is `replica`.
     pub fn new(

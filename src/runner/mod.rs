@@ -43,7 +43,7 @@ use cgroup::RunCgroup;
 use child::{Child, Spawned};
 pub use environment::{ReplicaEnv, RunEnv};
 use output::Output;
-pub use spawn::set_runs_open_files_limit;
+pub use spawn::raise_open_files_limit;
 
 /// How long the processes of a run's cgroup may take to die once killed.
 const EMPTY_AFTER_KILL: Duration = Duration::from_secs(5);

@@ -208,7 +208,7 @@ struct Prepared {
     /// The signal mask the program starts with: empty.
     empty_mask: libc::sigset_t,
     /// The limit on open files the program starts with: the replica's
-    /// before it raised its own ([`set_runs_open_files_limit`]).
+    /// before it raised its own ([`raise_open_files_limit`]).
     nofile: Option<libc::rlimit>,
 }
 
@@ -216,11 +216,31 @@ struct Prepared {
 /// before it raised its own for its servers and connections.
 static RUNS_NOFILE: std::sync::OnceLock<(u64, u64)> = std::sync::OnceLock::new();
 
-/// Runs start with this limit on open files (the replica's before it
-/// raised its own), not the replica's: a program that expects the usual
-/// 1,024 (`select`) keeps it. Set once, at start.
-pub fn set_runs_open_files_limit(soft: u64, hard: u64) {
-    let _ = RUNS_NOFILE.set((soft, hard));
+/// Raises this process's soft limit on open files to its hard limit, so
+/// that the limit systemd (or a shell) gives by default, often 1024, does
+/// not cap the replica's Redis connections, spool and HTTP servers (which
+/// take at most a quarter of it: `http::connection_limit`). Runs still
+/// start with the limit the replica had: a program that expects the usual
+/// 1,024 (`select`) keeps it. Called once, at start.
+pub fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                let _ = RUNS_NOFILE.set((soft, hard));
+                tracing::info!(
+                    from = soft,
+                    to = hard,
+                    "raised the soft limit on open files (runs keep the one they had)"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(soft, hard, error = %e, "cannot raise the soft limit on open files")
+            }
+        },
+        Ok((soft, _)) => tracing::debug!(soft, "the soft limit on open files is the hard limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot read the limit on open files"),
+    }
 }
 
 impl Prepared {

@@ -92,6 +92,11 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
         };
     }
     let on_the_minute = seconds == [0];
+    let precision = if on_the_minute {
+        Precision::Minutes
+    } else {
+        Precision::Seconds
+    };
     let count = seconds.len() * minutes.len() * hours.len();
 
     // One moment of the hour in evenly spaced hours: "every hour from
@@ -103,7 +108,7 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
         _ => None,
     };
     if let (true, Some(step), false) = (one_moment, hour_step, all_hours) {
-        let at = |hour| clock(hour, minutes[0], seconds[0], !on_the_minute);
+        let at = |hour| clock(hour, minutes[0], seconds[0], precision);
         let every = if step == 1 {
             "every hour".to_string()
         } else {
@@ -125,7 +130,7 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
         for &hour in &hours {
             for &minute in &minutes {
                 for &second in &seconds {
-                    clock_times.push(clock(hour, minute, second, !on_the_minute));
+                    clock_times.push(clock(hour, minute, second, precision));
                 }
             }
         }
@@ -152,7 +157,7 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
     }
 
     // Within the hour: a cadence that fills it evenly, or pinned offsets.
-    let within = within_hour(&seconds, &minutes, all_seconds, all_minutes, on_the_minute);
+    let within = within_hour(&seconds, &minutes);
     let mut open_clause = false;
     let text = match within {
         WithinHour::Cadence { every, offset } => {
@@ -166,15 +171,14 @@ fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
                 }
             } else if let [(first, last)] = runs(&hours)[..] {
                 // Every tick between the first and the last of the window.
-                let show_seconds = !on_the_minute;
                 format!(
                     "{every} from {} to {}",
-                    clock(first, minutes[0], seconds[0], show_seconds),
+                    clock(first, minutes[0], seconds[0], precision),
                     clock(
                         last,
                         minutes[minutes.len() - 1],
                         seconds[seconds.len() - 1],
-                        show_seconds
+                        precision
                     )
                 )
             } else {
@@ -223,13 +227,12 @@ enum WithinHour {
     },
 }
 
-fn within_hour(
-    seconds: &[u32],
-    minutes: &[u32],
-    all_seconds: bool,
-    all_minutes: bool,
-    on_the_minute: bool,
-) -> WithinHour {
+/// How the hour is filled by `seconds` and `minutes` (each ascending,
+/// none empty).
+fn within_hour(seconds: &[u32], minutes: &[u32]) -> WithinHour {
+    let all_seconds = seconds.len() == 60;
+    let all_minutes = minutes.len() == 60;
+    let on_the_minute = seconds == [0];
     if on_the_minute {
         if all_minutes {
             return WithinHour::Cadence {
@@ -453,12 +456,20 @@ fn amount(value: u32, unit: &str) -> String {
     }
 }
 
-/// `hour:minute`, with `:second` when `seconds`.
-fn clock(hour: u32, minute: u32, second: u32, seconds: bool) -> String {
-    if seconds {
-        format!("{hour:02}:{minute:02}:{second:02}")
-    } else {
-        format!("{hour:02}:{minute:02}")
+/// Whether clock times show their seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Precision {
+    /// `09:30`: every time is on the minute.
+    Minutes,
+    /// `09:30:15`.
+    Seconds,
+}
+
+/// `hour:minute`, with `:second` at [`Precision::Seconds`].
+fn clock(hour: u32, minute: u32, second: u32, precision: Precision) -> String {
+    match precision {
+        Precision::Seconds => format!("{hour:02}:{minute:02}:{second:02}"),
+        Precision::Minutes => format!("{hour:02}:{minute:02}"),
     }
 }
 

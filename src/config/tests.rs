@@ -1,0 +1,161 @@
+use std::path::Path;
+
+use super::checker::line_col;
+use super::*;
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::parse(text, Path::new("/etc/cronlease/jobs.toml"))
+}
+
+#[test]
+fn durations() {
+    let check = |text: &str, expected: Result<u64, &str>| {
+        let got = parse_duration(text, Duration::from_secs(3600)).map(|d| d.as_millis() as u64);
+        match (got, expected) {
+            (Ok(ms), Ok(want)) => assert_eq!(ms, want, "{text}"),
+            (Err(message), Err(fragment)) => {
+                assert!(message.contains(fragment), "{text}: {message}")
+            }
+            (got, want) => panic!("{text}: got {got:?}, want {want:?}"),
+        }
+    };
+    check("500ms", Ok(500));
+    check("30s", Ok(30_000));
+    check("5m", Ok(300_000));
+    check("1h", Ok(3_600_000));
+    check("1m 30s", Ok(90_000));
+    check("0s", Err("is zero"));
+    check("2h", Err("too long"));
+    check("5", Err("invalid duration"));
+    check("soon", Err("invalid duration"));
+}
+
+#[test]
+fn line_and_column() {
+    let text = "a\nbc\n\u{e9}x";
+    assert_eq!(line_col(text, 0), (1, 1));
+    assert_eq!(line_col(text, 3), (2, 2));
+    assert_eq!(line_col(text, 7), (3, 2));
+}
+
+#[test]
+fn urls_are_redacted() {
+    assert_eq!(
+        redact_url("redis://u:secret@h:6379/0"),
+        "redis://u:***@h:6379/0"
+    );
+    assert_eq!(redact_url("rediss://:secret@h/0"), "rediss://:***@h/0");
+    assert_eq!(redact_url("redis://token@h"), "redis://***@h");
+    assert_eq!(redact_url("redis://h:6379/0"), "redis://h:6379/0");
+    assert_eq!(
+        redact_url("redis://u:pa/ss?w@rd@h:6379/0"),
+        "redis://u:***@h:6379/0"
+    );
+    assert_eq!(
+        redact_url("redis+unix:///run/redis.sock?db=0&pass=s3cret"),
+        "redis+unix:///run/redis.sock?db=0&pass=***"
+    );
+}
+
+#[test]
+fn defaults_and_resolution() {
+    let config = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:6390/2\"\n[jobs.a]\nschedule = \"@hourly\"\nshell = \"echo hi\"\nworkdir = \"work\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.redis.key_prefix, "cronlease");
+    assert_eq!(config.daemon.lease, Duration::from_secs(30));
+    assert_eq!(config.daemon.state_dir, PathBuf::from(DEFAULT_STATE_DIR));
+    assert_eq!(config.daemon.history, 1000);
+    let job = &config.jobs["a"];
+    assert_eq!(job.command, Command::Shell("echo hi".into()));
+    assert_eq!(job.workdir, PathBuf::from("/etc/cronlease/work"));
+    assert_eq!(job.overlap, Overlap::Skip);
+    assert_eq!(job.misfire, Misfire::RunOnce);
+    assert_eq!(job.on_holder_lost, OnHolderLost::Record);
+    assert_eq!(job.timeout, None);
+    assert_eq!(job.retries, 0);
+}
+
+#[test]
+fn the_password_never_appears_in_errors_or_debug() {
+    let err = parse("[redis]\nurl = \"ftp://u:hunter2@h\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n").unwrap_err();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+    let config = parse("[redis]\nurl = \"redis://u:hunter2@h\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n").unwrap();
+    assert!(!format!("{config:?}").contains("hunter2"));
+}
+
+#[test]
+fn redis_deployments_are_checked_with_the_field_that_is_wrong() {
+    let redis = |section: &str| {
+        let text =
+            format!("[redis]\n{section}\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n");
+        parse(&text).map(|c| c.redis).map_err(|e| e.to_string())
+    };
+    let expect_error = |section: &str, fragment: &str| {
+        let err = redis(section).expect_err(section);
+        assert!(err.contains(fragment), "{section}: {err}");
+    };
+    expect_error(
+        "url = \"redis://h\"\ncluster = [\"redis://h:7000\"]",
+        "`cluster` and `url` are both set",
+    );
+    expect_error(
+        "sentinels = [\"redis://h:26379\"]",
+        "field `master_name`: missing `master_name`",
+    );
+    expect_error(
+        "quorum = [\"redis://a\", \"redis://b\"]",
+        "field `quorum`: `quorum` has 2 URL(s): expected at least 3",
+    );
+    expect_error(
+        "quorum = [\"redis://a\", \"redis://b\", \"redis://a/\"]",
+        "`quorum` names one server twice",
+    );
+    expect_error(
+        "quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]\nmin_replicas_ack = 1",
+        "min_replicas_ack does not apply to `quorum`",
+    );
+    assert!(matches!(
+        redis("quorum = [\"redis://a\", \"redis://b\", \"redis://c\"]").map(|r| r.topology),
+        Ok(Topology::Quorum(nodes)) if nodes.len() == 3
+    ));
+    let rerun = parse(
+        "[redis]\nquorum = [\"redis://a\", \"redis://b\", \"redis://c\"]\n\
+         [jobs.draw]\nschedule = \"@daily\"\ncommand = [\"x\"]\non_holder_lost = \"rerun\"\n",
+    )
+    .expect_err("rerun with quorum");
+    assert!(
+        rerun
+            .to_string()
+            .contains("job \"draw\", field `on_holder_lost`: on_holder_lost = \"rerun\" is not available with `[redis] quorum`"),
+        "{rerun}"
+    );
+    expect_error(
+        "url = \"redis://h\"\npassword_env = \"CRONLEASE_SURELY_UNSET_VAR\"",
+        "environment variable \"CRONLEASE_SURELY_UNSET_VAR\" is not set",
+    );
+    expect_error(
+        "url = \"redis://h\"\ninsecure_skip_verify = true",
+        "TLS settings need rediss:// URLs",
+    );
+    expect_error(
+        "url = \"rediss://h\"\nca_file = \"/nonexistent/ca.pem\"",
+        "field `ca_file`: cannot read /nonexistent/ca.pem",
+    );
+    expect_error(
+        "url = \"redis://h\"\nmin_replicas_ack = 1\nack_timeout = \"3s\"",
+        "ack_timeout 3s must be shorter than command_timeout 2s",
+    );
+    let sentinel = redis(
+        "sentinels = [\"redis://:pw@h:26379\"]\nmaster_name = \"mymaster\"\nmin_replicas_ack = 1",
+    )
+    .unwrap();
+    assert_eq!(sentinel.min_replicas_ack, 1);
+    assert_eq!(
+        sentinel.describe(),
+        "master \"mymaster\" via sentinels redis://:***@h:26379"
+    );
+    let cluster = redis("cluster = [\"redis://a:7000\", \"redis://b:7000\"]").unwrap();
+    assert_eq!(cluster.describe(), "cluster redis://a:7000, redis://b:7000");
+}

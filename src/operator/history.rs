@@ -1,0 +1,276 @@
+//! What `history`, `trigger --wait` and the dashboard read of a job's
+//! outcomes: the stream's entries as reports, each field checked (an entry
+//! cronlease did not write is named and left out).
+
+use std::collections::BTreeMap;
+
+use std::time::Duration;
+
+use chrono::DateTime;
+use futures_util::{StreamExt as _, TryStreamExt as _};
+use serde::Serialize;
+
+use super::{OperatorError, READ_AHEAD, rfc3339};
+use crate::config::Config;
+use crate::outcome::{Status, Trigger};
+use crate::store::Store;
+
+/// One outcome as `history` shows it (also its `--json` schema).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HistoryEntry {
+    pub id: String,
+    pub run_id: String,
+    pub tick_ms: i64,
+    pub tick: String,
+    pub status: Status,
+    pub replica: String,
+    pub fence: u64,
+    /// When the run was claimed and when it ended, by the Redis clock as
+    /// its replica estimated it, ms since the epoch (0 when not recorded).
+    pub started_ms: i64,
+    pub finished_ms: i64,
+    pub duration_ms: i64,
+    /// CPU time of the run's processes and their peak memory (see
+    /// [`crate::outcome::Outcome`]), where the replica measured them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_kb: Option<u64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub attempts: u32,
+    pub trigger: Trigger,
+    pub stale: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct HistoryReport {
+    pub job: String,
+    pub outcomes: Vec<HistoryEntry>,
+    /// Stream entries that are not outcomes cronlease wrote (another
+    /// writer, a bug, a partial restore): named and left out.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A stream entry `history` could not read, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Unreadable {
+    pub id: String,
+    pub reason: String,
+}
+
+/// Whether `history` shows each run's recorded output tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputTail {
+    Include,
+    Omit,
+}
+
+/// One outcome stream entry; an error names what is wrong with it (a
+/// status or trigger that is not one of ours).
+pub(super) fn history_entry(
+    id: String,
+    fields: Vec<(String, String)>,
+    output: OutputTail,
+) -> Result<HistoryEntry, Unreadable> {
+    let fields: BTreeMap<String, String> = fields.into_iter().collect();
+    let text = |name: &str| fields.get(name).cloned().unwrap_or_default();
+    let int = |name: &str| fields.get(name).and_then(|v| v.parse::<i64>().ok());
+    let unreadable = |reason: String| Unreadable {
+        id: id.clone(),
+        reason,
+    };
+    let status = Status::parse(&text("status"))
+        .ok_or_else(|| unreadable(format!("unknown status {:?}", text("status"))))?;
+    // The numbers cronlease writes: a tick always, the others when present.
+    if !fields.contains_key("tick") {
+        return Err(unreadable("no tick".to_string()));
+    }
+    for name in [
+        "tick",
+        "fence",
+        "started_ms",
+        "finished_ms",
+        "duration_ms",
+        "cpu_ms",
+        "peak_memory_kb",
+        "exit_code",
+        "signal",
+        "attempts",
+    ] {
+        if let Some(value) = fields.get(name)
+            && value.parse::<i64>().is_err()
+        {
+            return Err(unreadable(format!("{name} {value:?} is not a number")));
+        }
+    }
+    // Outcomes written before manual runs existed carry no trigger.
+    let trigger = match fields.get("trigger") {
+        None => Trigger::Schedule,
+        Some(name) => {
+            Trigger::parse(name).ok_or_else(|| unreadable(format!("unknown trigger {name:?}")))?
+        }
+    };
+    let tick_ms = int("tick").unwrap_or(0);
+    Ok(HistoryEntry {
+        tick: rfc3339(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
+        tick_ms,
+        status,
+        run_id: text("run_id"),
+        replica: text("replica"),
+        fence: int("fence").unwrap_or(0).max(0) as u64,
+        started_ms: int("started_ms").unwrap_or(0),
+        finished_ms: int("finished_ms").unwrap_or(0),
+        duration_ms: int("duration_ms").unwrap_or(0),
+        cpu_ms: int("cpu_ms").and_then(|v| u64::try_from(v).ok()),
+        peak_memory_kb: int("peak_memory_kb").and_then(|v| u64::try_from(v).ok()),
+        exit_code: int("exit_code").and_then(|v| i32::try_from(v).ok()),
+        signal: int("signal").and_then(|v| i32::try_from(v).ok()),
+        attempts: int("attempts")
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(0),
+        trigger,
+        stale: fields.get("stale").is_some_and(|s| s == "1"),
+        output: (output == OutputTail::Include).then(|| text("output")),
+        id,
+    })
+}
+
+/// Fails unless `job` is in the config or known to Redis.
+pub async fn require_job(
+    store: &Store,
+    config: Option<&Config>,
+    job: &str,
+) -> Result<(), OperatorError> {
+    if config.is_some_and(|c| c.jobs.contains_key(job)) {
+        return Ok(());
+    }
+    if config.is_none() && store.job_exists(job).await? {
+        return Ok(());
+    }
+    Err(OperatorError::UnknownJob(job.to_string()))
+}
+
+/// The newest `count` outcomes of `job`, newest first.
+pub async fn history(
+    store: &Store,
+    job: &str,
+    count: usize,
+    output: OutputTail,
+) -> Result<HistoryReport, OperatorError> {
+    let entries = store.history(job, count).await?;
+    let mut report = HistoryReport {
+        job: job.to_string(),
+        outcomes: Vec::with_capacity(entries.len()),
+        unreadable: Vec::new(),
+    };
+    for (id, fields) in entries {
+        match history_entry(id, fields, output) {
+            Ok(entry) => report.outcomes.push(entry),
+            Err(bad) => {
+                tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+                report.unreadable.push(bad);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The newest `count` outcomes of `job`, newest first, each with only
+/// its status, tick, replica and fence read from Redis (what the
+/// dashboard's outcome strips show): no output tail crosses the network.
+/// Unreadable entries are left out with a warning, as `history` does.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
+pub async fn outcome_strip(
+    store: &Store,
+    job: &str,
+    count: usize,
+) -> Result<Vec<HistoryEntry>, OperatorError> {
+    let entries = store
+        .history_fields(
+            job,
+            count,
+            &["status", "tick", "replica", "fence", "trigger"],
+        )
+        .await?;
+    let mut strip = Vec::with_capacity(entries.len());
+    for (id, fields) in entries {
+        match history_entry(id, fields, OutputTail::Omit) {
+            Ok(entry) => strip.push(entry),
+            Err(bad) => {
+                tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+            }
+        }
+    }
+    Ok(strip)
+}
+
+/// The outcomes each of `jobs` recorded since `since_ms` (by the Redis
+/// time of their recording), its newest `per_job` at most, read
+/// [`READ_AHEAD`] jobs at a time. Unreadable entries are left out with a
+/// warning, as `history` does.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
+pub async fn runs_since(
+    store: &Store,
+    jobs: Vec<String>,
+    since_ms: i64,
+    per_job: usize,
+) -> Result<Vec<(String, HistoryEntry)>, OperatorError> {
+    let per_job: Vec<Vec<(String, HistoryEntry)>> = futures_util::stream::iter(jobs)
+        .map(|job| async move {
+            let entries = store.history_since(&job, since_ms, per_job).await?;
+            let mut read = Vec::with_capacity(entries.len());
+            for (id, fields) in entries {
+                match history_entry(id, fields, OutputTail::Omit) {
+                    Ok(entry) => read.push((job.clone(), entry)),
+                    Err(bad) => {
+                        tracing::warn!(job, id = %bad.id, reason = %bad.reason, "unreadable outcome in the stream; left out");
+                    }
+                }
+            }
+            Ok::<_, OperatorError>(read)
+        })
+        .buffered(READ_AHEAD)
+        .try_collect()
+        .await?;
+    Ok(per_job.into_iter().flatten().collect())
+}
+
+/// Waits for the outcome of run `run_id` of `job`, polling its done marker
+/// every `poll`; `None` if `timeout` passes first.
+pub async fn wait_for_outcome(
+    store: &Store,
+    job: &str,
+    run_id: &str,
+    timeout: Duration,
+    poll: Duration,
+) -> Result<Option<HistoryEntry>, OperatorError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(id) = store.done_marker(job, run_id).await?
+            && let Some(fields) = store.outcome_entry(job, &id).await?
+        {
+            return match history_entry(id, fields, OutputTail::Include) {
+                Ok(entry) => Ok(Some(entry)),
+                Err(bad) => Err(OperatorError::Unreadable {
+                    job: job.to_string(),
+                    id: bad.id,
+                    reason: bad.reason,
+                }),
+            };
+        }
+        if tokio::time::Instant::now() + poll > deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
