@@ -71,6 +71,12 @@ local stored = tonumber(fields[1] or '-1')
 local regressed = 0
 if min_tick > now + MAX_AHEAD_MS then min_tick = -1 end
 if min_fence > MAX_FENCE then min_fence = 0 end
+-- Such state, or a state loss, is corrected at the tick, never by a claim
+-- made ahead of it: an `early` answer says nothing of what it found, and
+-- the claim at the tick must (its caller counts missed ticks by it).
+if ahead and (current_fence > MAX_FENCE or stored > now + MAX_AHEAD_MS or stored < min_tick) then
+  return {'early', tick - now}
+end
 local implausible, forged_fence = nil, false
 if current_fence > MAX_FENCE then
   implausible, forged_fence, current_fence = 'fence', true, 0

@@ -198,3 +198,30 @@ fn a_call_that_fails_in_a_batch_fails_alone() {
         }
     });
 }
+
+/// A forged high-water mark is found by a claim made in a batch as by one
+/// made alone.
+#[test]
+fn a_claim_in_a_batch_finds_a_forged_high_water_mark() {
+    use cronlease::store::{StateCheck, StateField};
+
+    let server = RedisServer::start();
+    let jobs: Vec<String> = (0..20).map(|i| format!("job-{i}")).collect();
+    let run_ids: Vec<String> = (0..20).map(|i| format!("run-{i}")).collect();
+    let _: () = redis::cmd("HSET")
+        .arg("b:{job-3}:state")
+        .arg("last_tick")
+        .arg("4102444800000")
+        .query(&mut server.client())
+        .expect("HSET");
+    let replies = runtime().block_on(async {
+        let store = store(&server).await;
+        claim_all(&store, &jobs, &run_ids, now_ms() - 10).await
+    });
+    match &replies[3] {
+        Ok(ClaimReply::Claimed { state, .. }) => {
+            assert_eq!(*state, StateCheck::Implausible(StateField::LastTick))
+        }
+        other => panic!("expected claimed, got {other:?}"),
+    }
+}

@@ -307,3 +307,97 @@ fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
         Some("7")
     );
 }
+
+/// A claim that replaces a forged high-water mark says it cannot know the
+/// mark before it: no tick another replica ran is recorded missed.
+#[test]
+fn after_a_forged_high_water_mark_no_earlier_tick_counts_as_missed() {
+    use cronlease::config::Overlap;
+    use cronlease::store::{ClaimReply, ClaimRequest, StateCheck, StateField};
+
+    use crate::support::{claim_request, connect_store, now_ms, runtime, test_claimant};
+
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = connect_store(&server, "cl", "1s").await;
+        let claimant = test_claimant(Duration::from_secs(10), Overlap::Skip, 100);
+        let tick = now_ms() - 5_000;
+        let first = store
+            .claim(&claim_request("draw", "first", tick, claimant))
+            .await
+            .expect("claim");
+        assert!(matches!(first, ClaimReply::Claimed { .. }), "{first:?}");
+        let _: () = redis::cmd("HSET")
+            .arg("cl:{draw}:state")
+            .arg("last_tick")
+            .arg(YEAR_2100_MS)
+            .query(&mut server.client())
+            .expect("HSET");
+        // A replica whose own answers last showed an older tick claims the
+        // next one while the first run is in flight.
+        let request = ClaimRequest {
+            min_tick: tick - 3_000,
+            ..claim_request("draw", "second", tick + 1_000, claimant)
+        };
+        let reply = store.claim(&request).await.expect("claim");
+        let ClaimReply::Busy {
+            previous, state, ..
+        } = reply
+        else {
+            panic!("expected busy, got {reply:?}");
+        };
+        assert_eq!(state, StateCheck::Implausible(StateField::LastTick));
+        assert_eq!(previous, -2, "the mark before the forged one is unknown");
+    });
+}
+
+/// A claim made ahead of its tick leaves a forged or lost high-water mark
+/// as it is, so that the claim at the tick finds it and says so: no tick
+/// another replica ran is recorded missed (found by the chaos suite's
+/// forge fault, seed 366930023).
+#[test]
+fn a_claim_ahead_of_its_tick_leaves_a_forged_mark_to_the_claim_at_the_tick() {
+    use cronlease::config::Overlap;
+    use cronlease::store::{ClaimReply, ClaimRequest, StateCheck, StateField};
+
+    use crate::support::{claim_request, connect_store, hget, now_ms, runtime, test_claimant};
+
+    let server = RedisServer::start();
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{draw}:state")
+        .arg("last_tick")
+        .arg(YEAR_2100_MS)
+        .query(&mut server.client())
+        .expect("HSET");
+    runtime().block_on(async {
+        let store = connect_store(&server, "cl", "1s").await;
+        let claimant = test_claimant(Duration::from_secs(10), Overlap::Skip, 100);
+        let tick = now_ms() + 400;
+        let ahead = ClaimRequest {
+            min_tick: tick - 3_000,
+            lead_ms: 500,
+            ..claim_request("draw", "ahead", tick, claimant)
+        };
+        let reply = store.claim(&ahead).await.expect("claim");
+        assert!(matches!(reply, ClaimReply::Early { .. }), "{reply:?}");
+        assert_eq!(
+            hget(&server, "cl:{draw}:state", "last_tick").as_deref(),
+            Some(YEAR_2100_MS),
+            "nothing was corrected ahead of the tick"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let at_the_tick = ClaimRequest {
+            lead_ms: 0,
+            ..ahead
+        };
+        let reply = store.claim(&at_the_tick).await.expect("claim");
+        let ClaimReply::Claimed {
+            state, previous, ..
+        } = reply
+        else {
+            panic!("expected claimed, got {reply:?}");
+        };
+        assert_eq!(state, StateCheck::Implausible(StateField::LastTick));
+        assert_eq!(previous, -2);
+    });
+}
