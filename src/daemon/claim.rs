@@ -4,7 +4,22 @@
 //!
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 
-use super::*;
+use super::{ClaimCount, Ctx, LATE_MS, RunStart, pause, rfc3339, to_datetime};
+use crate::config::Job;
+use crate::config::Misfire;
+use crate::outcome::Trigger;
+use crate::store::Attempt;
+use crate::store::ClaimReply;
+use crate::store::ClaimRequest;
+use crate::store::StoreError;
+use crate::store::WhenBusy;
+use crate::telemetry;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+use uuid::Uuid;
+
 use crate::store::StateCheck;
 
 /// How the claim of a tick ended.

@@ -9,9 +9,20 @@
 //! The spool's size is counted in memory, so spooling an outcome and
 //! setting the gauge never read the directory; only a delivery does.
 
+use super::{Ctx, log_finish};
+use crate::outcome::Outcome;
+use crate::spool::Spool;
+use crate::spool::SpoolError;
+use crate::store::Attempt;
+use crate::telemetry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::sleep;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
 use std::path::PathBuf;
 
-use super::*;
 use crate::spool::SaveError;
 
 /// Sets the spooled-outcomes gauge from the spool's count (no file system

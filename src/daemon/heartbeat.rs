@@ -3,7 +3,20 @@
 //! (state loss), the live replicas the claims rank among, the runs of dead
 //! replicas to sweep, and replicas silent long enough to forget.
 
-use super::*;
+use super::{Ctx, JobTable, start_reruns, sweep};
+use crate::clock::local_now_us;
+use crate::membership::Heartbeat;
+use crate::store::REPLICA_FORGET_AFTER;
+use crate::store::ServerTime;
+use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
 use crate::store::Epoch;
 use serde::de::IgnoredAny;
 

@@ -50,28 +50,20 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
-use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep, sleep_until, timeout, timeout_at};
+use tokio::time::{Instant, sleep, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 use uuid::Uuid;
 
 use crate::clock::{RedisClock, local_now_ms, local_now_us};
-use crate::config::{Config, Job, Misfire, OnHolderLost, Overlap, RedisConfig};
-use crate::membership::Heartbeat;
-use crate::outcome::{Outcome, Status, Trigger};
-#[cfg(feature = "process")]
-use crate::runner;
+use crate::config::{Config, Job, RedisConfig};
+use crate::outcome::Outcome;
 use crate::spool::{Spool, SpoolError};
-use crate::store::{
-    Attempt, ClaimReply, ClaimRequest, Claimant, FinishReply, ManualReply, ManualRequest,
-    REPLICA_FORGET_AFTER, Recorded, Rerun, RerunOffer, ServerSettings, ServerTime, Store,
-    StoreError, SweepRequest, TriggerReader, TriggerRequest, WhenBusy,
-};
-use crate::task::{self, Attempts, RunContext, RunResult, Stop, Tasks};
+use crate::store::{Claimant, ServerSettings, Store, StoreError};
+use crate::task::{Stop, Tasks};
 use crate::telemetry;
-use crate::watchdog::{self, LeaseHold};
+use crate::watchdog::{self};
 use state::{LiveReplicas, MarkBook};
 use systemd::Notice;
 

@@ -3,7 +3,15 @@
 //! turn, skipping the claim if one was announced meanwhile (the claim
 //! script announces it); and the listener of those announcements.
 
-use super::*;
+use super::{Ctx, pause};
+use crate::telemetry;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error};
+
 use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE};
 use std::sync::PoisonError;
 

@@ -3,7 +3,36 @@
 //! holder died. Delivering and sweeping return the reruns they claimed;
 //! the caller starts them.
 
-use super::*;
+use super::{Ctx, JobMeters, rfc3339, spool_or_hold, to_datetime};
+use crate::config::Job;
+use crate::config::OnHolderLost;
+use crate::config::Overlap;
+use crate::outcome::Outcome;
+use crate::outcome::Status;
+use crate::outcome::Trigger;
+#[cfg(feature = "process")]
+use crate::runner;
+use crate::store::Attempt;
+use crate::store::FinishReply;
+use crate::store::Recorded;
+use crate::store::Rerun;
+use crate::store::RerunOffer;
+use crate::store::SweepRequest;
+use crate::task;
+use crate::task::Attempts;
+use crate::task::RunContext;
+use crate::task::RunResult;
+use crate::watchdog::LeaseHold;
+use chrono::SecondsFormat;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio::time::sleep;
+use tokio::time::sleep_until;
+use tracing::{debug, error, info, warn};
+use uuid::Uuid;
 
 /// A claimed tick about to run.
 pub(super) struct RunStart {

@@ -3,9 +3,19 @@
 //! stopped or restarted by a SIGHUP reload that changes the job table (runs
 //! in flight keep the definition they started with).
 
+use super::{Ctx, JobTable, Notice, job_table, notify, systemd, to_datetime};
+use crate::config::Config;
+use crate::config::Job;
+use crate::task::Tasks;
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info, warn};
+
 use super::tick::Step;
 use super::timer::{self, Alarm};
-use super::*;
 
 /// The job loops, one per job, and what each was started with.
 pub(super) struct Scheduler {

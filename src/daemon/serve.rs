@@ -3,7 +3,13 @@
 //! own listener, each logged and skipped (never fatal) when its port
 //! cannot be bound.
 
-use super::*;
+use super::{Ctx, DaemonError};
+use crate::config::Config;
+use crate::telemetry;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{error, info};
 
 /// Installs the metrics recorder and serves `/metrics` and `/healthz`. A
 /// port that cannot be bound is logged, not fatal: claims matter more.
@@ -53,7 +59,7 @@ pub(super) async fn start_metrics(
     _tasks: &TaskTracker,
     _cancel: &CancellationToken,
 ) {
-    warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
+    tracing::warn!(%addr, "metrics_listen is set, but this build has no metrics server (the `metrics-server` feature)");
 }
 
 /// Serves the dashboard. Like the metrics, a port that cannot be bound is
@@ -139,7 +145,7 @@ pub(super) async fn start_dashboard(
     _tasks: &TaskTracker,
     _cancel: &CancellationToken,
 ) {
-    warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
+    tracing::warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
 }
 
 /// The operator token the dashboard's actions need, read at start-up.

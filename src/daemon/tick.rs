@@ -9,8 +9,21 @@
 //! outcome. After a start or an outage, [`catch_up`] applies the misfire
 //! policy to the ticks that passed.
 
+use super::{
+    Ahead, ClaimCount, ClaimEnd, Ctx, LATE_MS, MAX_CATCH_UP, claim, deliver, not_durable_outcome,
+    pause, rank_wait, record_missed, rfc3339, start_reruns, start_run, sweep, to_datetime,
+};
+use crate::config::Job;
+use crate::config::Misfire;
+use crate::outcome::Trigger;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info};
+
 use super::timer::Alarm;
-use super::*;
 
 /// What the job loop does after a claim was followed.
 pub(super) enum Next {

@@ -16,13 +16,21 @@
 //! others wait their turn as alarms in a queue, not as tasks, so 100,000
 //! jobs starting together cost 100,000 alarms, not 100,000 tasks.
 
+use super::{CATCHING_UP, Ctx, tick};
+use crate::config::Job;
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio::time::sleep_until;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Mutex;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::tick::{Step, job_step};
-use super::*;
 
 /// One job's next wake-up.
 pub(super) struct Alarm {
@@ -189,7 +197,11 @@ async fn sleep_until_some(at: Option<Instant>) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::config::Config;
+    use tokio::time::timeout;
 
     fn job() -> Arc<Job> {
         let config = Config::parse(

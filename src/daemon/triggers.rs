@@ -2,7 +2,21 @@
 //! as one consumer of the replicas' group, takes over requests a dead
 //! consumer left pending, and starts the runs this replica wins.
 
-use super::*;
+use super::{Ctx, RunStart, pause, start_run};
+use crate::membership::Heartbeat;
+use crate::outcome::Trigger;
+use crate::store::ManualReply;
+use crate::store::ManualRequest;
+use crate::store::StoreError;
+use crate::store::TriggerReader;
+use crate::store::TriggerRequest;
+use crate::telemetry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio::time::sleep;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
 
 /// How long one read of the triggers stream blocks: the only command an
 /// idle consumer sends.

@@ -3,9 +3,14 @@
 //! raised everywhere to the highest, and a claim without a majority undone
 //! where it landed.
 
+use super::{
+    Attempt, Claimant, Reply, Store, StoreError, append, as_int, duration_ms, lease_still_valid,
+    protocol,
+};
+use crate::link::Conn;
+use crate::outcome::Trigger;
 use redis::{RedisWrite, Value};
-
-use super::*;
+use std::time::Instant;
 
 /// The claim script's keys: state, running, lease, runs.
 const CLAIM_KEYS: usize = 4;

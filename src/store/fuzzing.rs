@@ -1,10 +1,15 @@
 //! Every reader of a Redis reply, callable on a reply built by hand (see
 //! the module's declaration in `store`).
 
+use super::{
+    ClaimReply, FinishReply, LockReply, ManualReply, StoreError, TriggerRequest, claim, heartbeat,
+    lock, protocol, run, triggers,
+};
+use crate::LockHolder;
+
 use redis::Value;
 
 pub use super::run::SweepReply;
-use super::*;
 
 /// The claim script's reply.
 pub fn claim(reply: Value) -> Result<ClaimReply, StoreError> {

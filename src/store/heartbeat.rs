@@ -2,11 +2,12 @@
 //! and the removal of a replica's entry (clean shutdown, or silent for
 //! [`REPLICA_FORGET_AFTER`]). The record itself is `membership::Heartbeat`.
 
+use super::{Store, StoreError, as_int, as_string, protocol, time_us};
+use crate::link::Conn;
+use crate::membership::Heartbeat;
 use std::time::Duration;
 
 use redis::Value;
-
-use super::*;
 
 /// How long a replica may be silent before its heartbeat entry and its
 /// consumer of the triggers stream are removed: long after every sweep of

@@ -7,13 +7,17 @@
 //! arguments encoded once (the holder's part of the record per holder, the
 //! token and key names per acquisition).
 
+use super::{
+    Reply, Store, StoreError, as_int, duration_ms, lease_still_valid, protocol, reply, unanswered,
+};
+use crate::link::Conn;
+use redis::Script;
+
 mod record;
 
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisWrite, Value};
-
-use super::*;
 
 /// How long the state of a lock (its fence) lives after it is made; a
 /// lock name used once does not stay in Redis for ever. Its lease lives

@@ -15,8 +15,6 @@ use redis::{Script, Value};
 
 use crate::config::{Overlap, RedisConfig};
 use crate::link::{Conn, Link, LinkError};
-use crate::membership::Heartbeat;
-use crate::outcome::{Outcome, Trigger};
 
 mod audit;
 mod batch;

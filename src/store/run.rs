@@ -2,11 +2,13 @@
 //! records its outcome (with the job's dedup window), the sweep of runs
 //! whose holder died, and the missed ticks a claim jumped over.
 
+use super::{Attempt, Claimant, Reply, Store, StoreError, append, as_int, duration_ms};
+use crate::outcome::Outcome;
+use redis::Script;
+
 use std::time::Duration;
 
 use redis::{RedisWrite, Value};
-
-use super::*;
 
 /// The finish script's keys: state, running, the run's lease, runs, done,
 /// the job's lease, reruns, done_at.

@@ -1,12 +1,15 @@
 //! Manual runs (`cronlease trigger`): the triggers stream and its consumer
 //! group, and the manual-run script that starts a run for a request.
 
+use super::{
+    Claimant, DEDUP_WINDOW, Keys, Reply, Store, StoreError, as_string, dedup_entries, duration_ms,
+    protocol,
+};
+use crate::link::Conn;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-
-use super::*;
 
 /// The consumer group of the replicas on the triggers stream.
 pub const TRIGGER_GROUP: &str = "replicas";
