@@ -34,5 +34,6 @@ mod spool;
 mod state_loss;
 mod support;
 mod systemd;
+mod tidy;
 mod topology;
 mod why_own_schedule;

@@ -1,0 +1,203 @@
+//! The absences ARCHITECTURE.md states, checked by reading the sources
+//! (as rust-analyzer's tidy tests do): no source file over 800 lines, no
+//! glob import, no wall-clock read outside `clock`, no `bool` parameter.
+//! Test code (a `tests.rs` file, or a file's `#[cfg(test)] mod tests`) is
+//! exempt from all but the first.
+
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+/// The engine's sources: (path relative to the crate, whole text, the
+/// text that is not test code).
+fn sources() -> Vec<(String, String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    rust_files(&root.join("src"))
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            let relative = path
+                .strip_prefix(root)
+                .expect("under the crate")
+                .to_string_lossy()
+                .into_owned();
+            let code = if relative.ends_with("tests.rs") {
+                String::new()
+            } else {
+                match text.find("#[cfg(test)]\nmod tests") {
+                    Some(at) => text[..at].to_string(),
+                    None => text.clone(),
+                }
+            };
+            (relative, text, code)
+        })
+        .collect()
+}
+
+/// Asserts `found` is empty, listing it as `what`.
+#[track_caller]
+fn none(what: &str, found: Vec<String>) {
+    assert!(found.is_empty(), "{what}:\n  {}", found.join("\n  "));
+}
+
+#[test]
+fn no_source_file_is_over_800_lines() {
+    none(
+        "files over 800 lines (one concept per file)",
+        sources()
+            .into_iter()
+            .filter_map(|(path, text, _)| {
+                let lines = text.lines().count();
+                (lines > 800).then(|| format!("{path}: {lines} lines"))
+            })
+            .collect(),
+    );
+}
+
+#[test]
+fn no_glob_import_outside_tests() {
+    none(
+        "glob imports (name what is used)",
+        sources()
+            .into_iter()
+            .flat_map(|(path, _, code)| {
+                code.lines()
+                    .enumerate()
+                    .filter(|(_, line)| {
+                        let line = line.trim_start();
+                        line.starts_with("use ") && line.trim_end().ends_with("::*;")
+                    })
+                    .map(|(n, line)| format!("{path}:{}: {}", n + 1, line.trim()))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    );
+}
+
+#[test]
+fn no_wall_clock_read_outside_clock() {
+    let reads = [
+        "SystemTime::now",
+        "Utc::now",
+        "Local::now",
+        "Timestamp::now",
+        "Zoned::now",
+    ];
+    none(
+        "wall-clock reads outside src/clock.rs (the clock is injected there)",
+        sources()
+            .into_iter()
+            .filter(|(path, _, _)| path != "src/clock.rs")
+            .flat_map(|(path, _, code)| {
+                code.lines()
+                    .enumerate()
+                    .filter(|(_, line)| !line.trim_start().starts_with("//"))
+                    .filter(|(_, line)| reads.iter().any(|read| line.contains(read)))
+                    .map(|(n, line)| format!("{path}:{}: {}", n + 1, line.trim()))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    );
+}
+
+/// The parameters of every function signature in `code`: the text
+/// between `fn name(` and its closing parenthesis, with where it starts.
+fn signatures(code: &str) -> Vec<(usize, String, String)> {
+    let mut found = Vec::new();
+    let bytes = code.as_bytes();
+    let mut at = 0;
+    while let Some(offset) = code[at..].find("fn ") {
+        let start = at + offset;
+        at = start + 3;
+        let boundary =
+            start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        if !boundary {
+            continue;
+        }
+        let rest = &code[at..];
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = rest.find('(') else { break };
+        // `fn` pointer types (`fn(u32) -> bool`) have no name.
+        if name.is_empty() || rest[..open].contains(['{', ';', '\n']) && !rest[..open].contains('<')
+        {
+            continue;
+        }
+        let mut depth = 0;
+        let mut close = None;
+        for (i, c) in rest[open..].char_indices() {
+            match c {
+                '(' => depth += 1,
+                ')' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        close = Some(open + i);
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some(close) = close {
+            let line = code[..start].matches('\n').count() + 1;
+            found.push((line, name, rest[open + 1..close].to_string()));
+        }
+    }
+    found
+}
+
+#[test]
+fn no_function_takes_a_bool() {
+    none(
+        "bool parameters (an enum says which, a struct groups them)",
+        sources()
+            .into_iter()
+            .flat_map(|(path, _, code)| {
+                signatures(&code)
+                    .into_iter()
+                    .filter(|(_, _, params)| {
+                        params.split(',').any(|param| {
+                            param
+                                .split_once(':')
+                                .is_some_and(|(_, ty)| ty.trim() == "bool")
+                        })
+                    })
+                    .map(|(line, name, _)| format!("{path}:{line}: fn {name}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    );
+}
+
+#[test]
+fn the_checks_see_what_they_look_for() {
+    // Each check, on a line it must flag and one it must not.
+    let sigs = signatures("pub fn set(on: bool, n: u32) {}\nfn pointer(f: fn(bool) -> u8) {}\n");
+    assert_eq!(sigs.len(), 2, "{sigs:?}");
+    assert_eq!(sigs[0].1, "set");
+    assert!(sigs[0].2.contains("on: bool"));
+    assert!(
+        !sigs[1]
+            .2
+            .split(',')
+            .any(|p| p.split_once(':').is_some_and(|(_, t)| t.trim() == "bool"))
+    );
+}
