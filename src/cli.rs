@@ -1,4 +1,6 @@
 //! The command line: clap definitions and one function per subcommand.
+//! The man pages and shell completions are generated from the same
+//! definitions (`generate.rs`).
 //!
 //! Every subcommand returns an [`Exit`]; errors are printed here as one
 //! message (with its cause chain) and never as a panic or a backtrace.
@@ -22,6 +24,10 @@ use crate::outcome::Status;
 use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
+
+mod generate;
+
+pub use generate::CompletionShell;
 
 /// The default config path, as installed by the package.
 pub const DEFAULT_CONFIG: &str = "/etc/cronlease/jobs.toml";
@@ -79,6 +85,29 @@ pub enum Command {
     /// acquired (at once, or after --wait) or its lease is lost (the command
     /// is then killed); otherwise with the command's status.
     Lock(LockArgs),
+    /// Print the completion script of a shell (bash, zsh or fish).
+    ///
+    /// The Debian package installs all three. By hand, for example:
+    /// `cronlease completions bash > ~/.local/share/bash-completion/completions/cronlease`,
+    /// `cronlease completions fish > ~/.config/fish/completions/cronlease.fish`.
+    Completions(CompletionsArgs),
+    /// Write the man pages into DIR: cronlease.1 and one page per
+    /// subcommand (cronlease-run.1, …). What scripts/package installs.
+    #[command(hide = true)]
+    GenerateMan(GenerateManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: CompletionShell,
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateManArgs {
+    /// The directory to write the pages into (created if missing).
+    pub dir: PathBuf,
 }
 
 /// How to reach Redis: a config file, or a URL and prefix.
@@ -301,6 +330,8 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Resume(args) => pause(&args, PauseAction::Resume),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
+        Command::Completions(args) => generate::print_completions(args.shell),
+        Command::GenerateMan(args) => generate::man_pages(&args.dir),
     }
 }
 

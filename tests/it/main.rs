@@ -24,6 +24,7 @@ mod forged;
 mod harness;
 mod hostile;
 mod locks;
+mod manual;
 mod metrics;
 mod operator;
 mod pid_one;
