@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use clap::{Args, Parser, Subcommand};
 
 use std::time::Duration;
@@ -21,10 +21,10 @@ use crate::lock::LockError;
 use crate::lock::command::CommandError;
 use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
-use crate::schedule::Timing;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
 
+mod check;
 mod generate;
 
 pub use generate::CompletionShell;
@@ -289,7 +289,7 @@ pub fn run(cli: Cli) -> Exit {
 /// its own tasks here).
 pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
     match cli.command {
-        Command::Check(args) => check(&args),
+        Command::Check(args) => check::check(&args),
         Command::Run(args) => run_daemon(&args, tasks),
         Command::Status(args) => operator_command(&args.connect, |target| async move {
             let report = operator::status(
@@ -702,113 +702,4 @@ fn watch_signals(
             }
         }
     }))
-}
-
-/// `cronlease check`.
-fn check(args: &CheckArgs) -> Exit {
-    let from = args.from.unwrap_or_else(crate::clock::local_now_utc);
-    let config = match Config::load(&args.config.config) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::InvalidInput;
-        }
-    };
-    let count = usize::from(args.count);
-    let out = if args.json {
-        check_json(&config, from, count)
-    } else {
-        check_text(&config, from, count)
-    };
-    match std::io::stdout().lock().write_all(out.as_bytes()) {
-        Ok(()) => Exit::Success,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Exit::Success,
-        Err(e) => {
-            eprintln!("error: cannot write to stdout: {e}");
-            Exit::Failure
-        }
-    }
-}
-
-fn rfc3339_utc(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
-}
-
-fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
-    let jobs: Vec<serde_json::Value> = config
-        .jobs
-        .values()
-        .map(|job| {
-            let next: Vec<String> = job
-                .schedule
-                .upcoming(from, count)
-                .into_iter()
-                .map(rfc3339_utc)
-                .collect();
-            let dst = job.schedule.dst();
-            serde_json::json!({
-                "name": job.name,
-                "schedule": job.schedule.expression(),
-                "resolved": job.schedule.resolved(),
-                "timezone": job.schedule.timezone().name(),
-                "timing": job.schedule.timing().as_str(),
-                "dst_gap": dst.gap.as_str(),
-                "dst_repeat": dst.repeat.as_str(),
-                "next": next,
-                // No tick after `from` (count is at least 1): the schedule ended.
-                "ended": next.is_empty(),
-            })
-        })
-        .collect();
-    let warnings = config.warnings(from);
-    let mut text = serde_json::json!({ "jobs": jobs, "warnings": warnings }).to_string();
-    text.push('\n');
-    text
-}
-
-fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let n = config.jobs.len();
-    let _ = writeln!(
-        out,
-        "{}: valid, {n} job{}; next fire times after {}",
-        config.source.display(),
-        if n == 1 { "" } else { "s" },
-        rfc3339_utc(from)
-    );
-    for warning in config.warnings(from) {
-        let _ = writeln!(out, "warning: {warning}");
-    }
-    for job in config.jobs.values() {
-        let schedule = &job.schedule;
-        let zone = schedule.timezone();
-        let _ = write!(out, "\n{}  {:?}", job.name, schedule.expression());
-        if schedule.resolved() != schedule.expression() {
-            let _ = write!(out, " = {:?}", schedule.resolved());
-        }
-        let dst = schedule.dst();
-        let timing = match schedule.timing() {
-            Timing::WallClock => "wall clock".to_string(),
-            Timing::FixedTime => format!(
-                "fixed time, dst_gap {}, dst_repeat {}",
-                dst.gap.as_str(),
-                dst.repeat.as_str()
-            ),
-        };
-        let _ = writeln!(out, "  ({}; {timing})", zone.name());
-        let ticks = schedule.upcoming(from, count);
-        if ticks.is_empty() {
-            let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
-        }
-        for tick in ticks {
-            let _ = writeln!(
-                out,
-                "  {}  =  {}",
-                zone.format_local(tick),
-                rfc3339_utc(tick)
-            );
-        }
-    }
-    out
 }
