@@ -348,9 +348,12 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
             warn!(job = %job.name, abandoned = reply.abandoned, "recorded runs whose replica died as abandoned");
         }
         if !reply.quarantined.is_empty() {
+            metrics::counter!(crate::telemetry::UNTRUSTED_DATA, "source" => "state", "field" => "running")
+                .increment(reply.quarantined.len() as u64);
             error!(
                 job = %job.name, run_ids = ?reply.quarantined, key = %ctx.store.keys().quarantine(&job.name),
-                "entries of the job's runs in flight that cronlease did not write were moved to its quarantine hash"
+                "entries of the job's runs in flight that cronlease did not write were moved to its quarantine hash; `cronlease status` shows the job as needing repair until `cronlease repair {}`",
+                job.name
             );
         }
         let Some(rerun) = reply.rerun else {
