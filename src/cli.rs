@@ -648,27 +648,32 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
             let _ = reaper.await;
         }
         let _ = signals.await;
-        match result {
-            Ok(()) => Exit::Success,
-            Err(e @ crate::daemon::DaemonError::Eviction { .. }) => {
-                tracing::error!("refusing to start: {e}");
-                Exit::RedisConfig
-            }
-            Err(e @ crate::daemon::DaemonError::Limits(_)) => {
-                tracing::error!("refusing to start: {e}");
-                Exit::InvalidInput
-            }
-            #[cfg(feature = "dashboard")]
-            Err(e @ crate::daemon::DaemonError::DashboardToken(_)) => {
-                tracing::error!("refusing to start: {e}");
-                Exit::InvalidInput
-            }
-            Err(e) => {
-                tracing::error!("{e:#}");
-                Exit::Failure
-            }
-        }
+        daemon_exit(result)
     })
+}
+
+/// The exit status of a replica's run, its error logged.
+fn daemon_exit(result: Result<(), crate::daemon::DaemonError>) -> Exit {
+    match result {
+        Ok(()) => Exit::Success,
+        Err(e @ crate::daemon::DaemonError::Eviction { .. }) => {
+            tracing::error!("refusing to start: {e}");
+            Exit::RedisConfig
+        }
+        Err(e @ crate::daemon::DaemonError::Limits(_)) => {
+            tracing::error!("refusing to start: {e}");
+            Exit::InvalidInput
+        }
+        #[cfg(feature = "dashboard")]
+        Err(e @ crate::daemon::DaemonError::DashboardToken(_)) => {
+            tracing::error!("refusing to start: {e}");
+            Exit::InvalidInput
+        }
+        Err(e) => {
+            tracing::error!("{e:#}");
+            Exit::Failure
+        }
+    }
 }
 
 /// Cancels `shutdown` on SIGTERM or SIGINT, and asks for a reload on

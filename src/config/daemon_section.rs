@@ -73,6 +73,8 @@ pub(super) const MAX_GRACE: Duration = Duration::from_secs(3600);
 /// The section every problem here belongs to.
 const S: &str = "daemon";
 
+// Long by design: each setting validated in turn, then the struct it fills,
+// field by field.
 /// `[daemon]`: each setting on its own (the lease also against `[redis]`
 /// `command_timeout`), defaults where unset.
 pub(super) fn validate_daemon(

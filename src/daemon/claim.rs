@@ -264,14 +264,6 @@ fn answer(
             ..
         } => {
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
-            // Claimed ahead of the tick: the run starts when Redis time
-            // reaches it, counted from this answer (which left Redis at
-            // `redis_now_us`), so never early, whatever the local clock.
-            // At most a second, whatever the reply says (the script claims
-            // at most the lead ahead).
-            let ahead = u64::try_from(started_ms.saturating_mul(1000).saturating_sub(redis_now_us))
-                .unwrap_or(0)
-                .min(1_000_000);
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -280,7 +272,7 @@ fn answer(
                 started_ms,
                 trigger,
                 valid_from: sent,
-                not_before: (ahead > 0).then(|| Instant::now() + Duration::from_micros(ahead)),
+                not_before: not_before(started_ms, redis_now_us),
             };
             let facts = WonFacts {
                 acked,
@@ -297,27 +289,11 @@ fn answer(
         ClaimReply::Wait { ms } => {
             ctx.meters.count_claim(&job.name, ClaimCount::Wait);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
-            Answer::Again(Duration::from_millis(
-                u64::try_from(ms).unwrap_or(100).clamp(20, 1000),
-            ))
+            let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
+            Answer::Again(Duration::from_millis(ms))
         }
-        ClaimReply::Expired { late_ms } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Expired);
-            warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
-            Answer::End(ClaimEnd::Late)
-        }
-        ClaimReply::Corrupt { field, value } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Corrupt);
-            error!(
-                job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
-                "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
-            );
-            Answer::End(ClaimEnd::Refused)
-        }
-        ClaimReply::Lapsed => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Lapsed);
-            warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
-            Answer::End(ClaimEnd::Lapsed)
+        ClaimReply::Expired { .. } | ClaimReply::Corrupt { .. } | ClaimReply::Lapsed => {
+            Answer::End(not_claimed(ctx, job, &tick, run_id, reply))
         }
         ClaimReply::Taken {
             last_tick, fence, ..
@@ -327,13 +303,24 @@ fn answer(
             debug!(job = %job.name, %tick, "taken by another replica");
             Answer::End(ClaimEnd::Taken)
         }
+        ClaimReply::Paused { .. } | ClaimReply::Busy { .. } => {
+            Answer::End(skipped(ctx, job, tick_ms, reply))
+        }
+    }
+}
+
+/// A tick the claim moved past without a run: the job is paused, or a run
+/// is in flight (recorded `skipped_overlap`).
+fn skipped(ctx: &Ctx, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
+    let tick = rfc3339(tick_ms);
+    match reply {
         ClaimReply::Paused {
             previous, fence, ..
         } => {
             ctx.meters.count_claim(&job.name, ClaimCount::Paused);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, "job is paused; tick skipped");
-            Answer::End(ClaimEnd::Paused { previous })
+            ClaimEnd::Paused { previous }
         }
         ClaimReply::Busy {
             holder,
@@ -344,8 +331,49 @@ fn answer(
             ctx.meters.count_claim(&job.name, ClaimCount::Busy);
             ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
-            Answer::End(ClaimEnd::Busy { previous })
+            ClaimEnd::Busy { previous }
         }
+        // The caller hands over only the two above.
+        _ => ClaimEnd::Taken,
+    }
+}
+
+/// When a run claimed ahead of its tick may start: once Redis time reaches
+/// `started_ms`, counted from the answer (which left Redis at
+/// `redis_now_us`), so never early, whatever the local clock; at most a
+/// second away, whatever the reply says (the script claims at most the
+/// lead ahead). None: at once.
+fn not_before(started_ms: i64, redis_now_us: i64) -> Option<Instant> {
+    let ahead = u64::try_from(started_ms.saturating_mul(1000).saturating_sub(redis_now_us))
+        .unwrap_or(0)
+        .min(1_000_000);
+    (ahead > 0).then(|| Instant::now() + Duration::from_micros(ahead))
+}
+
+/// A claim that took no effect and will not be asked again: counted and
+/// logged with why.
+fn not_claimed(ctx: &Ctx, job: &Job, tick: &str, run_id: &str, reply: ClaimReply) -> ClaimEnd {
+    match reply {
+        ClaimReply::Corrupt { field, value } => {
+            ctx.meters.count_claim(&job.name, ClaimCount::Corrupt);
+            error!(
+                job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
+                "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
+            );
+            ClaimEnd::Refused
+        }
+        ClaimReply::Lapsed => {
+            ctx.meters.count_claim(&job.name, ClaimCount::Lapsed);
+            warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
+            ClaimEnd::Lapsed
+        }
+        ClaimReply::Expired { late_ms } => {
+            ctx.meters.count_claim(&job.name, ClaimCount::Expired);
+            warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
+            ClaimEnd::Late
+        }
+        // The caller hands over only the three above.
+        _ => ClaimEnd::Refused,
     }
 }
 

@@ -273,6 +273,28 @@ impl Ctx {
         })
     }
 
+    /// A replica that runs commands says at once how it contains them,
+    /// and refuses to start when it cannot (`containment = "cgroup"`
+    /// without cgroups, limits its cgroups cannot apply).
+    fn check_runner(&self, table: &JobTable) -> Result<(), DaemonError> {
+        #[cfg(feature = "process")]
+        if table.values().any(|job| {
+            crate::runner::Process::argv(&job.command).is_some()
+                && self
+                    .tasks
+                    .read()
+                    .is_ok_and(|tasks| tasks.registered(&job.name).is_none())
+        }) {
+            if let crate::runner::Containment::Unavailable(reason) = self.containment() {
+                return Err(DaemonError::Containment(reason.clone()));
+            }
+            self.check_limits(table).map_err(DaemonError::Limits)?;
+        }
+        #[cfg(not(feature = "process"))]
+        let _ = table;
+        Ok(())
+    }
+
     /// Whether every job of `table` with resource limits can have them
     /// here; the first that cannot, and why.
     fn check_limits(&self, table: &JobTable) -> Result<(), String> {
@@ -367,6 +389,26 @@ pub struct World {
     pub ready: Option<oneshot::Sender<()>>,
 }
 
+/// The replica's background tasks but the watchdog: heartbeat, spool
+/// courier, marks keeper, claims listener and (but with `quorum`, which
+/// has no one stream all replicas read) the trigger consumer, owned by
+/// `background` and stopped by `service` (`claiming` for the consumer,
+/// which starts runs).
+fn start_background(
+    ctx: &Arc<Ctx>,
+    background: &TaskTracker,
+    service: &CancellationToken,
+    claiming: &CancellationToken,
+) {
+    background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
+    background.spawn(spool_courier(ctx.clone(), service.clone()));
+    background.spawn(marks_keeper(ctx.clone(), service.clone()));
+    background.spawn(claims_listener(ctx.clone(), service.clone()));
+    if !ctx.store.is_quorum() {
+        background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
+    }
+}
+
 /// What runs may inherit of this replica's environment, and the values of
 /// its secrets; logs once which of its variables runs do not inherit
 /// (names only).
@@ -453,22 +495,7 @@ pub async fn run(
         parts,
         claiming.clone(),
     ));
-    // A replica that runs commands says at once how it contains them.
-    #[cfg(feature = "process")]
-    if jobs.values().any(|job| {
-        crate::runner::Process::argv(&job.command).is_some()
-            && ctx
-                .tasks
-                .read()
-                .is_ok_and(|tasks| tasks.registered(&job.name).is_none())
-    }) {
-        if let crate::runner::Containment::Unavailable(reason) = ctx.containment() {
-            return Err(DaemonError::Containment(reason.clone()));
-        }
-        if let Err(e) = ctx.check_limits(&jobs) {
-            return Err(DaemonError::Limits(e));
-        }
-    }
+    ctx.check_runner(&jobs)?;
     measure_clock(&ctx).await;
 
     let background = TaskTracker::new();
@@ -484,15 +511,7 @@ pub async fn run(
         start_dashboard(addr, &ctx, dashboard_token, &background, &service).await;
     }
     background.spawn(watchdog_task);
-    background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
-    background.spawn(spool_courier(ctx.clone(), service.clone()));
-    background.spawn(marks_keeper(ctx.clone(), service.clone()));
-    background.spawn(claims_listener(ctx.clone(), service.clone()));
-    // Manual runs need one stream all replicas read: not with `quorum`
-    // (`cronlease trigger` says so).
-    if !ctx.store.is_quorum() {
-        background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
-    }
+    start_background(&ctx, &background, &service, &claiming);
     let mut scheduler = Scheduler::new(&ctx, claiming.clone());
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);

@@ -427,6 +427,72 @@ fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Mar
     }
 }
 
+/// The job's action buttons for an operator, or what another visitor may do.
+fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
+    let name = &job.name;
+    html! {
+        section.actions aria-label="actions" {
+            @match visitor {
+                Visitor::Operator(_) => {
+                    form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
+                        input type="hidden" name="csrf" value=(csrf);
+                        button #run-now type="submit" disabled[job.paused] { "Run now" }
+                    }
+                    @if job.paused {
+                        form.inline method="post" action=(format!("/jobs/{name}/resume")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button #resume type="submit" { "Resume" }
+                        }
+                    } @else {
+                        form.inline method="post" action=(format!("/jobs/{name}/pause")) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            button #pause type="submit" { "Pause" }
+                        }
+                    }
+                }
+                Visitor::Anonymous => p { a href=(format!("/login?next=/jobs/{name}")) { "Log in" } " with the operator token to run, pause or resume this job." },
+                Visitor::ReadOnly => p.muted { "Read-only: this replica has no operator token, so nothing can be changed from here." },
+            }
+    }
+    }
+}
+
+/// The job's recent outcomes, each with its output behind a disclosure.
+fn history_table(history: &[operator::HistoryEntry]) -> Markup {
+    html! {
+        @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
+            table.history {
+                thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "CPU" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
+                tbody {
+                    @for e in history {
+                        tr data-run=(e.run_id) {
+                            td { (e.tick) }
+                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.stale { " " small.muted { "(stale)" } } }
+                            td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
+                            td.num { (e.fence) }
+                            td.num { (duration(e.duration_ms)) }
+                            td.num title=(e.peak_memory_kb.map(|kb| format!("peak memory {kb} kB")).unwrap_or_default()) { (e.cpu_ms.map(|ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))).unwrap_or_else(|| "–".into())) }
+                            td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
+                            td { (e.trigger.as_str()) }
+                            td {
+                                @match e.output.as_deref() {
+                                    Some(output) if !output.is_empty() => {
+                                        details id=(format!("out-{}", e.id)) {
+                                            summary { (output.lines().count()) " lines" }
+                                            pre.output { (output) }
+                                        }
+                                    }
+                                    _ => span.muted { "–" },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+    }
+    }
+}
+
 fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
     html! {
         @if let Some(repair) = &job.needs_repair {
@@ -684,29 +750,7 @@ pub(super) async fn job(
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
         }
-        section.actions aria-label="actions" {
-            @match &visitor {
-                Visitor::Operator(_) => {
-                    form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
-                        input type="hidden" name="csrf" value=(csrf);
-                        button #run-now type="submit" disabled[job.paused] { "Run now" }
-                    }
-                    @if job.paused {
-                        form.inline method="post" action=(format!("/jobs/{name}/resume")) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            button #resume type="submit" { "Resume" }
-                        }
-                    } @else {
-                        form.inline method="post" action=(format!("/jobs/{name}/pause")) {
-                            input type="hidden" name="csrf" value=(csrf);
-                            button #pause type="submit" { "Pause" }
-                        }
-                    }
-                }
-                Visitor::Anonymous => p { a href=(format!("/login?next=/jobs/{name}")) { "Log in" } " with the operator token to run, pause or resume this job." },
-                Visitor::ReadOnly => p.muted { "Read-only: this replica has no operator token, so nothing can be changed from here." },
-            }
-        }
+        (job_actions(&visitor, job, &csrf))
         @if !job.running.is_empty() {
             h2 { "In flight" }
             ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
@@ -728,36 +772,7 @@ pub(super) async fn job(
             }
         }
         h2 { "History" }
-        @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
-            table.history {
-                thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "CPU" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
-                tbody {
-                    @for e in &history {
-                        tr data-run=(e.run_id) {
-                            td { (e.tick) }
-                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.stale { " " small.muted { "(stale)" } } }
-                            td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
-                            td.num { (e.fence) }
-                            td.num { (duration(e.duration_ms)) }
-                            td.num title=(e.peak_memory_kb.map(|kb| format!("peak memory {kb} kB")).unwrap_or_default()) { (e.cpu_ms.map(|ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))).unwrap_or_else(|| "–".into())) }
-                            td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
-                            td { (e.trigger.as_str()) }
-                            td {
-                                @match e.output.as_deref() {
-                                    Some(output) if !output.is_empty() => {
-                                        details id=(format!("out-{}", e.id)) {
-                                            summary { (output.lines().count()) " lines" }
-                                            pre.output { (output) }
-                                        }
-                                    }
-                                    _ => span.muted { "–" },
-                                }
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        (history_table(&history))
         h2 { "Operator actions" }
         @if actions.is_empty() { p.muted { "None recorded." } } @else {
             ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }

@@ -199,27 +199,9 @@ async fn run_once(
         Ok(resolved) => resolved,
         Err(e) => return cannot_start(run, tail, format!("[cronlease] {e}")),
     };
-    let cgroup = match &spec.containment {
-        Containment::Cgroup(cgroups) => {
-            match cgroups.create(&run.run_id, run.attempt, &spec.limits) {
-                Ok(cgroup) => Some(cgroup),
-                Err(e) => {
-                    return cannot_start(
-                        run,
-                        tail,
-                        format!("[cronlease] cannot create the run's cgroup: {e}"),
-                    );
-                }
-            }
-        }
-        Containment::ProcessGroup => None,
-        Containment::Unavailable(reason) => {
-            return cannot_start(
-                run,
-                tail,
-                format!("[cronlease] containment = \"cgroup\" and no cgroup can be made: {reason}"),
-            );
-        }
+    let cgroup = match attempt_cgroup(spec, run) {
+        Ok(cgroup) => cgroup,
+        Err(why) => return cannot_start(run, tail, why),
     };
     let mut command = build_command(spec, &env);
     if let Some(cgroup) = &cgroup {
@@ -304,7 +286,34 @@ async fn run_once(
     if let Some(cgroup) = &cgroup {
         cgroup.remove();
     }
-    let (exit_code, signal) = match &exit {
+    attempt_end(run, &exit, ending, usage, tail)
+}
+
+/// The attempt's cgroup, where runs have them (None: a process group
+/// only); Err: why the attempt cannot start.
+fn attempt_cgroup(spec: &Process, run: &RunContext) -> Result<Option<RunCgroup>, String> {
+    match &spec.containment {
+        Containment::Cgroup(cgroups) => cgroups
+            .create(&run.run_id, run.attempt, &spec.limits)
+            .map(Some)
+            .map_err(|e| format!("[cronlease] cannot create the run's cgroup: {e}")),
+        Containment::ProcessGroup => Ok(None),
+        Containment::Unavailable(reason) => Err(format!(
+            "[cronlease] containment = \"cgroup\" and no cgroup can be made: {reason}"
+        )),
+    }
+}
+
+/// How an attempt ended: from its exit (or why it could not be waited
+/// for) and the stop that ended it, if one did; logged.
+fn attempt_end(
+    run: &RunContext,
+    exit: &std::io::Result<child::Exit>,
+    ending: Option<Stop>,
+    usage: crate::task::Usage,
+    tail: &mut Tail,
+) -> AttemptEnd {
+    let (exit_code, signal) = match exit {
         Ok(exit) => (exit.status.code(), exit.status.signal()),
         Err(_) => (None, None),
     };
@@ -315,7 +324,7 @@ async fn run_once(
         },
         Stop::status,
     );
-    if let Err(e) = &exit {
+    if let Err(e) = exit {
         tail.push_line(format!("[cronlease] cannot wait for the command: {e}").as_bytes());
     }
     info!(

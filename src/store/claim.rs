@@ -253,6 +253,7 @@ fn majority_answer(answers: &[&ClaimReply], majority: usize) -> Option<ClaimRepl
 }
 
 impl ClaimReply {
+    // Long by design: one match over the answers' kinds, each merged field by field.
     /// Two masters' answers of the same kind as one: the highest fence,
     /// tick and wait, the earliest start, the worst state found. Answers of
     /// different kinds keep the first.

@@ -75,6 +75,15 @@ pub fn install() -> Result<Exposition, TelemetryError> {
         (RUN_CPU, &durations),
     ]);
     metrics::set_global_recorder(exposition.clone()).map_err(|_| TelemetryError::Recorder)?;
+    describe_metrics();
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "git_sha" => GIT_SHA)
+        .set(1.0);
+    Ok(exposition)
+}
+
+/// Says what every metric measures (its `# HELP` line).
+#[cfg(feature = "metrics-server")]
+fn describe_metrics() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         RUNS,
@@ -127,7 +136,7 @@ pub fn install() -> Result<Exposition, TelemetryError> {
     );
     describe_counter!(
         UNTRUSTED_DATA,
-        "Data read from Redis that no honest writer produces, not acted on: forged claim announcements (source=announcement) and implausible job state (source=state, field=last_tick|fence)."
+        "Data read from Redis that no honest writer produces, not acted on: forged claim announcements (source=announcement), implausible job state (source=state, field=last_tick|fence|running) and trigger requests with a run id cronlease did not make (source=trigger)."
     );
     describe_gauge!(
         LAST_SUCCESS,
@@ -139,9 +148,6 @@ pub fn install() -> Result<Exposition, TelemetryError> {
         "Ticks nobody claimed, recorded as missed by this replica."
     );
     describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs.");
-    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "git_sha" => GIT_SHA)
-        .set(1.0);
-    Ok(exposition)
 }
 
 /// What `/healthz` looks at.

@@ -230,6 +230,8 @@ fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }
 
+// Long by design: the child's steps after the clone, in the order they must run, each a system call
+// on memory the parent prepared.
 /// The child's steps (module documentation); returns the one that failed
 /// and its errno (`execve` returns only when it fails).
 ///

@@ -74,6 +74,8 @@ struct Times {
 /// The most clock times listed one by one ("at 09:00 and 17:00").
 const MAX_CLOCK_TIMES: usize = 6;
 
+// Long by design: the idioms are tried in order and the first that fits wins; one function keeps
+// that order visible.
 /// The times of day from the second, minute and hour sets.
 fn times(seconds: Bits, minutes: Bits, hours: Bits) -> Times {
     let seconds = values(seconds, 0, 59);
