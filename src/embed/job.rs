@@ -1,17 +1,27 @@
 //! A job of an embedded scheduler: its settings, as a `[jobs.<name>]`
 //! table, and its handler.
 
+use super::{StdError, duration};
+use crate::Run;
+use crate::config::Misfire;
+use crate::config::OnHolderLost;
+use crate::config::Overlap;
+use crate::schedule::DstGap;
+use crate::schedule::DstRepeat;
+use crate::task::Task;
+use std::sync::Arc;
+use std::time::Duration;
+
 use super::run::Handler;
-use super::*;
 
 /// A job of an embedded scheduler, before its handler: name, schedule and
 /// the settings of a `[jobs.<name>]` table.
 ///
 /// It has every setting of the table but `command`, `shell`, `workdir` and
 /// `env`: the handler is the work. Nothing is checked here:
-/// [`SchedulerBuilder::start`], [`Scheduler::add`] and
-/// [`Scheduler::set_jobs`] check every job with the job table's
-/// validators and return every problem as [`EmbedError::Config`].
+/// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start), [`Scheduler::add`](crate::Scheduler::add) and
+/// [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) check every job with the job table's
+/// validators and return every problem as [`EmbedError::Config`](crate::EmbedError::Config).
 /// Durations are taken in whole milliseconds; zero is not valid.
 ///
 /// Every instance must declare a job with the same settings: `cronlease
@@ -41,7 +51,7 @@ pub struct JobBuilder {
 
 impl JobBuilder {
     /// A job named `name` on the cron expression `schedule`, read in UTC
-    /// unless [`JobBuilder::timezone`] says otherwise. The name is 1 to 128
+    /// unless [`JobBuilder::timezone`](crate::JobBuilder::timezone) says otherwise. The name is 1 to 128
     /// characters from `A-Z a-z 0-9 _ . -` (it is part of Redis keys). The
     /// schedule is read as cronie reads a crontab: 5 fields (minute, hour,
     /// day of month, month, day of week), 6 with leading seconds, 7 with
@@ -112,7 +122,7 @@ impl JobBuilder {
     }
 
     /// How long one attempt may run (`timeout`, default none, at most 7
-    /// days). Then [`Run::stopped`] resolves with [`Stop::Timeout`], the
+    /// days). Then [`Run::stopped`](crate::Run::stopped) resolves with [`Stop::Timeout`](crate::Stop::Timeout), the
     /// handler has the scheduler's `kill_grace` to end and is dropped
     /// after it; the attempt is `timeout`, and retried if retries are
     /// left.
@@ -127,7 +137,7 @@ impl JobBuilder {
 
     /// Extra attempts after a failed or timed-out one, under the same
     /// claim and fence (`retries`, default 0, at most 100).
-    /// [`Run::attempt`] counts them.
+    /// [`Run::attempt`](crate::Run::attempt) counts them.
     ///
     /// ```
     /// let job = cronlease::JobBuilder::new("report", "0 6 * * *").retries(3);
@@ -166,7 +176,7 @@ impl JobBuilder {
 
     /// What a local time that a daylight-saving change repeats does
     /// (`dst_repeat`, default [`DstRepeat::First`]). Only for fixed-time
-    /// schedules, like [`JobBuilder::dst_gap`].
+    /// schedules, like [`JobBuilder::dst_gap`](crate::JobBuilder::dst_gap).
     ///
     /// ```
     /// use cronlease::{DstRepeat, JobBuilder};
@@ -179,8 +189,8 @@ impl JobBuilder {
     }
 
     /// What becomes of a run whose instance died before recording an
-    /// outcome (`on_holder_lost`, default [`OnHolderLost::Record`]).
-    /// [`OnHolderLost::Rerun`] is refused with [`RedisSettings::quorum`].
+    /// outcome (`on_holder_lost`, default [`OnHolderLost::Record`](crate::OnHolderLost::Record)).
+    /// [`OnHolderLost::Rerun`](crate::OnHolderLost::Rerun) is refused with [`RedisSettings::quorum`](crate::RedisSettings::quorum).
     ///
     /// ```
     /// use cronlease::{JobBuilder, OnHolderLost};
@@ -190,12 +200,12 @@ impl JobBuilder {
         self.set("on_holder_lost", policy.as_str().into())
     }
 
-    /// The job with its handler: an async function of the [`Run`] that
+    /// The job with its handler: an async function of the [`Run`](crate::Run) that
     /// returns `Ok(())` (the attempt is `ok`) or an error (`failed`, with
     /// the error and its sources in the outcome's output, as `cronlease
     /// history --output` shows it). A panic is `failed` with its message,
     /// and the scheduler goes on. The handler is called once per attempt,
-    /// on the scheduler's runtime; it should watch [`Run::stopped`].
+    /// on the scheduler's runtime; it should watch [`Run::stopped`](crate::Run::stopped).
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};
@@ -229,8 +239,8 @@ impl JobBuilder {
     }
 }
 
-/// A job with its handler ([`JobBuilder::run`]), ready for
-/// [`SchedulerBuilder::job`], [`Scheduler::add`] or [`Scheduler::set_jobs`].
+/// A job with its handler ([`JobBuilder::run`](crate::JobBuilder::run)), ready for
+/// [`SchedulerBuilder::job`](crate::SchedulerBuilder::job), [`Scheduler::add`](crate::Scheduler::add) or [`Scheduler::set_jobs`](crate::Scheduler::set_jobs).
 /// Cheap to clone: clones share the handler.
 ///
 /// ```
@@ -255,7 +265,7 @@ pub struct EmbeddedJob {
 }
 
 impl EmbeddedJob {
-    /// The job's name, as given to [`JobBuilder::new`].
+    /// The job's name, as given to [`JobBuilder::new`](crate::JobBuilder::new).
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};

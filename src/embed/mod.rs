@@ -45,24 +45,13 @@
 //! run, stopped and dropped.
 
 use std::error::Error as StdError;
-use std::future::Future;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-use crate::clock::RedisClock;
-use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
-use crate::daemon::{self, DaemonError, Reload, World};
+use crate::config::{Config, ConfigError, Source};
+use crate::daemon::DaemonError;
 use crate::lock::keeper::Keeper;
-use crate::outcome::{Status, Tail};
-use crate::schedule::{DstGap, DstRepeat};
 use crate::store::{Store, StoreError};
-use crate::task::{Attempt, AttemptEnd, RunContext, Stop, StopSignal, Task, Tasks};
 
 mod job;
 mod run;
@@ -236,7 +225,7 @@ impl RedisSettings {
     /// Independent masters (at least 3, each listed once), as `[redis]
     /// quorum`: a tick's claim and a lock hold only with a majority of them.
     /// `redis://` or `rediss://` URLs. With a quorum, `cronlease trigger`
-    /// is not available and [`OnHolderLost::Rerun`] is refused.
+    /// is not available and [`OnHolderLost::Rerun`](crate::OnHolderLost::Rerun) is refused.
     ///
     /// ```
     /// let settings = cronlease::RedisSettings::quorum(&[

@@ -1,10 +1,20 @@
-//! What a handler is given ([`Run`]), and the task that runs a handler's
+//! What a handler is given ([`Run`](crate::Run)), and the task that runs a handler's
 //! future under the engine's stop signal.
 
-use super::*;
+use super::StdError;
+use crate::outcome::Status;
+use crate::outcome::Tail;
+use crate::task::Attempt;
+use crate::task::AttemptEnd;
+use crate::task::RunContext;
+use crate::task::Stop;
+use crate::task::StopSignal;
+use crate::task::Task;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
 
 /// What a handler is given, once per attempt: which job and tick it runs,
-/// its fence, and the signal to stop ([`Run::stopped`]).
+/// its fence, and the signal to stop ([`Run::stopped`](crate::Run::stopped)).
 ///
 /// ```
 /// use cronlease::{JobBuilder, Run};
@@ -54,7 +64,7 @@ impl Run {
         DateTime::from_timestamp_millis(self.context.tick_ms).unwrap_or_default()
     }
 
-    /// [`Run::tick`] as milliseconds since the Unix epoch.
+    /// [`Run::tick`](crate::Run::tick) as milliseconds since the Unix epoch.
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};
@@ -100,7 +110,7 @@ impl Run {
     }
 
     /// 1 for the first attempt, 2 for the first retry, … (see
-    /// [`JobBuilder::retries`]).
+    /// [`JobBuilder::retries`](crate::JobBuilder::retries)).
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};
@@ -116,7 +126,7 @@ impl Run {
     }
 
     /// The instance running it: the scheduler's replica id
-    /// ([`SchedulerBuilder::replica_id`]).
+    /// ([`SchedulerBuilder::replica_id`](crate::SchedulerBuilder::replica_id)).
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};
@@ -130,8 +140,8 @@ impl Run {
     }
 
     /// Resolves when the run must stop, with the reason: the lease is lost
-    /// ([`Stop::LostLease`]), the job's timeout passed ([`Stop::Timeout`]),
-    /// or the scheduler is shutting down ([`Stop::Shutdown`]). From then
+    /// ([`Stop::LostLease`](crate::Stop::LostLease)), the job's timeout passed ([`Stop::Timeout`](crate::Stop::Timeout)),
+    /// or the scheduler is shutting down ([`Stop::Shutdown`](crate::Stop::Shutdown)). From then
     /// on the handler has the scheduler's `kill_grace` to return, and is
     /// dropped after it. The attempt's outcome is the stop's
     /// (`lost_lease`, `timeout`, `interrupted`) whatever the handler

@@ -1,13 +1,27 @@
 //! The embedded scheduler: its builder, and a running scheduler's jobs,
 //! readiness and shutdown.
 
-use super::*;
+use super::{document, duration};
+use crate::Cluster;
+use crate::EmbedError;
+use crate::EmbeddedJob;
+use crate::clock::RedisClock;
+use crate::daemon;
+use crate::daemon::DaemonError;
+use crate::daemon::Reload;
+use crate::daemon::World;
+use crate::task::Tasks;
+use std::path::Path;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The jobs of a scheduler not started yet, and its replica settings: the
 /// `[daemon]` section of a job table, as code.
 ///
 /// From [`Cluster::scheduler`]. Nothing is checked until
-/// [`SchedulerBuilder::start`], which reports every invalid setting and
+/// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start), which reports every invalid setting and
 /// job at once. Durations are taken in whole milliseconds; zero is not
 /// valid.
 ///
@@ -36,8 +50,8 @@ pub struct SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
-    /// Adds a job. Each needs its own name: [`SchedulerBuilder::start`]
-    /// refuses two of the same name ([`EmbedError::DuplicateJob`]).
+    /// Adds a job. Each needs its own name: [`SchedulerBuilder::start`](crate::SchedulerBuilder::start)
+    /// refuses two of the same name ([`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob)).
     ///
     /// ```no_run
     /// use cronlease::{JobBuilder, Run};
@@ -55,7 +69,7 @@ impl SchedulerBuilder {
     }
 
     /// This instance's name in `cronlease status`, in outcomes and in
-    /// [`Run::replica`] (`replica_id`, default `<host>-<pid>-<4 hex>`): 1
+    /// [`Run::replica`](crate::Run::replica) (`replica_id`, default `<host>-<pid>-<4 hex>`): 1
     /// to 128 characters from `A-Z a-z 0-9 _ . -`, different on every
     /// instance.
     ///
@@ -72,7 +86,7 @@ impl SchedulerBuilder {
     /// `<dir>/spool` (`state_dir`; default `$STATE_DIRECTORY`, else
     /// `/var/lib/cronlease`); one per instance. The directory is created
     /// when the scheduler starts: if that fails, the scheduler refuses to
-    /// run ([`EmbedError::Refused`]). A service not running as root
+    /// run ([`EmbedError::Refused`](crate::EmbedError::Refused)). A service not running as root
     /// usually needs to set it.
     ///
     /// ```no_run
@@ -88,7 +102,7 @@ impl SchedulerBuilder {
     /// How long a run's claim holds without renewal (`lease`, default
     /// 30 s, from 1 s to 1 h, and more than three times the Redis command
     /// timeout). Renewed every third of it; a run whose lease cannot be
-    /// proven is stopped with [`Stop::LostLease`]. Longer: fewer renewals,
+    /// proven is stopped with [`Stop::LostLease`](crate::Stop::LostLease). Longer: fewer renewals,
     /// but a dead instance's run is noticed later.
     ///
     /// ```no_run
@@ -114,8 +128,8 @@ impl SchedulerBuilder {
         self.set("heartbeat", duration(period))
     }
 
-    /// How long [`Scheduler::shutdown`] lets runs in flight finish before
-    /// telling them to stop with [`Stop::Shutdown`] (`shutdown_grace`,
+    /// How long [`Scheduler::shutdown`](crate::Scheduler::shutdown) lets runs in flight finish before
+    /// telling them to stop with [`Stop::Shutdown`](crate::Stop::Shutdown) (`shutdown_grace`,
     /// default 30 s, at most 1 h).
     ///
     /// ```no_run
@@ -140,7 +154,7 @@ impl SchedulerBuilder {
         self.set("history", i64::from(outcomes).into())
     }
 
-    /// How long a handler told to stop ([`Run::stopped`]) may go on before
+    /// How long a handler told to stop ([`Run::stopped`](crate::Run::stopped)) may go on before
     /// it is dropped (`kill_grace`, default 10 s, at most 1 h); the
     /// outcome's output then says it was dropped.
     ///
@@ -160,17 +174,17 @@ impl SchedulerBuilder {
     }
 
     /// Checks every job and setting, returning every problem at once as
-    /// [`EmbedError::Config`], and starts the replica as a task on the
+    /// [`EmbedError::Config`](crate::EmbedError::Config), and starts the replica as a task on the
     /// current tokio runtime (it panics outside one). A scheduler with no
     /// jobs is valid: it joins the cluster and takes jobs later
-    /// ([`Scheduler::add`]).
+    /// ([`Scheduler::add`](crate::Scheduler::add)).
     ///
     /// It returns once the task is spawned. The task then creates the state
     /// directory and checks that Redis does not evict keys; if either
-    /// fails it ends, and [`Scheduler::ready`] (which a service should
-    /// await before it calls itself healthy) or [`Scheduler::shutdown`]
-    /// reports why ([`EmbedError::Refused`]); meanwhile no job runs on
-    /// this instance and [`Scheduler::add`] returns [`EmbedError::Stopped`].
+    /// fails it ends, and [`Scheduler::ready`](crate::Scheduler::ready) (which a service should
+    /// await before it calls itself healthy) or [`Scheduler::shutdown`](crate::Scheduler::shutdown)
+    /// reports why ([`EmbedError::Refused`](crate::EmbedError::Refused)); meanwhile no job runs on
+    /// this instance and [`Scheduler::add`](crate::Scheduler::add) returns [`EmbedError::Stopped`](crate::EmbedError::Stopped).
     ///
     /// ```no_run
     /// use cronlease::{EmbedError, JobBuilder, Run};
@@ -209,7 +223,7 @@ impl SchedulerBuilder {
     }
 }
 
-/// [`EmbedError::DuplicateJob`] if two of `jobs` share a name.
+/// [`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob) if two of `jobs` share a name.
 fn refuse_duplicates(jobs: &[EmbeddedJob]) -> Result<(), EmbedError> {
     let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
     names.sort_unstable();
@@ -227,9 +241,9 @@ fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
 
 /// A running embedded scheduler: one replica of the cluster.
 ///
-/// From [`SchedulerBuilder::start`]. Its jobs can be changed while it runs.
+/// From [`SchedulerBuilder::start`](crate::SchedulerBuilder::start). Its jobs can be changed while it runs.
 /// Dropping it begins the shutdown without waiting for it (the task goes on
-/// draining on the runtime); [`Scheduler::shutdown`] waits and says how it
+/// draining on the runtime); [`Scheduler::shutdown`](crate::Scheduler::shutdown) waits and says how it
 /// went.
 ///
 /// ```no_run
@@ -258,9 +272,9 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Adds a job while running: it claims from its next tick on. An error,
-    /// and no change, if it is not valid ([`EmbedError::Config`]), its name
-    /// is taken ([`EmbedError::JobExists`]) or the scheduler's task is gone
-    /// ([`EmbedError::Stopped`]). The change is sent to the replica's task,
+    /// and no change, if it is not valid ([`EmbedError::Config`](crate::EmbedError::Config)), its name
+    /// is taken ([`EmbedError::JobExists`](crate::EmbedError::JobExists)) or the scheduler's task is gone
+    /// ([`EmbedError::Stopped`](crate::EmbedError::Stopped)). The change is sent to the replica's task,
     /// which applies it a moment later.
     ///
     /// ```no_run
@@ -282,8 +296,8 @@ impl Scheduler {
     }
 
     /// Removes a job while running: it claims no more ticks, and a run in
-    /// flight goes on to its end. [`EmbedError::NoSuchJob`] if no job has
-    /// this name, [`EmbedError::Stopped`] if the scheduler's task is gone.
+    /// flight goes on to its end. [`EmbedError::NoSuchJob`](crate::EmbedError::NoSuchJob) if no job has
+    /// this name, [`EmbedError::Stopped`](crate::EmbedError::Stopped) if the scheduler's task is gone.
     ///
     /// ```no_run
     /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
@@ -309,9 +323,9 @@ impl Scheduler {
     /// next runs call the new handler); a changed one starts over with the
     /// new settings; a missing one is removed. Runs in flight go on with
     /// the definition they started with. An error, and no change, if a job
-    /// is not valid ([`EmbedError::Config`], every problem), two share a
-    /// name ([`EmbedError::DuplicateJob`]) or the scheduler's task is gone
-    /// ([`EmbedError::Stopped`]).
+    /// is not valid ([`EmbedError::Config`](crate::EmbedError::Config), every problem), two share a
+    /// name ([`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob)) or the scheduler's task is gone
+    /// ([`EmbedError::Stopped`](crate::EmbedError::Stopped)).
     ///
     /// ```no_run
     /// use cronlease::{EmbeddedJob, JobBuilder, Run};
@@ -356,9 +370,9 @@ impl Scheduler {
     /// Redis cannot evict its keys and that its state directory is usable,
     /// and its jobs' loops are running (its first heartbeat, which shows it
     /// in `cronlease status`, follows within a heartbeat period).
-    /// [`SchedulerBuilder::start`] returns before that; a service that
+    /// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start) returns before that; a service that
     /// must not report itself healthy without its jobs waits here. An
-    /// error if the scheduler refused to run ([`EmbedError::Refused`]) or
+    /// error if the scheduler refused to run ([`EmbedError::Refused`](crate::EmbedError::Refused)) or
     /// stopped; at once when it was ready before.
     ///
     /// ```no_run
@@ -387,12 +401,12 @@ impl Scheduler {
     }
 
     /// Stops claiming, lets runs in flight finish within `shutdown_grace`,
-    /// then tells the rest to stop ([`Stop::Shutdown`]) and drops those
+    /// then tells the rest to stop ([`Stop::Shutdown`](crate::Stop::Shutdown)) and drops those
     /// still going `kill_grace` later; records their outcomes (spooled if
     /// Redis is away) and leaves the cluster. Returns
-    /// [`EmbedError::Refused`] if the scheduler refused to run (unless
-    /// [`Scheduler::ready`] returned it already), and
-    /// [`EmbedError::Stopped`] if its task panicked or was cancelled.
+    /// [`EmbedError::Refused`](crate::EmbedError::Refused) if the scheduler refused to run (unless
+    /// [`Scheduler::ready`](crate::Scheduler::ready) returned it already), and
+    /// [`EmbedError::Stopped`](crate::EmbedError::Stopped) if its task panicked or was cancelled.
     ///
     /// ```no_run
     /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
