@@ -284,16 +284,22 @@ impl Ctx {
     /// Whether every job of `table` with resource limits can have them
     /// here; the first that cannot, and why.
     fn check_limits(&self, table: &JobTable) -> Result<(), String> {
+        table
+            .values()
+            .try_for_each(|job| self.check_job_limits(job))
+    }
+
+    /// Whether `job`'s resource limits, if it has any, can be applied here;
+    /// why not.
+    fn check_job_limits(&self, job: &Job) -> Result<(), String> {
         #[cfg(feature = "process")]
-        for job in table.values() {
-            if job.limits != crate::config::Limits::default() {
-                self.containment().check_limits(&job.limits).map_err(|reason| {
-                    format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
-                })?;
-            }
+        if job.limits != crate::config::Limits::default() {
+            self.containment().check_limits(&job.limits).map_err(|reason| {
+                format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
+            })?;
         }
         #[cfg(not(feature = "process"))]
-        let _ = table;
+        let _ = job;
         Ok(())
     }
 
@@ -537,7 +543,14 @@ async fn supervise(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            Some(request) = reload.recv() => reload_jobs(ctx, scheduler, request).await,
+            Some(request) = reload.recv() => {
+                // What else was asked meanwhile goes with it.
+                let mut requests = vec![request];
+                while let Ok(more) = reload.try_recv() {
+                    requests.push(more);
+                }
+                reload_jobs(ctx, scheduler, requests).await;
+            }
             _ = beat.tick() => {
                 health.beat();
                 if let Some(period) = watchdog_period
