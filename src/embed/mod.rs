@@ -46,7 +46,7 @@
 
 use std::error::Error as StdError;
 use std::future::Future;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,7 +56,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::RedisClock;
-use crate::config::{Config, ConfigError, Misfire, OnHolderLost, Overlap, Source};
+use crate::config::{
+    Config, ConfigError, Job, JobContext, Misfire, OnHolderLost, Overlap, Problem, RedisConfig,
+    Source, validate_specs,
+};
 use crate::daemon::{self, DaemonError, Reload, World};
 use crate::lock::keeper::Keeper;
 use crate::outcome::{Status, Tail};
@@ -325,6 +328,9 @@ fn duration(d: Duration) -> toml::Value {
 #[derive(Clone)]
 pub struct Cluster {
     redis: toml::Table,
+    /// The same settings, validated: what a scheduler's jobs are checked
+    /// against (a quorum rules out reruns).
+    redis_config: RedisConfig,
     store: Store,
     /// Renews the leases of every lock taken through this cluster (and
     /// its clones): one task for all of them.
@@ -349,7 +355,7 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
-        let config = document(&settings.table, &toml::Table::new(), &[])?;
+        let config = embedded_settings(&settings.table, &toml::Table::new())?;
         let store = Store::connect(&config.redis).await?;
         let keeper = Keeper::new(store.clone());
         // Asks Redis the time: the offset dates the locks' records.
@@ -357,6 +363,7 @@ impl Cluster {
         let identity = crate::daemon::Identity::new(None);
         Ok(Cluster {
             redis: settings.table,
+            redis_config: config.redis,
             keeper,
             store,
             holder: std::sync::Arc::new(crate::store::LockHolderTag::new(
@@ -417,30 +424,55 @@ impl Cluster {
     }
 }
 
-/// The validated configuration of `jobs` under the `[redis]` and `[daemon]`
-/// tables given (their work: the handlers).
-fn document(
-    redis: &toml::Table,
-    daemon: &toml::Table,
-    jobs: &[EmbeddedJob],
-) -> Result<Config, ConfigError> {
+/// The validated configuration of the `[redis]` and `[daemon]` tables
+/// given, without jobs.
+fn embedded_settings(redis: &toml::Table, daemon: &toml::Table) -> Result<Config, ConfigError> {
     let mut root = toml::Table::new();
     root.insert("redis".into(), redis.clone().into());
     root.insert("daemon".into(), daemon.clone().into());
-    let mut table = toml::Table::new();
-    for job in jobs {
-        table.insert(job.name.clone(), job.table.clone().into());
-    }
-    root.insert("jobs".into(), table.into());
     let text = toml::to_string(&root).unwrap_or_default();
     Config::parse_with(&text, Path::new(SOURCE), Source::Embedded).map_err(|mut error| {
         // Lines of a document the caller never saw mean nothing: the
-        // job and field name the place.
+        // section and field name the place.
         for problem in &mut error.problems {
             problem.line_col = None;
         }
         error
     })
+}
+
+/// What a scheduler's jobs are checked against: its cluster's Redis
+/// settings, and where a job table at [`SOURCE`] would be (its jobs'
+/// working directory, which their definition hashes include).
+fn job_context(redis: &RedisConfig) -> JobContext {
+    JobContext::new(Some(redis), None, Path::new(SOURCE), Source::Embedded)
+}
+
+/// `jobs` validated one by one against `context`, in the order given; or
+/// every problem of those that are not valid.
+fn validate_jobs(jobs: &[EmbeddedJob], context: &JobContext) -> Result<Vec<Job>, ConfigError> {
+    let (valid, problems) =
+        validate_specs(jobs.iter().map(|j| (j.name.as_str(), &j.spec)), context);
+    if problems.is_empty() {
+        Ok(valid)
+    } else {
+        Err(config_error(Vec::new(), problems))
+    }
+}
+
+/// An embedded scheduler's problems: those of its settings, then its jobs'
+/// by job name and, within a job, its own first, then by field, as the
+/// daemon's `check` would list them from a table written in that order.
+fn config_error(mut problems: Vec<Problem>, mut job_problems: Vec<Problem>) -> ConfigError {
+    job_problems.sort_by(|a, b| {
+        let place = |p: &Problem| (p.section.clone(), p.field.clone());
+        place(a).cmp(&place(b))
+    });
+    problems.append(&mut job_problems);
+    ConfigError {
+        file: PathBuf::from(SOURCE),
+        problems,
+    }
 }
 
 // Debug shows what identifies each value; never the Redis settings, whose
