@@ -105,7 +105,7 @@ pub enum Reload {
     Table { jobs: Vec<Job>, tasks: Tasks },
     /// An embedded scheduler's new job (validated, its name new to the
     /// table) and the task it runs: the other jobs are not touched.
-    Add { job: Job, task: Arc<dyn Task> },
+    Add { job: Box<Job>, task: Arc<dyn Task> },
     /// An embedded scheduler's job removed: its loop stops; a run in
     /// flight goes on.
     Remove { name: String },
@@ -171,7 +171,7 @@ fn edit_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, edits: Vec<Reload>) {
                 }
                 scheduler.stop_loop(&job.name);
                 tasks().insert(&job.name, task);
-                let job = Arc::new(job);
+                let job = Arc::<Job>::from(job);
                 scheduler.start_loop(ctx, job.clone());
                 added.push(job.name.clone());
                 table.insert(job.name.clone(), job);

@@ -305,7 +305,7 @@ impl Scheduler {
             unreachable!("a job with no problem is validated into one job");
         };
         self.send(Reload::Add {
-            job: validated,
+            job: Box::new(validated),
             task: job.handler.clone(),
         })?;
         self.names.insert(job.name.clone());
