@@ -491,3 +491,75 @@ fn parse_bytes(text: &str) -> Option<u64> {
     };
     digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    /// (section, field, message) of each problem, in one order.
+    fn places(problems: &[Problem]) -> Vec<(Option<String>, Option<String>, String)> {
+        let mut places: Vec<_> = problems
+            .iter()
+            .map(|p| (p.section.clone(), p.field.clone(), p.message.clone()))
+            .collect();
+        places.sort();
+        places
+    }
+
+    #[test]
+    fn a_job_given_by_code_has_the_problems_of_its_table() {
+        let path = Path::new("/etc/cronlease/jobs.toml");
+        let text = "[redis]\nurl = \"redis://127.0.0.1:6379/0\"\n\
+            [jobs.\"bad name\"]\nschedule = \"0 12 * * *\"\ntimeout = \"0ms\"\n\
+            misfire_grace = \"691200000ms\"\nretries = 101\nretry_backoff = \"7200000ms\"\n\
+            [jobs.wall]\nschedule = \"*/5 * * * *\"\ndst_gap = \"skip\"\ndst_repeat = \"both\"\n\
+            [jobs.typo]\nschedule = \"0 12 * * *\"\ntimezone = \"Europe/Berlim\"\n\
+            [jobs.february]\nschedule = \"0 12 31 2 *\"\n";
+        let from_table = Config::parse_with(text, path, Source::Embedded)
+            .expect_err("every job has a problem")
+            .problems;
+
+        let code = |value: &str| Some(Given::code(value.to_string()));
+        let exact = |d: Duration| Some(Given::code(DurationValue::Exact(d)));
+        let bad_name = JobSpec {
+            schedule: code("0 12 * * *"),
+            timeout: exact(Duration::from_micros(900)),
+            misfire_grace: exact(Duration::from_secs(8 * 24 * 3600)),
+            retries: Some(Given::code(101)),
+            retry_backoff: exact(Duration::from_secs(7200)),
+            ..JobSpec::default()
+        };
+        let wall = JobSpec {
+            schedule: code("*/5 * * * *"),
+            dst_gap: Some(Given::code(DstGap::Skip)),
+            dst_repeat: Some(Given::code(DstRepeat::Both)),
+            ..JobSpec::default()
+        };
+        let typo = JobSpec {
+            schedule: code("0 12 * * *"),
+            timezone: code("Europe/Berlim"),
+            ..JobSpec::default()
+        };
+        let february = JobSpec {
+            schedule: code("0 12 31 2 *"),
+            ..JobSpec::default()
+        };
+        let context = JobContext::new(None, None, path, Source::Embedded);
+        let jobs = [
+            ("bad name", &bad_name),
+            ("wall", &wall),
+            ("typo", &typo),
+            ("february", &february),
+        ];
+        let (valid, from_code) = validate_specs(jobs, &context);
+
+        assert!(valid.is_empty(), "{valid:?}");
+        assert_eq!(from_table.len(), 9, "{from_table:#?}");
+        assert_eq!(places(&from_code), places(&from_table));
+        assert!(from_code.iter().all(|p| p.line_col.is_none()));
+        assert!(from_table.iter().all(|p| p.line_col.is_some()));
+    }
+}
