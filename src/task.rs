@@ -289,6 +289,16 @@ impl Tasks {
         self
     }
 
+    /// Registers `task` for `job` in place (a job added while running).
+    pub fn insert(&mut self, job: &str, task: Arc<dyn Task>) {
+        self.by_job.insert(job.to_string(), task);
+    }
+
+    /// Forgets the task of `job` (a job removed while running).
+    pub fn remove(&mut self, job: &str) {
+        self.by_job.remove(job);
+    }
+
     /// The task registered for `job`; None: its command runs.
     pub fn registered(&self, job: &str) -> Option<Arc<dyn Task>> {
         self.by_job.get(job).or(self.every_job.as_ref()).cloned()

@@ -7,12 +7,119 @@ use std::collections::HashMap;
 use std::ops::Range;
 use std::time::Duration;
 
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde::de::{DeserializeOwned, Deserializer};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 
 use super::Problem;
 use crate::schedule::{DstPolicy, Schedule, ScheduleError, Zone};
+
+/// A value of a definition and where it was written: its span in the
+/// document it was read from, or none when code gave it (an embedded
+/// job's [`JobBuilder`](crate::JobBuilder)). Read from TOML as a
+/// [`Spanned`] value is; a problem with it is reported at its place, if it
+/// has one. Compared by value alone, as `Spanned` is: a key of a table
+/// is the same key wherever it was written.
+#[derive(Debug, Clone)]
+pub(crate) struct Given<T> {
+    value: T,
+    at: Option<Range<usize>>,
+}
+
+impl<T> Given<T> {
+    /// A value given by code: it has no place.
+    pub(crate) fn code(value: T) -> Given<T> {
+        Given { value, at: None }
+    }
+
+    /// The value.
+    pub(crate) fn get(&self) -> &T {
+        &self.value
+    }
+
+    /// Its span in the document, if it was read from one.
+    pub(crate) fn at(&self) -> Option<Range<usize>> {
+        self.at.clone()
+    }
+
+    /// The value, its place dropped.
+    pub(crate) fn into_inner(self) -> T {
+        self.value
+    }
+}
+
+impl<T: PartialEq> PartialEq for Given<T> {
+    fn eq(&self, other: &Given<T>) -> bool {
+        self.value == other.value
+    }
+}
+
+impl<T: Eq> Eq for Given<T> {}
+
+impl<T: PartialOrd> PartialOrd for Given<T> {
+    fn partial_cmp(&self, other: &Given<T>) -> Option<std::cmp::Ordering> {
+        self.value.partial_cmp(&other.value)
+    }
+}
+
+impl<T: Ord> Ord for Given<T> {
+    fn cmp(&self, other: &Given<T>) -> std::cmp::Ordering {
+        self.value.cmp(&other.value)
+    }
+}
+
+impl<T> From<Spanned<T>> for Given<T> {
+    fn from(spanned: Spanned<T>) -> Given<T> {
+        let at = Some(spanned.span());
+        Given {
+            value: spanned.into_inner(),
+            at,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Given<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Given<T>, D::Error> {
+        Spanned::<T>::deserialize(deserializer).map(Given::from)
+    }
+}
+
+/// A duration setting: as written in a file, parsed when it is validated
+/// (its problems quote the text), or given by code as a [`Duration`],
+/// taken in whole milliseconds (its problems quote it as `"<n>ms"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum DurationValue {
+    /// The text of the file ("30s", "1h 30m").
+    Written(String),
+    /// A `Duration` given by code.
+    Exact(Duration),
+}
+
+impl DurationValue {
+    /// The duration, if it is one greater than zero and at most `max`;
+    /// else what is wrong, worded as [`parse_duration`] words it.
+    pub(crate) fn check(&self, max: Duration) -> Result<Duration, String> {
+        match self {
+            DurationValue::Written(text) => parse_duration(text, max),
+            DurationValue::Exact(duration) => {
+                let millis = duration.as_millis();
+                let text = format!("{millis}ms");
+                match u64::try_from(millis) {
+                    Ok(millis) => check_duration(Duration::from_millis(millis), &text, max),
+                    // Too many milliseconds for a number: the text says why.
+                    Err(_) => parse_duration(&text, max),
+                }
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for DurationValue {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<DurationValue, D::Error> {
+        String::deserialize(deserializer).map(DurationValue::Written)
+    }
+}
 
 /// What makes two jobs' schedules the same parse.
 #[derive(PartialEq, Eq, Hash)]
@@ -159,6 +266,25 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// [`Checker::duration`] of a job's setting, written or given by code.
+    pub(super) fn duration_value(
+        &mut self,
+        section: &str,
+        field: &str,
+        value: Option<&Given<DurationValue>>,
+        default: Duration,
+        max: Duration,
+    ) -> Duration {
+        let Some(value) = value else { return default };
+        match value.get().check(max) {
+            Ok(d) => d,
+            Err(message) => {
+                self.problem(value.at(), Some(section), Some(field), message);
+                default
+            }
+        }
+    }
+
     pub(super) fn integer(
         &mut self,
         section: &str,
@@ -167,13 +293,26 @@ impl<'a> Checker<'a> {
         default: i64,
         range: Range<i64>,
     ) -> i64 {
+        let value = value.map(|v| Given::from(v.clone()));
+        self.given_integer(section, field, value.as_ref(), default, range)
+    }
+
+    /// [`Checker::integer`] of a value written or given by code.
+    pub(super) fn given_integer(
+        &mut self,
+        section: &str,
+        field: &str,
+        value: Option<&Given<i64>>,
+        default: i64,
+        range: Range<i64>,
+    ) -> i64 {
         let Some(value) = value else { return default };
-        let n = *value.get_ref();
+        let n = *value.get();
         if range.contains(&n) {
             n
         } else {
             self.problem(
-                Some(value.span()),
+                value.at(),
                 Some(section),
                 Some(field),
                 format!(
@@ -206,12 +345,19 @@ pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
 /// Parses "500ms", "30s", "5m", "1h", "1h 30m"; rejects zero and anything
 /// above `max`.
 pub fn parse_duration(text: &str, max: Duration) -> Result<Duration, String> {
-    let expected = "expected a duration such as \"500ms\", \"30s\", \"5m\" or \"1h\"";
     let d = humantime::parse_duration(text.trim())
-        .map_err(|e| format!("invalid duration {text:?} ({e}): {expected}"))?;
+        .map_err(|e| format!("invalid duration {text:?} ({e}): {EXPECTED_DURATION}"))?;
+    check_duration(d, text, max)
+}
+
+/// What every duration problem says a duration looks like.
+const EXPECTED_DURATION: &str = "expected a duration such as \"500ms\", \"30s\", \"5m\" or \"1h\"";
+
+/// `d`, written `text`, if it is greater than zero and at most `max`.
+fn check_duration(d: Duration, text: &str, max: Duration) -> Result<Duration, String> {
     if d.is_zero() {
         return Err(format!(
-            "duration {text:?} is zero: {expected}, greater than zero"
+            "duration {text:?} is zero: {EXPECTED_DURATION}, greater than zero"
         ));
     }
     if d > max {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::checker::{Checker, is_name};
+use super::checker::{Checker, Given, is_name};
 use super::environment;
 use super::{
     ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_HTTP_MAX_CONNECTIONS,
@@ -34,7 +34,7 @@ pub(super) struct RawDaemon {
     containment: Option<ContainmentSetting>,
     dashboard_token_env: Option<Spanned<String>>,
     dashboard_token_file: Option<Spanned<String>>,
-    inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
+    inherit_env: Option<Given<Vec<Given<String>>>>,
     dashboard_read: Option<Spanned<String>>,
     dashboard_hosts: Option<Vec<Spanned<String>>>,
     http_max_connections: Option<Spanned<i64>>,

@@ -10,13 +10,13 @@ use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, Error as TomlError};
 
-use super::checker::{Checker, is_name};
+use super::checker::Checker;
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
-use super::job::{RawJob, validate_job};
+use super::job::{JobContext, JobSpec, validate_named_job};
 use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
-use super::{Config, ConfigError, Job, OnHolderLost, Problem, RedisConfig, Topology, duplicates};
+use super::{Config, ConfigError, Job, Problem, duplicates};
 
 impl Config {
     /// Reads and validates the file at `path`.
@@ -146,17 +146,12 @@ fn validate_sections(
             "no jobs: expected at least one [jobs.<name>] table".into(),
         );
     }
-    let base_dir = environment::config_dir(path);
-    let secrets = super::secret_env_names(
-        redis.as_ref().and_then(|r| r.password_env.as_deref()),
+    let context = JobContext::new(
+        redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
-    );
-    let context = JobContext {
-        redis: redis.as_ref(),
-        base_dir: &base_dir,
+        path,
         source,
-        secrets: &secrets,
-    };
+    );
     let jobs = validate_jobs(checker, sections.jobs, &context)?;
     Ok(Some(Config {
         source: path.to_path_buf(),
@@ -255,24 +250,13 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
     sections
 }
 
-/// Each job's name and definition, and what the deployment rules out for
-/// it (`on_holder_lost = "rerun"` with a quorum). Invalid jobs are left
-/// out (their problems are recorded). Err when a job's piece does not
-/// parse.
-/// What every job of a table is validated against.
-struct JobContext<'a> {
-    redis: Option<&'a RedisConfig>,
-    /// The config file's directory: relative paths start there.
-    base_dir: &'a Path,
-    source: Source,
-    /// The replica's secret variables, which no `inherit_env` may list.
-    secrets: &'a [String],
-}
-
+/// Each job's name and definition, validated against `context`. Invalid
+/// jobs are left out (their problems are recorded). Err when a job's piece
+/// does not parse.
 fn validate_jobs(
     checker: &mut Checker<'_>,
     jobs: Option<Jobs<'_>>,
-    context: &JobContext<'_>,
+    context: &JobContext,
 ) -> Result<BTreeMap<String, Job>, ParseWhole> {
     let mut validated = BTreeMap::new();
     let mut each = |checker: &mut Checker<'_>, table: DeTable<'_>| {
@@ -313,48 +297,16 @@ fn validate_jobs(
     Ok(validated)
 }
 
-/// One `[jobs.<name>]`: its name checked and its table validated.
+/// One `[jobs.<name>]`: its table read into a [`JobSpec`], then its name
+/// and definition validated.
 fn validate_entry(
     checker: &mut Checker<'_>,
     name: Spanned<Cow<'_, str>>,
     raw: &Spanned<DeValue<'_>>,
-    context: &JobContext<'_>,
+    context: &JobContext,
 ) -> Option<(String, Job)> {
-    let quorum = matches!(
-        context.redis.map(|r| &r.topology),
-        Some(Topology::Quorum(_))
-    );
     let (name_span, name) = (name.span(), name.into_inner().into_owned());
-    let section = format!("jobs.{name}");
-    let raw = checker.deserialize_table::<RawJob>(&section, raw);
-    if !is_name(&name, 128) {
-        checker.problem(
-            Some(name_span.clone()),
-            Some(&section),
-            None,
-            format!(
-                "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
-            ),
-        );
-    }
-    let job = raw.and_then(|raw| {
-        validate_job(
-            checker,
-            &section,
-            &name,
-            raw,
-            context.base_dir,
-            context.source,
-            context.secrets,
-        )
-    })?;
-    if quorum && job.on_holder_lost == OnHolderLost::Rerun {
-        checker.problem(
-            Some(name_span),
-            Some(&section),
-            Some("on_holder_lost"),
-            "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
-        );
-    }
+    let spec = checker.deserialize_table::<JobSpec>(&format!("jobs.{name}"), raw);
+    let job = validate_named_job(checker, &name, Some(name_span), spec, context)?;
     Some((name, job))
 }

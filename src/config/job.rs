@@ -1,63 +1,162 @@
-//! `[jobs.<name>]`: one job's schedule (through [`Schedule`]), command,
-//! environment, timeouts and policies, validated into [`Job`].
+//! `[jobs.<name>]`: one job's definition as given ([`JobSpec`]: read from
+//! a job table, or built by an embedded job's
+//! [`JobBuilder`](crate::JobBuilder)), and its one validator into [`Job`]:
+//! schedule (through [`Schedule`]), command, environment, timeouts and
+//! policies, with the job's name and what the deployment rules out.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
-use toml::Spanned;
 
-use super::checker::Checker;
+use super::checker::{Checker, DurationValue, Given, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::document::Source;
 use super::run_env;
-use super::{Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap};
+use super::{
+    Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap, Problem, RedisConfig,
+    TokenSource, Topology,
+};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
-#[derive(Debug, Deserialize)]
+/// One job's definition as given, before it is validated: the settings of
+/// a `[jobs.<name>]` table, each with its place in the document
+/// ([`Given`]), or without one when an embedded job's builder set it.
+/// Read from TOML with serde (`deny_unknown_fields`); [`validate_job`] is
+/// its one validator, whichever way it came.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct RawJob {
-    schedule: Option<Spanned<String>>,
-    timezone: Option<Spanned<String>>,
-    command: Option<Spanned<Vec<String>>>,
-    shell: Option<Spanned<String>>,
-    workdir: Option<Spanned<String>>,
+pub(crate) struct JobSpec {
+    pub(crate) schedule: Option<Given<String>>,
+    pub(crate) timezone: Option<Given<String>>,
+    pub(crate) command: Option<Given<Vec<String>>>,
+    pub(crate) shell: Option<Given<String>>,
+    pub(crate) workdir: Option<Given<String>>,
     #[serde(default)]
-    env: BTreeMap<Spanned<String>, Spanned<String>>,
-    inherit_env: Option<Spanned<Vec<Spanned<String>>>>,
-    env_files: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(crate) env: BTreeMap<Given<String>, Given<String>>,
+    pub(crate) inherit_env: Option<Given<Vec<Given<String>>>>,
+    pub(crate) env_files: Option<Given<Vec<Given<String>>>>,
     #[serde(default)]
-    env_credentials: BTreeMap<Spanned<String>, Spanned<String>>,
-    timeout: Option<Spanned<String>>,
-    overlap: Option<Overlap>,
-    misfire: Option<Misfire>,
-    misfire_grace: Option<Spanned<String>>,
-    retries: Option<Spanned<i64>>,
-    retry_backoff: Option<Spanned<String>>,
-    on_holder_lost: Option<OnHolderLost>,
-    leftovers: Option<Leftovers>,
-    memory_max: Option<Spanned<String>>,
-    cpu_max: Option<Spanned<String>>,
-    tasks_max: Option<Spanned<i64>>,
-    dst_gap: Option<Spanned<DstGap>>,
-    dst_repeat: Option<Spanned<DstRepeat>>,
+    pub(crate) env_credentials: BTreeMap<Given<String>, Given<String>>,
+    pub(crate) timeout: Option<Given<DurationValue>>,
+    pub(crate) overlap: Option<Overlap>,
+    pub(crate) misfire: Option<Misfire>,
+    pub(crate) misfire_grace: Option<Given<DurationValue>>,
+    pub(crate) retries: Option<Given<i64>>,
+    pub(crate) retry_backoff: Option<Given<DurationValue>>,
+    pub(crate) on_holder_lost: Option<OnHolderLost>,
+    pub(crate) leftovers: Option<Leftovers>,
+    pub(crate) memory_max: Option<Given<String>>,
+    pub(crate) cpu_max: Option<Given<String>>,
+    pub(crate) tasks_max: Option<Given<i64>>,
+    pub(crate) dst_gap: Option<Given<DstGap>>,
+    pub(crate) dst_repeat: Option<Given<DstRepeat>>,
+}
+
+/// What every job of a table is validated against besides its own
+/// definition: the deployment, where relative paths start, where the
+/// table comes from, and the replica's secrets.
+#[derive(Debug, Clone)]
+pub(crate) struct JobContext {
+    /// `[redis] quorum`: no job may ask for `on_holder_lost = "rerun"`.
+    quorum: bool,
+    /// The config file's directory: relative paths start there.
+    base_dir: PathBuf,
+    source: Source,
+    /// The replica's secret variables, which no `inherit_env` may list.
+    secrets: Vec<String>,
+}
+
+impl JobContext {
+    /// The context of the jobs of the table at `path` from `source`, under
+    /// its `[redis]` section (`None` when it is not valid) and its
+    /// dashboard token, if any.
+    pub(crate) fn new(
+        redis: Option<&RedisConfig>,
+        dashboard_token: Option<&TokenSource>,
+        path: &Path,
+        source: Source,
+    ) -> JobContext {
+        JobContext {
+            quorum: matches!(redis.map(|r| &r.topology), Some(Topology::Quorum(_))),
+            base_dir: super::environment::config_dir(path),
+            source,
+            secrets: super::secret_env_names(
+                redis.and_then(|r| r.password_env.as_deref()),
+                dashboard_token,
+            ),
+        }
+    }
+}
+
+/// Validates jobs given by code, each on its own, as their `[jobs.<name>]`
+/// tables would be: the valid ones in the order given, and every problem
+/// of the others (each naming its job and field, with no place). Jobs
+/// that share a schedule share its parse.
+pub(crate) fn validate_specs<'a>(
+    jobs: impl IntoIterator<Item = (&'a str, &'a JobSpec)>,
+    context: &JobContext,
+) -> (Vec<Job>, Vec<Problem>) {
+    let mut checker = Checker::new("");
+    let mut valid = Vec::new();
+    for (name, spec) in jobs {
+        let before = checker.problems.len();
+        let job = validate_named_job(&mut checker, name, None, Some(spec.clone()), context);
+        if let Some(job) = job
+            && checker.problems.len() == before
+        {
+            valid.push(job);
+        }
+    }
+    (valid, checker.problems)
+}
+
+/// One job: its name checked (`name_at` its place in the document, if
+/// any), its definition validated (`None` when it did not deserialize:
+/// its problems are recorded), and what the deployment rules out
+/// (`on_holder_lost = "rerun"` with a quorum). `None` when not valid.
+pub(super) fn validate_named_job(
+    checker: &mut Checker<'_>,
+    name: &str,
+    name_at: Option<Range<usize>>,
+    spec: Option<JobSpec>,
+    context: &JobContext,
+) -> Option<Job> {
+    let section = format!("jobs.{name}");
+    if !is_name(name, 128) {
+        checker.problem(
+            name_at.clone(),
+            Some(&section),
+            None,
+            format!(
+                "invalid job name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
+            ),
+        );
+    }
+    let job = validate_job(checker, &section, name, spec?, context)?;
+    if context.quorum && job.on_holder_lost == OnHolderLost::Rerun {
+        checker.problem(
+            name_at,
+            Some(&section),
+            Some("on_holder_lost"),
+            "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
+        );
+    }
+    Some(job)
 }
 
 pub(super) const MAX_JOB_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The job's `dst_gap` and `dst_repeat`, defaults where unset.
-pub(super) fn dst_policy(raw: &RawJob) -> DstPolicy {
+pub(super) fn dst_policy(raw: &JobSpec) -> DstPolicy {
     DstPolicy {
-        gap: raw
-            .dst_gap
-            .as_ref()
-            .map(|v| *v.get_ref())
-            .unwrap_or_default(),
+        gap: raw.dst_gap.as_ref().map(|v| *v.get()).unwrap_or_default(),
         repeat: raw
             .dst_repeat
             .as_ref()
-            .map(|v| *v.get_ref())
+            .map(|v| *v.get())
             .unwrap_or_default(),
     }
 }
@@ -67,22 +166,22 @@ pub(super) fn dst_policy(raw: &RawJob) -> DstPolicy {
 pub(super) fn check_dst_policy(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: &RawJob,
+    raw: &JobSpec,
     schedule: Schedule,
 ) -> Option<Schedule> {
     if schedule.timing() == Timing::FixedTime {
         return Some(schedule);
     }
     let fields = [
-        ("dst_gap", raw.dst_gap.as_ref().map(|v| v.span())),
-        ("dst_repeat", raw.dst_repeat.as_ref().map(|v| v.span())),
+        ("dst_gap", raw.dst_gap.as_ref().map(Given::at)),
+        ("dst_repeat", raw.dst_repeat.as_ref().map(Given::at)),
     ];
     let mut valid = true;
-    for (field, span) in fields {
-        if let Some(span) = span {
+    for (field, given) in fields {
+        if let Some(at) = given {
             valid = false;
             checker.problem(
-                Some(span),
+                at,
                 Some(section),
                 Some(field),
                 format!(
@@ -97,18 +196,17 @@ pub(super) fn check_dst_policy(
 
 /// `[jobs.<name>]`: its schedule, command, working directory and
 /// environment each by a step below, then its timing limits; the policies
-/// (`overlap`, `misfire`, `on_holder_lost`) serde has checked already.
-pub(super) fn validate_job(
+/// (`overlap`, `misfire`, `on_holder_lost`) are typed already.
+fn validate_job(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
-    raw: RawJob,
-    base_dir: &Path,
-    source: Source,
-    secrets: &[String],
+    raw: JobSpec,
+    context: &JobContext,
 ) -> Option<Job> {
+    let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let schedule = job_schedule(checker, section, name, &raw);
-    let command = match source {
+    let command = match context.source {
         Source::File => job_command(checker, section, raw.command, raw.shell),
         Source::Embedded => job_handler(checker, section, raw.command, raw.shell),
     };
@@ -118,7 +216,7 @@ pub(super) fn validate_job(
     let env_files = run_env::env_files(checker, section, raw.env_files, base_dir);
     let env_credentials = run_env::env_credentials(checker, section, raw.env_credentials);
     let timeout = raw.timeout.as_ref().map(|t| {
-        checker.duration(
+        checker.duration_value(
             section,
             "timeout",
             Some(t),
@@ -126,21 +224,21 @@ pub(super) fn validate_job(
             MAX_JOB_DURATION,
         )
     });
-    let misfire_grace = checker.duration(
+    let misfire_grace = checker.duration_value(
         section,
         "misfire_grace",
         raw.misfire_grace.as_ref(),
         Duration::from_secs(300),
         MAX_JOB_DURATION,
     );
-    let retry_backoff = checker.duration(
+    let retry_backoff = checker.duration_value(
         section,
         "retry_backoff",
         raw.retry_backoff.as_ref(),
         Duration::from_secs(10),
         MAX_GRACE,
     );
-    let retries = checker.integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
+    let retries = checker.given_integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
     let limits = job_limits(
         checker,
         section,
@@ -175,19 +273,14 @@ fn job_schedule(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
-    raw: &RawJob,
+    raw: &JobSpec,
 ) -> Option<Schedule> {
     let timezone = match &raw.timezone {
         None => Some(Zone::utc()),
-        Some(tz) => match Zone::parse(tz.get_ref()) {
+        Some(tz) => match Zone::parse(tz.get()) {
             Ok(tz) => Some(tz),
             Err(e) => {
-                checker.problem(
-                    Some(tz.span()),
-                    Some(section),
-                    Some("timezone"),
-                    e.to_string(),
-                );
+                checker.problem(tz.at(), Some(section), Some("timezone"), e.to_string());
                 None
             }
         },
@@ -197,20 +290,13 @@ fn job_schedule(
             checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
             None
         }
-        (Some(expr), Some(tz)) => {
-            match checker.schedule(expr.get_ref(), tz, name, dst_policy(raw)) {
-                Ok(schedule) => check_dst_policy(checker, section, raw, schedule),
-                Err(e) => {
-                    checker.problem(
-                        Some(expr.span()),
-                        Some(section),
-                        Some("schedule"),
-                        e.to_string(),
-                    );
-                    None
-                }
+        (Some(expr), Some(tz)) => match checker.schedule(expr.get(), tz, name, dst_policy(raw)) {
+            Ok(schedule) => check_dst_policy(checker, section, raw, schedule),
+            Err(e) => {
+                checker.problem(expr.at(), Some(section), Some("schedule"), e.to_string());
+                None
             }
-        }
+        },
         (Some(_), None) => None,
     }
 }
@@ -220,12 +306,12 @@ fn job_schedule(
 fn job_command(
     checker: &mut Checker<'_>,
     section: &str,
-    command: Option<Spanned<Vec<String>>>,
-    shell: Option<Spanned<String>>,
+    command: Option<Given<Vec<String>>>,
+    shell: Option<Given<String>>,
 ) -> Option<Command> {
     match (command, shell) {
         (Some(_), Some(shell)) => {
-            checker.problem(Some(shell.span()), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
+            checker.problem(shell.at(), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
             None
         }
         (None, None) => {
@@ -233,14 +319,14 @@ fn job_command(
             None
         }
         (Some(argv), None) => {
-            let span = argv.span();
+            let span = argv.at();
             let argv = argv.into_inner();
             if argv.first().is_none_or(|program| program.trim().is_empty()) {
-                checker.problem(Some(span), Some(section), Some("command"), "empty command: expected a program and its arguments, e.g. [\"/usr/bin/backup\", \"--all\"]".into());
+                checker.problem(span, Some(section), Some("command"), "empty command: expected a program and its arguments, e.g. [\"/usr/bin/backup\", \"--all\"]".into());
                 None
             } else if argv.iter().any(|arg| arg.contains('\0')) {
                 checker.problem(
-                    Some(span),
+                    span,
                     Some(section),
                     Some("command"),
                     "an argument contains a NUL byte, which no program can receive".into(),
@@ -251,8 +337,8 @@ fn job_command(
             }
         }
         (None, Some(script)) => {
-            if script.get_ref().trim().is_empty() || script.get_ref().contains('\0') {
-                checker.problem(Some(script.span()), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
+            if script.get().trim().is_empty() || script.get().contains('\0') {
+                checker.problem(script.at(), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
                 None
             } else {
                 Some(Command::Shell(script.into_inner()))
@@ -266,17 +352,15 @@ fn job_command(
 fn job_handler(
     checker: &mut Checker<'_>,
     section: &str,
-    command: Option<Spanned<Vec<String>>>,
-    shell: Option<Spanned<String>>,
+    command: Option<Given<Vec<String>>>,
+    shell: Option<Given<String>>,
 ) -> Option<Command> {
-    let span = command
-        .map(|c| c.span())
-        .or_else(|| shell.map(|s| s.span()));
-    if span.is_none() {
+    if command.is_none() && shell.is_none() {
         return Some(Command::Handler);
     }
+    let at = command.map(|c| c.at()).or_else(|| shell.map(|s| s.at()));
     checker.problem(
-        span,
+        at.flatten(),
         Some(section),
         Some("command"),
         "an embedded job runs its handler: `command` and `shell` have no place here".into(),
@@ -289,21 +373,21 @@ fn job_handler(
 fn job_workdir(
     checker: &mut Checker<'_>,
     section: &str,
-    workdir: Option<Spanned<String>>,
+    workdir: Option<Given<String>>,
     base_dir: &Path,
 ) -> PathBuf {
     match workdir {
         None => base_dir.to_path_buf(),
-        Some(dir) if dir.get_ref().trim().is_empty() => {
+        Some(dir) if dir.get().trim().is_empty() => {
             checker.problem(
-                Some(dir.span()),
+                dir.at(),
                 Some(section),
                 Some("workdir"),
                 "empty path: expected a directory, absolute or relative to the config file".into(),
             );
             base_dir.to_path_buf()
         }
-        Some(dir) => base_dir.join(dir.get_ref()),
+        Some(dir) => base_dir.join(dir.get()),
     }
 }
 
@@ -313,16 +397,16 @@ fn job_workdir(
 fn job_env(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: BTreeMap<Spanned<String>, Spanned<String>>,
+    raw: BTreeMap<Given<String>, Given<String>>,
 ) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     for (key, value) in raw {
-        let k = key.get_ref();
+        let k = key.get();
         if let Some(problem) = run_env::variable_problem(k) {
-            checker.problem(Some(key.span()), Some(section), Some("env"), problem);
-        } else if value.get_ref().contains('\0') {
+            checker.problem(key.at(), Some(section), Some("env"), problem);
+        } else if value.get().contains('\0') {
             checker.problem(
-                Some(value.span()),
+                value.at(),
                 Some(section),
                 Some("env"),
                 format!("the value of {k} contains a NUL byte"),
@@ -340,20 +424,20 @@ fn job_env(
 fn job_limits(
     checker: &mut Checker<'_>,
     section: &str,
-    memory_max: &Option<Spanned<String>>,
-    cpu_max: &Option<Spanned<String>>,
-    tasks_max: &Option<Spanned<i64>>,
+    memory_max: &Option<Given<String>>,
+    cpu_max: &Option<Given<String>>,
+    tasks_max: &Option<Given<i64>>,
 ) -> Limits {
     let memory_max_bytes = memory_max.as_ref().and_then(|text| {
-        let parsed = parse_bytes(text.get_ref()).filter(|&b| b >= 1024 * 1024);
+        let parsed = parse_bytes(text.get()).filter(|&b| b >= 1024 * 1024);
         if parsed.is_none() {
             checker.problem(
-                Some(text.span()),
+                text.at(),
                 Some(section),
                 Some("memory_max"),
                 format!(
                     "invalid memory limit {:?}: expected at least 1M, as bytes or with K, M, G or T (\"512M\", \"2G\")",
-                    text.get_ref()
+                    text.get()
                 ),
             );
         }
@@ -361,26 +445,26 @@ fn job_limits(
     });
     let cpu_max_percent = cpu_max.as_ref().and_then(|text| {
         let parsed = text
-            .get_ref()
+            .get()
             .trim()
             .strip_suffix('%')
             .and_then(|n| n.trim().parse::<u32>().ok())
             .filter(|n| (1..=100_000).contains(n));
         if parsed.is_none() {
             checker.problem(
-                Some(text.span()),
+                text.at(),
                 Some(section),
                 Some("cpu_max"),
                 format!(
                     "invalid CPU limit {:?}: expected a percentage of one CPU from 1% up, such as \"50%\" or \"200%\" (two CPUs)",
-                    text.get_ref()
+                    text.get()
                 ),
             );
         }
         parsed
     });
     let tasks_max = tasks_max.as_ref().map(|given| {
-        let n = checker.integer(section, "tasks_max", Some(given), 0, 1..4_194_305);
+        let n = checker.given_integer(section, "tasks_max", Some(given), 0, 1..4_194_305);
         u32::try_from(n).unwrap_or(u32::MAX)
     });
     Limits {
@@ -406,4 +490,76 @@ fn parse_bytes(text: &str) -> Option<u64> {
         _ => return None,
     };
     digits.parse::<u64>().ok()?.checked_mul(1u64 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::Config;
+
+    /// (section, field, message) of each problem, in one order.
+    fn places(problems: &[Problem]) -> Vec<(Option<String>, Option<String>, String)> {
+        let mut places: Vec<_> = problems
+            .iter()
+            .map(|p| (p.section.clone(), p.field.clone(), p.message.clone()))
+            .collect();
+        places.sort();
+        places
+    }
+
+    #[test]
+    fn a_job_given_by_code_has_the_problems_of_its_table() {
+        let path = Path::new("/etc/cronlease/jobs.toml");
+        let text = "[redis]\nurl = \"redis://127.0.0.1:6379/0\"\n\
+            [jobs.\"bad name\"]\nschedule = \"0 12 * * *\"\ntimeout = \"0ms\"\n\
+            misfire_grace = \"691200000ms\"\nretries = 101\nretry_backoff = \"7200000ms\"\n\
+            [jobs.wall]\nschedule = \"*/5 * * * *\"\ndst_gap = \"skip\"\ndst_repeat = \"both\"\n\
+            [jobs.typo]\nschedule = \"0 12 * * *\"\ntimezone = \"Europe/Berlim\"\n\
+            [jobs.february]\nschedule = \"0 12 31 2 *\"\n";
+        let from_table = Config::parse_with(text, path, Source::Embedded)
+            .expect_err("every job has a problem")
+            .problems;
+
+        let code = |value: &str| Some(Given::code(value.to_string()));
+        let exact = |d: Duration| Some(Given::code(DurationValue::Exact(d)));
+        let bad_name = JobSpec {
+            schedule: code("0 12 * * *"),
+            timeout: exact(Duration::from_micros(900)),
+            misfire_grace: exact(Duration::from_secs(8 * 24 * 3600)),
+            retries: Some(Given::code(101)),
+            retry_backoff: exact(Duration::from_secs(7200)),
+            ..JobSpec::default()
+        };
+        let wall = JobSpec {
+            schedule: code("*/5 * * * *"),
+            dst_gap: Some(Given::code(DstGap::Skip)),
+            dst_repeat: Some(Given::code(DstRepeat::Both)),
+            ..JobSpec::default()
+        };
+        let typo = JobSpec {
+            schedule: code("0 12 * * *"),
+            timezone: code("Europe/Berlim"),
+            ..JobSpec::default()
+        };
+        let february = JobSpec {
+            schedule: code("0 12 31 2 *"),
+            ..JobSpec::default()
+        };
+        let context = JobContext::new(None, None, path, Source::Embedded);
+        let jobs = [
+            ("bad name", &bad_name),
+            ("wall", &wall),
+            ("typo", &typo),
+            ("february", &february),
+        ];
+        let (valid, from_code) = validate_specs(jobs, &context);
+
+        assert!(valid.is_empty(), "{valid:?}");
+        assert_eq!(from_table.len(), 9, "{from_table:#?}");
+        assert_eq!(places(&from_code), places(&from_table));
+        assert!(from_code.iter().all(|p| p.line_col.is_none()));
+        assert!(from_table.iter().all(|p| p.line_col.is_some()));
+    }
 }

@@ -8,6 +8,11 @@
 //! [`Duration`]s, a [`Zone`](crate::schedule::Zone), checked names. Nothing stringly typed leaves this
 //! module.
 //!
+//! A job's stage one is `JobSpec`, which an embedded job's builder
+//! makes too (its values typed, with no place), and its stage two one
+//! validator for both, one job at a time (`validate_specs` for the
+//! library): a job is worded alike whichever way it came.
+//!
 //! The loader reports **every** problem it finds, not the first: the TOML
 //! syntax errors of the whole file; then each section and each job is
 //! deserialized on its own, and a key that fails (an unknown key, a value of
@@ -19,7 +24,8 @@
 //! the document (syntax, sections, the jobs table) behind [`Config::load`]
 //! and [`Config::parse`]; `checker` the problem collector and the value
 //! checks every section uses; `redis_section`, `daemon_section` and `job`
-//! the raw type and validator of `[redis]`, `[daemon]` and `[jobs.<name>]`;
+//! the raw type and validator of `[redis]`, `[daemon]` and `[jobs.<name>]`
+//! (`job`: `JobSpec`, `JobContext` and the job validator);
 //! `environment` every read of the environment and of files other than the
 //! text being checked; `duplicates` the explanation of TOML's duplicate-key
 //! errors.
@@ -39,12 +45,13 @@ mod duplicates;
 mod environment;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
+pub(crate) use job::{JobContext, JobSpec, validate_specs};
 mod outline;
 mod redis_section;
 mod run_env;
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV};
 
-pub(crate) use checker::is_name;
+pub(crate) use checker::{DurationValue, Given, is_name};
 pub use checker::{parse_duration, redact_url};
 pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE, renewable};
 pub(crate) use document::Source;

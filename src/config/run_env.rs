@@ -9,9 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use toml::Spanned;
-
-use super::checker::Checker;
+use super::checker::{Checker, Given};
 use super::{EnvPattern, RESERVED_ENV_PREFIX};
 
 /// The variables a run inherits from the replica unless `inherit_env`
@@ -49,7 +47,7 @@ impl EnvPattern {
 pub(super) fn inherit_env(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: Option<Spanned<Vec<Spanned<String>>>>,
+    raw: Option<Given<Vec<Given<String>>>>,
     secrets: &[String],
 ) -> Vec<EnvPattern> {
     let Some(raw) = raw else {
@@ -57,16 +55,16 @@ pub(super) fn inherit_env(
     };
     let mut patterns = Vec::new();
     for entry in raw.into_inner() {
-        let text = entry.get_ref();
+        let text = entry.get();
         match EnvPattern::parse(text) {
             None => checker.problem(
-                Some(entry.span()),
+                entry.at(),
                 Some(section),
                 Some("inherit_env"),
                 format!("invalid variable name {text:?}: expected a name of letters, digits and _ (not starting with a digit), optionally ending in * (\"LC_*\"), or \"*\""),
             ),
             Some(_) if secrets.iter().any(|s| s == text) => checker.problem(
-                Some(entry.span()),
+                entry.at(),
                 Some(section),
                 Some("inherit_env"),
                 format!("{text} holds a secret of the replica's (its Redis password, dashboard token or Redis URL): it never reaches a run; give a job a secret of its own with env_files or env_credentials"),
@@ -83,7 +81,7 @@ pub(super) fn inherit_env(
 pub(super) fn env_files(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: Option<Spanned<Vec<Spanned<String>>>>,
+    raw: Option<Given<Vec<Given<String>>>>,
     base_dir: &Path,
 ) -> Vec<PathBuf> {
     let Some(raw) = raw else {
@@ -91,15 +89,15 @@ pub(super) fn env_files(
     };
     let mut files = Vec::new();
     for entry in raw.into_inner() {
-        if entry.get_ref().is_empty() || entry.get_ref().contains('\0') {
+        if entry.get().is_empty() || entry.get().contains('\0') {
             checker.problem(
-                Some(entry.span()),
+                entry.at(),
                 Some(section),
                 Some("env_files"),
                 "empty path or NUL byte: expected a file of NAME=value lines, absolute or relative to the config file".into(),
             );
         } else {
-            files.push(base_dir.join(entry.get_ref()));
+            files.push(base_dir.join(entry.get()));
         }
     }
     files
@@ -110,21 +108,16 @@ pub(super) fn env_files(
 pub(super) fn env_credentials(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: BTreeMap<Spanned<String>, Spanned<String>>,
+    raw: BTreeMap<Given<String>, Given<String>>,
 ) -> BTreeMap<String, String> {
     let mut credentials = BTreeMap::new();
     for (var, credential) in raw {
-        let (name, id) = (var.get_ref(), credential.get_ref());
+        let (name, id) = (var.get(), credential.get());
         if let Some(problem) = variable_problem(name) {
-            checker.problem(
-                Some(var.span()),
-                Some(section),
-                Some("env_credentials"),
-                problem,
-            );
+            checker.problem(var.at(), Some(section), Some("env_credentials"), problem);
         } else if !is_credential_name(id) {
             checker.problem(
-                Some(credential.span()),
+                credential.at(),
                 Some(section),
                 Some("env_credentials"),
                 format!("invalid credential name {id:?}: expected the name given to LoadCredential= (1 to 255 characters, no '/', not \".\" or \"..\")"),

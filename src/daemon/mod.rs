@@ -86,10 +86,12 @@ use courier::{spool_courier, spool_or_hold};
 use heartbeat::heartbeat_loop;
 use meters::{ClaimCount, JobMeters, Meters};
 use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
+#[cfg(feature = "process")]
+use runs::replica_env;
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
 pub use scheduler::Reload;
 use scheduler::{Scheduler, reload_jobs};
-use serve::{dashboard_token, start_dashboard, start_metrics, token_secret};
+use serve::{dashboard_token, start_dashboard, start_metrics};
 use triggers::trigger_consumer;
 
 /// A tick claimed no later than this after its time is on time; older
@@ -298,16 +300,22 @@ impl Ctx {
     /// Whether every job of `table` with resource limits can have them
     /// here; the first that cannot, and why.
     fn check_limits(&self, table: &JobTable) -> Result<(), String> {
+        table
+            .values()
+            .try_for_each(|job| self.check_job_limits(job))
+    }
+
+    /// Whether `job`'s resource limits, if it has any, can be applied here;
+    /// why not.
+    fn check_job_limits(&self, job: &Job) -> Result<(), String> {
         #[cfg(feature = "process")]
-        for job in table.values() {
-            if job.limits != crate::config::Limits::default() {
-                self.containment().check_limits(&job.limits).map_err(|reason| {
-                    format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
-                })?;
-            }
+        if job.limits != crate::config::Limits::default() {
+            self.containment().check_limits(&job.limits).map_err(|reason| {
+                format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
+            })?;
         }
         #[cfg(not(feature = "process"))]
-        let _ = table;
+        let _ = job;
         Ok(())
     }
 
@@ -407,27 +415,6 @@ fn start_background(
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     }
-}
-
-/// What runs may inherit of this replica's environment, and the values of
-/// its secrets; logs once which of its variables runs do not inherit
-/// (names only).
-#[cfg(feature = "process")]
-fn replica_env(
-    config: &Config,
-    jobs: &JobTable,
-    token: &serve::DashboardToken,
-) -> crate::runner::ReplicaEnv {
-    let env = crate::runner::ReplicaEnv::for_config(config, token_secret(token));
-    let job_patterns = jobs.values().map(|job| &job.inherit_env[..]);
-    let dropped = env.not_inherited(&config.daemon.inherit_env, job_patterns);
-    if !dropped.is_empty() {
-        info!(
-            variables = %dropped.join(" "),
-            "no run inherits these variables of the replica's environment; list a name in [daemon] inherit_env (every run) or a job's inherit_env to pass it on"
-        );
-    }
-    env
 }
 
 /// Opens the spool (listing it, tightening its modes) off the async
@@ -548,7 +535,14 @@ async fn supervise(
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
-            Some(request) = reload.recv() => reload_jobs(ctx, scheduler, request).await,
+            Some(request) = reload.recv() => {
+                // What else was asked meanwhile goes with it.
+                let mut requests = vec![request];
+                while let Ok(more) = reload.try_recv() {
+                    requests.push(more);
+                }
+                reload_jobs(ctx, scheduler, requests).await;
+            }
             _ = beat.tick() => {
                 health.beat();
                 if let Some(period) = watchdog_period

@@ -367,3 +367,24 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         }
     }
 }
+
+/// What runs may inherit of this replica's environment, and the values of
+/// its secrets; logs once which of its variables runs do not inherit
+/// (names only).
+#[cfg(feature = "process")]
+pub(super) fn replica_env(
+    config: &crate::config::Config,
+    jobs: &super::JobTable,
+    token: &super::serve::DashboardToken,
+) -> crate::runner::ReplicaEnv {
+    let env = crate::runner::ReplicaEnv::for_config(config, super::serve::token_secret(token));
+    let job_patterns = jobs.values().map(|job| &job.inherit_env[..]);
+    let dropped = env.not_inherited(&config.daemon.inherit_env, job_patterns);
+    if !dropped.is_empty() {
+        info!(
+            variables = %dropped.join(" "),
+            "no run inherits these variables of the replica's environment; list a name in [daemon] inherit_env (every run) or a job's inherit_env to pass it on"
+        );
+    }
+    env
+}

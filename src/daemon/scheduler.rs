@@ -16,6 +16,7 @@ use tracing::{error, info, warn};
 
 use super::tick::Step;
 use super::timer::{self, Alarm};
+use crate::task::Task;
 
 /// The job loops, one per job, and what each was started with.
 pub(super) struct Scheduler {
@@ -71,25 +72,40 @@ impl Scheduler {
             if !was_changed.contains(name.as_str()) {
                 added.push(name.clone());
             }
-            let token = self.claiming.child_token();
-            // A new loop catches up first.
-            ctx.timer.set(Alarm {
-                at: Instant::now(),
-                job: job.clone(),
-                cancel: token.clone(),
-                step: Step::CatchUp,
-            });
-            self.loops.insert(name.clone(), (job.clone(), token));
+            self.start_loop(ctx, job.clone());
         }
         if !removed.is_empty() || !changed.is_empty() {
             ctx.timer.forget_cancelled();
         }
         (added, removed, changed)
     }
+
+    /// Starts the loop of `job`, whose name has none.
+    fn start_loop(&mut self, ctx: &Arc<Ctx>, job: Arc<Job>) {
+        let token = self.claiming.child_token();
+        // A new loop catches up first.
+        ctx.timer.set(Alarm {
+            at: Instant::now(),
+            job: job.clone(),
+            cancel: token.clone(),
+            step: Step::CatchUp,
+        });
+        self.loops.insert(job.name.clone(), (job, token));
+    }
+
+    /// Stops the loop of the job `name`, if it has one; whether it had.
+    fn stop_loop(&mut self, name: &str) -> bool {
+        match self.loops.remove(name) {
+            Some((_, token)) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
-/// What a reload replaces.
-#[derive(Debug)]
+/// What a reload replaces or changes.
 pub enum Reload {
     /// SIGHUP: read the config file again; a valid one replaces the job
     /// table, an invalid one is logged and the old table kept.
@@ -97,13 +113,104 @@ pub enum Reload {
     /// An embedded scheduler's new job table and the tasks its jobs run
     /// (validated by its sender).
     Table { jobs: Vec<Job>, tasks: Tasks },
+    /// An embedded scheduler's new job (validated, its name new to the
+    /// table) and the task it runs: the other jobs are not touched.
+    Add { job: Box<Job>, task: Arc<dyn Task> },
+    /// An embedded scheduler's job removed: its loop stops; a run in
+    /// flight goes on.
+    Remove { name: String },
 }
 
-/// Applies a reload: the job loops follow the new table; runs in flight
-/// keep the definition they started with.
-pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload) {
+impl std::fmt::Debug for Reload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reload::File => f.write_str("File"),
+            Reload::Table { jobs, tasks } => f
+                .debug_struct("Table")
+                .field("jobs", jobs)
+                .field("tasks", tasks)
+                .finish(),
+            Reload::Add { job, .. } => f
+                .debug_struct("Add")
+                .field("job", job)
+                .finish_non_exhaustive(),
+            Reload::Remove { name } => f.debug_struct("Remove").field("name", name).finish(),
+        }
+    }
+}
+
+/// Applies reloads in the order they were asked for: a run of added and
+/// removed jobs as one change of the table (a service that adds 10,000
+/// jobs one by one does not copy the table 10,000 times), a new table or
+/// file as a replacement. Runs in flight keep the definition they started
+/// with.
+pub(super) async fn reload_jobs(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, requests: Vec<Reload>) {
+    let mut edits = Vec::new();
+    for request in requests {
+        match request {
+            Reload::Add { .. } | Reload::Remove { .. } => edits.push(request),
+            whole => {
+                edit_table(ctx, scheduler, std::mem::take(&mut edits));
+                replace_table(ctx, scheduler, whole).await;
+            }
+        }
+    }
+    edit_table(ctx, scheduler, edits);
+}
+
+/// Adds and removes the jobs `edits` name (every other request is left
+/// out), each job's loop started or stopped, the table copied once.
+fn edit_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, edits: Vec<Reload>) {
+    if edits.is_empty() {
+        return;
+    }
+    systemd::notify(&[Notice::Reloading]);
+    let mut table: JobTable = (**ctx.jobs.borrow()).clone();
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    let tasks = || {
+        ctx.tasks
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    for edit in edits {
+        match edit {
+            Reload::Add { job, task } => {
+                if let Err(e) = ctx.check_job_limits(&job) {
+                    error!("job {:?} not added: {e}", job.name);
+                    continue;
+                }
+                scheduler.stop_loop(&job.name);
+                tasks().insert(&job.name, task);
+                let job = Arc::<Job>::from(job);
+                scheduler.start_loop(ctx, job.clone());
+                added.push(job.name.clone());
+                table.insert(job.name.clone(), job);
+            }
+            Reload::Remove { name } => {
+                scheduler.stop_loop(&name);
+                tasks().remove(&name);
+                if table.remove(&name).is_some() {
+                    removed.push(name);
+                }
+            }
+            Reload::File | Reload::Table { .. } => {}
+        }
+    }
+    if !removed.is_empty() {
+        ctx.timer.forget_cancelled();
+    }
+    ctx.jobs.send_replace(Arc::new(table));
+    ctx.heartbeat_now.notify_one();
+    info!(?added, ?removed, "job table changed");
+    notify(&[Notice::Ready], ctx);
+}
+
+/// Replaces the job table with the file's or the one `reload` carries:
+/// the job loops follow the new table.
+async fn replace_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload) {
     systemd::notify(&[Notice::Reloading]);
     let table = match reload {
+        Reload::Add { .. } | Reload::Remove { .. } => None,
         Reload::File => read_table(ctx).await,
         Reload::Table { jobs, tasks } => {
             *ctx.tasks

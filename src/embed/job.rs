@@ -1,7 +1,7 @@
-//! A job of an embedded scheduler: its settings, as a `[jobs.<name>]`
-//! table, and its handler.
+//! A job of an embedded scheduler: its settings, the same definition a
+//! `[jobs.<name>]` table is read into ([`JobSpec`]), and its handler.
 
-use super::{StdError, duration};
+use super::StdError;
 use crate::Run;
 use crate::config::Misfire;
 use crate::config::OnHolderLost;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::run::Handler;
+use crate::config::{DurationValue, Given, JobSpec};
 
 /// A job of an embedded scheduler, before its handler: name, schedule and
 /// the settings of a `[jobs.<name>]` table.
@@ -20,8 +21,8 @@ use super::run::Handler;
 /// It has every setting of the table but `command`, `shell`, `workdir` and
 /// `env`: the handler is the work. Nothing is checked here:
 /// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start), [`Scheduler::add`](crate::Scheduler::add) and
-/// [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) check every job with the job table's
-/// validators and return every problem as [`EmbedError::Config`](crate::EmbedError::Config).
+/// [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) check each job with the job table's
+/// validator and return every problem as [`EmbedError::Config`](crate::EmbedError::Config).
 /// Durations are taken in whole milliseconds; zero is not valid.
 ///
 /// Every instance must declare a job with the same settings: `cronlease
@@ -46,7 +47,7 @@ use super::run::Handler;
 #[derive(Debug, Clone)]
 pub struct JobBuilder {
     name: String,
-    table: toml::Table,
+    spec: JobSpec,
 }
 
 impl JobBuilder {
@@ -68,11 +69,12 @@ impl JobBuilder {
     /// let at_seconds = JobBuilder::new("ping", "30 * * * * *");
     /// ```
     pub fn new(name: &str, schedule: &str) -> JobBuilder {
-        let mut table = toml::Table::new();
-        table.insert("schedule".into(), schedule.into());
         JobBuilder {
             name: name.to_string(),
-            table,
+            spec: JobSpec {
+                schedule: Some(Given::code(schedule.to_string())),
+                ..JobSpec::default()
+            },
         }
     }
 
@@ -85,7 +87,7 @@ impl JobBuilder {
     /// let job = cronlease::JobBuilder::new("lottery-draw", "0 12 * * *").timezone("Asia/Shanghai");
     /// ```
     pub fn timezone(self, zone: &str) -> JobBuilder {
-        self.set("timezone", zone.into())
+        self.set(|spec| spec.timezone = Some(Given::code(zone.to_string())))
     }
 
     /// What a tick does while a run of the job is in flight (`overlap`,
@@ -96,7 +98,7 @@ impl JobBuilder {
     /// let job = JobBuilder::new("export", "*/5 * * * *").overlap(Overlap::Replace);
     /// ```
     pub fn overlap(self, overlap: Overlap) -> JobBuilder {
-        self.set("overlap", overlap.as_str().into())
+        self.set(|spec| spec.overlap = Some(overlap))
     }
 
     /// What becomes of ticks missed while no instance could claim them
@@ -107,7 +109,7 @@ impl JobBuilder {
     /// let job = JobBuilder::new("invoice", "0 * * * *").misfire(Misfire::RunAll);
     /// ```
     pub fn misfire(self, misfire: Misfire) -> JobBuilder {
-        self.set("misfire", misfire.as_str().into())
+        self.set(|spec| spec.misfire = Some(misfire))
     }
 
     /// How old a missed tick may be and still run after an outage
@@ -118,7 +120,7 @@ impl JobBuilder {
     /// let job = cronlease::JobBuilder::new("invoice", "0 * * * *").misfire_grace(Duration::from_secs(3600));
     /// ```
     pub fn misfire_grace(self, grace: Duration) -> JobBuilder {
-        self.set("misfire_grace", duration(grace))
+        self.set(|spec| spec.misfire_grace = Some(duration(grace)))
     }
 
     /// How long one attempt may run (`timeout`, default none, at most 7
@@ -132,7 +134,7 @@ impl JobBuilder {
     /// let job = cronlease::JobBuilder::new("report", "0 6 * * *").timeout(Duration::from_secs(600));
     /// ```
     pub fn timeout(self, timeout: Duration) -> JobBuilder {
-        self.set("timeout", duration(timeout))
+        self.set(|spec| spec.timeout = Some(duration(timeout)))
     }
 
     /// Extra attempts after a failed or timed-out one, under the same
@@ -143,7 +145,7 @@ impl JobBuilder {
     /// let job = cronlease::JobBuilder::new("report", "0 6 * * *").retries(3);
     /// ```
     pub fn retries(self, retries: u32) -> JobBuilder {
-        self.set("retries", i64::from(retries).into())
+        self.set(|spec| spec.retries = Some(Given::code(i64::from(retries))))
     }
 
     /// The wait between attempts (`retry_backoff`, default 10 s, at most
@@ -156,7 +158,7 @@ impl JobBuilder {
     ///     .retry_backoff(Duration::from_secs(30));
     /// ```
     pub fn retry_backoff(self, backoff: Duration) -> JobBuilder {
-        self.set("retry_backoff", duration(backoff))
+        self.set(|spec| spec.retry_backoff = Some(duration(backoff)))
     }
 
     /// What a local time that a daylight-saving change skips does
@@ -171,7 +173,7 @@ impl JobBuilder {
     ///     .dst_gap(DstGap::Skip);
     /// ```
     pub fn dst_gap(self, policy: DstGap) -> JobBuilder {
-        self.set("dst_gap", policy.as_str().into())
+        self.set(|spec| spec.dst_gap = Some(Given::code(policy)))
     }
 
     /// What a local time that a daylight-saving change repeats does
@@ -185,7 +187,7 @@ impl JobBuilder {
     ///     .dst_repeat(DstRepeat::Both);
     /// ```
     pub fn dst_repeat(self, policy: DstRepeat) -> JobBuilder {
-        self.set("dst_repeat", policy.as_str().into())
+        self.set(|spec| spec.dst_repeat = Some(Given::code(policy)))
     }
 
     /// What becomes of a run whose instance died before recording an
@@ -197,7 +199,7 @@ impl JobBuilder {
     /// let job = JobBuilder::new("settle", "0 3 * * *").on_holder_lost(OnHolderLost::Rerun);
     /// ```
     pub fn on_holder_lost(self, policy: OnHolderLost) -> JobBuilder {
-        self.set("on_holder_lost", policy.as_str().into())
+        self.set(|spec| spec.on_holder_lost = Some(policy))
     }
 
     /// The job with its handler: an async function of the [`Run`](crate::Run) that
@@ -228,15 +230,20 @@ impl JobBuilder {
     {
         EmbeddedJob {
             name: self.name,
-            table: self.table,
+            spec: self.spec,
             handler: Arc::new(Handler { handler }),
         }
     }
 
-    fn set(mut self, key: &str, value: toml::Value) -> JobBuilder {
-        self.table.insert(key.into(), value);
+    fn set(mut self, setting: impl FnOnce(&mut JobSpec)) -> JobBuilder {
+        setting(&mut self.spec);
         self
     }
+}
+
+/// A duration given by code, as the job's definition holds it.
+fn duration(d: Duration) -> Given<DurationValue> {
+    Given::code(DurationValue::Exact(d))
 }
 
 /// A job with its handler ([`JobBuilder::run`](crate::JobBuilder::run)), ready for
@@ -260,7 +267,7 @@ impl JobBuilder {
 #[derive(Clone)]
 pub struct EmbeddedJob {
     pub(super) name: String,
-    pub(super) table: toml::Table,
+    pub(super) spec: JobSpec,
     pub(super) handler: Arc<dyn Task>,
 }
 
@@ -281,7 +288,7 @@ impl std::fmt::Debug for EmbeddedJob {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EmbeddedJob")
             .field("name", &self.name)
-            .field("settings", &self.table)
+            .field("settings", &self.spec)
             .finish_non_exhaustive()
     }
 }

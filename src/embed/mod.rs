@@ -2,17 +2,17 @@
 //! daemon, around an async function.
 //!
 //! A service deployed as several instances connects each to the same Redis
-//! ([`Cluster::connect`]), declares its jobs ([`JobBuilder`]) and starts a
-//! [`Scheduler`]. At every tick the instances race for the claim exactly as
+//! ([`Cluster::connect`]), declares its jobs ([`JobBuilder`](crate::JobBuilder)) and starts a
+//! [`Scheduler`](crate::Scheduler). At every tick the instances race for the claim exactly as
 //! `cronlease run` replicas do (they are replicas: `cronlease status`,
 //! `history`, `trigger`, `pause` and `resume` work on embedded jobs
-//! unchanged), the winner calls the job's handler with a [`Run`] under a
+//! unchanged), the winner calls the job's handler with a [`Run`](crate::Run) under a
 //! watchdog-renewed lease, and the outcome goes to the job's stream.
 //!
 //! The handler gets the tick's fence: a write it makes should carry it, and
 //! the store it writes to should refuse a fence lower than one it has seen
 //! (a replica that lost its lease without knowing it then cannot overwrite
-//! the newer run's work). It also gets a stop signal ([`Run::stopped`]):
+//! the newer run's work). It also gets a stop signal ([`Run::stopped`](crate::Run::stopped)):
 //! when the lease is lost, the job's timeout passes or the scheduler shuts
 //! down, the handler should stop; one that goes on is dropped after the
 //! scheduler's `kill_grace`, and the outcome says so.
@@ -39,16 +39,18 @@
 //! # }
 //! ```
 //!
-//! Files: this one the errors, [`RedisSettings`] and [`Cluster`]; `job.rs`
+//! Files: this one the errors, [`RedisSettings`](crate::RedisSettings) and [`Cluster`]; `job.rs`
 //! a job's settings and handler; `scheduler.rs` the scheduler, its builder
 //! and its life; `run.rs` what a handler is given and how its future is
 //! run, stopped and dropped.
 
 use std::error::Error as StdError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::{Config, ConfigError, Source};
+use crate::config::{
+    Config, ConfigError, Job, JobContext, Problem, RedisConfig, Source, validate_specs,
+};
 use crate::daemon::DaemonError;
 use crate::lock::keeper::Keeper;
 use crate::store::{Store, StoreError};
@@ -67,10 +69,10 @@ const SOURCE: &str = "<embedded scheduler>";
 /// Why connecting, starting a scheduler or changing its jobs failed.
 ///
 /// [`Cluster::connect`] returns `Config` or `Redis`;
-/// [`SchedulerBuilder::start`] returns `Config`; [`Scheduler::add`],
-/// [`Scheduler::remove`] and [`Scheduler::set_jobs`] return `Config`,
+/// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start) returns `Config`; [`Scheduler::add`](crate::Scheduler::add),
+/// [`Scheduler::remove`](crate::Scheduler::remove) and [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) return `Config`,
 /// `JobExists`, `NoSuchJob`, `DuplicateJob` or `Stopped`;
-/// [`Scheduler::shutdown`] returns `Refused` or `Stopped`. Once a
+/// [`Scheduler::shutdown`](crate::Scheduler::shutdown) returns `Refused` or `Stopped`. Once a
 /// scheduler runs, Redis trouble is not an error: the engine retries,
 /// stops runs whose lease it cannot prove and spools outcomes until Redis
 /// is back.
@@ -107,22 +109,22 @@ pub enum EmbedError {
     /// The scheduler refused to run: Redis may evict keys (`maxmemory`
     /// with a policy other than `noeviction`: a lease could vanish and a
     /// tick run twice), or its state directory cannot be created. Found by
-    /// the replica's task after [`SchedulerBuilder::start`] returned, and
-    /// returned by [`Scheduler::ready`] or [`Scheduler::shutdown`].
+    /// the replica's task after [`SchedulerBuilder::start`](crate::SchedulerBuilder::start) returned, and
+    /// returned by [`Scheduler::ready`](crate::Scheduler::ready) or [`Scheduler::shutdown`](crate::Scheduler::shutdown).
     #[error(transparent)]
     Refused(RefusedError),
-    /// [`Scheduler::add`] of a job whose name is taken.
+    /// [`Scheduler::add`](crate::Scheduler::add) of a job whose name is taken.
     #[error("a job named {0:?} is already scheduled")]
     JobExists(String),
-    /// [`Scheduler::remove`] of a job that is not scheduled.
+    /// [`Scheduler::remove`](crate::Scheduler::remove) of a job that is not scheduled.
     #[error("no job named {0:?} is scheduled")]
     NoSuchJob(String),
-    /// [`SchedulerBuilder::start`] or [`Scheduler::set_jobs`] with two jobs
+    /// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start) or [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) with two jobs
     /// of the same name.
     #[error("two jobs are named {0:?}")]
     DuplicateJob(String),
     /// The scheduler's task is gone: it refused to run (then
-    /// [`Scheduler::ready`] and [`Scheduler::shutdown`] say why), panicked,
+    /// [`Scheduler::ready`](crate::Scheduler::ready) and [`Scheduler::shutdown`](crate::Scheduler::shutdown) say why), panicked,
     /// or its runtime shut down.
     #[error("the scheduler stopped by itself: {0}")]
     Stopped(String),
@@ -170,7 +172,7 @@ impl From<StoreError> for RedisError {
     }
 }
 
-/// Why a scheduler refused to run (see [`EmbedError::Refused`]): Redis
+/// Why a scheduler refused to run (see [`EmbedError::Refused`](crate::EmbedError::Refused)): Redis
 /// may evict keys, or the state directory cannot be created. The message
 /// says what to change.
 ///
@@ -189,7 +191,7 @@ pub struct RefusedError(DaemonError);
 /// How to reach Redis: the `[redis]` section of a job table, as code.
 ///
 /// Nothing is checked until [`Cluster::connect`], which reports every
-/// invalid setting at once as [`EmbedError::Config`]. Durations are taken
+/// invalid setting at once as [`EmbedError::Config`](crate::EmbedError::Config). Durations are taken
 /// in whole milliseconds; zero is not valid. A password goes in the URL
 /// (`redis://user:password@host`); it is never printed. Sentinel, Redis
 /// Cluster, a CA file and `min_replicas_ack` are the daemon's only.
@@ -314,6 +316,9 @@ fn duration(d: Duration) -> toml::Value {
 #[derive(Clone)]
 pub struct Cluster {
     redis: toml::Table,
+    /// The same settings, validated: what a scheduler's jobs are checked
+    /// against (a quorum rules out reruns).
+    redis_config: RedisConfig,
     store: Store,
     /// Renews the leases of every lock taken through this cluster (and
     /// its clones): one task for all of them.
@@ -325,8 +330,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// Checks the settings, connects and asks Redis the time. Errors:
-    /// [`EmbedError::Config`] with every invalid setting (before any
-    /// connection is tried), [`EmbedError::Redis`] if Redis (with `quorum`:
+    /// [`EmbedError::Config`](crate::EmbedError::Config) with every invalid setting (before any
+    /// connection is tried), [`EmbedError::Redis`](crate::EmbedError::Redis) if Redis (with `quorum`:
     /// a majority of the masters) does not answer within the connect
     /// timeout plus the command timeout. Unlike the daemon, it does not
     /// wait for Redis to come back: retrying is the caller's choice.
@@ -338,7 +343,7 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
-        let config = document(&settings.table, &toml::Table::new(), &[])?;
+        let config = embedded_settings(&settings.table, &toml::Table::new())?;
         let store = Store::connect(&config.redis).await?;
         let keeper = Keeper::new(store.clone());
         // Asks Redis the time: the offset dates the locks' records.
@@ -346,6 +351,7 @@ impl Cluster {
         let identity = crate::daemon::Identity::new(None);
         Ok(Cluster {
             redis: settings.table,
+            redis_config: config.redis,
             keeper,
             store,
             holder: std::sync::Arc::new(crate::store::LockHolderTag::new(
@@ -375,7 +381,7 @@ impl Cluster {
         crate::lock::LockBuilder::new(self.keeper.clone(), name, self.holder.clone())
     }
 
-    /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`].
+    /// A scheduler to declare jobs on, then [`SchedulerBuilder::start`](crate::SchedulerBuilder::start).
     /// It serves no metrics and no dashboard (the daemon's
     /// `metrics_listen` and `dashboard_listen` are off); metric values
     /// are recorded through the `metrics` facade for whatever recorder the
@@ -406,30 +412,55 @@ impl Cluster {
     }
 }
 
-/// The validated configuration of `jobs` under the `[redis]` and `[daemon]`
-/// tables given (their work: the handlers).
-fn document(
-    redis: &toml::Table,
-    daemon: &toml::Table,
-    jobs: &[EmbeddedJob],
-) -> Result<Config, ConfigError> {
+/// The validated configuration of the `[redis]` and `[daemon]` tables
+/// given, without jobs.
+fn embedded_settings(redis: &toml::Table, daemon: &toml::Table) -> Result<Config, ConfigError> {
     let mut root = toml::Table::new();
     root.insert("redis".into(), redis.clone().into());
     root.insert("daemon".into(), daemon.clone().into());
-    let mut table = toml::Table::new();
-    for job in jobs {
-        table.insert(job.name.clone(), job.table.clone().into());
-    }
-    root.insert("jobs".into(), table.into());
     let text = toml::to_string(&root).unwrap_or_default();
     Config::parse_with(&text, Path::new(SOURCE), Source::Embedded).map_err(|mut error| {
         // Lines of a document the caller never saw mean nothing: the
-        // job and field name the place.
+        // section and field name the place.
         for problem in &mut error.problems {
             problem.line_col = None;
         }
         error
     })
+}
+
+/// What a scheduler's jobs are checked against: its cluster's Redis
+/// settings, and where a job table at [`SOURCE`] would be (its jobs'
+/// working directory, which their definition hashes include).
+fn job_context(redis: &RedisConfig) -> JobContext {
+    JobContext::new(Some(redis), None, Path::new(SOURCE), Source::Embedded)
+}
+
+/// `jobs` validated one by one against `context`, in the order given; or
+/// every problem of those that are not valid.
+fn validate_jobs(jobs: &[EmbeddedJob], context: &JobContext) -> Result<Vec<Job>, ConfigError> {
+    let (valid, problems) =
+        validate_specs(jobs.iter().map(|j| (j.name.as_str(), &j.spec)), context);
+    if problems.is_empty() {
+        Ok(valid)
+    } else {
+        Err(config_error(Vec::new(), problems))
+    }
+}
+
+/// An embedded scheduler's problems: those of its settings, then its jobs'
+/// by job name and, within a job, its own first, then by field, as the
+/// daemon's `check` would list them from a table written in that order.
+fn config_error(mut problems: Vec<Problem>, mut job_problems: Vec<Problem>) -> ConfigError {
+    job_problems.sort_by(|a, b| {
+        let place = |p: &Problem| (p.section.clone(), p.field.clone());
+        place(a).cmp(&place(b))
+    });
+    problems.append(&mut job_problems);
+    ConfigError {
+        file: PathBuf::from(SOURCE),
+        problems,
+    }
 }
 
 // Debug shows what identifies each value; never the Redis settings, whose

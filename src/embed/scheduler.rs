@@ -1,11 +1,13 @@
 //! The embedded scheduler: its builder, and a running scheduler's jobs,
 //! readiness and shutdown.
 
-use super::{document, duration};
+use super::{config_error, duration, embedded_settings, job_context, validate_jobs};
 use crate::Cluster;
+use crate::ConfigError;
 use crate::EmbedError;
 use crate::EmbeddedJob;
 use crate::clock::RedisClock;
+use crate::config::JobContext;
 use crate::daemon;
 use crate::daemon::DaemonError;
 use crate::daemon::Reload;
@@ -16,6 +18,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use std::collections::HashSet;
 
 /// The jobs of a scheduler not started yet, and its replica settings: the
 /// `[daemon]` section of a job table, as code.
@@ -200,7 +204,26 @@ impl SchedulerBuilder {
     /// ```
     pub fn start(self) -> Result<Scheduler, EmbedError> {
         refuse_duplicates(&self.jobs)?;
-        let config = document(&self.cluster.redis, &self.daemon, &self.jobs)?;
+        let context = job_context(&self.cluster.redis_config);
+        let settings = embedded_settings(&self.cluster.redis, &self.daemon);
+        let jobs = validate_jobs(&self.jobs, &context);
+        let config = match (settings, jobs) {
+            (Ok(mut config), Ok(jobs)) => {
+                config.jobs = jobs
+                    .into_iter()
+                    .map(|job| (job.name.clone(), job))
+                    .collect();
+                config
+            }
+            (settings, jobs) => {
+                let problems = |error: Option<ConfigError>| error.map(|e| e.problems);
+                return Err(config_error(
+                    problems(settings.err()).unwrap_or_default(),
+                    problems(jobs.err()).unwrap_or_default(),
+                )
+                .into());
+            }
+        };
         let shutdown = CancellationToken::new();
         let (reload, reload_rx) = mpsc::unbounded_channel();
         let (ready, ready_rx) = oneshot::channel();
@@ -212,8 +235,8 @@ impl SchedulerBuilder {
         };
         let replica = tokio::spawn(daemon::run(config, world, shutdown.clone(), reload_rx));
         Ok(Scheduler {
-            redis: self.cluster.redis,
-            daemon: self.daemon,
+            context,
+            names: self.jobs.iter().map(|j| j.name.clone()).collect(),
             jobs: self.jobs,
             shutdown,
             reload,
@@ -260,9 +283,12 @@ fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
 /// # Ok(()) }
 /// ```
 pub struct Scheduler {
-    redis: toml::Table,
-    daemon: toml::Table,
+    /// What each job is checked against when it is added: the settings
+    /// do not change while the scheduler runs.
+    context: JobContext,
     jobs: Vec<EmbeddedJob>,
+    /// The names of `jobs`, so an add finds a taken name at once.
+    names: HashSet<String>,
     shutdown: CancellationToken,
     reload: mpsc::UnboundedSender<Reload>,
     /// Answered once the replica claims; None once that was seen.
@@ -287,12 +313,20 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn add(&mut self, job: EmbeddedJob) -> Result<(), EmbedError> {
-        if self.jobs.iter().any(|j| j.name == job.name) {
+        if self.names.contains(&job.name) {
             return Err(EmbedError::JobExists(job.name));
         }
-        let mut jobs = self.jobs.clone();
-        jobs.push(job);
-        self.replace(jobs)
+        let validated = validate_jobs(std::slice::from_ref(&job), &self.context)?;
+        let Some(validated) = validated.into_iter().next() else {
+            unreachable!("a job with no problem is validated into one job");
+        };
+        self.send(Reload::Add {
+            job: Box::new(validated),
+            task: job.handler.clone(),
+        })?;
+        self.names.insert(job.name.clone());
+        self.jobs.push(job);
+        Ok(())
     }
 
     /// Removes a job while running: it claims no more ticks, and a run in
@@ -306,16 +340,15 @@ impl Scheduler {
     /// # Ok(()) }
     /// ```
     pub fn remove(&mut self, name: &str) -> Result<(), EmbedError> {
-        if !self.jobs.iter().any(|j| j.name == name) {
+        if !self.names.contains(name) {
             return Err(EmbedError::NoSuchJob(name.to_string()));
         }
-        let jobs = self
-            .jobs
-            .iter()
-            .filter(|j| j.name != name)
-            .cloned()
-            .collect();
-        self.replace(jobs)
+        self.send(Reload::Remove {
+            name: name.to_string(),
+        })?;
+        self.names.remove(name);
+        self.jobs.retain(|j| j.name != name);
+        Ok(())
     }
 
     /// Replaces every job at once, as the daemon's reload does. A job
@@ -338,7 +371,14 @@ impl Scheduler {
     /// ```
     pub fn set_jobs(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
         refuse_duplicates(&jobs)?;
-        self.replace(jobs)
+        let validated = validate_jobs(&jobs, &self.context)?;
+        self.send(Reload::Table {
+            jobs: validated,
+            tasks: tasks(&jobs),
+        })?;
+        self.names = jobs.iter().map(|j| j.name.clone()).collect();
+        self.jobs = jobs;
+        Ok(())
     }
 
     /// The names of the scheduled jobs, in the order they were given.
@@ -353,17 +393,11 @@ impl Scheduler {
         self.jobs.iter().map(|j| j.name.clone()).collect()
     }
 
-    fn replace(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
-        let config = document(&self.redis, &self.daemon, &jobs)?;
-        let request = Reload::Table {
-            jobs: config.jobs.into_values().collect(),
-            tasks: tasks(&jobs),
-        };
+    /// Sends a change of the job table to the replica's task.
+    fn send(&self, request: Reload) -> Result<(), EmbedError> {
         self.reload
             .send(request)
-            .map_err(|_| EmbedError::Stopped("the replica is gone".into()))?;
-        self.jobs = jobs;
-        Ok(())
+            .map_err(|_| EmbedError::Stopped("the replica is gone".into()))
     }
 
     /// Resolves once the scheduler claims ticks: it has checked that
