@@ -10,6 +10,17 @@ use crate::support::{Cluster, RedisServer, cronlease, probe_job, starts, wait_un
 /// A tick in the year 2100: no claim sets it before then.
 const YEAR_2100_MS: &str = "4102444800000";
 
+/// Writes `value` into `field` of job `job`'s state hash, as any Redis
+/// client with the replicas' user could.
+fn forge(server: &RedisServer, job: &str, field: &str, value: &str) {
+    let _: () = redis::cmd("HSET")
+        .arg(format!("cl:{{{job}}}:state"))
+        .arg(field)
+        .arg(value)
+        .query(&mut server.client())
+        .expect("HSET");
+}
+
 /// Waits until the probe file has `more` starts beyond `before`, each of
 /// a distinct tick one second after the other: the job ran every tick.
 fn wait_for_every_tick(file: &std::path::Path, before: usize, more: usize) {
@@ -80,12 +91,7 @@ fn a_forged_high_water_mark_is_replaced_shown_as_needing_repair_and_repaired_for
     cluster.wait_ready();
     wait_for_every_tick(&file, 0, 2);
     let before = starts(&file).len();
-    let _: () = redis::cmd("HSET")
-        .arg("cl:{tick}:state")
-        .arg("last_tick")
-        .arg(YEAR_2100_MS)
-        .query(&mut cluster.redis.client())
-        .expect("HSET");
+    forge(&cluster.redis, "tick", "last_tick", YEAR_2100_MS);
     wait_for_every_tick(&file, before, 5);
     let config = cluster.config_path("a");
     let config = config.to_str().expect("a UTF-8 path");
@@ -222,12 +228,7 @@ fn a_forged_fence_is_replaced_by_the_claim_and_repaired() {
     use crate::support::{claim_request, connect_store, hget, now_ms, runtime, test_claimant};
 
     let server = RedisServer::start();
-    let _: () = redis::cmd("HSET")
-        .arg("cl:{draw}:state")
-        .arg("fence")
-        .arg("1152921504606846976")
-        .query(&mut server.client())
-        .expect("HSET");
+    forge(&server, "draw", "fence", "1152921504606846976");
     runtime().block_on(async {
         let store = connect_store(&server, "cl", "1s").await;
         let claimant = cronlease::store::Claimant {
@@ -268,12 +269,7 @@ fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
     use crate::support::{connect_store, hget, runtime, test_claimant};
 
     let server = RedisServer::start();
-    let _: () = redis::cmd("HSET")
-        .arg("cl:{draw}:state")
-        .arg("fence")
-        .arg("9223372036854775807")
-        .query(&mut server.client())
-        .expect("HSET");
+    forge(&server, "draw", "fence", "9223372036854775807");
     runtime().block_on(async {
         let store = connect_store(&server, "cl", "1s").await;
         let request = TriggerRequest {
@@ -327,12 +323,7 @@ fn after_a_forged_high_water_mark_no_earlier_tick_counts_as_missed() {
             .await
             .expect("claim");
         assert!(matches!(first, ClaimReply::Claimed { .. }), "{first:?}");
-        let _: () = redis::cmd("HSET")
-            .arg("cl:{draw}:state")
-            .arg("last_tick")
-            .arg(YEAR_2100_MS)
-            .query(&mut server.client())
-            .expect("HSET");
+        forge(&server, "draw", "last_tick", YEAR_2100_MS);
         // A replica whose own answers last showed an older tick claims the
         // next one while the first run is in flight.
         let request = ClaimRequest {
@@ -363,12 +354,7 @@ fn a_claim_ahead_of_its_tick_leaves_a_forged_mark_to_the_claim_at_the_tick() {
     use crate::support::{claim_request, connect_store, hget, now_ms, runtime, test_claimant};
 
     let server = RedisServer::start();
-    let _: () = redis::cmd("HSET")
-        .arg("cl:{draw}:state")
-        .arg("last_tick")
-        .arg(YEAR_2100_MS)
-        .query(&mut server.client())
-        .expect("HSET");
+    forge(&server, "draw", "last_tick", YEAR_2100_MS);
     runtime().block_on(async {
         let store = connect_store(&server, "cl", "1s").await;
         let claimant = test_claimant(Duration::from_secs(10), Overlap::Skip, 100);
