@@ -509,14 +509,25 @@ pub async fn run(
     }
 
     supervise(&ctx, &mut scheduler, &health, &shutdown, &mut reload).await;
+    stop(&ctx, &scheduler, &background, &service).await;
+    Ok(())
+}
+
+/// The one shutdown path: systemd told, the drain within its deadline
+/// (job loops, runs, background tasks), this replica's heartbeat removed.
+async fn stop(
+    ctx: &Arc<Ctx>,
+    scheduler: &Scheduler,
+    background: &TaskTracker,
+    service: &CancellationToken,
+) {
     systemd::notify(&[Notice::Stopping]);
     info!("shutting down: no more claims; waiting for runs in flight");
-    drain(&ctx, &scheduler.tracker, &background, &service).await;
+    drain(ctx, &scheduler.tracker, background, service).await;
     if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
         warn!(error = %e, "cannot remove this replica's heartbeat");
     }
     info!("stopped");
-    Ok(())
 }
 
 /// The supervisor, until `shutdown`: reloads, and tells systemd it is

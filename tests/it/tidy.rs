@@ -265,7 +265,6 @@ fn long_functions(code: &str, most: usize) -> Vec<(usize, String, usize)> {
 /// Functions over 80 lines not split yet: the list may only shrink (one
 /// that is split must leave it, and no other may join it).
 const NOT_SPLIT_YET: &[(&str, &str)] = &[
-    ("src/daemon/mod.rs", "run"),
     ("src/dashboard/actions.rs", "act"),
     ("src/dashboard/draw.rs", "timeline"),
     ("src/dashboard/pages.rs", "job"),
