@@ -49,7 +49,7 @@ pub(crate) use job::{JobContext, JobSpec, validate_specs};
 mod outline;
 mod redis_section;
 mod run_env;
-pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV};
+pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
 
 pub(crate) use checker::{DurationValue, Given, is_name};
 pub use checker::{parse_duration, redact_url};

@@ -35,10 +35,17 @@ impl EnvPattern {
 
     /// Whether the variable `name` matches.
     pub fn matches(&self, name: &str) -> bool {
-        match self.0.strip_suffix('*') {
-            Some(prefix) => name.starts_with(prefix),
-            None => name == self.0,
-        }
+        pattern_matches(&self.0, name)
+    }
+}
+
+/// Whether the variable `name` matches `pattern` (a name, or a prefix
+/// ending in `*`): what [`EnvPattern::matches`] does, for the default list
+/// too, without making a pattern of each entry.
+pub fn pattern_matches(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == pattern,
     }
 }
 

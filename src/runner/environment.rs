@@ -132,8 +132,7 @@ impl ReplicaEnv {
 fn inherits(name: &str, daemon: &[EnvPattern], job: &[EnvPattern]) -> bool {
     DEFAULT_INHERITED_ENV
         .iter()
-        .filter_map(|p| EnvPattern::parse(p))
-        .any(|p| p.matches(name))
+        .any(|pattern| crate::config::pattern_matches(pattern, name))
         || daemon.iter().chain(job).any(|p| p.matches(name))
 }
 
