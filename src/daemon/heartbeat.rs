@@ -26,7 +26,8 @@ pub(super) const CLOCK_EVERY_N_HEARTBEATS: u64 = 6;
 
 /// What the heartbeat remembers from one beat to the next.
 struct Beats {
-    /// The epoch this replica creates if Redis has none.
+    /// The epoch this replica creates if Redis has none; replaced by a
+    /// fresh one once used.
     new_epoch: String,
     /// The epoch last seen, per Redis master (one but with `quorum`).
     epoch_seen: HashMap<String, String>,
@@ -196,12 +197,18 @@ fn own_heartbeat_ms(ctx: &Ctx) -> i64 {
     i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8)
 }
 
-/// A changed epoch means Redis lost its data: state loss.
+/// A changed epoch means Redis lost its data: state loss. So does an epoch
+/// this replica had to create again: the one it saw was gone. Each epoch
+/// it creates is a new one, so a replica that saw the one it created
+/// before finds this one changed too.
 fn note_epochs(ctx: &Ctx, beats: &mut Beats, epochs: &[Epoch]) {
     for now in epochs {
+        if now.created {
+            beats.new_epoch = Uuid::new_v4().to_string();
+        }
         match beats.epoch_seen.insert(now.node.clone(), now.epoch.clone()) {
             None if now.created => info!(epoch = %now.epoch, redis = %now.node, "created the deployment epoch"),
-            Some(previous) if previous != now.epoch => ctx.state_loss(
+            Some(previous) if now.created || previous != now.epoch => ctx.state_loss(
                 None,
                 &format!("the deployment epoch of {} changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", now.node, now.epoch),
             ),
