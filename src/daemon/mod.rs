@@ -98,10 +98,6 @@ use triggers::trigger_consumer;
 /// unclaimed ticks are missed and go to the misfire policy.
 const LATE_MS: i64 = 1_000;
 
-/// At most this many jobs read their state and sweep at once when they
-/// catch up (at start, or when Redis is back).
-const CATCHING_UP: usize = 256;
-
 /// At most this many missed ticks are caught up by `misfire = "run_all"`
 /// (the most recent ones).
 pub const MAX_CATCH_UP: usize = 100;
@@ -204,7 +200,7 @@ struct Ctx {
     /// rendezvous waits longer when they are slow).
     claim_latency: ClaimLatency,
     /// Every job's next wake-up (see `timer`).
-    timer: timer::Timer,
+    timer: timer::Timer<tick::Step>,
     /// How runs' processes are kept together, found when the first
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]

@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use super::tick;
 use super::tick::Step;
-use super::timer::{self, Alarm};
+use super::timer::Alarm;
 use crate::task::Task;
 
 /// The job loops, one per job, and what each was started with.
@@ -31,7 +32,7 @@ impl Scheduler {
     /// cancelled.
     pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
         let tracker = TaskTracker::new();
-        tracker.spawn(timer::ring(ctx.clone(), tracker.clone(), claiming.clone()));
+        tracker.spawn(tick::ring(ctx.clone(), tracker.clone(), claiming.clone()));
         Scheduler {
             loops: HashMap::new(),
             tracker,
