@@ -277,3 +277,56 @@ fn no_function_is_over_80_lines() {
             .collect(),
     );
 }
+
+/// The fields of a job's state hash that only the scripts (`src/lua`)
+/// and `store`, which reads them beside the scripts, may name. The
+/// generic ones (`fence`, `paused`) are left out: they are words of other
+/// things too.
+const STATE_FIELDS: [&str; 15] = [
+    "last_tick",
+    "missed_total",
+    "missed_until",
+    "paused_by",
+    "paused_at_ms",
+    "outcome_status",
+    "outcome_tick",
+    "outcome_fence",
+    "outcome_replica",
+    "outcome_duration_ms",
+    "outcome_finished_ms",
+    "repair_field",
+    "repair_value",
+    "repair_at",
+    "born",
+];
+
+#[test]
+fn no_state_field_is_named_outside_store() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let scripts: String = std::fs::read_dir(root.join("src/lua"))
+        .expect("src/lua")
+        .map(|entry| std::fs::read_to_string(entry.expect("an entry").path()).expect("a script"))
+        .collect();
+    none(
+        "state fields the scripts never write (take them off STATE_FIELDS)",
+        STATE_FIELDS
+            .iter()
+            .filter(|field| !scripts.contains(&format!("'{field}'")))
+            .map(|field| field.to_string())
+            .collect(),
+    );
+    none(
+        "state fields named outside store (read them through store::JobState)",
+        sources()
+            .into_iter()
+            .filter(|(path, _, _)| !path.starts_with("src/store/"))
+            .flat_map(|(path, _, code)| {
+                STATE_FIELDS
+                    .iter()
+                    .filter(|field| code.contains(&format!("\"{field}\"")))
+                    .map(|field| format!("{path}: {field}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect(),
+    );
+}
