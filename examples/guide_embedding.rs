@@ -47,6 +47,7 @@ async fn main() -> Result<(), Error> {
     // ANCHOR_END: add_remove
     nightly_migration(&cluster).await?;
     lock_variants(&cluster).await?;
+    front_page(&url).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     // ANCHOR: shutdown
     // Drains within shutdown_grace + kill_grace.
@@ -80,6 +81,31 @@ async fn draw_winners(mut run: Run) -> Result<(), Error> {
 /// for a real one: a Lua script that refuses a fence lower than the highest seen).
 async fn write_winners(fence: u64, tick_ms: i64) -> Result<(), Error> {
     let _ = (fence, tick_ms);
+    Ok(())
+}
+
+/// The README's snippet, whole.
+async fn front_page(url: &str) -> Result<(), Error> {
+    // ANCHOR: readme
+    let cluster = Cluster::connect(RedisSettings::url(url).key_prefix("shop")).await?;
+    let mut scheduler = cluster
+        .scheduler()
+        .job(
+            JobBuilder::new("lottery-draw", "0 12 * * *")
+                .timezone("Asia/Shanghai")
+                .run(|run: Run| async move { draw(run.fence(), run.tick()).await }),
+        )
+        .start()?;
+    scheduler.ready().await?; // joined, or why it refused (e.g. Redis may evict keys)
+    let guard = cluster.lock("nightly-migration").acquire().await?; // a cluster lock, fenced
+    // ANCHOR_END: readme
+    guard.release().await?;
+    scheduler.shutdown().await?;
+    Ok(())
+}
+
+async fn draw(fence: u64, tick: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
+    println!("draw of {tick} under fence {fence}");
     Ok(())
 }
 
@@ -119,8 +145,16 @@ async fn lock_variants(cluster: &Cluster) -> Result<(), Error> {
     }
     // Reentrant under one owner: the second acquisition succeeds at once,
     // with the same fence; the lock is free after as many releases.
-    let outer = cluster.lock("settlement").owner("settlement-2031").acquire().await?;
-    let inner = cluster.lock("settlement").owner("settlement-2031").acquire().await?;
+    let outer = cluster
+        .lock("settlement")
+        .owner("settlement-2031")
+        .acquire()
+        .await?;
+    let inner = cluster
+        .lock("settlement")
+        .owner("settlement-2031")
+        .acquire()
+        .await?;
     assert_eq!(outer.fence(), inner.fence());
     inner.release().await?;
     outer.release().await?;
