@@ -12,6 +12,7 @@
 //! cargo run --example guide_embedding -- redis://127.0.0.1:6399/0
 //! ```
 
+use std::path::Path;
 use std::time::Duration;
 
 use cronlease::{Cluster, JobBuilder, RedisSettings, Run, Stop};
@@ -47,7 +48,7 @@ async fn main() -> Result<(), Error> {
     // ANCHOR_END: add_remove
     nightly_migration(&cluster).await?;
     lock_variants(&cluster).await?;
-    front_page(&url).await?;
+    front_page(&url, &state_dir.join("front-page")).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     // ANCHOR: shutdown
     // Drains within shutdown_grace + kill_grace.
@@ -85,11 +86,12 @@ async fn write_winners(fence: u64, tick_ms: i64) -> Result<(), Error> {
 }
 
 /// The README's snippet, whole.
-async fn front_page(url: &str) -> Result<(), Error> {
+async fn front_page(url: &str, state_dir: &Path) -> Result<(), Error> {
     // ANCHOR: readme
     let cluster = Cluster::connect(RedisSettings::url(url).key_prefix("shop")).await?;
     let mut scheduler = cluster
         .scheduler()
+        .state_dir(state_dir) // outcomes Redis could not take wait here
         .job(
             JobBuilder::new("lottery-draw", "0 12 * * *")
                 .timezone("Asia/Shanghai")
