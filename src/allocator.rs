@@ -2,9 +2,9 @@
 //! replicas (`examples/bench_replica.rs`, `examples/bench_embedded_replica.rs`
 //! include this file), so that what the benchmark measures is what runs:
 //! mimalloc, not glibc's malloc, whose `malloc`/`free` were 40 % of a busy
-//! replica's CPU profile (README "Benchmark"). Built without transparent
+//! replica's CPU profile (the guide, "Performance"). Built without transparent
 //! huge pages (the crate's `no_thp`): with them an idle replica of one job
-//! held 21 MB instead of 12 (README "Scale", idle). Not part of the
+//! held 21 MB instead of 12 (the guide, "Performance"). Not part of the
 //! library: a library never picks the allocator.
 
 use std::ffi::{c_int, c_long};
@@ -28,7 +28,7 @@ unsafe extern "C" {
 /// again: a replica's start-up frees much of what it allocated (the
 /// config's parse, the jobs' catch-up) and then idles, so with the
 /// delay an idle replica of 100,000 jobs kept ~17 MB it did not use
-/// (README "Scale", idle). Called first thing in `main`.
+/// (the guide, "Performance"). Called first thing in `main`.
 pub fn return_freed_memory_at_once() {
     // SAFETY: mimalloc's options are atomics that it reads when it
     // purges; setting one is allowed at any time, from any thread.

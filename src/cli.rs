@@ -138,7 +138,7 @@ pub struct StatusArgs {
     /// library's), its fence and time left; repeatable.
     #[arg(long = "lock", value_name = "NAME")]
     pub locks: Vec<String>,
-    /// Print JSON (schema in the README).
+    /// Print JSON (schema in the guide, "Operating").
     #[arg(long)]
     pub json: bool,
 }
@@ -152,7 +152,7 @@ pub struct HistoryArgs {
     /// How many outcomes.
     #[arg(short = 'n', long = "count", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub count: u32,
-    /// Print JSON (schema in the README).
+    /// Print JSON (schema in the guide, "Operating").
     #[arg(long)]
     pub json: bool,
     /// Include each run's recorded output tail (its control characters

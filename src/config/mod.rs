@@ -254,8 +254,8 @@ pub struct DaemonConfig {
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
     /// The most the spool's files may hold, in bytes: an outcome that
-    /// would pass it is not written to disk but kept in memory (README,
-    /// "Monitoring" and `[daemon]`).
+    /// would pass it is not written to disk but kept in memory (the guide,
+    /// "The job table", `[daemon]`).
     pub spool_max_bytes: u64,
     /// How often the replica writes its heartbeat.
     pub heartbeat: Duration,
@@ -372,7 +372,7 @@ pub enum TokenSource {
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 /// Where the dashboard is served unless the config says otherwise: its own
-/// port next to the metrics', on loopback (README, "Dashboard").
+/// port next to the metrics', on loopback (the guide, "Dashboard").
 pub const DEFAULT_DASHBOARD_LISTEN: &str = "127.0.0.1:9465";
 
 /// How the daemon writes its log (to stderr).

@@ -63,7 +63,7 @@ const FIRST_GAP: Duration = Duration::from_millis(250);
 /// none of the others. Until its next beat it counts itself alone, ranks
 /// itself first for every tick and claims them all; at 10,000 jobs a
 /// second and a 5 s heartbeat that was three times a replica's claims in
-/// flight for seconds (README "Scale").
+/// flight for seconds (the guide, "Performance").
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let period = ctx.config.daemon.heartbeat;
     let mut gap = FIRST_GAP.min(period);

@@ -1,8 +1,8 @@
 //! The per-job metrics a tick and a run touch, made once per job and
 //! series. A run then increments handles, where it used to build a label
 //! set (an allocation per label) and look it up in the recorder's registry
-//! several times per run: about a tenth of a busy replica's CPU (README
-//! "Benchmark"). Series are still made on first use, so `/metrics` shows
+//! several times per run: about a tenth of a busy replica's CPU (the guide,
+//! "Performance"). Series are still made on first use, so `/metrics` shows
 //! only what happened.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};

@@ -374,7 +374,7 @@ impl Ctx {
             job = job.unwrap_or("-"),
             events = n,
             "REDIS STATE LOSS DETECTED: {detail}. Ticks and fences this replica remembers are enforced; \
-             ticks only another replica saw may run again (see README, guarantees)"
+             ticks only another replica saw may run again (see the guide, \"Guarantees and failure modes\")"
         );
     }
 }

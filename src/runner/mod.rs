@@ -82,7 +82,7 @@ impl Containment {
                 Containment::Unavailable(reason)
             }
             (Err(reason), _) => {
-                warn!(%reason, "runs are contained in process groups only: a process a run moves out of its group (setsid, double fork) survives it (see README, \"Runs that cannot escape\")");
+                warn!(%reason, "runs are contained in process groups only: a process a run moves out of its group (setsid, double fork) survives it (see the guide, \"Runs and their processes\")");
                 Containment::ProcessGroup
             }
         }

@@ -7,7 +7,7 @@
 //! per histogram until the next scrape, a distribution per histogram after
 //! it) and on each scrape cloned the registry and rendered the whole page
 //! into one `String` (22 MB): ~70 MB of a busy replica's 145 MB peak
-//! (heaptrack, `bench throughput`; README "Scale"). Here:
+//! (heaptrack, `bench throughput`; the guide, "Performance"). Here:
 //!
 //! - a counter or gauge is one `AtomicU64`, a histogram its fixed buckets'
 //!   counts and its sum, counted when a value is recorded: nothing waits
