@@ -592,9 +592,7 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
             return Exit::InvalidInput;
         }
     };
-    if let Some(id) = &args.replica_id {
-        config.daemon.replica_id = Some(id.clone());
-    }
+    config.replica_id_flag = args.replica_id.clone();
     crate::logging::init("info", config.daemon.log_format);
     crate::runner::raise_open_files_limit();
     for warning in config.warnings(crate::clock::local_now_utc()) {

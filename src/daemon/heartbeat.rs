@@ -158,7 +158,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     if !live.contains(&ctx.identity.replica) {
         live.push(ctx.identity.replica.clone());
     }
-    ctx.live.replace(live);
+    ctx.claims.live.replace(live);
     for (replica, record) in &others {
         tend_silent(ctx, replica, record, server_ms).await;
     }
@@ -167,7 +167,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
 /// This replica's heartbeat record, as JSON (its job hashes apart: see
 /// [`job_hashes`]).
 async fn own_record(ctx: &Ctx) -> String {
-    let runs = ctx.watchdog.list();
+    let runs = ctx.runs.watchdog.list();
     let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),

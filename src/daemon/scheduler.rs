@@ -169,7 +169,8 @@ fn edit_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, edits: Vec<Reload>) {
     let mut table: JobTable = (**ctx.jobs.borrow()).clone();
     let (mut added, mut removed) = (Vec::new(), Vec::new());
     let tasks = || {
-        ctx.tasks
+        ctx.runs
+            .tasks
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
@@ -214,7 +215,8 @@ async fn replace_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload
         Reload::Add { .. } | Reload::Remove { .. } => None,
         Reload::File => read_table(ctx).await,
         Reload::Table { jobs, tasks } => {
-            *ctx.tasks
+            *ctx.runs
+                .tasks
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
             Some(Arc::new(
@@ -250,7 +252,7 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             for warning in new.warnings(to_datetime(ctx.clock.now_ms())) {
                 warn!("{warning}");
             }
-            if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
+            if ctx.config.restart_settings_differ(&new) {
                 warn!(
                     "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
                 );

@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
+use super::ctx::Claims;
 use super::timer::Alarm;
 
 /// At most this many jobs read their state and sweep at once when they
@@ -144,13 +145,13 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             if rank == 0 {
                 return Some(alarm);
             }
-            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claims.latency.ms());
             alarm.step = Step::Turn { tick_ms };
             ctx.timer.set(alarm);
             None
         }
         Step::Turn { tick_ms } => {
-            if !announced(ctx, &alarm.job, tick_ms) {
+            if !announced(&ctx.claims, &alarm.job, tick_ms) {
                 return Some(alarm);
             }
             if let Some((at, step)) = next_alarm(ctx, &alarm.job, tick_ms) {
@@ -207,7 +208,7 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
     // Awake a little ahead of the tick: the preferred replica claims then,
     // so that its run starts at the tick rather than a round trip after
     // it, and the others hear of the claim before their turn.
-    let lead = ctx.claim_latency.lead();
+    let lead = ctx.claims.latency.lead();
     let at_tick = ctx.clock.instant_at(tick_ms);
     let wake = at_tick.checked_sub(lead).unwrap_or(at_tick);
     Some((wake, Step::Tick { tick_ms, lead }))
@@ -248,7 +249,7 @@ async fn claim_turn(
     if cancel.is_cancelled() {
         return Next::Cancelled;
     }
-    if announced(ctx, job, tick_ms) {
+    if announced(&ctx.claims, job, tick_ms) {
         return Next::Done;
     }
     // Only the preferred replica's claims are made ahead and measure the
@@ -260,11 +261,11 @@ async fn claim_turn(
 /// Whether a claim of `tick_ms` is known: another replica announced it (or
 /// a later one), or Redis answered this one so. Then counted: this replica
 /// is done with the tick.
-fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
-    if !ctx.marks.covers(&job.name, tick_ms) {
+fn announced(claims: &Claims, job: &Job, tick_ms: i64) -> bool {
+    if !claims.marks.covers(&job.name, tick_ms) {
         return false;
     }
-    ctx.meters.count_claim(&job.name, ClaimCount::Announced);
+    claims.meters.count_claim(&job.name, ClaimCount::Announced);
     true
 }
 
@@ -353,7 +354,7 @@ async fn catch_up(
     // `run_all` waiting for its runs).
     drop(turn);
     let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
+    let last = match (stored, ctx.claims.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
             Some(last) => last,

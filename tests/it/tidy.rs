@@ -330,3 +330,39 @@ fn no_state_field_is_named_outside_store() {
             .collect(),
     );
 }
+
+/// Every `file:function` anchor in ARCHITECTURE.md (`src/…/x.rs:name`)
+/// names a function of that file: the path of a tick stays true as code
+/// moves.
+#[test]
+fn architecture_anchors_name_functions_that_exist() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let anchors: Vec<(&str, &str)> = text
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter_map(|code| code.split_once(".rs:"))
+        .filter(|(path, name)| {
+            path.starts_with("src/")
+                && !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .collect();
+    assert!(
+        anchors.len() >= 5,
+        "the path of a tick lost its anchors: {anchors:?}"
+    );
+    none(
+        "anchors in ARCHITECTURE.md that name no function of their file",
+        anchors
+            .iter()
+            .filter(|(path, name)| {
+                let file = root.join(format!("{path}.rs"));
+                let code = std::fs::read_to_string(&file).unwrap_or_default();
+                !code.contains(&format!("fn {name}(")) && !code.contains(&format!("fn {name}<"))
+            })
+            .map(|(path, name)| format!("{path}.rs:{name}"))
+            .collect(),
+    );
+}
