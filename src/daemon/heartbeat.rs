@@ -61,9 +61,9 @@ const FIRST_GAP: Duration = Duration::from_millis(250);
 /// 0.25, 0.75, 1.75, 3.75 s… after it): replicas started together each
 /// write their record at their first beat, and the first to beat finds
 /// none of the others. Until its next beat it counts itself alone, ranks
-/// itself first for every tick and claims them all; at 10,000 jobs a
-/// second and a 5 s heartbeat that was three times a replica's claims in
-/// flight for seconds (the guide, "Performance").
+/// itself first for every tick and claims them all: with many jobs a
+/// second and a long heartbeat, a burst of needless claims lasting
+/// seconds.
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let period = ctx.config.daemon.heartbeat;
     let mut gap = FIRST_GAP.min(period);

@@ -279,8 +279,8 @@ async fn claim_and_follow(
 ) -> Next {
     // Boxed: the claim and what follows it are most of a step's size, and
     // only a replica that claims needs them. A step lives from its alarm
-    // to the end of its claim, and at an instant when 10,000 jobs are due
-    // that was 10,000 futures of 2 KB.
+    // to the end of its claim, and at an instant when thousands of jobs
+    // are due there are thousands of steps.
     Box::pin(async {
         let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
         follow(ctx, job, tick_ms, end).await

@@ -3,7 +3,7 @@
 //! its cancellation and what to do then); one task (`tick::ring`) sleeps
 //! until the earliest alarm and acts on it. The timer knows when alarms
 //! are due and nothing of what they do: `S`, the step, is the caller's.
-//! A task per idle job was most of an idle replica's memory.
+//! An idle job costs an alarm, not a task and its stack of futures.
 
 use crate::config::Job;
 use std::collections::BinaryHeap;
