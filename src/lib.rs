@@ -141,6 +141,11 @@ pub mod inert;
 mod inert;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
+pub mod lease;
+#[cfg(not(feature = "internals"))]
+mod lease;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod link;
 #[cfg(not(feature = "internals"))]
 mod link;

@@ -55,7 +55,7 @@ pub(super) struct RunStart {
 /// over, if any).
 pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
     let (stop_tx, mut stop_rx) = watch::channel(None);
-    ctx.runs.watchdog.hold(LeaseHold {
+    let held = ctx.runs.watchdog.hold(LeaseHold {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
         tick_ms: start.tick_ms,
@@ -109,7 +109,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         let result = task::execute(&*task, run, attempts, stop_rx).await;
         // Released before the finish deletes the lease: a renewal on its
         // way that finds it gone is then not taken for a loss.
-        ctx.runs.watchdog.release(&start.run_id);
+        ctx.runs.watchdog.release(held);
         let finished_ms = ctx.clock.now_ms();
         let outcome = outcome(&ctx, &job, start, finished_ms, result);
         count_finished(&meters, &outcome);
