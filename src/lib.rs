@@ -213,8 +213,8 @@ mod watchdog;
 
 pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
 pub use embed::{
-    Cluster, EmbedError, EmbeddedJob, JobBuilder, RedisError, RedisSettings, RefusedError, Run,
-    Scheduler, SchedulerBuilder,
+    Cluster, ConnectionError, Job, JobBuilder, RedisSettings, RefusedError, Run, Scheduler,
+    SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 pub use schedule::{DstGap, DstRepeat};
