@@ -96,12 +96,10 @@ enum Verb {
 }
 
 /// The same allocator, set up the same way, as the `cronlease` binary.
-#[cfg(feature = "mimalloc")]
-#[path = "../src/allocator.rs"]
+#[path = "../cli/src/allocator.rs"]
 mod allocator;
 
 fn main() -> ExitCode {
-    #[cfg(feature = "mimalloc")]
     allocator::return_freed_memory_at_once();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()

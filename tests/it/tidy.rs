@@ -24,17 +24,18 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The engine's sources: (path relative to the crate, whole text, the
-/// text that is not test code).
+/// The sources, the library's and the binary's: (path relative to the
+/// repository, whole text, the text that is not test code).
 fn sources() -> Vec<(String, String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    rust_files(&root.join("src"))
-        .into_iter()
+    let root = &crate::support::repository();
+    [root.join("src"), root.join("cli/src")]
+        .iter()
+        .flat_map(|dir| rust_files(dir))
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("a readable source file");
             let relative = path
                 .strip_prefix(root)
-                .expect("under the crate")
+                .expect("under the repository")
                 .to_string_lossy()
                 .into_owned();
             let code = if relative.ends_with("tests.rs") {

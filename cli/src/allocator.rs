@@ -3,7 +3,7 @@
 //! include this file), so that what the benchmark measures is what runs:
 //! mimalloc, not glibc's malloc, whose `malloc`/`free` were 40 % of a busy
 //! replica's CPU profile (README "Benchmark"). Built without transparent
-//! huge pages (the crate's `no_thp`): with them an idle replica of one job
+//! huge pages (the mimalloc crate's `no_thp`): with them an idle replica of one job
 //! held 21 MB instead of 12 (README "Scale", idle). Not part of the
 //! library: a library never picks the allocator.
 
