@@ -586,7 +586,7 @@ enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 /// place (`line_col` is `None`).
 ///
 /// ```
-/// use cronlease::{Cluster, SchedulerError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -630,7 +630,7 @@ pub struct Problem {
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::{Cluster, SchedulerError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {

@@ -81,7 +81,7 @@ const SOURCE: &str = "<embedded scheduler>";
 /// Redis:
 ///
 /// ```
-/// use cronlease::{Cluster, SchedulerError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -150,7 +150,7 @@ impl From<DaemonError> for SchedulerError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::{Cluster, SchedulerError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
