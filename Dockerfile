@@ -1,6 +1,6 @@
 # cronlease in a container: a Rust build stage, then a Debian slim runtime
 # that holds the binary, CA certificates (for rediss://) and curl (the
-# health check). docs/containers.md explains the image, the compose file and
+# health check). docs/src/containers.md explains the image, the compose file and
 # the Kubernetes manifests.
 #
 #   docker build -t cronlease .

@@ -1,4 +1,4 @@
-//! The spawn floor of the benchmark's `processes` scenario (issue 21): a
+//! The spawn floor of the benchmark's `processes` scenario: a
 //! plain program that starts `true` processes at the instants cronlease's
 //! jobs are due — `--per-tick` of them at each of `--ticks` whole seconds
 //! from `--first-tick-ms` (wall clock, ms since the epoch) — and notes, for

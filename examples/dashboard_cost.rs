@@ -20,8 +20,7 @@
 //! each from navigation start to the end of the load event
 //! (`performance.getEntriesByType('navigation')`), and the page's size:
 //! the HTML body's bytes as transferred and the DOM's `outerHTML` length.
-//! Prints the figures and the big/small ratios. The target of issue 19 is
-//! at most 1 s for the 10,000-job overview; nothing is asserted.
+//! Prints the figures and the big/small ratios; nothing is asserted.
 //!
 //! `cargo run --release --example dashboard_cost [-- --jobs N --runs R]`
 

@@ -138,7 +138,7 @@ pub struct StatusArgs {
     /// library's), its fence and time left; repeatable.
     #[arg(long = "lock", value_name = "NAME")]
     pub locks: Vec<String>,
-    /// Print JSON (schema in the README).
+    /// Print JSON (schema in the guide, "Operating").
     #[arg(long)]
     pub json: bool,
 }
@@ -152,7 +152,7 @@ pub struct HistoryArgs {
     /// How many outcomes.
     #[arg(short = 'n', long = "count", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub count: u32,
-    /// Print JSON (schema in the README).
+    /// Print JSON (schema in the guide, "Operating").
     #[arg(long)]
     pub json: bool,
     /// Include each run's recorded output tail (its control characters
@@ -592,9 +592,7 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
             return Exit::InvalidInput;
         }
     };
-    if let Some(id) = &args.replica_id {
-        config.daemon.replica_id = Some(id.clone());
-    }
+    config.replica_id_flag = args.replica_id.clone();
     crate::logging::init("info", config.daemon.log_format);
     crate::runner::raise_open_files_limit();
     for warning in config.warnings(crate::clock::local_now_utc()) {

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 /// writes at every heartbeat but in `Keys::replica_jobs`, written when its
 /// job table changes ([`parse_job_hashes`]): every replica reads every
 /// record at every heartbeat, and with 100,000 jobs the hashes are ~2.8 MB
-/// per replica. Records written by replicas before that carry them in
-/// `config_hash`; ours leave it empty. `H` is what a reader keeps of it:
+/// per replica. Records of older releases carry them in `config_hash`;
+/// ours leave it empty. `H` is what a reader keeps of it:
 /// the map (`BTreeMap<String, String>`, for `status` and the dashboard),
 /// or nothing ([`IgnoredAny`], [`Heartbeat::parse_without_hashes`]) for
 /// the daemon, which needs only liveness and runs.

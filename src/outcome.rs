@@ -153,7 +153,7 @@ pub struct Outcome {
     /// largest resident set of any one of its waited-for processes
     /// (`ru_maxrss`), not their sum, and never below the replica's own
     /// peak resident set, which the command's process shared until its
-    /// `exec` (README, "Usage").
+    /// `exec` (the guide, "Runs and their processes").
     #[serde(default)]
     pub peak_memory_kb: Option<u64>,
     /// Processes of the run the kernel's OOM killer killed (`memory_max`).

@@ -1,11 +1,12 @@
 //! The allocator of the `cronlease` binary and of the benchmark's
 //! replicas (`examples/bench_replica.rs`, `examples/bench_embedded_replica.rs`
 //! include this file), so that what the benchmark measures is what runs:
-//! mimalloc, not glibc's malloc, whose `malloc`/`free` were 40 % of a busy
-//! replica's CPU profile (README "Benchmark"). Built without transparent
-//! huge pages (the mimalloc crate's `no_thp`): with them an idle replica of one job
-//! held 21 MB instead of 12 (README "Scale", idle). Not part of the
-//! library: a library never picks the allocator.
+//! mimalloc, not glibc's malloc, whose `malloc`/`free` take a large share
+//! of a busy replica's CPU (a replica allocates per claim, run and
+//! outcome, from many threads). Built without transparent huge pages (the
+//! mimalloc crate's `no_thp`): with them an idle replica keeps whole huge
+//! pages for a few kilobytes of live data. Not part of the library: a
+//! library never picks the allocator.
 
 use std::ffi::{c_int, c_long};
 
@@ -27,8 +28,8 @@ unsafe extern "C" {
 /// of a second later, and only if the thread that freed it allocates
 /// again: a replica's start-up frees much of what it allocated (the
 /// config's parse, the jobs' catch-up) and then idles, so with the
-/// delay an idle replica of 100,000 jobs kept ~17 MB it did not use
-/// (README "Scale", idle). Called first thing in `main`.
+/// delay an idle replica keeps memory it does not use (the guide,
+/// "Performance", has the figures). Called first thing in `main`.
 pub fn return_freed_memory_at_once() {
     // SAFETY: mimalloc's options are atomics that it reads when it
     // purges; setting one is allowed at any time, from any thread.

@@ -1,4 +1,4 @@
-//! The benchmark of issues 8 and 21: how late, how costly and how far from
+//! The benchmark: how late, how costly and how far from
 //! Redis's ceiling cronlease's claims are, beside BullMQ where Node is
 //! found.
 //!
@@ -22,24 +22,24 @@
 //! window of S seconds aligned on whole seconds of Redis time, stops the
 //! replicas with SIGTERM and reads what they recorded. Then, against the same Redis, `redis-benchmark` runs
 //! `EVALSHA` of `return 1`: the ceiling the claims are compared with
-//! (printed as context; no target since issue 21).
+//! (printed as context, not a target).
 //!
 //! Scenarios (S defaults to 30 s, 60 s for `idle`, 15 s for `footprint`,
 //! 300 s for `soak`, 20 s for the BullMQ peer; `--seconds` sets it for all
 //! of them):
 //!
 //! - `latency`: 100 jobs every second, 3 replicas; target p99 tick-to-claim
-//!   lateness ≤ 10 ms; with embedded replicas (issue 18), p99
+//!   lateness ≤ 10 ms; with embedded replicas, p99
 //!   tick-to-handler lateness ≤ 5 ms and no tick's handler called twice.
 //!   Then the BullMQ peer row (below).
-//! - `throughput`: 10,000 jobs every second, 3 replicas; targets (issue
-//!   21): every due tick started, no duplicate, p99 lateness ≤ 100 ms,
+//! - `throughput`: 10,000 jobs every second, 3 replicas; targets: every due
+//!   tick started, no duplicate, p99 lateness ≤ 100 ms,
 //!   claim attempts per tick ≤ 1.1, replica CPU ≤ 25 µs per run (all
 //!   replicas' CPU in the window summed, over the runs started in it),
 //!   redis-server CPU ≤ 25 µs per run (its CPU in the window from `/proc`
 //!   over the runs), peak RSS ≤ 60 MB per replica. Then the BullMQ peer
 //!   row. Works with `--replica-kind embedded` too.
-//! - `burst` (issue 21's top-of-the-hour peak): 10,000 jobs on
+//! - `burst` (the top-of-the-hour peak): 10,000 jobs on
 //!   `*/10 * * * * *`, so all 10,000 are due at the same instant every
 //!   10 s and none in between, 3 replicas; after one burst of warm-up, the
 //!   window starts 5 s before a burst (30 s: three bursts; `--seconds 10`:
@@ -49,7 +49,7 @@
 //!   run could reach the full hour: no tick is ever due), 3 replicas; target
 //!   ≤ 1 Redis command per second per replica, and no run. `--jobs` up to
 //!   200,000.
-//! - `footprint` (issue 21): 10,000 and then 100,000 jobs never due in the
+//! - `footprint`: 10,000 and then 100,000 jobs never due in the
 //!   run (hourly, as `idle`), 3 replicas each time started one after
 //!   another (each once the one before is ready, so their start-ups do not
 //!   share the two CPUs); per replica its start-up (spawn until `READY=1`,
@@ -59,7 +59,7 @@
 //!   commands per second per replica and `used_memory`. Targets: peak RSS
 //!   ≤ 30 MB per replica at 10,000 jobs, ≤ 150 MB at 100,000; start-up
 //!   ≤ 2 s at 100,000 (the slowest replica). `--jobs K` measures K alone.
-//! - `processes` (issue 21): 1,000 jobs every second running `true` (the
+//! - `processes`: 1,000 jobs every second running `true` (the
 //!   `cronlease` binary, `command = ["true"]`; whatever `--job-kind` and
 //!   `--replica-kind` say), 3 replicas; then, replicas and Redis stopped,
 //!   the spawn floor `examples/bench_spawn_floor.rs` starts as many `true`
@@ -75,7 +75,7 @@
 //!   new ones join the running cluster); target ≤ 1.2 claim attempts per tick
 //!   at 5. Then one replica is killed with SIGKILL and the lateness of the
 //!   ticks in the 5 s after the kill is reported (the takeover).
-//! - `soak` (issue 16: Redis memory is bounded by the job table and the
+//! - `soak` (Redis memory is bounded by the job table and the
 //!   history kept, not by the run rate): 100 jobs every second, 3 replicas,
 //!   `history = 100` (the outcome streams, and the dedup window sized from
 //!   `history`, fill within the first 100 s), S seconds with a sample every
@@ -99,7 +99,7 @@
 //! (`bench-latency-embedded.json`, no peer row), unless they were embedded
 //! already.
 //!
-//! The BullMQ peer row (issue 21; `peer/`), after `latency` and
+//! The BullMQ peer row (`peer/`), after `latency` and
 //! `throughput` unless `--no-peer` or `--job-kind true`: where `node` and
 //! `npm` are on `PATH`, the Node project `examples/bench/bullmq/`
 //! (`package.json`, its lockfile, `producer.js`, `worker.js`; compiled into
@@ -305,7 +305,7 @@ impl Scenario {
 
     /// The scenarios this one stands for, each with what its jobs run:
     /// `kind`, and for `all` the latency of embedded replicas as well
-    /// (issue 18), right after the latency of `kind`; and whether it runs
+    /// right after the latency of `kind`; and whether it runs
     /// the BullMQ peer (`peer` unless its jobs are processes, and not twice
     /// for one scenario in `all`).
     fn plan(self, kind: JobKind, peer: bool) -> Vec<Step> {

@@ -164,6 +164,7 @@ fn validate_sections(
             None => return Ok(None),
         },
         jobs,
+        replica_id_flag: None,
     }))
 }
 

@@ -81,6 +81,10 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// The jobs by name. A `BTreeMap` so every listing is in one stable order.
     pub jobs: BTreeMap<String, Job>,
+    /// The replica id given on the command line (`cronlease run
+    /// --replica-id`), which wins over `[daemon] replica_id`; kept apart
+    /// so that a reload compares the file with the file.
+    pub replica_id_flag: Option<String>,
 }
 
 /// How to reach Redis and where our keys live in it.
@@ -254,8 +258,8 @@ pub struct DaemonConfig {
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
     /// The most the spool's files may hold, in bytes: an outcome that
-    /// would pass it is not written to disk but kept in memory (README,
-    /// "Monitoring" and `[daemon]`).
+    /// would pass it is not written to disk but kept in memory (the guide,
+    /// "The job table", `[daemon]`).
     pub spool_max_bytes: u64,
     /// How often the replica writes its heartbeat.
     pub heartbeat: Duration,
@@ -289,6 +293,28 @@ pub struct DaemonConfig {
 pub struct EnvPattern(String);
 
 impl Config {
+    /// This replica's id as configured: the command line's, else the
+    /// file's; None lets the daemon make one.
+    pub fn replica_id(&self) -> Option<&str> {
+        self.replica_id_flag
+            .as_deref()
+            .or(self.daemon.replica_id.as_deref())
+    }
+
+    /// Whether `reloaded` (the same file, read again) changes settings that
+    /// only a restart applies: `[redis]`, or `[daemon]` but a replica id
+    /// the command line overrides.
+    pub fn restart_settings_differ(&self, reloaded: &Config) -> bool {
+        let daemon_differs = if self.replica_id_flag.is_some() {
+            let mut reloaded_daemon = reloaded.daemon.clone();
+            reloaded_daemon.replica_id = self.daemon.replica_id.clone();
+            reloaded_daemon != self.daemon
+        } else {
+            reloaded.daemon != self.daemon
+        };
+        reloaded.redis != self.redis || daemon_differs
+    }
+
     /// The replica's variables that hold its secrets: none of them reaches
     /// a run, whatever `inherit_env` says.
     pub fn secret_env_names(&self) -> Vec<String> {
@@ -372,7 +398,7 @@ pub enum TokenSource {
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 /// Where the dashboard is served unless the config says otherwise: its own
-/// port next to the metrics', on loopback (README, "Dashboard").
+/// port next to the metrics', on loopback (the guide, "Dashboard").
 pub const DEFAULT_DASHBOARD_LISTEN: &str = "127.0.0.1:9465";
 
 /// How the daemon writes its log (to stderr).

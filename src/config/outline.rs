@@ -4,7 +4,7 @@
 //! toml parses a document whole: every token, every event and the whole
 //! tree are in memory at once, about 2.9 KB per job of a plain job table
 //! (a small `BTreeMap` node per job table, arrays, tokens, events), which
-//! made the parse the peak of a replica's memory (README "Scale", idle).
+//! would make the parse the peak of a replica's memory.
 //! Here the document is lexed once (tokens streamed, none kept) to find
 //! where each top-level table starts; each job's text is then parsed on
 //! its own when the job is validated, and dropped with it.

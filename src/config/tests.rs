@@ -159,3 +159,20 @@ fn redis_deployments_are_checked_with_the_field_that_is_wrong() {
     let cluster = redis("cluster = [\"redis://a:7000\", \"redis://b:7000\"]").unwrap();
     assert_eq!(cluster.describe(), "cluster redis://a:7000, redis://b:7000");
 }
+
+#[test]
+fn a_reload_of_the_same_file_changes_no_restart_setting_whatever_the_command_line_overrides() {
+    let text = |heartbeat: &str| {
+        format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n[daemon]\nreplica_id = \"from-file\"\nheartbeat = \"{heartbeat}\"\n\
+             [jobs.a]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\n"
+        )
+    };
+    let mut running = parse(&text("5s")).expect("valid");
+    assert_eq!(running.replica_id(), Some("from-file"));
+    assert!(!running.restart_settings_differ(&parse(&text("5s")).expect("valid")));
+    running.replica_id_flag = Some("from-flag".into());
+    assert_eq!(running.replica_id(), Some("from-flag"));
+    assert!(!running.restart_settings_differ(&parse(&text("5s")).expect("valid")));
+    assert!(running.restart_settings_differ(&parse(&text("7s")).expect("valid")));
+}

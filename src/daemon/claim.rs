@@ -125,7 +125,7 @@ pub(super) async fn claim(
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
-        let marks = ctx.marks.get(&job.name);
+        let marks = ctx.claims.marks.get(&job.name);
         let request = ClaimRequest {
             job: &job.name,
             tick_ms,
@@ -148,7 +148,7 @@ pub(super) async fn claim(
             Ok(reply) => {
                 ctx.redis_answered();
                 if let Some(woke) = measure.take() {
-                    ctx.claim_latency.observe(woke.elapsed());
+                    ctx.claims.latency.observe(woke.elapsed());
                 }
                 match answer(ctx, job, tick_ms, trigger, &run_id, sent, reply) {
                     Answer::End(end) => return end,
@@ -195,7 +195,7 @@ impl Failures {
         run_id: &str,
         e: &StoreError,
     ) -> Option<Duration> {
-        ctx.meters.count_claim(&job.name, ClaimCount::Error);
+        ctx.claims.meters.count_claim(&job.name, ClaimCount::Error);
         // Quorum masters that answered but split between racing replicas
         // are not an outage.
         if !matches!(
@@ -263,7 +263,7 @@ fn answer(
             redis_now_us,
             ..
         } => {
-            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -282,12 +282,12 @@ fn answer(
             Answer::End(won(ctx, job, start, facts))
         }
         ClaimReply::Early { ms } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Early);
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Early);
             debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
             Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
         }
         ClaimReply::Wait { ms } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Wait);
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Wait);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
             let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
             Answer::Again(Duration::from_millis(ms))
@@ -298,8 +298,10 @@ fn answer(
         ClaimReply::Taken {
             last_tick, fence, ..
         } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Taken);
-            ctx.marks.note(&job.name, Some(last_tick), Some(fence));
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Taken);
+            ctx.claims
+                .marks
+                .note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
             Answer::End(ClaimEnd::Taken)
         }
@@ -317,8 +319,8 @@ fn skipped(ctx: &Ctx, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
         ClaimReply::Paused {
             previous, fence, ..
         } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Paused);
-            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Paused);
+            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, "job is paused; tick skipped");
             ClaimEnd::Paused { previous }
         }
@@ -328,8 +330,8 @@ fn skipped(ctx: &Ctx, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
             fence,
             ..
         } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Busy);
-            ctx.marks.note(&job.name, Some(tick_ms), Some(fence));
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Busy);
+            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             ClaimEnd::Busy { previous }
         }
@@ -355,7 +357,9 @@ fn not_before(started_ms: i64, redis_now_us: i64) -> Option<Instant> {
 fn not_claimed(ctx: &Ctx, job: &Job, tick: &str, run_id: &str, reply: ClaimReply) -> ClaimEnd {
     match reply {
         ClaimReply::Corrupt { field, value } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Corrupt);
+            ctx.claims
+                .meters
+                .count_claim(&job.name, ClaimCount::Corrupt);
             error!(
                 job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
                 "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
@@ -363,12 +367,14 @@ fn not_claimed(ctx: &Ctx, job: &Job, tick: &str, run_id: &str, reply: ClaimReply
             ClaimEnd::Refused
         }
         ClaimReply::Lapsed => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Lapsed);
+            ctx.claims.meters.count_claim(&job.name, ClaimCount::Lapsed);
             warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
             ClaimEnd::Lapsed
         }
         ClaimReply::Expired { late_ms } => {
-            ctx.meters.count_claim(&job.name, ClaimCount::Expired);
+            ctx.claims
+                .meters
+                .count_claim(&job.name, ClaimCount::Expired);
             warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
             ClaimEnd::Late
         }
@@ -420,11 +426,15 @@ fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
     let wanted = ctx.config.redis.min_replicas_ack;
     if let Some(acked) = acked.filter(|&acked| acked < wanted) {
-        ctx.meters.count_claim(&job.name, ClaimCount::NotDurable);
+        ctx.claims
+            .meters
+            .count_claim(&job.name, ClaimCount::NotDurable);
         warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
         return ClaimEnd::NotDurable { start, acked };
     }
-    ctx.meters.count_claim(&job.name, ClaimCount::Claimed);
+    ctx.claims
+        .meters
+        .count_claim(&job.name, ClaimCount::Claimed);
     let lateness_ms = start.started_ms - start.tick_ms;
     // Claimed this long before the tick (the run waits for it).
     let ahead_ms = start.not_before.map_or(0, |at| {
@@ -482,7 +492,7 @@ async fn store_missed(ctx: &Ctx, job: &Job, missed: Vec<i64>) {
     {
         Ok(0) => {}
         Ok(n) => {
-            ctx.meters.job(&job.name).count_missed(n);
+            ctx.claims.meters.job(&job.name).count_missed(n);
             warn!(
                 job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
                 "ticks nobody claimed recorded as missed"

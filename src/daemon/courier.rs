@@ -28,7 +28,7 @@ use crate::spool::SaveError;
 /// Sets the spooled-outcomes gauge from the spool's count (no file system
 /// call).
 pub(super) fn count_spooled(ctx: &Ctx) {
-    metrics::gauge!(telemetry::SPOOLED).set(ctx.spool.len() as f64);
+    metrics::gauge!(telemetry::SPOOLED).set(ctx.runs.spool.len() as f64);
 }
 
 /// Sets the gauge of outcomes held in memory.
@@ -60,7 +60,7 @@ where
 /// Saves `outcome` to the spool off the async workers.
 async fn save(ctx: &Ctx, outcome: &Outcome) -> Result<PathBuf, SaveError> {
     let copy = outcome.clone();
-    off_workers(&ctx.spool, move |spool| spool.save(&copy)).await
+    off_workers(&ctx.runs.spool, move |spool| spool.save(&copy)).await
 }
 
 /// Spools `outcome`, or, when the spool refuses it (the disk, or the cap),
@@ -94,12 +94,13 @@ pub(super) async fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
             hold(ctx, outcome);
         }
     }
-    ctx.spooled.notify_one();
+    ctx.runs.spooled.notify_one();
 }
 
 /// Keeps `outcome` in memory for the courier.
 fn hold(ctx: &Ctx, outcome: Outcome) {
     let mut held = ctx
+        .runs
         .unspooled
         .lock()
         .expect("unspooled mutex poisoned: a panic while pushing to a Vec");
@@ -114,7 +115,7 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
         count_spooled(&ctx);
         tokio::select! {
             () = cancel.cancelled() => break,
-            () = ctx.spooled.notified() => {}
+            () = ctx.runs.spooled.notified() => {}
             () = sleep(Duration::from_secs(2)) => {}
         }
     }
@@ -122,6 +123,7 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
     deliver_held(&ctx).await;
     let held = std::mem::take(
         &mut *ctx
+            .runs
             .unspooled
             .lock()
             .expect("unspooled mutex poisoned: a panic while pushing to a Vec"),
@@ -141,6 +143,7 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
 async fn deliver_held(ctx: &Ctx) {
     let held = std::mem::take(
         &mut *ctx
+            .runs
             .unspooled
             .lock()
             .expect("unspooled mutex poisoned: a panic while pushing to a Vec"),
@@ -183,6 +186,7 @@ async fn deliver_held(ctx: &Ctx) {
         );
     }
     let mut held = ctx
+        .runs
         .unspooled
         .lock()
         .expect("unspooled mutex poisoned: a panic while pushing to a Vec");
@@ -195,10 +199,10 @@ async fn deliver_held(ctx: &Ctx) {
 /// each file is read when its turn comes, so a Redis still away costs one
 /// listing and one file.
 pub(super) async fn deliver_spooled(ctx: &Ctx) {
-    if ctx.spool.is_empty() {
+    if ctx.runs.spool.is_empty() {
         return;
     }
-    let listing = match off_workers(&ctx.spool, Spool::listing).await {
+    let listing = match off_workers(&ctx.runs.spool, Spool::listing).await {
         Ok(listing) => listing,
         Err(e) => {
             error!(error = %e, "cannot read the spool");
@@ -208,12 +212,12 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
     for path in listing {
         let read = {
             let path = path.clone();
-            off_workers(&ctx.spool, move |spool| spool.read(&path)).await
+            off_workers(&ctx.runs.spool, move |spool| spool.read(&path)).await
         };
         let outcome = match read {
             Ok(outcome) => outcome,
             Err(e) => {
-                match ctx.spool.quarantine(&path) {
+                match ctx.runs.spool.quarantine(&path) {
                     Ok(to) => {
                         error!(error = %e, quarantined = %to.display(), "unreadable spooled outcome moved to the spool's quarantine")
                     }
@@ -233,7 +237,7 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
                 ctx.redis_answered();
                 info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");
                 log_finish(&outcome, &reply);
-                if let Err(e) = ctx.spool.remove(&path) {
+                if let Err(e) = ctx.runs.spool.remove(&path) {
                     error!(error = %e, "cannot remove a delivered outcome from the spool");
                 }
             }

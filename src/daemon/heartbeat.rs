@@ -26,7 +26,8 @@ pub(super) const CLOCK_EVERY_N_HEARTBEATS: u64 = 6;
 
 /// What the heartbeat remembers from one beat to the next.
 struct Beats {
-    /// The epoch this replica creates if Redis has none.
+    /// The epoch this replica creates if Redis has none; replaced by a
+    /// fresh one once used.
     new_epoch: String,
     /// The epoch last seen, per Redis master (one but with `quorum`).
     epoch_seen: HashMap<String, String>,
@@ -60,9 +61,9 @@ const FIRST_GAP: Duration = Duration::from_millis(250);
 /// 0.25, 0.75, 1.75, 3.75 s… after it): replicas started together each
 /// write their record at their first beat, and the first to beat finds
 /// none of the others. Until its next beat it counts itself alone, ranks
-/// itself first for every tick and claims them all; at 10,000 jobs a
-/// second and a 5 s heartbeat that was three times a replica's claims in
-/// flight for seconds (README "Scale").
+/// itself first for every tick and claims them all: with many jobs a
+/// second and a long heartbeat, a burst of needless claims lasting
+/// seconds.
 pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
     let period = ctx.config.daemon.heartbeat;
     let mut gap = FIRST_GAP.min(period);
@@ -157,7 +158,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     if !live.contains(&ctx.identity.replica) {
         live.push(ctx.identity.replica.clone());
     }
-    ctx.live.replace(live);
+    ctx.claims.live.replace(live);
     for (replica, record) in &others {
         tend_silent(ctx, replica, record, server_ms).await;
     }
@@ -166,7 +167,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
 /// This replica's heartbeat record, as JSON (its job hashes apart: see
 /// [`job_hashes`]).
 async fn own_record(ctx: &Ctx) -> String {
-    let runs = ctx.watchdog.list();
+    let runs = ctx.runs.watchdog.list();
     let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),
@@ -196,12 +197,18 @@ fn own_heartbeat_ms(ctx: &Ctx) -> i64 {
     i64::try_from(ctx.config.daemon.heartbeat.as_millis()).unwrap_or(i64::MAX / 8)
 }
 
-/// A changed epoch means Redis lost its data: state loss.
+/// A changed epoch means Redis lost its data: state loss. So does an epoch
+/// this replica had to create again: the one it saw was gone. Each epoch
+/// it creates is a new one, so a replica that saw the one it created
+/// before finds this one changed too.
 fn note_epochs(ctx: &Ctx, beats: &mut Beats, epochs: &[Epoch]) {
     for now in epochs {
+        if now.created {
+            beats.new_epoch = Uuid::new_v4().to_string();
+        }
         match beats.epoch_seen.insert(now.node.clone(), now.epoch.clone()) {
             None if now.created => info!(epoch = %now.epoch, redis = %now.node, "created the deployment epoch"),
-            Some(previous) if previous != now.epoch => ctx.state_loss(
+            Some(previous) if now.created || previous != now.epoch => ctx.state_loss(
                 None,
                 &format!("the deployment epoch of {} changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", now.node, now.epoch),
             ),

@@ -1,9 +1,9 @@
 //! The per-job metrics a tick and a run touch, made once per job and
-//! series. A run then increments handles, where it used to build a label
-//! set (an allocation per label) and look it up in the recorder's registry
-//! several times per run: about a tenth of a busy replica's CPU (README
-//! "Benchmark"). Series are still made on first use, so `/metrics` shows
-//! only what happened.
+//! series. A run increments handles instead of building a label set (an
+//! allocation per label) and looking it up in the recorder's registry
+//! several times per run, which costs a busy replica a visible share of
+//! its CPU. Series are made on first use, so `/metrics` shows only what
+//! happened.
 
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -80,8 +80,8 @@ impl Meters {
 /// results, `ok`, the histograms, the last success) are kept as handles,
 /// made on first use; the others (errors, skew, pauses, failures, missed
 /// ticks) are looked up in the recorder each time they happen, which is
-/// rare, so that a job's handles stay small: ~0.3 KB, where a handle for
-/// every series was ~0.7 KB (7 MB of a replica of 10,000 jobs).
+/// rare, so that a job's handles stay small (~0.3 KB; a handle for every
+/// series would be more than twice that, per job).
 pub(super) struct JobMeters {
     /// The `job` label of each series: one copy of the name, shared.
     job: SharedString,

@@ -29,11 +29,12 @@
 //! - the **claims listener** (`rendezvous`): the claims other replicas
 //!   announce, which let a replica skip a tick whose claim it saw.
 //!
-//! This file holds the replica's life (start, supervise, drain) and `Ctx`;
-//! `scheduler` the job loops and reloads; `state` the small shared state,
-//! one owner each.
+//! This file holds the replica's life (start, supervise, drain); `ctx`
+//! what its tasks share, by owner (`Claims`, `Runs`, the timer);
+//! `scheduler` the job loops and reloads; `state` the marks and the live
+//! replicas.
 //!
-//! Runs are tasks of their own (in `Ctx::runs`), so a job loop never waits
+//! Runs are tasks of their own (in `Runs::tracker`), so a job loop never waits
 //! for a run (except for `misfire = "run_all"` catch-up, which runs missed
 //! ticks one after another).
 //!
@@ -45,30 +46,27 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
-use uuid::Uuid;
 
-use crate::clock::{RedisClock, local_now_ms, local_now_us};
+use crate::clock::{RedisClock, local_now_us};
 use crate::config::{Config, Job, RedisConfig};
-use crate::outcome::Outcome;
 use crate::spool::{Spool, SpoolError};
-use crate::store::{Claimant, ServerSettings, Store, StoreError};
+use crate::store::{ServerSettings, Store, StoreError};
 use crate::task::{Stop, Tasks};
 use crate::telemetry;
 use crate::watchdog::{self};
-use state::{LiveReplicas, MarkBook};
 use systemd::Notice;
 
 mod claim;
 mod courier;
+mod ctx;
 mod heartbeat;
 mod meters;
 mod rendezvous;
@@ -83,9 +81,11 @@ mod triggers;
 
 use claim::{Ahead, ClaimEnd, claim, record_missed};
 use courier::{spool_courier, spool_or_hold};
+pub use ctx::Identity;
+use ctx::{Ctx, Parts};
 use heartbeat::heartbeat_loop;
-use meters::{ClaimCount, JobMeters, Meters};
-use rendezvous::{ClaimLatency, claims_listener, rank_wait, rendezvous_score};
+use meters::{ClaimCount, JobMeters};
+use rendezvous::{claims_listener, rank_wait};
 #[cfg(feature = "process")]
 use runs::replica_env;
 use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
@@ -97,10 +97,6 @@ use triggers::trigger_consumer;
 /// A tick claimed no later than this after its time is on time; older
 /// unclaimed ticks are missed and go to the misfire policy.
 const LATE_MS: i64 = 1_000;
-
-/// At most this many jobs read their state and sweep at once when they
-/// catch up (at start, or when Redis is back).
-const CATCHING_UP: usize = 256;
 
 /// At most this many missed ticks are caught up by `misfire = "run_all"`
 /// (the most recent ones).
@@ -129,258 +125,6 @@ pub enum DaemonError {
     #[cfg(feature = "dashboard")]
     #[error(transparent)]
     DashboardToken(#[from] crate::dashboard::TokenError),
-}
-
-/// Who this replica is, as it appears in Redis.
-#[derive(Debug, Clone)]
-pub struct Identity {
-    pub replica: String,
-    pub host: String,
-    pub pid: u32,
-}
-
-impl Identity {
-    /// The configured replica id, or `<hostname>-<pid>-<4 hex>`.
-    pub fn new(configured: Option<&str>) -> Identity {
-        let host = nix::unistd::gethostname()
-            .ok()
-            .and_then(|h| h.into_string().ok())
-            .unwrap_or_else(|| "unknown-host".to_string());
-        let pid = std::process::id();
-        let replica = match configured {
-            Some(id) => id.to_string(),
-            None => {
-                let random = Uuid::new_v4().simple().to_string();
-                format!("{host}-{pid}-{}", &random[..4])
-            }
-        };
-        Identity { replica, host, pid }
-    }
-}
-
-/// What every task of a replica shares. Its mutable state has one owner per
-/// piece (`state`: marks, live replicas, announcements), each behind its own
-/// `std` mutex that is never held across an `.await`.
-struct Ctx {
-    /// The config the replica started with: its `[redis]` and `[daemon]`
-    /// settings hold until restart.
-    config: Arc<Config>,
-    /// The current job table (replaced by a reload).
-    jobs: watch::Sender<Arc<JobTable>>,
-    store: Store,
-    clock: RedisClock,
-    /// What each job runs (its command, unless the embedding program
-    /// registered a task); replaced with the job table by an embedded
-    /// scheduler's reload. Never held across an `.await`.
-    tasks: std::sync::RwLock<Tasks>,
-    identity: Identity,
-    started_ms: i64,
-    spool: Spool,
-    watchdog: watchdog::Handle,
-    /// Every run task; shutdown waits for it.
-    runs: TaskTracker,
-    /// Cancelled when shutdown begins: no new run starts after that, not
-    /// even a rerun handed over by a finish or a sweep.
-    claiming: CancellationToken,
-    /// Per job, the highest tick and fence seen (see [`state::MarkBook`]).
-    marks: MarkBook,
-    /// Whether Redis answered last time anyone asked; logs on change only.
-    redis_up: watch::Sender<bool>,
-    /// Wakes the spool courier when an outcome was spooled or Redis is back.
-    spooled: Notify,
-    /// Outcomes neither Redis nor the spool took (a full disk): the courier
-    /// retries both. Never held across an `.await`.
-    unspooled: std::sync::Mutex<Vec<Outcome>>,
-    /// Wakes the heartbeat after a claim, so the runs it lists are fresh if
-    /// this replica dies soon after (others sweep what it lists).
-    heartbeat_now: Notify,
-    /// State-loss events detected (epoch changed, high-water mark behind).
-    state_loss_events: AtomicU64,
-    /// The candidates of the rendezvous ranking.
-    live: LiveReplicas,
-    /// Each job's metric handles.
-    meters: Meters,
-    /// How long this replica's scheduled claims lately took (the
-    /// rendezvous waits longer when they are slow).
-    claim_latency: ClaimLatency,
-    /// Every job's next wake-up (see `timer`).
-    timer: timer::Timer,
-    /// How runs' processes are kept together, found when the first
-    /// process job starts (an embedded scheduler never needs it).
-    #[cfg(feature = "process")]
-    containment: std::sync::OnceLock<crate::runner::Containment>,
-    /// What runs may inherit of the replica's environment, and its secrets
-    /// (taken at start).
-    #[cfg(feature = "process")]
-    replica_env: crate::runner::ReplicaEnv,
-}
-
-/// What a replica's `Ctx` is made of besides its config.
-struct Parts {
-    store: Store,
-    clock: RedisClock,
-    tasks: Tasks,
-    identity: Identity,
-    spool: Spool,
-    watchdog: watchdog::Handle,
-    #[cfg(feature = "process")]
-    replica_env: crate::runner::ReplicaEnv,
-}
-
-impl Ctx {
-    fn new(
-        config: Arc<Config>,
-        jobs: Arc<JobTable>,
-        parts: Parts,
-        claiming: CancellationToken,
-    ) -> Ctx {
-        let live = LiveReplicas::new(&parts.identity.replica);
-        Ctx {
-            jobs: watch::Sender::new(jobs),
-            marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
-            config,
-            store: parts.store,
-            clock: parts.clock,
-            tasks: std::sync::RwLock::new(parts.tasks),
-            identity: parts.identity,
-            started_ms: local_now_ms(),
-            spool: parts.spool,
-            watchdog: parts.watchdog,
-            runs: TaskTracker::new(),
-            claiming,
-            redis_up: watch::Sender::new(true),
-            spooled: Notify::new(),
-            unspooled: std::sync::Mutex::new(Vec::new()),
-            heartbeat_now: Notify::new(),
-            state_loss_events: AtomicU64::new(0),
-            live,
-            meters: Meters::default(),
-            timer: timer::Timer::default(),
-            claim_latency: ClaimLatency::default(),
-            #[cfg(feature = "process")]
-            containment: std::sync::OnceLock::new(),
-            #[cfg(feature = "process")]
-            replica_env: parts.replica_env,
-        }
-    }
-
-    /// How this replica contains its runs' processes (found once).
-    #[cfg(feature = "process")]
-    fn containment(&self) -> &crate::runner::Containment {
-        self.containment.get_or_init(|| {
-            crate::runner::Containment::detect(
-                &self.identity.replica,
-                self.config.daemon.containment,
-            )
-        })
-    }
-
-    /// A replica that runs commands says at once how it contains them,
-    /// and refuses to start when it cannot (`containment = "cgroup"`
-    /// without cgroups, limits its cgroups cannot apply).
-    fn check_runner(&self, table: &JobTable) -> Result<(), DaemonError> {
-        #[cfg(feature = "process")]
-        if table.values().any(|job| {
-            crate::runner::Process::argv(&job.command).is_some()
-                && self
-                    .tasks
-                    .read()
-                    .is_ok_and(|tasks| tasks.registered(&job.name).is_none())
-        }) {
-            if let crate::runner::Containment::Unavailable(reason) = self.containment() {
-                return Err(DaemonError::Containment(reason.clone()));
-            }
-            self.check_limits(table).map_err(DaemonError::Limits)?;
-        }
-        #[cfg(not(feature = "process"))]
-        let _ = table;
-        Ok(())
-    }
-
-    /// Whether every job of `table` with resource limits can have them
-    /// here; the first that cannot, and why.
-    fn check_limits(&self, table: &JobTable) -> Result<(), String> {
-        table
-            .values()
-            .try_for_each(|job| self.check_job_limits(job))
-    }
-
-    /// Whether `job`'s resource limits, if it has any, can be applied here;
-    /// why not.
-    fn check_job_limits(&self, job: &Job) -> Result<(), String> {
-        #[cfg(feature = "process")]
-        if job.limits != crate::config::Limits::default() {
-            self.containment().check_limits(&job.limits).map_err(|reason| {
-                format!("job {:?}: its memory_max, cpu_max or tasks_max cannot be applied: {reason}", job.name)
-            })?;
-        }
-        #[cfg(not(feature = "process"))]
-        let _ = job;
-        Ok(())
-    }
-
-    /// `cgroup` or `process_group` once the replica has found out (it has
-    /// process jobs), for its heartbeat.
-    fn containment_name(&self) -> Option<&'static str> {
-        #[cfg(feature = "process")]
-        return self
-            .containment
-            .get()
-            .map(crate::runner::Containment::as_str);
-        #[cfg(not(feature = "process"))]
-        None
-    }
-
-    /// This replica's place in the rendezvous order of `job`'s `tick` among
-    /// the live replicas: 0 claims at once, the others wait their turn.
-    fn rank(&self, job: &str, tick_ms: i64) -> usize {
-        let live = self.live.snapshot();
-        let own = rendezvous_score(&self.identity.replica, job, tick_ms);
-        live.iter()
-            .filter(|id| **id != self.identity.replica)
-            .filter(|id| rendezvous_score(id, job, tick_ms) > own)
-            .count()
-    }
-
-    /// This replica as the claimant of `job`'s ticks, runs and reruns;
-    /// `min_fence` is the highest fence it has seen for the job (its marks).
-    fn claimant<'a>(&'a self, job: &Job, min_fence: u64) -> Claimant<'a> {
-        Claimant {
-            replica: &self.identity.replica,
-            host: &self.identity.host,
-            lease: self.config.daemon.lease,
-            overlap: job.overlap,
-            history: self.config.daemon.history,
-            min_fence,
-        }
-    }
-
-    fn redis_answered(&self) {
-        if !*self.redis_up.borrow() {
-            info!("Redis is reachable again");
-            self.redis_up.send_replace(true);
-            self.spooled.notify_one();
-        }
-    }
-
-    fn redis_failed(&self, error: &StoreError) {
-        metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
-        if *self.redis_up.borrow() {
-            error!(error = %error, "Redis is unreachable; claiming nothing until it is back");
-            self.redis_up.send_replace(false);
-        }
-    }
-
-    fn state_loss(&self, job: Option<&str>, detail: &str) {
-        let n = self.state_loss_events.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics::counter!(telemetry::STATE_LOSS).increment(1);
-        error!(
-            job = job.unwrap_or("-"),
-            events = n,
-            "REDIS STATE LOSS DETECTED: {detail}. Ticks and fences this replica remembers are enforced; \
-             ticks only another replica saw may run again (see README, guarantees)"
-        );
-    }
 }
 
 /// What a replica is handed instead of building it: its connection to
@@ -447,7 +191,7 @@ pub async fn run(
     let mut config = config;
     let jobs = job_table(std::mem::take(&mut config.jobs));
     let config = Arc::new(config);
-    let identity = Identity::new(config.daemon.replica_id.as_deref());
+    let identity = Identity::new(config.replica_id());
     let spool = open_spool(&config).await?;
     let dashboard_token = dashboard_token(&config)?;
     info!(
@@ -586,17 +330,17 @@ async fn drain(
         + command_timeout * 4
         + Duration::from_secs(5);
     loops.close();
-    ctx.runs.close();
+    ctx.runs.tracker.close();
     let work = || async {
         loops.wait().await;
-        ctx.runs.wait().await;
+        ctx.runs.tracker.wait().await;
     };
     if timeout(daemon.shutdown_grace, work()).await.is_err() {
-        warn!(runs = ctx.runs.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
-        ctx.watchdog.stop_all(Stop::Shutdown);
+        warn!(runs = ctx.runs.tracker.len(), grace = ?daemon.shutdown_grace, "runs still going after the shutdown grace; interrupting them");
+        ctx.runs.watchdog.stop_all(Stop::Shutdown);
         if timeout_at(deadline, work()).await.is_err() {
             error!(
-                runs = ctx.runs.len(),
+                runs = ctx.runs.tracker.len(),
                 job_loops = loops.len(),
                 "runs did not end after SIGKILL; exiting anyway"
             );
@@ -624,9 +368,9 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
             () = sleep(Duration::from_secs(1)) => {}
         }
         let ctx2 = ctx.clone();
-        let _ = tokio::task::spawn_blocking(move || ctx2.marks.save()).await;
+        let _ = tokio::task::spawn_blocking(move || ctx2.claims.marks.save()).await;
     }
-    let _ = tokio::task::spawn_blocking(move || ctx.marks.save()).await;
+    let _ = tokio::task::spawn_blocking(move || ctx.claims.marks.save()).await;
 }
 
 /// How often the supervisor loop turns (health beat, systemd pings).
@@ -653,7 +397,7 @@ fn notify(notices: &[Notice<'_>], ctx: &Ctx) {
     let status = format!(
         "{} jobs, {} runs in flight, Redis {}",
         ctx.jobs.borrow().len(),
-        ctx.runs.len(),
+        ctx.runs.tracker.len(),
         if *ctx.redis_up.borrow() {
             "up"
         } else {
@@ -766,29 +510,5 @@ async fn pause(duration: Duration, cancel: &CancellationToken) -> bool {
     tokio::select! {
         () = cancel.cancelled() => false,
         () = sleep(duration) => true,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rendezvous_spreads_ticks_evenly_and_ranks_are_a_permutation() {
-        let replicas = ["web-1", "web-2", "web-3"];
-        let mut first = [0usize; 3];
-        for tick in 0..3000 {
-            let tick_ms = 1_795_000_000_000 + tick * 1000;
-            let mut scores: Vec<(u64, usize)> = replicas
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (rendezvous_score(r, "draw", tick_ms), i))
-                .collect();
-            scores.sort_unstable_by(|a, b| b.cmp(a));
-            first[scores[0].1] += 1;
-        }
-        for count in first {
-            assert!((850..=1150).contains(&count), "uneven: {first:?}");
-        }
     }
 }

@@ -162,7 +162,7 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
                     {
                         // A hint: it ends a wait for a turn, and raises the
                         // fence asked for (see `MarkBook::hear`).
-                        ctx.marks.hear(job, tick, fence);
+                        ctx.claims.marks.hear(job, tick, fence);
                     }
                     _ => forged.note(line),
                 }
@@ -279,5 +279,24 @@ mod tests {
             claims,
             [("draw", 1_000, 7), ("report", 2_000, 3), ("old", 5, 6)]
         );
+    }
+
+    #[test]
+    fn rendezvous_spreads_ticks_evenly_and_ranks_are_a_permutation() {
+        let replicas = ["web-1", "web-2", "web-3"];
+        let mut first = [0usize; 3];
+        for tick in 0..3000 {
+            let tick_ms = 1_795_000_000_000 + tick * 1000;
+            let mut scores: Vec<(u64, usize)> = replicas
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (rendezvous_score(r, "draw", tick_ms), i))
+                .collect();
+            scores.sort_unstable_by(|a, b| b.cmp(a));
+            first[scores[0].1] += 1;
+        }
+        for count in first {
+            assert!((850..=1150).contains(&count), "uneven: {first:?}");
+        }
     }
 }

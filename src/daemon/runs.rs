@@ -55,7 +55,7 @@ pub(super) struct RunStart {
 /// over, if any).
 pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
     let (stop_tx, mut stop_rx) = watch::channel(None);
-    ctx.watchdog.hold(LeaseHold {
+    ctx.runs.watchdog.hold(LeaseHold {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
         tick_ms: start.tick_ms,
@@ -66,6 +66,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         stop: stop_tx,
     });
     let registered = ctx
+        .runs
         .tasks
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -87,10 +88,10 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         output_tail_bytes: ctx.config.daemon.output_tail_bytes,
     };
     // Looked up once: the run records three of its series.
-    let meters = ctx.meters.job(&job.name);
+    let meters = ctx.claims.meters.job(&job.name);
     let ctx2 = ctx.clone();
     let job = job.clone();
-    ctx.runs.spawn(async move {
+    ctx.runs.tracker.spawn(async move {
         let ctx = ctx2;
         if let Some(at) = start.not_before {
             // Claimed ahead: wait for the tick. A stop meanwhile (lost
@@ -108,7 +109,7 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
         let result = task::execute(&*task, run, attempts, stop_rx).await;
         // Released before the finish deletes the lease: a renewal on its
         // way that finds it gone is then not taken for a loss.
-        ctx.watchdog.release(&start.run_id);
+        ctx.runs.watchdog.release(&start.run_id);
         let finished_ms = ctx.clock.now_ms();
         let outcome = outcome(&ctx, &job, start, finished_ms, result);
         count_finished(&meters, &outcome);
@@ -153,7 +154,12 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
             ctx.identity.replica.clone(),
         ),
     ];
-    let env = runner::RunEnv::new(&ctx.replica_env, &ctx.config.daemon.inherit_env, job, run);
+    let env = runner::RunEnv::new(
+        &ctx.runs.replica_env,
+        &ctx.config.daemon.inherit_env,
+        job,
+        run,
+    );
     runner::Process {
         argv,
         workdir: job.workdir.clone(),
@@ -239,7 +245,7 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
     // usual finish makes neither (a UUID and a marks look-up per run).
     let rerun_id = reruns_wanted(ctx, job).then(|| Uuid::new_v4().to_string());
     let offer = rerun_id.as_deref().map(|new_run_id| RerunOffer {
-        claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence()),
+        claimant: ctx.claimant(job, ctx.claims.marks.get(&job.name).min_fence()),
         new_run_id,
     });
     for attempt in [Attempt::First, Attempt::Again, Attempt::Again] {
@@ -288,7 +294,7 @@ pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
 
 /// The run of a rerun that a sweep or a finish claimed in Redis for us.
 fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant) -> RunStart {
-    ctx.marks.note(&job.name, None, Some(rerun.fence));
+    ctx.claims.marks.note(&job.name, None, Some(rerun.fence));
     info!(
         job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, %run_id,
         "claimed a rerun of an abandoned tick"
@@ -333,7 +339,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence()),
+            claimant: ctx.claimant(job, ctx.claims.marks.get(&job.name).min_fence()),
             rerun: reruns_wanted(ctx, job).then_some(new_run_id.as_str()),
         };
         let reply = match ctx.store.sweep(&request).await {

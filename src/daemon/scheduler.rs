@@ -14,8 +14,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use super::tick;
 use super::tick::Step;
-use super::timer::{self, Alarm};
+use super::timer::Alarm;
 use crate::task::Task;
 
 /// The job loops, one per job, and what each was started with.
@@ -31,7 +32,7 @@ impl Scheduler {
     /// cancelled.
     pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
         let tracker = TaskTracker::new();
-        tracker.spawn(timer::ring(ctx.clone(), tracker.clone(), claiming.clone()));
+        tracker.spawn(tick::ring(ctx.clone(), tracker.clone(), claiming.clone()));
         Scheduler {
             loops: HashMap::new(),
             tracker,
@@ -168,7 +169,8 @@ fn edit_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, edits: Vec<Reload>) {
     let mut table: JobTable = (**ctx.jobs.borrow()).clone();
     let (mut added, mut removed) = (Vec::new(), Vec::new());
     let tasks = || {
-        ctx.tasks
+        ctx.runs
+            .tasks
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     };
@@ -213,7 +215,8 @@ async fn replace_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, reload: Reload
         Reload::Add { .. } | Reload::Remove { .. } => None,
         Reload::File => read_table(ctx).await,
         Reload::Table { jobs, tasks } => {
-            *ctx.tasks
+            *ctx.runs
+                .tasks
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = tasks;
             Some(Arc::new(
@@ -249,7 +252,7 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             for warning in new.warnings(to_datetime(ctx.clock.now_ms())) {
                 warn!("{warning}");
             }
-            if new.redis != ctx.config.redis || new.daemon != ctx.config.daemon {
+            if ctx.config.restart_settings_differ(&new) {
                 warn!(
                     "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
                 );

@@ -1,13 +1,16 @@
-//! The path of a tick, top to bottom: a job's step ([`job_step`]) asks the
-//! schedule for the next tick and sets the job's alarm a little ahead of
-//! it by Redis time (`timer`). When the alarm rings, [`on_alarm`] (in the
-//! timer's task) sets a replica that is not the tick's preferred one
-//! another alarm at its rendezvous turn, and at that turn ends the tick
-//! there if another replica announced its claim. Otherwise the next step
-//! claims the tick, and [`follow`] — the one place that acts on a claim's
-//! value — starts the run, records missed ticks, sweeps, or delivers an
-//! outcome. After a start or an outage, [`catch_up`] applies the misfire
-//! policy to the ticks that passed.
+//! The path of a tick, top to bottom. The timer's task ([`ring`]) sleeps
+//! until the earliest alarm (`timer`). When one rings, [`on_alarm`] (in
+//! that task) sets a replica that is not the tick's preferred one another
+//! alarm at its rendezvous turn, and at that turn ends the tick there if
+//! another replica announced its claim. Otherwise a short task runs the
+//! job's step ([`job_step`]): it claims the tick, and [`follow`] — the one
+//! place that acts on a claim's value — starts the run, records missed
+//! ticks, sweeps, or delivers an outcome; then the step asks the schedule
+//! for the next tick and sets the job's alarm a little ahead of it by
+//! Redis time. After a start or an outage, [`catch_up`] applies the
+//! misfire policy to the ticks that passed, at most [`CATCHING_UP`] jobs
+//! at once: the others wait their turn as alarms in a queue, not as
+//! tasks, so 100,000 jobs starting together cost 100,000 alarms.
 
 use super::{
     Ahead, ClaimCount, ClaimEnd, Ctx, LATE_MS, MAX_CATCH_UP, claim, deliver, not_durable_outcome,
@@ -16,63 +19,94 @@ use super::{
 use crate::config::Job;
 use crate::config::Misfire;
 use crate::outcome::Trigger;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
+use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
+use super::ctx::Claims;
 use super::timer::Alarm;
 
-/// What the job loop does after a claim was followed.
-pub(super) enum Next {
-    /// The run started (its task ends when its outcome is recorded).
-    Running(JoinHandle<()>),
-    /// Nothing more to do for this tick.
-    Done,
-    /// The tick was not claimed in time: the misfire policy decides.
-    Late,
-    Cancelled,
+/// At most this many jobs read their state and sweep at once when they
+/// catch up (at start, or when Redis is back).
+const CATCHING_UP: usize = 256;
+
+/// A job's alarm: when, and which [`Step`] it takes then.
+pub(super) type JobAlarm = Alarm<Step>;
+
+/// The timer's task, until `claiming` is cancelled: starts each due
+/// alarm's step as a task in `steps`, catch-ups [`CATCHING_UP`] at a time.
+pub(super) async fn ring(ctx: Arc<Ctx>, steps: TaskTracker, claiming: CancellationToken) {
+    let turns = Arc::new(Semaphore::new(CATCHING_UP));
+    let mut waiting: VecDeque<JobAlarm> = VecDeque::new();
+    loop {
+        // Registered before the heap is read: an earlier alarm set in
+        // between wakes it (`notify_one` keeps a permit besides).
+        let earlier = ctx.timer.earlier();
+        let next_at = ctx.timer.next_at();
+        // Due alarms first: catch-ups that finish quickly hand their turn
+        // on at once, and must not keep the ticks of caught-up jobs waiting.
+        tokio::select! {
+            biased;
+            () = claiming.cancelled() => return,
+            () = sleep_until_some(next_at) => {
+                for alarm in ctx.timer.take_due(Instant::now()) {
+                    match alarm.step {
+                        Step::CatchUp => waiting.push_back(alarm),
+                        Step::Tick { .. } | Step::Turn { .. } => start(&ctx, &steps, alarm, None),
+                    }
+                }
+            }
+            turn = turns.clone().acquire_owned(), if !waiting.is_empty() => {
+                // The semaphore is never closed.
+                let Ok(turn) = turn else { continue };
+                if let Some(alarm) = waiting.pop_front() {
+                    start(&ctx, &steps, alarm, Some(turn));
+                }
+            }
+            () = earlier => {}
+        }
+    }
 }
 
-/// Acts on a claim's value: the only place that decides what follows a
-/// claim.
-pub(super) async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> Next {
-    match end {
-        ClaimEnd::Won {
-            start,
-            previous,
-            expired,
-        } => {
-            let run = start_run(ctx, job, start);
-            record_missed(ctx, job, previous, tick_ms).await;
-            if expired {
-                start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
-            }
-            Next::Running(run)
+/// Starts `alarm`'s step (unless its job was cancelled meanwhile); the step
+/// sets the job's next alarm when it ends.
+fn start(ctx: &Arc<Ctx>, steps: &TaskTracker, alarm: JobAlarm, turn: Option<OwnedSemaphorePermit>) {
+    if alarm.cancel.is_cancelled() {
+        return;
+    }
+    let Some(alarm) = on_alarm(ctx, alarm) else {
+        return;
+    };
+    let ctx = ctx.clone();
+    steps.spawn(async move {
+        let Alarm {
+            at,
+            job,
+            cancel,
+            step,
+        } = alarm;
+        if let Some((at, step)) = job_step(&ctx, &job, &cancel, at, step, turn).await {
+            ctx.timer.set(Alarm {
+                at,
+                job,
+                cancel,
+                step,
+            });
         }
-        // The rare branches' futures are boxed, so that a claim's is not
-        // their size (a claim's future is alive from its alarm to Redis's
-        // answer, and thousands may be at one instant).
-        ClaimEnd::NotDurable { start, acked } => {
-            let outcome = not_durable_outcome(ctx, job, start, acked);
-            if let Some(rerun) = Box::pin(deliver(ctx, job, &outcome)).await {
-                start_reruns(ctx, job, vec![rerun]);
-            }
-            Next::Done
-        }
-        ClaimEnd::Lapsed => {
-            start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
-            Next::Done
-        }
-        ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
-            record_missed(ctx, job, previous, tick_ms).await;
-            Next::Done
-        }
-        ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
-        ClaimEnd::Late => Next::Late,
-        ClaimEnd::Cancelled => Next::Cancelled,
+    });
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -94,7 +128,7 @@ pub(super) enum Step {
 /// announced ends there, its next alarm set: most due alarms of a replica
 /// among several need no task at all. Returns the alarm whose step needs
 /// one ([`job_step`]).
-pub(super) fn on_alarm(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
+fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
     match alarm.step {
         Step::CatchUp => Some(alarm),
         Step::Tick { tick_ms, .. } => {
@@ -111,13 +145,13 @@ pub(super) fn on_alarm(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
             if rank == 0 {
                 return Some(alarm);
             }
-            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claim_latency.ms());
+            alarm.at = ctx.clock.instant_at(tick_ms) + rank_wait(rank, ctx.claims.latency.ms());
             alarm.step = Step::Turn { tick_ms };
             ctx.timer.set(alarm);
             None
         }
         Step::Turn { tick_ms } => {
-            if !announced(ctx, &alarm.job, tick_ms) {
+            if !announced(&ctx.claims, &alarm.job, tick_ms) {
                 return Some(alarm);
             }
             if let Some((at, step)) = next_alarm(ctx, &alarm.job, tick_ms) {
@@ -135,7 +169,7 @@ pub(super) fn on_alarm(ctx: &Arc<Ctx>, mut alarm: Alarm) -> Option<Alarm> {
 /// or None when the job is cancelled or its schedule has no more ticks.
 /// `turn` is the catch-up's turn (see `timer`), dropped once its reads
 /// and sweep are done.
-pub(super) async fn job_step(
+async fn job_step(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
@@ -174,7 +208,7 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
     // Awake a little ahead of the tick: the preferred replica claims then,
     // so that its run starts at the tick rather than a round trip after
     // it, and the others hear of the claim before their turn.
-    let lead = ctx.claim_latency.lead();
+    let lead = ctx.claims.latency.lead();
     let at_tick = ctx.clock.instant_at(tick_ms);
     let wake = at_tick.checked_sub(lead).unwrap_or(at_tick);
     Some((wake, Step::Tick { tick_ms, lead }))
@@ -215,7 +249,7 @@ async fn claim_turn(
     if cancel.is_cancelled() {
         return Next::Cancelled;
     }
-    if announced(ctx, job, tick_ms) {
+    if announced(&ctx.claims, job, tick_ms) {
         return Next::Done;
     }
     // Only the preferred replica's claims are made ahead and measure the
@@ -227,11 +261,11 @@ async fn claim_turn(
 /// Whether a claim of `tick_ms` is known: another replica announced it (or
 /// a later one), or Redis answered this one so. Then counted: this replica
 /// is done with the tick.
-fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
-    if !ctx.marks.covers(&job.name, tick_ms) {
+fn announced(claims: &Claims, job: &Job, tick_ms: i64) -> bool {
+    if !claims.marks.covers(&job.name, tick_ms) {
         return false;
     }
-    ctx.meters.count_claim(&job.name, ClaimCount::Announced);
+    claims.meters.count_claim(&job.name, ClaimCount::Announced);
     true
 }
 
@@ -245,8 +279,8 @@ async fn claim_and_follow(
 ) -> Next {
     // Boxed: the claim and what follows it are most of a step's size, and
     // only a replica that claims needs them. A step lives from its alarm
-    // to the end of its claim, and at an instant when 10,000 jobs are due
-    // that was 10,000 futures of 2 KB.
+    // to the end of its claim, and at an instant when thousands of jobs
+    // are due there are thousands of steps.
     Box::pin(async {
         let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
         follow(ctx, job, tick_ms, end).await
@@ -254,10 +288,61 @@ async fn claim_and_follow(
     .await
 }
 
+/// What the job loop does after a claim was followed.
+enum Next {
+    /// The run started (its task ends when its outcome is recorded).
+    Running(JoinHandle<()>),
+    /// Nothing more to do for this tick.
+    Done,
+    /// The tick was not claimed in time: the misfire policy decides.
+    Late,
+    Cancelled,
+}
+
+/// Acts on a claim's value: the only place that decides what follows a
+/// claim.
+async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> Next {
+    match end {
+        ClaimEnd::Won {
+            start,
+            previous,
+            expired,
+        } => {
+            let run = start_run(ctx, job, start);
+            record_missed(ctx, job, previous, tick_ms).await;
+            if expired {
+                start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
+            }
+            Next::Running(run)
+        }
+        // The rare branches' futures are boxed, so that a claim's is not
+        // their size (a claim's future is alive from its alarm to Redis's
+        // answer, and thousands may be at one instant).
+        ClaimEnd::NotDurable { start, acked } => {
+            let outcome = not_durable_outcome(ctx, job, start, acked);
+            if let Some(rerun) = Box::pin(deliver(ctx, job, &outcome)).await {
+                start_reruns(ctx, job, vec![rerun]);
+            }
+            Next::Done
+        }
+        ClaimEnd::Lapsed => {
+            start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
+            Next::Done
+        }
+        ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
+            record_missed(ctx, job, previous, tick_ms).await;
+            Next::Done
+        }
+        ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
+        ClaimEnd::Late => Next::Late,
+        ClaimEnd::Cancelled => Next::Cancelled,
+    }
+}
+
 /// Handles ticks that passed while this replica could not claim them (it was
 /// not running, or Redis was away), per the job's misfire policy. Returns
 /// the instant up to which ticks are handled, or None when cancelled.
-pub(super) async fn catch_up(
+async fn catch_up(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
@@ -269,7 +354,7 @@ pub(super) async fn catch_up(
     // `run_all` waiting for its runs).
     drop(turn);
     let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
+    let last = match (stored, ctx.claims.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
             Some(last) => last,

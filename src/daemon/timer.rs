@@ -1,39 +1,21 @@
 //! The replica's one timer for all its jobs. A job between two ticks is
 //! not a task but an [`Alarm`] in one heap (about 80 bytes: when, the job,
-//! its cancellation and what to do then), and one task, [`ring`], sleeps
-//! until the earliest alarm. A due alarm goes first to `tick::on_alarm`: a
-//! replica that is not the tick's preferred one waits for its rendezvous
-//! turn as another alarm, and a tick whose claim another replica
-//! announced by then ends there, with the job's next alarm. The rest get
-//! a short task each (`tick::job_step`: claim the tick and act on the
-//! claim, or catch up), which sets the job's next alarm and ends. A task
-//! per idle job was most of an idle replica's memory (README "Benchmark",
-//! idle); a task per due alarm, waiting for its turn, was most of a busy
-//! replica's at the instant 10,000 jobs were due.
-//!
-//! Catching up (at start, after a stall or a late claim) reads the job's
-//! state and sweeps: at most [`CATCHING_UP`] jobs do it at once, and the
-//! others wait their turn as alarms in a queue, not as tasks, so 100,000
-//! jobs starting together cost 100,000 alarms, not 100,000 tasks.
+//! its cancellation and what to do then); one task (`tick::ring`) sleeps
+//! until the earliest alarm and acts on it. The timer knows when alarms
+//! are due and nothing of what they do: `S`, the step, is the caller's.
+//! An idle job costs an alarm, not a task and its stack of futures.
 
-use super::{CATCHING_UP, Ctx, tick};
 use crate::config::Job;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
-use tokio::sync::Notify;
-use tokio::time::Instant;
-use tokio::time::sleep_until;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Mutex;
+use tokio::sync::Notify;
+use tokio::sync::futures::Notified;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-
-use super::tick::{Step, job_step};
-
-/// One job's next wake-up.
-pub(super) struct Alarm {
+/// One job's next wake-up, and what it does then (`S`).
+pub(super) struct Alarm<S> {
     /// When it is due.
     pub(super) at: Instant,
     pub(super) job: Arc<Job>,
@@ -41,41 +23,50 @@ pub(super) struct Alarm {
     /// shutdown): a cancelled alarm is dropped.
     pub(super) cancel: CancellationToken,
     /// What the job does when the alarm rings.
-    pub(super) step: Step,
+    pub(super) step: S,
 }
 
 // Ordered by `at` only, the earliest greatest: `BinaryHeap` is a max-heap.
-impl Ord for Alarm {
+impl<S> Ord for Alarm<S> {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         other.at.cmp(&self.at)
     }
 }
 
-impl PartialOrd for Alarm {
+impl<S> PartialOrd for Alarm<S> {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl PartialEq for Alarm {
+impl<S> PartialEq for Alarm<S> {
     fn eq(&self, other: &Self) -> bool {
         self.at == other.at
     }
 }
 
-impl Eq for Alarm {}
+impl<S> Eq for Alarm<S> {}
 
 /// Every job's alarm (jobs in a step have none until the step ends).
-#[derive(Default)]
-pub(super) struct Timer {
+pub(super) struct Timer<S> {
     /// Never held across an `.await`.
-    alarms: Mutex<BinaryHeap<Alarm>>,
-    /// Wakes [`ring`] when an alarm earlier than all others was set.
+    alarms: Mutex<BinaryHeap<Alarm<S>>>,
+    /// Wakes the timer's task when an alarm earlier than all others was
+    /// set.
     earlier: Notify,
 }
 
-impl Timer {
-    fn alarms(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Alarm>> {
+impl<S> Default for Timer<S> {
+    fn default() -> Self {
+        Timer {
+            alarms: Mutex::new(BinaryHeap::new()),
+            earlier: Notify::new(),
+        }
+    }
+}
+
+impl<S> Timer<S> {
+    fn alarms(&self) -> std::sync::MutexGuard<'_, BinaryHeap<Alarm<S>>> {
         // Nothing panics while holding it; a poisoned heap is still whole.
         self.alarms
             .lock()
@@ -83,7 +74,7 @@ impl Timer {
     }
 
     /// Sets `alarm`.
-    pub(super) fn set(&self, alarm: Alarm) {
+    pub(super) fn set(&self, alarm: Alarm<S>) {
         let at = alarm.at;
         let earliest = {
             let mut alarms = self.alarms();
@@ -102,13 +93,20 @@ impl Timer {
         self.alarms().retain(|alarm| !alarm.cancel.is_cancelled());
     }
 
+    /// Completes when an alarm earlier than all others is set after this
+    /// call (or was since the last one completed): take it before reading
+    /// [`Timer::next_at`], so that none set in between is missed.
+    pub(super) fn earlier(&self) -> Notified<'_> {
+        self.earlier.notified()
+    }
+
     /// When the earliest alarm is due.
-    fn next_at(&self) -> Option<Instant> {
+    pub(super) fn next_at(&self) -> Option<Instant> {
         self.alarms().peek().map(|alarm| alarm.at)
     }
 
     /// The alarms due at `now`, taken off the heap.
-    fn take_due(&self, now: Instant) -> Vec<Alarm> {
+    pub(super) fn take_due(&self, now: Instant) -> Vec<Alarm<S>> {
         let mut alarms = self.alarms();
         let mut due = Vec::new();
         while alarms.peek().is_some_and(|alarm| alarm.at <= now) {
@@ -121,77 +119,6 @@ impl Timer {
     #[cfg(test)]
     fn len(&self) -> usize {
         self.alarms().len()
-    }
-}
-
-/// The timer's task, until `claiming` is cancelled: starts each due
-/// alarm's step as a task in `steps`, catch-ups [`CATCHING_UP`] at a time.
-pub(super) async fn ring(ctx: Arc<Ctx>, steps: TaskTracker, claiming: CancellationToken) {
-    let turns = Arc::new(Semaphore::new(CATCHING_UP));
-    let mut waiting: VecDeque<Alarm> = VecDeque::new();
-    loop {
-        // Registered before the heap is read: an earlier alarm set in
-        // between wakes it (`notify_one` keeps a permit besides).
-        let earlier = ctx.timer.earlier.notified();
-        let next_at = ctx.timer.next_at();
-        // Due alarms first: catch-ups that finish quickly hand their turn
-        // on at once, and must not keep the ticks of caught-up jobs waiting.
-        tokio::select! {
-            biased;
-            () = claiming.cancelled() => return,
-            () = sleep_until_some(next_at) => {
-                for alarm in ctx.timer.take_due(Instant::now()) {
-                    match alarm.step {
-                        Step::CatchUp => waiting.push_back(alarm),
-                        Step::Tick { .. } | Step::Turn { .. } => start(&ctx, &steps, alarm, None),
-                    }
-                }
-            }
-            turn = turns.clone().acquire_owned(), if !waiting.is_empty() => {
-                // The semaphore is never closed.
-                let Ok(turn) = turn else { continue };
-                if let Some(alarm) = waiting.pop_front() {
-                    start(&ctx, &steps, alarm, Some(turn));
-                }
-            }
-            () = earlier => {}
-        }
-    }
-}
-
-/// Starts `alarm`'s step (unless its job was cancelled meanwhile); the step
-/// sets the job's next alarm when it ends.
-fn start(ctx: &Arc<Ctx>, steps: &TaskTracker, alarm: Alarm, turn: Option<OwnedSemaphorePermit>) {
-    if alarm.cancel.is_cancelled() {
-        return;
-    }
-    let Some(alarm) = tick::on_alarm(ctx, alarm) else {
-        return;
-    };
-    let ctx = ctx.clone();
-    steps.spawn(async move {
-        let Alarm {
-            at,
-            job,
-            cancel,
-            step,
-        } = alarm;
-        if let Some((at, step)) = job_step(&ctx, &job, &cancel, at, step, turn).await {
-            ctx.timer.set(Alarm {
-                at,
-                job,
-                cancel,
-                step,
-            });
-        }
-    });
-}
-
-/// Sleeps until `at`, or forever without one.
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 
@@ -212,12 +139,12 @@ mod tests {
         Arc::new(config.jobs.into_values().next().expect("one job"))
     }
 
-    fn alarm(at: Instant, cancel: &CancellationToken) -> Alarm {
+    fn alarm(at: Instant, cancel: &CancellationToken) -> Alarm<()> {
         Alarm {
             at,
             job: job(),
             cancel: cancel.clone(),
-            step: Step::CatchUp,
+            step: (),
         }
     }
 
@@ -254,12 +181,12 @@ mod tests {
         let cancel = CancellationToken::new();
         timer.set(alarm(now + Duration::from_millis(10), &cancel));
         // The first alarm left a permit: take it.
-        timer.earlier.notified().await;
+        timer.earlier().await;
         timer.set(alarm(now + Duration::from_millis(20), &cancel));
-        let later = timeout(Duration::from_millis(1), timer.earlier.notified()).await;
+        let later = timeout(Duration::from_millis(1), timer.earlier()).await;
         assert!(later.is_err(), "a later alarm woke the timer");
         timer.set(alarm(now + Duration::from_millis(1), &cancel));
-        let earlier = timeout(Duration::from_millis(1), timer.earlier.notified()).await;
+        let earlier = timeout(Duration::from_millis(1), timer.earlier()).await;
         assert!(earlier.is_ok(), "an earlier alarm did not wake the timer");
     }
 }

@@ -180,7 +180,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence()),
+            claimant: ctx.claimant(&job, ctx.claims.marks.get(&job.name).min_fence()),
         })
         .await;
     match reply {
@@ -189,7 +189,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
             started_ms,
             lease_key,
         }) => {
-            ctx.marks.note(&job.name, None, Some(fence));
+            ctx.claims.marks.note(&job.name, None, Some(fence));
             info!(
                 job = %job.name, fence, run_id = %request.run_id, requested_by = %request.requested_by,
                 replica = %ctx.identity.replica, "claimed a manual run"

@@ -100,24 +100,10 @@ pub(super) async fn act(
             return refused(&dashboard, &visitor, &refusal);
         }
     };
-    let Some(action) = Action::parse(&action) else {
-        return error_page(
-            &dashboard,
-            &visitor,
-            StatusCode::NOT_FOUND,
-            &format!("no action {action:?}: expected trigger, pause or resume"),
-        );
+    let action = match target(&dashboard, &visitor, &name, &action).await {
+        Ok(action) => action,
+        Err(response) => return response,
     };
-    let known = dashboard.job_table().contains_key(&name);
-    let known = known || dashboard.store.job_exists(&name).await.unwrap_or(false);
-    if !known {
-        return error_page(
-            &dashboard,
-            &visitor,
-            StatusCode::NOT_FOUND,
-            &format!("no job {name:?}"),
-        );
-    }
     let result = match action {
         Action::Trigger => operator::trigger(&dashboard.store, &name, &who).await,
         Action::Pause => operator::pause(&dashboard.store, &name, &who)
@@ -128,9 +114,53 @@ pub(super) async fn act(
             .map(|_| String::new()),
     };
     dashboard.invalidate().await;
+    if let Ok(run) = &result {
+        tracing::info!(job = %name, action = action.as_str(), %who, run = %run, "dashboard action");
+    }
+    answer(&dashboard, &visitor, caller, action, &name, result).await
+}
+
+/// The action named `action` on job `name`, if both exist; else the page
+/// that says which does not.
+async fn target(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    name: &str,
+    action: &str,
+) -> Result<Action, Response> {
+    let Some(action) = Action::parse(action) else {
+        return Err(error_page(
+            dashboard,
+            visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no action {action:?}: expected trigger, pause or resume"),
+        ));
+    };
+    let known = dashboard.job_table().contains_key(name);
+    let known = known || dashboard.store.job_exists(name).await.unwrap_or(false);
+    if !known {
+        return Err(error_page(
+            dashboard,
+            visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no job {name:?}"),
+        ));
+    }
+    Ok(action)
+}
+
+/// What the caller is told of an action's `result`: a script a line, a
+/// browser the job's page (or an error page either way).
+async fn answer(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    caller: Caller,
+    action: Action,
+    name: &str,
+    result: Result<String, OperatorError>,
+) -> Response {
     match result {
         Ok(run) => {
-            tracing::info!(job = %name, action = action.as_str(), %who, run = %run, "dashboard action");
             // Read the state again now, so the next page shows the change.
             let _ = dashboard.status(Fresh::Now).await;
             match caller {
@@ -148,14 +178,14 @@ pub(super) async fn act(
             }
         }
         Err(OperatorError::Paused(job)) => error_page(
-            &dashboard,
-            &visitor,
+            dashboard,
+            visitor,
             StatusCode::CONFLICT,
             &format!("{job} is paused: resume it first"),
         ),
         Err(e) => error_page(
-            &dashboard,
-            &visitor,
+            dashboard,
+            visitor,
             StatusCode::SERVICE_UNAVAILABLE,
             &format!("{} {name} failed: {e}", action.as_str()),
         ),

@@ -62,31 +62,13 @@ pub(super) fn timeline(
     now_ms: i64,
     span_ms: i64,
 ) -> Markup {
-    let oldest_ms = runs
-        .iter()
-        .filter(|r| r.finished_ms >= now_ms - span_ms)
-        .map(|r| r.started_ms)
-        .min()
-        .unwrap_or(now_ms);
-    let span_ms = TIMELINE_WINDOWS_MS
-        .into_iter()
-        .find(|&w| w >= now_ms.saturating_sub(oldest_ms))
-        .unwrap_or(span_ms)
-        .min(span_ms);
-    let mut lanes: Vec<&str> = replicas.iter().map(String::as_str).collect();
-    for run in runs {
-        if !lanes.contains(&run.replica.as_str()) {
-            lanes.push(&run.replica);
-        }
-    }
-    lanes.sort_unstable();
-    let start_ms = now_ms - span_ms;
-    let x = |ms: i64| {
-        LABEL_WIDTH
-            + ms.saturating_sub(start_ms).clamp(0, span_ms) as f64 / span_ms as f64 * TIMELINE_WIDTH
-    };
+    let scale = Scale::of(runs, now_ms, span_ms);
+    let lanes = lanes(runs, replicas);
     let height = LANE_HEIGHT * lanes.len().max(1) as f64 + 24.0;
-    let mut newest: Vec<&TimelineRun> = runs.iter().filter(|r| r.finished_ms >= start_ms).collect();
+    let mut newest: Vec<&TimelineRun> = runs
+        .iter()
+        .filter(|r| r.finished_ms >= scale.start_ms)
+        .collect();
     newest.sort_unstable_by_key(|r| std::cmp::Reverse(r.started_ms));
     newest.truncate(MAX_BARS);
     let mut svg = String::new();
@@ -105,31 +87,92 @@ pub(super) fn timeline(
             ty = y + LANE_HEIGHT / 2.0 + 3.0,
         );
         for run in newest.iter().filter(|r| r.replica == *lane) {
-            let (x0, x1) = (x(run.started_ms), x(run.finished_ms));
-            let (class, what) = match run.state {
-                RunState::Ended(status) => (status_class(status), status.as_str().to_string()),
-                RunState::Running => ("running".to_string(), "running".to_string()),
-            };
-            let _ = write!(
-                svg,
-                r#"<rect class="bar {class}" data-job="{job}" x="{x0:.1}" y="{y1}" width="{w:.1}" height="{h}"><title>{job} tick {tick} fence {fence} on {r}: {what}, {dur}</title></rect>"#,
-                job = escape(&run.job),
-                y1 = y + 2.0,
-                w = (x1 - x0).max(1.5),
-                h = LANE_HEIGHT - 8.0,
-                tick = super::format::utc(run.tick_ms),
-                fence = run.fence,
-                r = escape(lane),
-                dur = super::format::duration(run.finished_ms.saturating_sub(run.started_ms)),
-            );
+            bar(&mut svg, &scale, run, y);
         }
         svg.push_str("</g>");
     }
-    // The axis: six steps, labelled in minutes (or seconds) ago.
-    let axis_y = LANE_HEIGHT * lanes.len().max(1) as f64 + 14.0;
+    axis(
+        &mut svg,
+        &scale,
+        LANE_HEIGHT * lanes.len().max(1) as f64 + 14.0,
+    );
+    svg.push_str("</svg>");
+    PreEscaped(svg)
+}
+
+/// The time the timeline shows: from `start_ms`, `span_ms` long.
+struct Scale {
+    start_ms: i64,
+    span_ms: i64,
+}
+
+impl Scale {
+    /// The shortest of the windows that holds every run that ended within
+    /// the last `span_ms`, up to `span_ms`.
+    fn of(runs: &[TimelineRun], now_ms: i64, span_ms: i64) -> Scale {
+        let oldest_ms = runs
+            .iter()
+            .filter(|r| r.finished_ms >= now_ms - span_ms)
+            .map(|r| r.started_ms)
+            .min()
+            .unwrap_or(now_ms);
+        let span_ms = TIMELINE_WINDOWS_MS
+            .into_iter()
+            .find(|&w| w >= now_ms.saturating_sub(oldest_ms))
+            .unwrap_or(span_ms)
+            .min(span_ms);
+        Scale {
+            start_ms: now_ms - span_ms,
+            span_ms,
+        }
+    }
+
+    /// Where `ms` is on the drawing.
+    fn x(&self, ms: i64) -> f64 {
+        LABEL_WIDTH
+            + ms.saturating_sub(self.start_ms).clamp(0, self.span_ms) as f64 / self.span_ms as f64
+                * TIMELINE_WIDTH
+    }
+}
+
+/// One lane per replica, listed or seen in a run, in name order.
+fn lanes<'a>(runs: &'a [TimelineRun], replicas: &'a [String]) -> Vec<&'a str> {
+    let mut lanes: Vec<&str> = replicas.iter().map(String::as_str).collect();
+    for run in runs {
+        if !lanes.contains(&run.replica.as_str()) {
+            lanes.push(&run.replica);
+        }
+    }
+    lanes.sort_unstable();
+    lanes
+}
+
+/// A run's bar in its replica's lane (at `y`), titled with what it was.
+fn bar(svg: &mut String, scale: &Scale, run: &TimelineRun, y: f64) {
+    let (x0, x1) = (scale.x(run.started_ms), scale.x(run.finished_ms));
+    let (class, what) = match run.state {
+        RunState::Ended(status) => (status_class(status), status.as_str().to_string()),
+        RunState::Running => ("running".to_string(), "running".to_string()),
+    };
+    let _ = write!(
+        svg,
+        r#"<rect class="bar {class}" data-job="{job}" x="{x0:.1}" y="{y1}" width="{w:.1}" height="{h}"><title>{job} tick {tick} fence {fence} on {r}: {what}, {dur}</title></rect>"#,
+        job = escape(&run.job),
+        y1 = y + 2.0,
+        w = (x1 - x0).max(1.5),
+        h = LANE_HEIGHT - 8.0,
+        tick = super::format::utc(run.tick_ms),
+        fence = run.fence,
+        r = escape(&run.replica),
+        dur = super::format::duration(run.finished_ms.saturating_sub(run.started_ms)),
+    );
+}
+
+/// The axis at `axis_y`: six steps, labelled in minutes (or seconds) ago.
+fn axis(svg: &mut String, scale: &Scale, axis_y: f64) {
     for step in 0..=6 {
-        let ms = start_ms + span_ms * step / 6;
-        let ago_ms = (6 - step) * span_ms / 6;
+        let ms = scale.start_ms + scale.span_ms * step / 6;
+        let ago_ms = (6 - step) * scale.span_ms / 6;
         let label = match ago_ms {
             0 => "now".to_string(),
             ms if ms % 60_000 == 0 => format!("-{} min", ms / 60_000),
@@ -138,11 +181,9 @@ pub(super) fn timeline(
         let _ = write!(
             svg,
             r#"<text class="axis" x="{x:.1}" y="{axis_y}" text-anchor="middle">{label}</text>"#,
-            x = x(ms)
+            x = scale.x(ms)
         );
     }
-    svg.push_str("</svg>");
-    PreEscaped(svg)
 }
 
 const CHART_WIDTH: f64 = 600.0;

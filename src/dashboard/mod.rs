@@ -18,6 +18,7 @@ mod actions;
 mod auth;
 mod draw;
 mod format;
+mod job_page;
 mod pages;
 
 use std::collections::BTreeMap;
@@ -213,7 +214,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
     Router::new()
         .route("/", get(pages::overview))
         .route("/replicas", get(pages::replicas))
-        .route("/jobs/{name}", get(pages::job))
+        .route("/jobs/{name}", get(job_page::job))
         .route("/jobs/{name}/{action}", post(actions::act))
         .route("/login", get(actions::login_form).post(actions::login))
         .route("/logout", post(actions::logout))

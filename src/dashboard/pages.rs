@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use chrono::DateTime;
@@ -16,7 +16,7 @@ use super::auth::{self, Visitor};
 use super::format::{ago, clock, duration, iso, until, utc};
 use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
 use crate::config::{DashboardRead, Job};
-use crate::operator::{self, JobStatus, OperatorError, OutputTail, StatusReport};
+use crate::operator::{self, JobStatus, OperatorError, StatusReport};
 use crate::outcome::Status;
 
 /// Jobs per overview page.
@@ -24,11 +24,11 @@ const PAGE_SIZE: usize = 100;
 /// Outcomes in a job's strip on the overview.
 const STRIP_LENGTH: usize = 30;
 /// Outcomes on a job's page (history and charts).
-const JOB_HISTORY: usize = 50;
+pub(super) const JOB_HISTORY: usize = 50;
 /// Upcoming ticks on a job's page.
-const UPCOMING: usize = 10;
+pub(super) const UPCOMING: usize = 10;
 /// Actions listed on a job's page.
-const ACTIONS_SHOWN: usize = 20;
+pub(super) const ACTIONS_SHOWN: usize = 20;
 
 const STYLE: &str = include_str!("assets/style.css");
 const SCRIPT: &str = include_str!("assets/app.js");
@@ -154,7 +154,7 @@ pub(super) fn error_page(
 /// the login (back to `uri` after it) when reading needs one
 /// (`[daemon] dashboard_read = "token"` with a token) and the visitor has
 /// not logged in.
-async fn looking(
+pub(super) async fn looking(
     dashboard: &Dashboard,
     headers: &HeaderMap,
     uri: &Uri,
@@ -172,7 +172,7 @@ async fn looking(
     }
 }
 
-fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &OperatorError) -> Response {
+pub(super) fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &OperatorError) -> Response {
     error_page(
         dashboard,
         visitor,
@@ -394,7 +394,7 @@ fn job_row(
     }
 }
 
-fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
+pub(super) fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
     html! {
         @match definition {
             Some(def) => {
@@ -410,7 +410,7 @@ fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
     }
 }
 
-fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
+pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     let next = definition.and_then(|d| Some((d, d.schedule.next_after(now)?)));
     html! {
@@ -428,7 +428,7 @@ fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Mar
 }
 
 /// The job's action buttons for an operator, or what another visitor may do.
-fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
+pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
     let name = &job.name;
     html! {
         section.actions aria-label="actions" {
@@ -458,7 +458,7 @@ fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
 }
 
 /// The job's recent outcomes, each with its output behind a disclosure.
-fn history_table(history: &[operator::HistoryEntry]) -> Markup {
+pub(super) fn history_table(history: &[operator::HistoryEntry]) -> Markup {
     html! {
         @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
             table.history {
@@ -493,7 +493,7 @@ fn history_table(history: &[operator::HistoryEntry]) -> Markup {
     }
 }
 
-fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
+pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
     html! {
         @if let Some(repair) = &job.needs_repair {
             span.badge.repair title=(format!("its state in Redis held {} = {:?}, which no replica writes: check who writes to Redis, then run `cronlease repair {}`", repair.field, repair.value, job.name)) {
@@ -649,137 +649,4 @@ fn legend() -> Markup {
             span.cell.running {} " running"
         }
     }
-}
-
-/// A job page's query: what an action just did.
-#[derive(Debug, Default, Deserialize)]
-pub(super) struct JobQuery {
-    #[serde(default)]
-    done: String,
-    #[serde(default)]
-    run: String,
-}
-
-/// `GET /jobs/{name}`.
-pub(super) async fn job(
-    State(dashboard): State<Arc<Dashboard>>,
-    Path(name): Path<String>,
-    Query(query): Query<JobQuery>,
-    uri: Uri,
-    headers: HeaderMap,
-) -> Response {
-    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
-        Ok(seen) => seen,
-        Err(page) => return page,
-    };
-    let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
-        return error_page(
-            &dashboard,
-            &visitor,
-            StatusCode::NOT_FOUND,
-            &format!("no job {name:?} in this replica's job table"),
-        );
-    };
-    let table = dashboard.job_table();
-    let definition = table.get(&name).map(|j| &**j);
-    let history = match dashboard
-        .history(&name, JOB_HISTORY, OutputTail::Include)
-        .await
-    {
-        Ok(history) => history,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
-    };
-    let actions = match operator::actions(&dashboard.store, &name, ACTIONS_SHOWN).await {
-        Ok(actions) => actions,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
-    };
-    let now = DateTime::from_timestamp_millis(status.now_ms).unwrap_or_default();
-    let upcoming = definition
-        .map(|d| d.schedule.upcoming(now, UPCOMING))
-        .unwrap_or_default();
-    let ran: Vec<&operator::HistoryEntry> = history
-        .iter()
-        .rev()
-        .filter(|e| e.started_ms > 0 && !e.replica.is_empty())
-        .collect();
-    let durations: Vec<(i64, String, Status)> = ran
-        .iter()
-        .map(|e| {
-            (
-                e.duration_ms,
-                format!("{} on {}", e.tick, e.replica),
-                e.status,
-            )
-        })
-        .collect();
-    let lateness: Vec<(i64, String, Status)> = ran
-        .iter()
-        .map(|e| {
-            (
-                e.started_ms.saturating_sub(e.tick_ms).max(0),
-                format!("{} on {}", e.tick, e.replica),
-                e.status,
-            )
-        })
-        .collect();
-    let csrf = dashboard
-        .token
-        .as_ref()
-        .map(|t| t.csrf())
-        .unwrap_or_default();
-    let main = html! {
-        h1 { (name) }
-        @if !query.done.is_empty() {
-            p.notice role="status" {
-                @match query.done.as_str() {
-                    "trigger" => { "Run now: queued as run " code { (query.run) } "; a replica picks it up within a second or two." }
-                    "pause" => "Paused: no tick of this job starts until it is resumed.",
-                    "resume" => "Resumed.",
-                    other => (other),
-                }
-            }
-        }
-        dl.facts {
-            dt { "Schedule" } dd { (schedule_cell(job, definition)) }
-            dt { "Next tick" } dd { (next_tick_cell(job, definition, status.now_ms)) }
-            dt { "State" } dd { (state_cell(job, status.now_ms)) }
-            @if let Some(def) = definition {
-                dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
-                dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
-            }
-            dt { "Missed ticks" } dd { (job.missed_ticks) }
-            @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
-        }
-        (job_actions(&visitor, job, &csrf))
-        @if !job.running.is_empty() {
-            h2 { "In flight" }
-            ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
-        }
-        h2 { "Upcoming ticks" }
-        @if upcoming.is_empty() { p.muted { "None." } } @else {
-            table.upcoming {
-                thead { tr { th scope="col" { "Local (" (definition.map(|d| d.schedule.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
-                tbody { @for tick in &upcoming {
-                    tr { td { (definition.map(|d| d.schedule.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(status.now_ms, tick.timestamp_millis())) } } }
-                } }
-            }
-        }
-        @if !ran.is_empty() {
-            h2 { "Recent runs" }
-            div.charts {
-                figure { (draw::chart("duration of the recent runs", &durations)) figcaption { "Duration, oldest to newest" } }
-                figure { (draw::chart("lateness of the recent runs", &lateness)) figcaption { "Tick to start (lateness)" } }
-            }
-        }
-        h2 { "History" }
-        (history_table(&history))
-        h2 { "Operator actions" }
-        @if actions.is_empty() { p.muted { "None recorded." } } @else {
-            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }
-        }
-    };
-    respond(
-        StatusCode::OK,
-        layout(&dashboard, &visitor, &name, status.now_ms, html! {}, main),
-    )
 }

@@ -58,8 +58,8 @@ impl JobBuilder {
     /// day of month, month, day of week), 6 with leading seconds, 7 with
     /// seconds and a trailing year; or `@yearly`, `@monthly`, `@weekly`,
     /// `@daily`, `@hourly`; `H` picks a value by a hash of the job's name
-    /// (the same on every instance). `@reboot` is refused. The README's
-    /// "Schedules" section has the details.
+    /// (the same on every instance). `@reboot` is refused. The guide's
+    /// "Schedules" chapter has the details.
     ///
     /// ```
     /// use cronlease::JobBuilder;

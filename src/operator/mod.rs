@@ -16,8 +16,8 @@ use serde::Serialize;
 
 use crate::config::Job;
 use crate::membership::{Heartbeat, RunInFlight};
-use crate::outcome::Status;
 use crate::store::{Action, Store, StoreError};
+pub use crate::store::{LastOutcome, Repair, RunningStatus};
 
 mod history;
 mod render;
@@ -70,25 +70,6 @@ pub struct ReplicaStatus {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct RunningStatus {
-    pub run_id: String,
-    pub replica: String,
-    pub tick_ms: i64,
-    pub fence: u64,
-    pub started_ms: i64,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct LastOutcome {
-    pub status: Status,
-    pub tick_ms: i64,
-    pub replica: String,
-    pub fence: u64,
-    pub duration_ms: i64,
-    pub finished_ms: i64,
-}
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct JobStatus {
     pub name: String,
     /// From the job table; `None` when the operator has none.
@@ -110,16 +91,6 @@ pub struct JobStatus {
     /// What a replica found in the job's state that no honest writer puts
     /// there, until `cronlease repair` clears it.
     pub needs_repair: Option<Repair>,
-}
-
-/// A finding in a job's state: a `field` whose `value` no honest writer
-/// produces (`last_tick`, `fence`: what a claim replaced; `running`: an
-/// entry a sweep quarantined, by run id), found at `at_ms` (Redis time).
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Repair {
-    pub field: String,
-    pub value: String,
-    pub at_ms: Option<i64>,
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -321,14 +292,8 @@ async fn job_status(
     now_ms: i64,
     replicas: &[ReplicaStatus],
 ) -> Result<JobStatus, OperatorError> {
-    let state: BTreeMap<String, String> = store
-        .hash(&store.keys().state(&name))
-        .await?
-        .into_iter()
-        .collect();
-    warn_unreadable_state(&name, &state);
-    let running = runs_in_flight(&store.hash(&store.keys().running(&name)).await?);
-    let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
+    let state = store.job_state(&name).await?;
+    let running = store.running_runs(&name).await?;
     let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     Ok(JobStatus {
@@ -336,109 +301,16 @@ async fn job_status(
         timezone: job.map(|j| j.schedule.timezone().name().to_string()),
         next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
         warning: job.and_then(|j| crate::config::job_warning(j, now)),
-        paused: state.get("paused").is_some_and(|p| p == "1"),
-        paused_by: state.get("paused_by").cloned(),
-        paused_at_ms: int("paused_at_ms"),
+        paused: state.pause.is_some(),
+        paused_by: state.pause.as_ref().and_then(|p| p.by.clone()),
+        paused_at_ms: state.pause.as_ref().and_then(|p| p.at_ms),
         running,
-        last_outcome: last_outcome(&state),
-        missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
+        last_outcome: state.last_outcome,
+        missed_ticks: state.missed_ticks,
         config_drift,
-        needs_repair: needs_repair(&state),
+        needs_repair: state.needs_repair,
         name,
     })
-}
-
-/// The finding a claim or a sweep recorded in the job's state, or a
-/// high-water mark or fence that is not a number (which the claim refuses
-/// to guess past).
-fn needs_repair(state: &BTreeMap<String, String>) -> Option<Repair> {
-    let text = |field: &str| {
-        state
-            .get(field)
-            .map(|v| crate::inert::escape(v).into_owned())
-    };
-    if let Some(field) = text("repair_field") {
-        return Some(Repair {
-            field,
-            value: text("repair_value").unwrap_or_default(),
-            at_ms: state.get("repair_at").and_then(|v| v.parse().ok()),
-        });
-    }
-    ["last_tick", "fence"].into_iter().find_map(|field| {
-        let value = state.get(field)?;
-        value.parse::<i64>().is_err().then(|| Repair {
-            field: field.to_string(),
-            value: crate::inert::escape(value).into_owned(),
-            at_ms: None,
-        })
-    })
-}
-
-/// Names each field of a job's state hash that holds what cronlease never
-/// writes there (the report shows it as absent or zero).
-fn warn_unreadable_state(job: &str, state: &BTreeMap<String, String>) {
-    for field in [
-        "last_tick",
-        "fence",
-        "missed_total",
-        "missed_until",
-        "paused_at_ms",
-        "outcome_tick",
-        "outcome_fence",
-        "outcome_duration_ms",
-        "outcome_finished_ms",
-    ] {
-        if let Some(value) = state.get(field)
-            && value.parse::<i64>().is_err()
-        {
-            tracing::warn!(job, field, value = %value, "unreadable number in the job's state hash in Redis; shown as absent");
-        }
-    }
-    if let Some(value) = state.get("paused")
-        && value != "0"
-        && value != "1"
-    {
-        tracing::warn!(job, field = "paused", value = %value, "unreadable pause flag in the job's state hash in Redis; shown as not paused");
-    }
-}
-
-/// The job's last outcome as its state hash records it, if it has one; a
-/// status that is not one of ours is named in a warning and left out.
-fn last_outcome(state: &BTreeMap<String, String>) -> Option<LastOutcome> {
-    let int = |field: &str| state.get(field).and_then(|v| v.parse::<i64>().ok());
-    let text = state.get("outcome_status")?;
-    let Some(status) = Status::parse(text) else {
-        tracing::warn!(status = %text, "unreadable last outcome in the job's state hash (unknown status); left out");
-        return None;
-    };
-    Some(LastOutcome {
-        status,
-        tick_ms: int("outcome_tick").unwrap_or(0),
-        replica: state.get("outcome_replica").cloned().unwrap_or_default(),
-        fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
-        duration_ms: int("outcome_duration_ms").unwrap_or(0),
-        finished_ms: int("outcome_finished_ms").unwrap_or(0),
-    })
-}
-
-/// The job's `running` hash (run id → JSON entry), oldest run first; an
-/// entry that does not parse shows as zeros.
-fn runs_in_flight(running: &[(String, String)]) -> Vec<RunningStatus> {
-    let mut runs: Vec<RunningStatus> = running
-        .iter()
-        .map(|(run_id, raw)| {
-            let entry: serde_json::Value = serde_json::from_str(raw).unwrap_or_default();
-            RunningStatus {
-                run_id: run_id.clone(),
-                replica: entry["replica"].as_str().unwrap_or_default().to_string(),
-                tick_ms: entry["tick"].as_i64().unwrap_or(0),
-                fence: entry["fence"].as_u64().unwrap_or(0),
-                started_ms: entry["started"].as_i64().unwrap_or(0),
-            }
-        })
-        .collect();
-    runs.sort_by_key(|r| r.started_ms);
-    runs
 }
 
 /// The live replicas whose hash of `job` differs from `expected` (the
@@ -512,12 +384,7 @@ pub async fn actions(store: &Store, job: &str, count: usize) -> Result<Vec<Actio
 
 /// Queues a manual run of `job`; returns its run id.
 pub async fn trigger(store: &Store, job: &str, who: &str) -> Result<String, OperatorError> {
-    let state: BTreeMap<String, String> = store
-        .hash(&store.keys().state(job))
-        .await?
-        .into_iter()
-        .collect();
-    if state.get("paused").is_some_and(|p| p == "1") {
+    if store.job_state(job).await?.pause.is_some() {
         return Err(OperatorError::Paused(job.to_string()));
     }
     let run_id = uuid::Uuid::new_v4().to_string();
@@ -546,6 +413,7 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::outcome::Status;
 
     #[test]
     fn a_missed_tick_reads_as_missed_not_unreadable() {

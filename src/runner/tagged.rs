@@ -2,8 +2,8 @@
 //! `CRONLEASE_RUN_ID` every one of them inherits. What leaves the run's
 //! process group (`setsid`, a double fork) is still found this way, unless
 //! it clears its environment or changes that variable: the weaker
-//! guarantee of a replica without cgroups (README, "Runs that cannot
-//! escape").
+//! guarantee of a replica without cgroups (the guide, "Runs and their
+//! processes").
 
 use std::fs;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 //! it derives from which fields start with `*`. Where cronie accepts nonsense
 //! silently (a reversed range such as `22-2` sets nothing; `0-70/100` passes
 //! because the step skips 70) this module refuses with a message instead.
-//! Extensions beyond cronie, each documented in the README: leading seconds
+//! Extensions beyond cronie, each documented in the guide ("Schedules"): leading seconds
 //! and a trailing year, `N/step`, `?`, Quartz's `L`, `W` and `#`, and
 //! Jenkins' hashed `H`. cronie's `~` (a random value at load) is refused: it
 //! would differ from replica to replica.

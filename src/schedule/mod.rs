@@ -8,7 +8,7 @@
 //! The meaning is cronie's (Vixie cron as Debian and Fedora ship it), read
 //! from its source rather than from other libraries, which disagree with it
 //! (ARCHITECTURE.md, "Decisions"): `expr` reads the fields (cronie's grammar,
-//! its day-of-month/day-of-week rule, and the extensions the README lists),
+//! its day-of-month/day-of-week rule, and the extensions the guide lists ("Schedules")),
 //! `search` finds the next local time that matches and maps it onto UTC with
 //! cronie's daylight-saving rules. Validity never depends on today's date: an
 //! expression is refused only if it matches no date at all; one whose last

@@ -1,5 +1,5 @@
 //! Key names: the only place that knows how cronlease lays out its data in
-//! Redis (README, "The data in Redis"). All keys of one job share the hash
+//! Redis (the guide, "The data in Redis"). All keys of one job share the hash
 //! tag `{job}`, so a script touches a single Redis Cluster slot.
 
 /// Key `part` of a job: `<prefix>:{<job>}:<part>`.

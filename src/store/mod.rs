@@ -20,6 +20,7 @@ mod audit;
 mod batch;
 mod claim;
 mod heartbeat;
+mod job_state;
 mod keys;
 mod lock;
 mod operator;
@@ -51,6 +52,7 @@ pub fn is_run_id(text: &str) -> bool {
 /// script holds the same number (`MAX_FENCE` in `prelude.lua`).
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 pub use heartbeat::{Epoch, REPLICA_FORGET_AFTER, ServerTime};
+pub use job_state::{LastOutcome, Repair, RunningStatus};
 #[cfg(feature = "internals")]
 pub use run::DEDUP_MIN_ENTRIES;
 pub use run::{

@@ -2,12 +2,11 @@
 //! each series as a few atomics and writes the Prometheus text format
 //! straight into the response, a slice at a time.
 //!
-//! It replaces `metrics-exporter-prometheus`, which at 10,000 jobs held
-//! ~45 MB for its registry (a retained copy of every key, a sample buffer
-//! per histogram until the next scrape, a distribution per histogram after
-//! it) and on each scrape cloned the registry and rendered the whole page
-//! into one `String` (22 MB): ~70 MB of a busy replica's 145 MB peak
-//! (heaptrack, `bench throughput`; README "Scale"). Here:
+//! Not `metrics-exporter-prometheus`: it keeps a copy of every key, a
+//! sample buffer per histogram until the next scrape and a distribution
+//! per histogram after it, and on each scrape clones its registry and
+//! renders the whole page into one `String` — memory that grows with the
+//! jobs and spikes at each scrape, most of a busy replica's peak. Here:
 //!
 //! - a counter or gauge is one `AtomicU64`, a histogram its fixed buckets'
 //!   counts and its sum, counted when a value is recorded: nothing waits
@@ -18,9 +17,9 @@
 //! - a scrape writes [`SLICE`] bytes at a time under the lock and sends
 //!   them before it writes more: its memory does not grow with the jobs.
 //!
-//! Series are never removed (nor were they by the exporter): a job dropped
-//! by a reload keeps its last figures until the replica restarts. Units
-//! given to `describe_*` are not written (nor were they).
+//! Series are never removed: a job dropped by a reload keeps its last
+//! figures until the replica restarts. Units given to `describe_*` are not
+//! written.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;

@@ -2,7 +2,7 @@
 //! `/healthz`, on `[daemon] metrics_listen` (default 127.0.0.1:9464).
 //!
 //! Metrics are recorded with the `metrics` facade wherever the event
-//! happens (the names are the constants below, so the README's list and the
+//! happens (the names are the constants below, so the guide's list and the
 //! code cannot drift apart); this module installs the recorder that keeps
 //! them and writes the Prometheus text format (`exposition`), and serves
 //! it. `/healthz` answers 200 when the supervisor loop ran recently and

@@ -240,7 +240,7 @@ fn usage_is_each_runs_own(mode: &str) {
     let (busy, idle) = (figures(&busy), figures(&idle));
     // Without the cgroup's memory.peak, a command's process counts the
     // replica's peak resident set too (it shared the replica's memory
-    // until exec: README, "Usage"): the figures are measured above it.
+    // until exec: the guide, "Runs and their processes"): the figures are measured above it.
     let replica_kb = peak_rss_kb(replica.pid());
     // CPU time, unlike wall time, does not stretch on a busy machine: the
     // loop takes about 300 ms of it, the sleeping shell a few.

@@ -10,8 +10,8 @@
 //! bearer token are refused with 403 and change nothing).
 //!
 //! Screenshots of the overview and the timeline are written to
-//! `target/dashboard-screenshots/`, and to `docs/` (the README's pictures)
-//! when `CRONLEASE_UPDATE_SCREENSHOTS=1`.
+//! `target/dashboard-screenshots/`, and to `docs/src/images/` (the user
+//! guide's pictures) when `CRONLEASE_UPDATE_SCREENSHOTS=1`.
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -175,7 +175,7 @@ return [...document.querySelectorAll('svg.timeline g.lane')].map((g) =>
 "#;
 
 /// Writes the window to `target/dashboard-screenshots/NAME.png`, and to
-/// `docs/dashboard-NAME.png` when `CRONLEASE_UPDATE_SCREENSHOTS=1`.
+/// `docs/src/images/dashboard-NAME.png` when `CRONLEASE_UPDATE_SCREENSHOTS=1`.
 async fn screenshot(browser: &Browser, name: &str) {
     let root = support::repository();
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -190,13 +190,17 @@ async fn screenshot(browser: &Browser, name: &str) {
         .await;
     if updating_screenshots() {
         browser
-            .screenshot(&root.join("docs").join(format!("dashboard-{name}.png")))
+            .screenshot(
+                &root
+                    .join("docs/src/images")
+                    .join(format!("dashboard-{name}.png")),
+            )
             .await;
     }
 }
 
 /// Whether `CRONLEASE_UPDATE_SCREENSHOTS=1`: the screenshots are also the
-/// README's pictures.
+/// user guide's pictures.
 fn updating_screenshots() -> bool {
     std::env::var("CRONLEASE_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1")
 }
@@ -304,7 +308,7 @@ fn pages_show_jobs_outcomes_output_and_runs_on_every_replica_live() {
         assert_eq!(ids, ["a", "b", "c"], "{lanes:?}");
         goto(&browser, &dashboards.url(0, "/")).await;
         if updating_screenshots() {
-            // The README's pictures: strips with something in them.
+            // The user guide's pictures: strips with something in them.
             eventually("20 outcomes in the draw's strip", async || {
                 let rows: Vec<JobRow> = js(&browser, JOB_ROWS).await;
                 (draw(&rows).0 >= 20).then_some(())

@@ -21,6 +21,7 @@ mod embedded_processes;
 mod engine;
 mod flood;
 mod forged;
+mod guide;
 mod harness;
 mod hostile;
 mod locks;

@@ -1571,7 +1571,7 @@ fn operator_errors_are_one_line_with_the_documented_status() {
     assert!(!paused, "state was written for an unknown job");
 
     // A missing or invalid config: `check`'s report, the `error:` line
-    // followed by one line per problem (README, "Checking a job table").
+    // followed by one line per problem (the guide, "The job table").
     let bad = dir.path().join("bad.toml");
     std::fs::write(&bad, "[redis]\nurl = 5\n").unwrap();
     for config in [dir.path().join("missing.toml"), bad] {

@@ -1,7 +1,7 @@
 //! Property tests (proptest) of every reader of outside input: the config
 //! loader, the schedule parser, the Redis reply readers, the heartbeat
 //! record and the spool. The same readers are fuzzed with coverage guidance
-//! by `fuzz/` (README "Fuzzing"); these run in every `cargo test`, on
+//! by `fuzz/` (the guide, "Guarantees and failure modes"); these run in every `cargo test`, on
 //! stable, and check what a fuzzer cannot see: that what is written reads
 //! back unchanged, and that schedules built from valid fields parse and
 //! tick forwards. Inputs are drawn at random around the fuzz seeds

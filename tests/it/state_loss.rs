@@ -187,3 +187,34 @@ fn a_run_in_flight_when_redis_is_emptied_ends_with_its_own_current_outcome() {
     assert!(!log.contains("recorded as stale"), "{log}");
     current_by_tick(&outcomes, &log);
 }
+
+/// Only the heartbeat can see these wipes: the job is never due, so no
+/// claim finds Redis behind. Each wipe is detected by every replica,
+/// whichever of them writes the next epoch, the one it wrote before too.
+#[test]
+fn every_replica_detects_each_wipe_by_its_heartbeat() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("yearly", "0 0 0 1 1 *", &file, "true", "");
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    // Both have beaten once, so both have seen the epoch.
+    wait_until(Duration::from_secs(20), "both replicas' records", || {
+        let n: usize = redis::cmd("HLEN")
+            .arg(format!("{PREFIX}:replicas"))
+            .query(&mut cluster.redis.client())
+            .expect("HLEN");
+        (n == 2).then_some(())
+    });
+    for wipe in 1..=2 {
+        flushall(&cluster.redis);
+        for replica in &cluster.replicas {
+            wait_until(Duration::from_secs(20), "the wipe detected", || {
+                let detected = replica.log().matches("REDIS STATE LOSS DETECTED").count();
+                (detected == wipe).then_some(())
+            });
+        }
+    }
+    cluster.stop_all();
+}

@@ -25,7 +25,7 @@ use crate::measure::proc_cpu_s;
 use crate::scrape::{parse_commandstats, proc_status_kb};
 use crate::ticks::{Percentiles, ceil_to};
 
-/// Worker processes, and jobs each runs at once (issue 21's set-up).
+/// Worker processes, and jobs each runs at once.
 pub const WORKERS: usize = 3;
 pub const CONCURRENCY: usize = 50;
 

@@ -1,10 +1,10 @@
-//! The peer row (issue 21): BullMQ measured in the same run as cronlease's
+//! The peer row: BullMQ measured in the same run as cronlease's
 //! scenario, after it (its replicas and Redis stopped), where `node` and
 //! `npm` are on `PATH`; its row printed under cronlease's with the ratios
 //! cronlease / BullMQ. `latency` and `throughput` have one (not with
 //! `--job-kind true`, nor with `--no-peer`).
 //!
-//! The set-up is issue 21's: 3 BullMQ worker processes at concurrency 50,
+//! The set-up: 3 BullMQ worker processes at concurrency 50,
 //! a private redis-server of their own, K no-op jobs on job schedulers with
 //! `pattern: '* * * * * *'` (BullMQ's default job options: completed jobs
 //! are kept), a window of S seconds (default 20; `--seconds` sets it) of

@@ -9,7 +9,7 @@
 //! and `used_memory`. A size whose replicas do not start (the engine's
 //! `check` refusing a config file that large) fails its targets and says
 //! why.
-//! Targets (issue 21): peak RSS ≤ 30 MB per replica at 10,000 jobs,
+//! Targets: peak RSS ≤ 30 MB per replica at 10,000 jobs,
 //! ≤ 150 MB at 100,000, start-up ≤ 2 s at 100,000. `--jobs K` measures K
 //! jobs alone (the targets name their sizes: K of another size gets none).
 

@@ -1,6 +1,6 @@
 //! (a) latency: 100 jobs every second, 3 replicas. Target for daemon
 //! replicas: p99 tick-to-claim lateness ≤ 10 ms; for embedded replicas
-//! (issue 18): p99 tick-to-handler lateness ≤ 5 ms. With BullMQ where Node
+//! p99 tick-to-handler lateness ≤ 5 ms. With BullMQ where Node
 //! is found: the peer row.
 
 use anyhow::Result;

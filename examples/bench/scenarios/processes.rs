@@ -2,7 +2,7 @@
 //! binary, `command = ["true"]`: a process per run), 3 replicas, then the
 //! spawn floor in the same run: `examples/bench_spawn_floor.rs` starting
 //! the same number of `true` processes at each whole second for as long
-//! (replicas stopped). Targets (issue 21): every due tick started, no
+//! (replicas stopped). Targets: every due tick started, no
 //! duplicate, p99 tick-to-claim lateness ≤ 2× the floor's p99 tick to
 //! spawned. Also printed, as context: tick to the run's end (the outcome's
 //! `finished_ms`: the process exited and was seen to) against the floor's

@@ -5,7 +5,7 @@
 //! A `fork` copies the replica's page tables (and tears the copy down at
 //! `exec`, and makes every page the replica writes afterwards copy-on-write
 //! once): at a thousand processes a second, a quarter of the machine's CPU
-//! (README, "Real processes"). std's `Command` only avoids the fork (with
+//! (the guide, "Performance"). std's `Command` only avoids the fork (with
 //! `posix_spawn`) when it has no `pre_exec` closure, and an attempt's
 //! process needs two things `posix_spawn` cannot do: `PR_SET_PDEATHSIG` and
 //! joining the run's cgroup.

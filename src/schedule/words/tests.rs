@@ -241,7 +241,7 @@ fn hashed_fields_read_as_what_they_picked() {
         DstPolicy::default(),
     )
     .expect("a valid expression");
-    // "26 4 * * *" for the job "report" (README).
+    // "26 4 * * *" for the job "report" (the guide, "Schedules").
     assert_eq!(schedule.resolved(), "26 4 * * *");
     assert_eq!(schedule.describe(), "at 04:26 every day");
 }

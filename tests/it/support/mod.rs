@@ -312,7 +312,8 @@ pub fn wait_until_or_show<T>(
 /// The timings are short so that tests about leases, heartbeats and shutdown
 /// finish in seconds: `lease = "2s"` (renewed every 666 ms, which must exceed
 /// `command_timeout = "300ms"`), `shutdown_grace = "5s"`, `kill_grace = "1s"`,
-/// `heartbeat = "1s"`. `key_prefix` is `"cl"`. `state_dir` is `DIR/state`
+/// `heartbeat = "1s"`. No metrics or dashboard listener unless
+/// `extra_daemon` sets one. `key_prefix` is `"cl"`. `state_dir` is `DIR/state`
 /// (created here): replicas of one test each need their own `DIR`, as their
 /// spools must not be shared.
 ///
@@ -342,6 +343,15 @@ pub fn write_config_section(dir: &Path, redis: &str, extra_daemon: &str, jobs: &
     } else {
         "heartbeat = \"1s\"\n"
     };
+    // Nor do replicas listen on the default ports, which another test's
+    // replica (or anything on this machine) may hold: a test that wants a
+    // listener asks for one, on port 0.
+    let mut listeners = String::new();
+    for key in ["metrics_listen", "dashboard_listen"] {
+        if !extra_daemon.contains(&format!("{key} =")) {
+            listeners.push_str(&format!("{key} = \"\"\n"));
+        }
+    }
     let mut text = format!(
         "[redis]\n\
          {redis}\
@@ -353,6 +363,7 @@ pub fn write_config_section(dir: &Path, redis: &str, extra_daemon: &str, jobs: &
          shutdown_grace = \"5s\"\n\
          kill_grace = \"1s\"\n\
          {heartbeat}\
+         {listeners}\
          state_dir = {state_dir}\n",
         state_dir = toml_string(&state_dir.to_string_lossy()),
     );

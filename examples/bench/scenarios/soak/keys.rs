@@ -11,8 +11,8 @@ const JOB_KEY_KINDS: [&str; 7] = [
     "state", "runs", "running", "lease", "reruns", "done", "done_at",
 ];
 
-/// The kind of `…:{J}:done:<run id>`: the per-run done marker written
-/// before issue 16, one string per recorded run.
+/// The kind of `…:{J}:done:<run id>`: the per-run done marker of older
+/// releases, one string per recorded run.
 const PER_RUN_DONE: &str = "done:<run id>";
 
 /// The keys of the deployment, outside every job's hash tag.
@@ -22,8 +22,8 @@ const DEPLOYMENT_KEY_KINDS: [&str; 3] = ["replicas", "epoch", "triggers"];
 const OTHER_KEY_KIND: &str = "other";
 
 /// The kinds that remember which runs are recorded (so a second delivery
-/// of an outcome is a no-op): the dedup window of issue 16 (`done` hash,
-/// `done_at` sorted set) and the per-run markers of before.
+/// of an outcome is a no-op): the dedup window (`done` hash, `done_at`
+/// sorted set) and the per-run markers of older releases.
 pub const DEDUP_KEY_KINDS: [&str; 3] = ["done", "done_at", PER_RUN_DONE];
 
 /// The soak's columns, in order.
@@ -73,12 +73,12 @@ pub fn job_key_part(rest: &str) -> Option<(&str, &str)> {
 }
 
 /// The most keys the soak's Redis should hold if memory is bounded by the
-/// job table and the history kept (issue 16), from the data model in
+/// job table and the history kept, from the data model in
 /// `src/store.rs`. Per job, the two keys under its hash tag that live as
 /// long as the job: `state` (hash) and `runs` (the outcome stream, trimmed
 /// to `history`); plus its `dedup_keys_per_job` keys that remember which
-/// runs are recorded (the dedup window: since issue 16 at most `done`, a
-/// hash, and `done_at`, a sorted set; before it, one `done:<run id>`
+/// runs are recorded (the dedup window: at most `done`, a hash, and
+/// `done_at`, a sorted set; in older releases, one `done:<run id>`
 /// string per run, kept 7 days, so a count that grows with the runs).
 /// Per run in flight, two: its job's `running` hash and its lease (with
 /// `overlap = "skip"`, the soak's, at most one run per job). And the three
@@ -93,7 +93,7 @@ pub fn soak_key_bound(jobs: u64, dedup_keys_per_job: u64, runs_in_flight: u64) -
 /// the keys it wrote: the dedup term of [`soak_key_bound`].
 #[derive(Debug, Clone, Copy)]
 pub enum DedupKeys {
-    /// The window of issue 16: per job a `done` hash and a `done_at`
+    /// The dedup window: per job a `done` hash and a `done_at`
     /// sorted set, whatever the number of runs.
     Window,
     /// One `done:<run id>` string per recorded run, kept 7 days;

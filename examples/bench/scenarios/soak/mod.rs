@@ -1,4 +1,4 @@
-//! (e) soak (issue 16: Redis memory is bounded by the job table and the
+//! (e) soak (Redis memory is bounded by the job table and the
 //! history kept, not by the run rate): 100 jobs every second, 3 replicas,
 //! `history = 100`, S seconds with a sample every 10 s of Redis's keys,
 //! memory and outcomes and the replicas' RSS. Targets: keys and
@@ -26,7 +26,7 @@ use sample::{SoakSample, megabytes, print_soak_samples, soak_sample_offsets};
 const SOAK_SAMPLE_EVERY_MS: i64 = 10_000;
 
 /// `history` of the soak's replicas: small, so the outcome streams (and the
-/// dedup window, which issue 16 sizes from `history`) are full after the
+/// dedup window, sized from `history`) are full after the
 /// first 100 s, well before the middle sample of the default 300 s.
 const SOAK_HISTORY: u32 = 100;
 

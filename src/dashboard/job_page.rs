@@ -1,0 +1,171 @@
+//! The page of one job (`/jobs/{name}`): its schedule, state and settings,
+//! its runs in flight, next ticks, recent runs charted, history and the
+//! operators' actions.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use chrono::DateTime;
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::format::{ago, iso, until, utc};
+use super::pages::{
+    ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, error_page, history_table, job_actions, layout, looking,
+    next_tick_cell, respond, schedule_cell, state_cell, unavailable,
+};
+use super::{Dashboard, draw};
+use crate::config::Job;
+use crate::operator::{self, JobStatus, OutputTail};
+use crate::outcome::Status;
+
+/// A job page's query: what an action just did.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct JobQuery {
+    #[serde(default)]
+    done: String,
+    #[serde(default)]
+    run: String,
+}
+
+/// `GET /jobs/{name}`.
+pub(super) async fn job(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path(name): Path<String>,
+    Query(query): Query<JobQuery>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
+        Ok(seen) => seen,
+        Err(page) => return page,
+    };
+    let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
+        return error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no job {name:?} in this replica's job table"),
+        );
+    };
+    let table = dashboard.job_table();
+    let definition = table.get(&name).map(|j| &**j);
+    let history = match dashboard
+        .history(&name, JOB_HISTORY, OutputTail::Include)
+        .await
+    {
+        Ok(history) => history,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let actions = match operator::actions(&dashboard.store, &name, ACTIONS_SHOWN).await {
+        Ok(actions) => actions,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let csrf = dashboard
+        .token
+        .as_ref()
+        .map(|t| t.csrf())
+        .unwrap_or_default();
+    let main = html! {
+        h1 { (name) }
+        (done_notice(&query))
+        (facts(job, definition, status.now_ms))
+        (job_actions(&visitor, job, &csrf))
+        @if !job.running.is_empty() {
+            h2 { "In flight" }
+            ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
+        }
+        h2 { "Upcoming ticks" }
+        (upcoming_ticks(definition, status.now_ms))
+        (recent_runs(&history))
+        h2 { "History" }
+        (history_table(&history))
+        h2 { "Operator actions" }
+        @if actions.is_empty() { p.muted { "None recorded." } } @else {
+            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }
+        }
+    };
+    respond(
+        StatusCode::OK,
+        layout(&dashboard, &visitor, &name, status.now_ms, html! {}, main),
+    )
+}
+
+/// What the action just done (`?done=`) did, if one was.
+fn done_notice(query: &JobQuery) -> Markup {
+    html! {
+        @if !query.done.is_empty() {
+            p.notice role="status" {
+                @match query.done.as_str() {
+                    "trigger" => { "Run now: queued as run " code { (query.run) } "; a replica picks it up within a second or two." }
+                    "pause" => "Paused: no tick of this job starts until it is resumed.",
+                    "resume" => "Resumed.",
+                    other => (other),
+                }
+            }
+        }
+    }
+}
+
+/// A job's schedule, state and settings.
+fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
+    html! {
+        dl.facts {
+            dt { "Schedule" } dd { (schedule_cell(job, definition)) }
+            dt { "Next tick" } dd { (next_tick_cell(job, definition, now_ms)) }
+            dt { "State" } dd { (state_cell(job, now_ms)) }
+            @if let Some(def) = definition {
+                dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
+                dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
+            }
+            dt { "Missed ticks" } dd { (job.missed_ticks) }
+            @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
+        }
+    }
+}
+
+/// The job's next ticks, local and UTC, with a countdown.
+fn upcoming_ticks(definition: Option<&Job>, now_ms: i64) -> Markup {
+    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    let upcoming = definition
+        .map(|d| d.schedule.upcoming(now, UPCOMING))
+        .unwrap_or_default();
+    html! {
+        @if upcoming.is_empty() { p.muted { "None." } } @else {
+            table.upcoming {
+                thead { tr { th scope="col" { "Local (" (definition.map(|d| d.schedule.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
+                tbody { @for tick in &upcoming {
+                    tr { td { (definition.map(|d| d.schedule.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } } }
+                } }
+            }
+        }
+    }
+}
+
+/// Charts of the recent runs' durations and lateness, oldest first
+/// (nothing when none ran).
+fn recent_runs(history: &[operator::HistoryEntry]) -> Markup {
+    let ran: Vec<&operator::HistoryEntry> = history
+        .iter()
+        .rev()
+        .filter(|e| e.started_ms > 0 && !e.replica.is_empty())
+        .collect();
+    let points = |value: fn(&operator::HistoryEntry) -> i64| -> Vec<(i64, String, Status)> {
+        ran.iter()
+            .map(|e| (value(e), format!("{} on {}", e.tick, e.replica), e.status))
+            .collect()
+    };
+    let durations = points(|e| e.duration_ms);
+    let lateness = points(|e| e.started_ms.saturating_sub(e.tick_ms).max(0));
+    html! {
+        @if !ran.is_empty() {
+            h2 { "Recent runs" }
+            div.charts {
+                figure { (draw::chart("duration of the recent runs", &durations)) figcaption { "Duration, oldest to newest" } }
+                figure { (draw::chart("lateness of the recent runs", &lateness)) figcaption { "Tick to start (lateness)" } }
+            }
+        }
+    }
+}
