@@ -22,7 +22,7 @@ COPY . .
 # same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bin cronlease \
+    cargo build --release --locked -p cronlease-cli --bin cronlease \
     && install -D -m 0755 target/release/cronlease /out/cronlease
 
 FROM ${RUNTIME_IMAGE} AS runtime

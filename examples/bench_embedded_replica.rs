@@ -51,7 +51,7 @@ use anyhow::{Context, Result};
 use axum::Router;
 use axum::routing::get;
 use clap::{Parser, Subcommand};
-use cronlease::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run, SchedulerBuilder};
+use cronlease::{Cluster, Job, JobBuilder, RedisSettings, Run, SchedulerBuilder};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -96,12 +96,10 @@ enum Verb {
 }
 
 /// The same allocator, set up the same way, as the `cronlease` binary.
-#[cfg(feature = "mimalloc")]
-#[path = "../src/allocator.rs"]
+#[path = "../cli/src/allocator.rs"]
 mod allocator;
 
 fn main() -> ExitCode {
-    #[cfg(feature = "mimalloc")]
     allocator::return_freed_memory_at_once();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
@@ -262,7 +260,7 @@ fn scheduler(cluster: &Cluster, settings: &Settings) -> Result<SchedulerBuilder>
 }
 
 /// A job whose handler notes when it was called and does nothing else.
-fn no_op_job(name: &str, schedule: &str, calls: &Calls) -> EmbeddedJob {
+fn no_op_job(name: &str, schedule: &str, calls: &Calls) -> Job {
     let calls = calls.clone();
     JobBuilder::new(name, schedule).run(move |run: Run| {
         let calls = calls.clone();
@@ -270,7 +268,7 @@ fn no_op_job(name: &str, schedule: &str, calls: &Calls) -> EmbeddedJob {
             let wall_us = wall_clock_us();
             calls.note(Call {
                 job: run.job().to_string(),
-                tick_ms: run.tick_ms(),
+                tick_ms: run.tick().as_millisecond(),
                 wall_us,
             });
             Ok::<(), Infallible>(())

@@ -15,12 +15,10 @@ use clap::Parser;
 use cronlease::task::{Noop, Tasks};
 
 /// The same allocator, set up the same way, as the `cronlease` binary.
-#[cfg(feature = "mimalloc")]
-#[path = "../src/allocator.rs"]
+#[path = "../cli/src/allocator.rs"]
 mod allocator;
 
 fn main() -> ExitCode {
-    #[cfg(feature = "mimalloc")]
     allocator::return_freed_memory_at_once();
     let cli = cronlease::cli::Cli::parse();
     cronlease::cli::run_with(cli, Tasks::every_job(Arc::new(Noop))).into()

@@ -47,9 +47,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use cronlease::config::{Command, Config, Job, Topology};
+use cronlease::config::{self, Command, Config, Topology};
 use cronlease::schedule::{DstGap, DstRepeat};
-use cronlease::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run, Scheduler};
+use cronlease::{Cluster, Job, JobBuilder, RedisSettings, Run, Scheduler};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{error, info, warn};
@@ -230,11 +230,11 @@ fn scheduler(cluster: &Cluster, config: &Config) -> cronlease::SchedulerBuilder 
 }
 
 /// Every job of the table, with its probe handler.
-fn embedded_jobs(config: &Config) -> Result<Vec<EmbeddedJob>> {
+fn embedded_jobs(config: &Config) -> Result<Vec<Job>> {
     config.jobs.values().map(embedded_job).collect()
 }
 
-fn embedded_job(job: &Job) -> Result<EmbeddedJob> {
+fn embedded_job(job: &config::Job) -> Result<Job> {
     let probe = Probe::parse(job)?;
     let dst = job.schedule.dst();
     let mut builder = JobBuilder::new(&job.name, job.schedule.expression())
@@ -271,7 +271,7 @@ struct Probe {
 impl Probe {
     /// From the job's shell command, in the suite's shape:
     /// `echo "start …" >> 'FILE'; BODY; echo "end …" >> 'FILE'`.
-    fn parse(job: &Job) -> Result<Probe> {
+    fn parse(job: &config::Job) -> Result<Probe> {
         let Command::Shell(script) = &job.command else {
             bail!("job {}: not a chaos probe (no `shell` command)", job.name);
         };
@@ -316,7 +316,7 @@ impl Probe {
         let line = format!(
             "{what} {} {} {} {} {} {}\n",
             run.job(),
-            run.tick_ms(),
+            run.tick().as_millisecond(),
             run.fence(),
             run.replica(),
             run.run_id(),

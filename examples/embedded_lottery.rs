@@ -213,7 +213,7 @@ async fn draw(mut redis: ConnectionManager, run: Run, winners: u32) -> Result<()
     let reply: String = redis::Script::new(DRAW)
         .key(ENTRANTS)
         .key(FENCE)
-        .key(format!("{DRAW_PREFIX}{}", run.tick_ms()))
+        .key(format!("{DRAW_PREFIX}{}", run.tick().as_millisecond()))
         .arg(run.fence())
         .arg(run.replica())
         .arg(winners)
@@ -229,11 +229,7 @@ async fn draw(mut redis: ConnectionManager, run: Run, winners: u32) -> Result<()
     );
     match word {
         "ok" => {
-            println!(
-                "tick {} fence {} winners: {rest}",
-                run.tick().to_rfc3339(),
-                run.fence()
-            );
+            println!("tick {} fence {} winners: {rest}", run.tick(), run.fence());
             Ok(())
         }
         // A newer run already drew: this run's lease was lost.

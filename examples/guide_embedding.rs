@@ -68,7 +68,7 @@ async fn draw_winners(mut run: Run) -> Result<(), Error> {
         run.fence()
     );
     tokio::select! {
-        written = write_winners(run.fence(), run.tick_ms()) => written,
+        written = write_winners(run.fence(), run.tick().as_millisecond()) => written,
         reason = run.stopped() => match reason {
             // Another instance may run this tick now: write nothing more.
             Stop::LostLease => Err("lease lost before the winners were written".into()),
@@ -106,7 +106,7 @@ async fn front_page(url: &str, state_dir: &Path) -> Result<(), Error> {
     Ok(())
 }
 
-async fn draw(fence: u64, tick: chrono::DateTime<chrono::Utc>) -> Result<(), Error> {
+async fn draw(fence: u64, tick: jiff::Timestamp) -> Result<(), Error> {
     println!("draw of {tick} under fence {fence}");
     Ok(())
 }

@@ -46,12 +46,15 @@
 //! # }
 //! ```
 //!
-//! Cargo features, on by default for the binary: `cli` (the `cronlease`
-//! command line and its log output), `process` (the daemon's process
-//! runner: a job's `command` in its own process group), `metrics-server`
-//! (`/metrics` served by a daemon replica) and `systemd` (`Type=notify`,
-//! the watchdog). A service that embeds the library leaves them out with
-//! `default-features = false`. ARCHITECTURE.md maps the modules.
+//! `cronlease = "0.1"` is this library alone: no feature is on by default,
+//! and none is needed to embed it. The features are the `cronlease`
+//! binary's (its package, `cronlease-cli`, turns them on): `cli` (the command line,
+//! `run_command_line`, and its log output), `process` (the daemon's
+//! process runner: a job's `command` in its own process group),
+//! `metrics-server` (`/metrics` served by a daemon replica), `dashboard`
+//! (the web dashboard) and `systemd` (`Type=notify`, the watchdog).
+//! Times are [`jiff`]'s ([`Run::tick`], [`LockHolder::since`]).
+//! ARCHITECTURE.md maps the modules.
 
 #![warn(missing_docs)]
 // Without the command line, the operator side of the engine (what
@@ -218,8 +221,8 @@ mod watchdog;
 
 pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
 pub use embed::{
-    Cluster, EmbedError, EmbeddedJob, JobBuilder, RedisError, RedisSettings, RefusedError, Run,
-    Scheduler, SchedulerBuilder,
+    Cluster, ConnectionError, Job, JobBuilder, RedisSettings, RefusedError, Run, Scheduler,
+    SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 pub use schedule::{DstGap, DstRepeat};
@@ -229,7 +232,8 @@ pub use task::Stop;
 /// The `cronlease` command line: parses this process's arguments, runs the
 /// command and returns its exit status (0 success, 1 failure, 2 usage or
 /// config error, 75 temporary failure, 78 unsafe Redis settings; `cronlease
-/// --help` lists the commands). The `cronlease` binary is this function.
+/// --help` lists the commands). The `cronlease` binary (package
+/// `cronlease-cli`) is this function. With the `cli` feature.
 ///
 /// ```no_run
 /// fn main() -> std::process::ExitCode {

@@ -40,12 +40,14 @@ use crate::outcome::{Status, Tail};
 ///     match run.stopped().await {
 ///         // Another instance may run the tick now: write nothing more.
 ///         Stop::LostLease => Err(std::io::Error::other("lease lost")),
-///         // The next tick (or a retry, after a timeout) picks up.
-///         Stop::Timeout | Stop::Shutdown => Ok(()),
+///         // Timeout, shutdown (or a reason a later release adds): the next
+///         // tick, or a retry after a timeout, picks up.
+///         _ => Ok(()),
 ///     }
 /// });
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Stop {
     /// The lease is no longer ours (a renewal found it gone, none got
     /// through in time, or `overlap = "replace"` started a newer run):

@@ -541,6 +541,7 @@ pub enum Command {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Overlap {
     /// Do not start; record `skipped_overlap` for the tick.
     Skip,
@@ -566,6 +567,7 @@ pub enum Overlap {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Misfire {
     /// Run only the latest missed tick.
     RunOnce,
@@ -591,6 +593,7 @@ pub enum Misfire {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum OnHolderLost {
     /// Record `abandoned` and nothing more (at most once).
     Record,
@@ -609,12 +612,12 @@ enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 /// place (`line_col` is `None`).
 ///
 /// ```
-/// use cronlease::{Cluster, EmbedError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let settings = RedisSettings::quorum(&["redis://10.0.0.1", "redis://10.0.0.2"]);
-/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+/// let Err(SchedulerError::Config(error)) = Cluster::connect(settings).await else {
 ///     panic!("a quorum needs 3 masters");
 /// };
 /// let problem = &error.problems[0];
@@ -625,6 +628,7 @@ enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Problem {
     /// 1-based line and column, when the problem has a place in the file.
     pub line_col: Option<(usize, usize)>,
@@ -640,7 +644,7 @@ pub struct Problem {
 ///
 /// For the library: the settings and jobs given to [`Cluster::connect`],
 /// [`SchedulerBuilder::start`], [`Scheduler::add`] or
-/// [`Scheduler::set_jobs`] (in [`EmbedError::Config`]). Nothing was
+/// [`Scheduler::set_jobs`] (in [`SchedulerError::Config`]). Nothing was
 /// applied. `Display` prints one line per problem, as `cronlease check`
 /// does.
 ///
@@ -648,18 +652,18 @@ pub struct Problem {
 /// [`SchedulerBuilder::start`]: crate::SchedulerBuilder::start
 /// [`Scheduler::add`]: crate::Scheduler::add
 /// [`Scheduler::set_jobs`]: crate::Scheduler::set_jobs
-/// [`EmbedError::Config`]: crate::EmbedError::Config
+/// [`SchedulerError::Config`]: crate::SchedulerError::Config
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::{Cluster, EmbedError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let settings = RedisSettings::url("redis://127.0.0.1:6379/0")
 ///     .key_prefix("")
 ///     .command_timeout(Duration::from_secs(600));
-/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+/// let Err(SchedulerError::Config(error)) = Cluster::connect(settings).await else {
 ///     panic!("an empty prefix and a 10-minute timeout are refused");
 /// };
 /// assert_eq!(error.problems.len(), 2);
@@ -667,6 +671,7 @@ pub struct Problem {
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// The file (for an embedded scheduler: `<embedded scheduler>`).
     pub file: PathBuf,

@@ -22,7 +22,7 @@ use crate::config::{DurationValue, Given, JobSpec};
 /// `env`: the handler is the work. Nothing is checked here:
 /// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start), [`Scheduler::add`](crate::Scheduler::add) and
 /// [`Scheduler::set_jobs`](crate::Scheduler::set_jobs) check each job with the job table's
-/// validator and return every problem as [`EmbedError::Config`](crate::EmbedError::Config).
+/// validator and return every problem as [`SchedulerError::Config`](crate::SchedulerError::Config).
 /// Durations are taken in whole milliseconds; zero is not valid.
 ///
 /// Every instance must declare a job with the same settings: `cronlease
@@ -222,13 +222,13 @@ impl JobBuilder {
     /// let job = JobBuilder::new("lottery-draw", "0 12 * * *").retries(1).run(draw);
     /// assert_eq!(job.name(), "lottery-draw");
     /// ```
-    pub fn run<F, Fut, E>(self, handler: F) -> EmbeddedJob
+    pub fn run<F, Fut, E>(self, handler: F) -> Job
     where
         F: Fn(Run) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<Box<dyn StdError + Send + Sync>> + 'static,
     {
-        EmbeddedJob {
+        Job {
             name: self.name,
             spec: self.spec,
             handler: Arc::new(Handler { handler }),
@@ -251,9 +251,9 @@ fn duration(d: Duration) -> Given<DurationValue> {
 /// Cheap to clone: clones share the handler.
 ///
 /// ```
-/// use cronlease::{EmbeddedJob, JobBuilder, Run};
+/// use cronlease::{Job, JobBuilder, Run};
 ///
-/// fn jobs() -> Vec<EmbeddedJob> {
+/// fn jobs() -> Vec<Job> {
 ///     ["eu", "us"]
 ///         .iter()
 ///         .map(|region| {
@@ -265,13 +265,13 @@ fn duration(d: Duration) -> Given<DurationValue> {
 /// assert_eq!(jobs()[1].name(), "report-us");
 /// ```
 #[derive(Clone)]
-pub struct EmbeddedJob {
+pub struct Job {
     pub(super) name: String,
     pub(super) spec: JobSpec,
     pub(super) handler: Arc<dyn Task>,
 }
 
-impl EmbeddedJob {
+impl Job {
     /// The job's name, as given to [`JobBuilder::new`](crate::JobBuilder::new).
     ///
     /// ```
@@ -284,9 +284,9 @@ impl EmbeddedJob {
     }
 }
 
-impl std::fmt::Debug for EmbeddedJob {
+impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddedJob")
+        f.debug_struct("Job")
             .field("name", &self.name)
             .field("settings", &self.spec)
             .finish_non_exhaustive()

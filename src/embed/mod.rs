@@ -22,7 +22,7 @@
 //! use cronlease::{Cluster, JobBuilder, RedisSettings, Run};
 //!
 //! # async fn draw_winners(fence: u64) -> Result<(), std::io::Error> { Ok(()) }
-//! # async fn service() -> Result<(), cronlease::EmbedError> {
+//! # async fn service() -> Result<(), cronlease::SchedulerError> {
 //! let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("shop")).await?;
 //! let scheduler = cluster
 //!     .scheduler()
@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::config::{
-    Config, ConfigError, Job, JobContext, Problem, RedisConfig, Source, validate_specs,
+    self, Config, ConfigError, JobContext, Problem, RedisConfig, Source, validate_specs,
 };
 use crate::daemon::DaemonError;
 use crate::lock::keeper::Keeper;
@@ -59,7 +59,7 @@ mod job;
 mod run;
 mod scheduler;
 
-pub use job::{EmbeddedJob, JobBuilder};
+pub use job::{Job, JobBuilder};
 pub use run::Run;
 pub use scheduler::{Scheduler, SchedulerBuilder};
 
@@ -81,12 +81,12 @@ const SOURCE: &str = "<embedded scheduler>";
 /// Redis:
 ///
 /// ```
-/// use cronlease::{Cluster, EmbedError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let settings = RedisSettings::url("redis://127.0.0.1:6379/0").key_prefix("{shop}");
-/// let Err(EmbedError::Config(error)) = Cluster::connect(settings).await else {
+/// let Err(SchedulerError::Config(error)) = Cluster::connect(settings).await else {
 ///     panic!("a prefix with braces is refused");
 /// };
 /// for problem in &error.problems {
@@ -97,7 +97,7 @@ const SOURCE: &str = "<embedded scheduler>";
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum EmbedError {
+pub enum SchedulerError {
     /// A setting or a job is not valid: every problem found, as `cronlease
     /// check` words it (with no line numbers: the field names the place).
     #[error(transparent)]
@@ -105,7 +105,7 @@ pub enum EmbedError {
     /// [`Cluster::connect`] could not reach Redis (with `quorum`: a
     /// majority of the masters), or Redis did not answer as expected.
     #[error(transparent)]
-    Redis(#[from] RedisError),
+    Redis(#[from] ConnectionError),
     /// The scheduler refused to run: Redis may evict keys (`maxmemory`
     /// with a policy other than `noeviction`: a lease could vanish and a
     /// tick run twice), or its state directory cannot be created. Found by
@@ -130,15 +130,15 @@ pub enum EmbedError {
     Stopped(String),
 }
 
-impl From<StoreError> for EmbedError {
-    fn from(error: StoreError) -> EmbedError {
-        EmbedError::Redis(RedisError(error))
+impl From<StoreError> for SchedulerError {
+    fn from(error: StoreError) -> SchedulerError {
+        SchedulerError::Redis(ConnectionError(error))
     }
 }
 
-impl From<DaemonError> for EmbedError {
-    fn from(error: DaemonError) -> EmbedError {
-        EmbedError::Refused(RefusedError(error))
+impl From<DaemonError> for SchedulerError {
+    fn from(error: DaemonError) -> SchedulerError {
+        SchedulerError::Refused(RefusedError(error))
     }
 }
 
@@ -150,13 +150,13 @@ impl From<DaemonError> for EmbedError {
 ///
 /// ```
 /// use std::time::Duration;
-/// use cronlease::{Cluster, EmbedError, RedisSettings};
+/// use cronlease::{Cluster, RedisSettings, SchedulerError};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
 /// let settings = RedisSettings::url("unix:///nonexistent/redis.sock")
 ///     .connect_timeout(Duration::from_millis(200));
-/// let Err(EmbedError::Redis(error)) = Cluster::connect(settings).await else {
+/// let Err(SchedulerError::Redis(error)) = Cluster::connect(settings).await else {
 ///     panic!("there is no Redis there");
 /// };
 /// eprintln!("no Redis today: {error}");
@@ -164,22 +164,22 @@ impl From<DaemonError> for EmbedError {
 /// ```
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
-pub struct RedisError(StoreError);
+pub struct ConnectionError(StoreError);
 
-impl From<StoreError> for RedisError {
-    fn from(error: StoreError) -> RedisError {
-        RedisError(error)
+impl From<StoreError> for ConnectionError {
+    fn from(error: StoreError) -> ConnectionError {
+        ConnectionError(error)
     }
 }
 
-/// Why a scheduler refused to run (see [`EmbedError::Refused`](crate::EmbedError::Refused)): Redis
+/// Why a scheduler refused to run (see [`SchedulerError::Refused`](crate::SchedulerError::Refused)): Redis
 /// may evict keys, or the state directory cannot be created. The message
 /// says what to change.
 ///
 /// ```no_run
-/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
 /// match cluster.scheduler().start()?.shutdown().await {
-///     Err(cronlease::EmbedError::Refused(why)) => eprintln!("fix Redis or the state directory: {why}"),
+///     Err(cronlease::SchedulerError::Refused(why)) => eprintln!("fix Redis or the state directory: {why}"),
 ///     other => other?,
 /// }
 /// # Ok(()) }
@@ -191,7 +191,7 @@ pub struct RefusedError(DaemonError);
 /// How to reach Redis: the `[redis]` section of a job table, as code.
 ///
 /// Nothing is checked until [`Cluster::connect`], which reports every
-/// invalid setting at once as [`EmbedError::Config`](crate::EmbedError::Config). Durations are taken
+/// invalid setting at once as [`SchedulerError::Config`](crate::SchedulerError::Config). Durations are taken
 /// in whole milliseconds; zero is not valid. A password goes in the URL
 /// (`redis://user:password@host`); it is never printed. Sentinel, Redis
 /// Cluster, a CA file and `min_replicas_ack` are the daemon's only.
@@ -330,19 +330,19 @@ pub struct Cluster {
 
 impl Cluster {
     /// Checks the settings, connects and asks Redis the time. Errors:
-    /// [`EmbedError::Config`](crate::EmbedError::Config) with every invalid setting (before any
-    /// connection is tried), [`EmbedError::Redis`](crate::EmbedError::Redis) if Redis (with `quorum`:
+    /// [`SchedulerError::Config`](crate::SchedulerError::Config) with every invalid setting (before any
+    /// connection is tried), [`SchedulerError::Redis`](crate::SchedulerError::Redis) if Redis (with `quorum`:
     /// a majority of the masters) does not answer within the connect
     /// timeout plus the command timeout. Unlike the daemon, it does not
     /// wait for Redis to come back: retrying is the caller's choice.
     ///
     /// ```no_run
-    /// # async fn f() -> Result<(), cronlease::EmbedError> {
+    /// # async fn f() -> Result<(), cronlease::SchedulerError> {
     /// use cronlease::{Cluster, RedisSettings};
     /// let cluster = Cluster::connect(RedisSettings::url("redis://127.0.0.1:6379/0")).await?;
     /// # Ok(()) }
     /// ```
-    pub async fn connect(settings: RedisSettings) -> Result<Cluster, EmbedError> {
+    pub async fn connect(settings: RedisSettings) -> Result<Cluster, SchedulerError> {
         let config = embedded_settings(&settings.table, &toml::Table::new())?;
         let store = Store::connect(&config.redis).await?;
         let keeper = Keeper::new(store.clone());
@@ -388,7 +388,7 @@ impl Cluster {
     /// service installs.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// use cronlease::{JobBuilder, Run};
     ///
     /// let scheduler = cluster
@@ -438,7 +438,7 @@ fn job_context(redis: &RedisConfig) -> JobContext {
 
 /// `jobs` validated one by one against `context`, in the order given; or
 /// every problem of those that are not valid.
-fn validate_jobs(jobs: &[EmbeddedJob], context: &JobContext) -> Result<Vec<Job>, ConfigError> {
+fn validate_jobs(jobs: &[Job], context: &JobContext) -> Result<Vec<config::Job>, ConfigError> {
     let (valid, problems) =
         validate_specs(jobs.iter().map(|j| (j.name.as_str(), &j.spec)), context);
     if problems.is_empty() {

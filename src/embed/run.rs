@@ -10,7 +10,6 @@ use crate::task::RunContext;
 use crate::task::Stop;
 use crate::task::StopSignal;
 use crate::task::Task;
-use chrono::{DateTime, Utc};
 use std::time::Duration;
 
 /// What a handler is given, once per attempt: which job and tick it runs,
@@ -19,7 +18,7 @@ use std::time::Duration;
 /// ```
 /// use cronlease::{JobBuilder, Run};
 ///
-/// # async fn draw_winners(tick: chrono::DateTime<chrono::Utc>, fence: u64) -> Result<(), std::io::Error> { Ok(()) }
+/// # async fn draw_winners(tick: jiff::Timestamp, fence: u64) -> Result<(), std::io::Error> { Ok(()) }
 /// async fn draw(mut run: Run) -> Result<(), std::io::Error> {
 ///     tokio::select! {
 ///         result = draw_winners(run.tick(), run.fence()) => result,
@@ -49,32 +48,24 @@ impl Run {
         &self.context.job
     }
 
-    /// The tick this run is for (UTC): the schedule's time, not the
-    /// moment the run started (a missed tick run late keeps its time). For
-    /// a manual run (`cronlease trigger`), the time it was requested.
+    /// The tick this run is for: the schedule's time, not the moment the
+    /// run started (a missed tick run late keeps its time). For a manual
+    /// run (`cronlease trigger`), the time it was requested. A
+    /// [`jiff::Timestamp`]: an instant, to be seen in a time zone with
+    /// [`Timestamp::to_zoned_datetime`](jiff::Timestamp::to_zoned_datetime).
     ///
     /// ```
     /// use cronlease::{JobBuilder, Run};
-    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
-    ///     let day = run.tick().date_naive();  // the day this draw is for
-    ///     Ok::<(), std::io::Error>(())
-    /// });
-    /// ```
-    pub fn tick(&self) -> DateTime<Utc> {
-        DateTime::from_timestamp_millis(self.context.tick_ms).unwrap_or_default()
-    }
-
-    /// [`Run::tick`](crate::Run::tick) as milliseconds since the Unix epoch.
+    /// use jiff::tz::TimeZone;
     ///
-    /// ```
-    /// use cronlease::{JobBuilder, Run};
     /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
-    ///     assert_eq!(run.tick_ms(), run.tick().timestamp_millis());
+    ///     let day = run.tick().to_zoned_datetime(TimeZone::UTC).date(); // the day this report is for
+    ///     let tick_ms: i64 = run.tick().as_millisecond(); // as a number, e.g. for a row key
     ///     Ok::<(), std::io::Error>(())
     /// });
     /// ```
-    pub fn tick_ms(&self) -> i64 {
-        self.context.tick_ms
+    pub fn tick(&self) -> jiff::Timestamp {
+        jiff::Timestamp::from_millisecond(self.context.tick_ms).unwrap_or_default()
     }
 
     /// The fence: higher than every earlier run's of this job, and the same

@@ -4,8 +4,8 @@
 use super::{config_error, duration, embedded_settings, job_context, validate_jobs};
 use crate::Cluster;
 use crate::ConfigError;
-use crate::EmbedError;
-use crate::EmbeddedJob;
+use crate::Job;
+use crate::SchedulerError;
 use crate::clock::RedisClock;
 use crate::config::JobContext;
 use crate::daemon;
@@ -34,7 +34,7 @@ use std::collections::HashSet;
 /// use std::time::Duration;
 /// use cronlease::{JobBuilder, Run};
 ///
-/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
 /// let scheduler = cluster
 ///     .scheduler()
 ///     .replica_id("shop-1")
@@ -50,16 +50,16 @@ use std::collections::HashSet;
 pub struct SchedulerBuilder {
     pub(super) cluster: Cluster,
     pub(super) daemon: toml::Table,
-    pub(super) jobs: Vec<EmbeddedJob>,
+    pub(super) jobs: Vec<Job>,
 }
 
 impl SchedulerBuilder {
     /// Adds a job. Each needs its own name: [`SchedulerBuilder::start`](crate::SchedulerBuilder::start)
-    /// refuses two of the same name ([`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob)).
+    /// refuses two of the same name ([`SchedulerError::DuplicateJob`](crate::SchedulerError::DuplicateJob)).
     ///
     /// ```no_run
     /// use cronlease::{JobBuilder, Run};
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster
     ///     .scheduler()
     ///     .job(JobBuilder::new("a", "@hourly").run(|_run: Run| async { Ok::<(), std::io::Error>(()) }))
@@ -67,7 +67,7 @@ impl SchedulerBuilder {
     ///     .start()?;
     /// # Ok(()) }
     /// ```
-    pub fn job(mut self, job: EmbeddedJob) -> SchedulerBuilder {
+    pub fn job(mut self, job: Job) -> SchedulerBuilder {
         self.jobs.push(job);
         self
     }
@@ -78,7 +78,7 @@ impl SchedulerBuilder {
     /// instance.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().replica_id("shop-1").start()?;
     /// # Ok(()) }
     /// ```
@@ -90,12 +90,12 @@ impl SchedulerBuilder {
     /// `<dir>/spool` (`state_dir`; default `$STATE_DIRECTORY`, else
     /// `/var/lib/cronlease`); one per instance. The directory is created
     /// when the scheduler starts: if that fails, the scheduler refuses to
-    /// run ([`EmbedError::Refused`](crate::EmbedError::Refused)). A service not running as root
+    /// run ([`SchedulerError::Refused`](crate::SchedulerError::Refused)). A service not running as root
     /// usually needs to set it.
     ///
     /// ```no_run
     /// use std::path::Path;
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().state_dir(Path::new("/var/lib/shop/cronlease")).start()?;
     /// # Ok(()) }
     /// ```
@@ -111,7 +111,7 @@ impl SchedulerBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().lease(Duration::from_secs(60)).start()?;
     /// # Ok(()) }
     /// ```
@@ -124,7 +124,7 @@ impl SchedulerBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().heartbeat(Duration::from_secs(10)).start()?;
     /// # Ok(()) }
     /// ```
@@ -138,7 +138,7 @@ impl SchedulerBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().shutdown_grace(Duration::from_secs(5)).start()?;
     /// # Ok(()) }
     /// ```
@@ -150,7 +150,7 @@ impl SchedulerBuilder {
     /// 1000, from 1 to 1,000,000).
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().history(100).start()?;
     /// # Ok(()) }
     /// ```
@@ -164,7 +164,7 @@ impl SchedulerBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().kill_grace(Duration::from_secs(2)).start()?;
     /// # Ok(()) }
     /// ```
@@ -178,7 +178,7 @@ impl SchedulerBuilder {
     }
 
     /// Checks every job and setting, returning every problem at once as
-    /// [`EmbedError::Config`](crate::EmbedError::Config), and starts the replica as a task on the
+    /// [`SchedulerError::Config`](crate::SchedulerError::Config), and starts the replica as a task on the
     /// current tokio runtime (it panics outside one). A scheduler with no
     /// jobs is valid: it joins the cluster and takes jobs later
     /// ([`Scheduler::add`](crate::Scheduler::add)).
@@ -187,22 +187,22 @@ impl SchedulerBuilder {
     /// directory and checks that Redis does not evict keys; if either
     /// fails it ends, and [`Scheduler::ready`](crate::Scheduler::ready) (which a service should
     /// await before it calls itself healthy) or [`Scheduler::shutdown`](crate::Scheduler::shutdown)
-    /// reports why ([`EmbedError::Refused`](crate::EmbedError::Refused)); meanwhile no job runs on
-    /// this instance and [`Scheduler::add`](crate::Scheduler::add) returns [`EmbedError::Stopped`](crate::EmbedError::Stopped).
+    /// reports why ([`SchedulerError::Refused`](crate::SchedulerError::Refused)); meanwhile no job runs on
+    /// this instance and [`Scheduler::add`](crate::Scheduler::add) returns [`SchedulerError::Stopped`](crate::SchedulerError::Stopped).
     ///
     /// ```no_run
-    /// use cronlease::{EmbedError, JobBuilder, Run};
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{SchedulerError, JobBuilder, Run};
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let job = JobBuilder::new("lottery-draw", "0 12 * * *")
     ///     .timezone("Asia/Shangai")
     ///     .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
     /// match cluster.scheduler().job(job).start() {
-    ///     Err(EmbedError::Config(error)) => assert_eq!(error.problems[0].field.as_deref(), Some("timezone")),
+    ///     Err(SchedulerError::Config(error)) => assert_eq!(error.problems[0].field.as_deref(), Some("timezone")),
     ///     _ => unreachable!("Asia/Shangai is a typo"),
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn start(self) -> Result<Scheduler, EmbedError> {
+    pub fn start(self) -> Result<Scheduler, SchedulerError> {
         refuse_duplicates(&self.jobs)?;
         let context = job_context(&self.cluster.redis_config);
         let settings = embedded_settings(&self.cluster.redis, &self.daemon);
@@ -246,17 +246,17 @@ impl SchedulerBuilder {
     }
 }
 
-/// [`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob) if two of `jobs` share a name.
-fn refuse_duplicates(jobs: &[EmbeddedJob]) -> Result<(), EmbedError> {
+/// [`SchedulerError::DuplicateJob`](crate::SchedulerError::DuplicateJob) if two of `jobs` share a name.
+fn refuse_duplicates(jobs: &[Job]) -> Result<(), SchedulerError> {
     let mut names: Vec<&str> = jobs.iter().map(|j| j.name.as_str()).collect();
     names.sort_unstable();
     match names.windows(2).find(|w| w[0] == w[1]) {
-        Some(twice) => Err(EmbedError::DuplicateJob(twice[0].to_string())),
+        Some(twice) => Err(SchedulerError::DuplicateJob(twice[0].to_string())),
         None => Ok(()),
     }
 }
 
-fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
+fn tasks(jobs: &[Job]) -> Tasks {
     jobs.iter().fold(Tasks::processes(), |tasks, job| {
         tasks.job(&job.name, job.handler.clone())
     })
@@ -272,7 +272,7 @@ fn tasks(jobs: &[EmbeddedJob]) -> Tasks {
 /// ```no_run
 /// use cronlease::{JobBuilder, Run};
 ///
-/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+/// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
 /// let mut scheduler = cluster.scheduler().start()?;
 /// scheduler.add(JobBuilder::new("report", "0 6 * * *").run(|_run: Run| async {
 ///     Ok::<(), std::io::Error>(())
@@ -286,7 +286,7 @@ pub struct Scheduler {
     /// What each job is checked against when it is added: the settings
     /// do not change while the scheduler runs.
     context: JobContext,
-    jobs: Vec<EmbeddedJob>,
+    jobs: Vec<Job>,
     /// The names of `jobs`, so an add finds a taken name at once.
     names: HashSet<String>,
     shutdown: CancellationToken,
@@ -298,23 +298,23 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// Adds a job while running: it claims from its next tick on. An error,
-    /// and no change, if it is not valid ([`EmbedError::Config`](crate::EmbedError::Config)), its name
-    /// is taken ([`EmbedError::JobExists`](crate::EmbedError::JobExists)) or the scheduler's task is gone
-    /// ([`EmbedError::Stopped`](crate::EmbedError::Stopped)). The change is sent to the replica's task,
+    /// and no change, if it is not valid ([`SchedulerError::Config`](crate::SchedulerError::Config)), its name
+    /// is taken ([`SchedulerError::JobExists`](crate::SchedulerError::JobExists)) or the scheduler's task is gone
+    /// ([`SchedulerError::Stopped`](crate::SchedulerError::Stopped)). The change is sent to the replica's task,
     /// which applies it a moment later.
     ///
     /// ```no_run
-    /// use cronlease::{EmbedError, JobBuilder, Run};
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{SchedulerError, JobBuilder, Run};
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let mut scheduler = cluster.scheduler().start()?;
     /// let job = JobBuilder::new("report", "0 6 * * *").run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
     /// scheduler.add(job.clone())?;
-    /// assert!(matches!(scheduler.add(job), Err(EmbedError::JobExists(name)) if name == "report"));
+    /// assert!(matches!(scheduler.add(job), Err(SchedulerError::JobExists(name)) if name == "report"));
     /// # Ok(()) }
     /// ```
-    pub fn add(&mut self, job: EmbeddedJob) -> Result<(), EmbedError> {
+    pub fn add(&mut self, job: Job) -> Result<(), SchedulerError> {
         if self.names.contains(&job.name) {
-            return Err(EmbedError::JobExists(job.name));
+            return Err(SchedulerError::JobExists(job.name));
         }
         let validated = validate_jobs(std::slice::from_ref(&job), &self.context)?;
         let Some(validated) = validated.into_iter().next() else {
@@ -330,18 +330,18 @@ impl Scheduler {
     }
 
     /// Removes a job while running: it claims no more ticks, and a run in
-    /// flight goes on to its end. [`EmbedError::NoSuchJob`](crate::EmbedError::NoSuchJob) if no job has
-    /// this name, [`EmbedError::Stopped`](crate::EmbedError::Stopped) if the scheduler's task is gone.
+    /// flight goes on to its end. [`SchedulerError::NoSuchJob`](crate::SchedulerError::NoSuchJob) if no job has
+    /// this name, [`SchedulerError::Stopped`](crate::SchedulerError::Stopped) if the scheduler's task is gone.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let mut scheduler = cluster.scheduler().start()?;
-    /// assert!(matches!(scheduler.remove("nope"), Err(cronlease::EmbedError::NoSuchJob(_))));
+    /// assert!(matches!(scheduler.remove("nope"), Err(cronlease::SchedulerError::NoSuchJob(_))));
     /// # Ok(()) }
     /// ```
-    pub fn remove(&mut self, name: &str) -> Result<(), EmbedError> {
+    pub fn remove(&mut self, name: &str) -> Result<(), SchedulerError> {
         if !self.names.contains(name) {
-            return Err(EmbedError::NoSuchJob(name.to_string()));
+            return Err(SchedulerError::NoSuchJob(name.to_string()));
         }
         self.send(Reload::Remove {
             name: name.to_string(),
@@ -356,20 +356,20 @@ impl Scheduler {
     /// next runs call the new handler); a changed one starts over with the
     /// new settings; a missing one is removed. Runs in flight go on with
     /// the definition they started with. An error, and no change, if a job
-    /// is not valid ([`EmbedError::Config`](crate::EmbedError::Config), every problem), two share a
-    /// name ([`EmbedError::DuplicateJob`](crate::EmbedError::DuplicateJob)) or the scheduler's task is gone
-    /// ([`EmbedError::Stopped`](crate::EmbedError::Stopped)).
+    /// is not valid ([`SchedulerError::Config`](crate::SchedulerError::Config), every problem), two share a
+    /// name ([`SchedulerError::DuplicateJob`](crate::SchedulerError::DuplicateJob)) or the scheduler's task is gone
+    /// ([`SchedulerError::Stopped`](crate::SchedulerError::Stopped)).
     ///
     /// ```no_run
-    /// use cronlease::{EmbeddedJob, JobBuilder, Run};
-    /// # fn load_jobs() -> Vec<EmbeddedJob> { Vec::new() }
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// use cronlease::{Job, JobBuilder, Run};
+    /// # fn load_jobs() -> Vec<Job> { Vec::new() }
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let mut scheduler = cluster.scheduler().start()?;
     /// // e.g. after the service's own configuration changed
     /// scheduler.set_jobs(load_jobs())?;
     /// # Ok(()) }
     /// ```
-    pub fn set_jobs(&mut self, jobs: Vec<EmbeddedJob>) -> Result<(), EmbedError> {
+    pub fn set_jobs(&mut self, jobs: Vec<Job>) -> Result<(), SchedulerError> {
         refuse_duplicates(&jobs)?;
         let validated = validate_jobs(&jobs, &self.context)?;
         self.send(Reload::Table {
@@ -384,7 +384,7 @@ impl Scheduler {
     /// The names of the scheduled jobs, in the order they were given.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().start()?;
     /// assert!(scheduler.jobs().is_empty());
     /// # Ok(()) }
@@ -394,10 +394,10 @@ impl Scheduler {
     }
 
     /// Sends a change of the job table to the replica's task.
-    fn send(&self, request: Reload) -> Result<(), EmbedError> {
+    fn send(&self, request: Reload) -> Result<(), SchedulerError> {
         self.reload
             .send(request)
-            .map_err(|_| EmbedError::Stopped("the replica is gone".into()))
+            .map_err(|_| SchedulerError::Stopped("the replica is gone".into()))
     }
 
     /// Resolves once the scheduler claims ticks: it has checked that
@@ -406,16 +406,16 @@ impl Scheduler {
     /// in `cronlease status`, follows within a heartbeat period).
     /// [`SchedulerBuilder::start`](crate::SchedulerBuilder::start) returns before that; a service that
     /// must not report itself healthy without its jobs waits here. An
-    /// error if the scheduler refused to run ([`EmbedError::Refused`](crate::EmbedError::Refused)) or
+    /// error if the scheduler refused to run ([`SchedulerError::Refused`](crate::SchedulerError::Refused)) or
     /// stopped; at once when it was ready before.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let mut scheduler = cluster.scheduler().start()?;
     /// scheduler.ready().await?;   // e.g. Redis with `maxmemory-policy allkeys-lru`: Refused
     /// # Ok(()) }
     /// ```
-    pub async fn ready(&mut self) -> Result<(), EmbedError> {
+    pub async fn ready(&mut self) -> Result<(), SchedulerError> {
         let Some(ready) = self.ready.take() else {
             return Ok(());
         };
@@ -427,10 +427,10 @@ impl Scheduler {
         match self.replica.take() {
             Some(replica) => match replica.await {
                 Ok(Err(e)) => Err(e.into()),
-                Ok(Ok(())) => Err(EmbedError::Stopped("before it was ready".into())),
-                Err(e) => Err(EmbedError::Stopped(e.to_string())),
+                Ok(Ok(())) => Err(SchedulerError::Stopped("before it was ready".into())),
+                Err(e) => Err(SchedulerError::Stopped(e.to_string())),
             },
-            None => Err(EmbedError::Stopped("before it was ready".into())),
+            None => Err(SchedulerError::Stopped("before it was ready".into())),
         }
     }
 
@@ -438,25 +438,25 @@ impl Scheduler {
     /// then tells the rest to stop ([`Stop::Shutdown`](crate::Stop::Shutdown)) and drops those
     /// still going `kill_grace` later; records their outcomes (spooled if
     /// Redis is away) and leaves the cluster. Returns
-    /// [`EmbedError::Refused`](crate::EmbedError::Refused) if the scheduler refused to run (unless
+    /// [`SchedulerError::Refused`](crate::SchedulerError::Refused) if the scheduler refused to run (unless
     /// [`Scheduler::ready`](crate::Scheduler::ready) returned it already), and
-    /// [`EmbedError::Stopped`](crate::EmbedError::Stopped) if its task panicked or was cancelled.
+    /// [`SchedulerError::Stopped`](crate::SchedulerError::Stopped) if its task panicked or was cancelled.
     ///
     /// ```no_run
-    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::EmbedError> {
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
     /// let scheduler = cluster.scheduler().start()?;
     /// // … until the service is asked to stop …
     /// scheduler.shutdown().await?;
     /// # Ok(()) }
     /// ```
-    pub async fn shutdown(mut self) -> Result<(), EmbedError> {
+    pub async fn shutdown(mut self) -> Result<(), SchedulerError> {
         self.shutdown.cancel();
         let Some(replica) = self.replica.take() else {
             return Ok(());
         };
         match replica.await {
             Ok(result) => Ok(result?),
-            Err(e) => Err(EmbedError::Stopped(e.to_string())),
+            Err(e) => Err(SchedulerError::Stopped(e.to_string())),
         }
     }
 }

@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::config::{self, MAX_LEASE, MIN_LEASE};
-use crate::embed::RedisError;
+use crate::embed::ConnectionError;
 use crate::store::{LockHolderTag, LockReply, LockRequest, Reentry, StoreError};
 
 #[cfg(feature = "cli")]
@@ -55,7 +55,7 @@ pub enum LockError {
     /// hold the lock; a grant made in Redis whose answer was lost lapses
     /// with its lease.
     #[error(transparent)]
-    Redis(#[from] RedisError),
+    Redis(#[from] ConnectionError),
     /// The lock's name is not 1 to 128 characters from `A-Z a-z 0-9 _ .
     /// -` (it is part of Redis keys). Nothing was sent to Redis.
     #[error("invalid lock name {0:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -")]
@@ -202,12 +202,12 @@ impl LockBuilder {
     /// ```no_run
     /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
     /// match cluster.lock("report").info().await? {
-    ///     Some(holder) => println!("held by {} on {} for {} ms more", holder.holder, holder.host, holder.ttl_ms),
+    ///     Some(holder) => println!("held by {} on {} for {:?} more", holder.holder, holder.host, holder.time_left),
     ///     None => println!("free"),
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn info(&self) -> Result<Option<crate::store::LockHolder>, LockError> {
+    pub async fn info(&self) -> Result<Option<crate::LockHolder>, LockError> {
         self.check()?;
         Ok(self.keeper.store().lock_holder(&self.name).await?)
     }

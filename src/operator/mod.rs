@@ -204,8 +204,10 @@ pub async fn status<J: Borrow<Job>>(
             holder: holder.as_ref().map(|h| h.holder.clone()),
             host: holder.as_ref().map(|h| h.host.clone()),
             fence: holder.as_ref().map(|h| h.fence),
-            since_ms: holder.as_ref().map(|h| h.since_ms),
-            time_left_ms: holder.as_ref().map(|h| h.ttl_ms),
+            since_ms: holder.as_ref().map(|h| h.since.as_millisecond()),
+            time_left_ms: holder
+                .as_ref()
+                .map(|h| i64::try_from(h.time_left.as_millis()).unwrap_or(i64::MAX)),
             holds: holder.as_ref().map(|h| h.holds),
             name,
         });

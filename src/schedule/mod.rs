@@ -84,6 +84,7 @@ impl Timing {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DstGap {
     /// Run once at the first instant after the gap, however many of its
     /// times the gap swallowed (cronie).
@@ -111,6 +112,7 @@ pub enum DstGap {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DstRepeat {
     /// Run at the first occurrence only (cronie).
     #[default]

@@ -27,17 +27,20 @@ pub const LOCK_IDLE_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Who holds a lock, as [`LockBuilder::info`](crate::LockBuilder::info)
 /// read it from Redis (with `quorum`: from the first master that answers).
 ///
+/// Built by the crate only; more fields may come.
+///
 /// ```no_run
 /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::LockError> {
 /// if let Some(holder) = cluster.lock("report").info().await? {
 ///     println!(
-///         "{} on {} holds it (fence {}, {} hold(s)) since {} ms, {} ms left",
-///         holder.holder, holder.host, holder.fence, holder.holds, holder.since_ms, holder.ttl_ms
+///         "{} on {} holds it (fence {}, {} hold(s)) since {}, {:?} left",
+///         holder.holder, holder.host, holder.fence, holder.holds, holder.since, holder.time_left
 ///     );
 /// }
 /// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockHolder {
     /// Who holds it ([`crate::LockBuilder::holder`]; by default the
     /// instance's host name and pid).
@@ -46,12 +49,13 @@ pub struct LockHolder {
     pub host: String,
     /// The fence of the acquisition that holds it.
     pub fence: u64,
-    /// When it was acquired, ms since the Unix epoch: the Redis time as
-    /// the holder estimated it (its clock, plus the offset to Redis's clock
-    /// it measured when it connected).
-    pub since_ms: i64,
-    /// What is left of the lease, ms (renewals push it back up).
-    pub ttl_ms: i64,
+    /// When it was acquired (to the millisecond): the Redis time as the
+    /// holder estimated it (its clock, plus the offset to Redis's clock it
+    /// measured when it connected).
+    pub since: jiff::Timestamp,
+    /// What is left of the lease (to the millisecond; renewals push it
+    /// back up).
+    pub time_left: Duration,
     /// Acquisitions not yet released (more than 1: re-entered).
     pub holds: u32,
 }
@@ -284,12 +288,18 @@ pub(super) fn parse_lock_holder(
     let Some(fence) = reply::fence_of(fence) else {
         return Err(bad(format!("its fence is {fence:?}")));
     };
+    let Ok(since) = jiff::Timestamp::from_millisecond(record.since_ms) else {
+        return Err(bad(format!(
+            "its record says it was taken at {} ms, not a time",
+            record.since_ms
+        )));
+    };
     Ok(Some(LockHolder {
         holder: record.holder.to_string(),
         host: record.host.to_string(),
         fence,
-        since_ms: record.since_ms,
-        ttl_ms: ttl_ms.max(0),
+        since,
+        time_left: Duration::from_millis(u64::try_from(ttl_ms).unwrap_or(0)),
         holds: record.holds,
     }))
 }

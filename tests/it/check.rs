@@ -632,7 +632,8 @@ fn schedules_fire_as_vixie_cron_across_dst_and_weekdays() {
 
 #[test]
 fn the_example_config_is_valid_and_the_text_output_shows_both_zones() {
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/jobs.example.toml");
+    let example = crate::support::repository().join("jobs.example.toml");
+    let example = example.to_str().expect("a UTF-8 path");
     let run = cronlease([
         "check",
         "--config",

@@ -785,9 +785,9 @@ fn redis_that_can_evict_keys_is_refused() {
 #[test]
 fn the_lottery_draw_refuses_a_stale_fence_and_a_second_draw() {
     let redis = RedisServer::start();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lottery-draw.sh");
+    let script = crate::support::repository().join("examples/lottery-draw.sh");
     let draw = |tick: &str, fence: &str| {
-        std::process::Command::new(script)
+        std::process::Command::new(&script)
             .args(["--winners", "3"])
             .env("LOTTERY_REDIS_URL", redis.url())
             .env("CRONLEASE_JOB", "lottery-draw")

@@ -177,7 +177,7 @@ return [...document.querySelectorAll('svg.timeline g.lane')].map((g) =>
 /// Writes the window to `target/dashboard-screenshots/NAME.png`, and to
 /// `docs/src/images/dashboard-NAME.png` when `CRONLEASE_UPDATE_SCREENSHOTS=1`.
 async fn screenshot(browser: &Browser, name: &str) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = support::repository();
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target"));

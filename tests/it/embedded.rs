@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use cronlease::Overlap;
 use cronlease::Stop;
-use cronlease::{Cluster, EmbedError, JobBuilder, RedisSettings, Run, Scheduler};
+use cronlease::{Cluster, JobBuilder, RedisSettings, Run, Scheduler, SchedulerError};
 
 use crate::support::{
     RedisServer, cluster, cronlease, multi_thread_runtime as runtime, read_outcomes, wait_until,
@@ -29,7 +29,7 @@ async fn start(
     redis: &RedisServer,
     dir: &tempfile::TempDir,
     id: &str,
-    jobs: Vec<cronlease::EmbeddedJob>,
+    jobs: Vec<cronlease::Job>,
 ) -> Scheduler {
     let builder = cluster(redis)
         .await
@@ -47,7 +47,7 @@ async fn start(
 }
 
 /// A job every second whose handler records what it was given.
-fn recording(name: &str, seen: &Seen) -> cronlease::EmbeddedJob {
+fn recording(name: &str, seen: &Seen) -> cronlease::Job {
     let seen = seen.clone();
     JobBuilder::new(name, "* * * * * *").run(move |run: Run| {
         let seen = seen.clone();
@@ -56,7 +56,7 @@ fn recording(name: &str, seen: &Seen) -> cronlease::EmbeddedJob {
                 .expect("no test thread panics holding it")
                 .push((
                     run.job().to_string(),
-                    run.tick_ms(),
+                    run.tick().as_millisecond(),
                     run.fence(),
                     run.replica().to_string(),
                 ));
@@ -289,7 +289,7 @@ fn jobs_come_and_go_on_a_running_scheduler() {
             .expect("a valid job");
         assert!(matches!(
             scheduler.add(recording("late-comer", &seen)),
-            Err(EmbedError::JobExists(_))
+            Err(SchedulerError::JobExists(_))
         ));
         tokio::time::sleep(Duration::from_secs(3)).await;
         scheduler.remove("late-comer").expect("it is there");
@@ -315,7 +315,7 @@ fn cronlease_trigger_runs_an_embedded_job_once() {
             async move {
                 seen.lock().expect("not poisoned").push((
                     run.job().to_string(),
-                    run.tick_ms(),
+                    run.tick().as_millisecond(),
                     run.fence(),
                     run.replica().to_string(),
                 ));
@@ -376,7 +376,7 @@ fn bad_settings_get_the_configs_messages_all_at_once() {
                     .run(|_run: Run| async { Ok::<(), String>(()) }),
             )
             .start();
-        let Err(EmbedError::Config(error)) = result else {
+        let Err(SchedulerError::Config(error)) = result else {
             panic!("the jobs were accepted");
         };
         let text = error.to_string();
@@ -393,7 +393,7 @@ fn bad_settings_get_the_configs_messages_all_at_once() {
         RedisSettings::url("redis://127.0.0.1:1/0").connect_timeout(Duration::from_millis(200)),
     ));
     assert!(
-        matches!(unreachable, Err(EmbedError::Redis(_))),
+        matches!(unreachable, Err(SchedulerError::Redis(_))),
         "{:?}",
         unreachable.err()
     );
@@ -451,7 +451,7 @@ fn ready_says_when_a_scheduler_claims_or_why_it_refused_to() {
             .ready()
             .await
             .expect_err("a Redis that evicts keys is refused");
-        assert!(matches!(error, EmbedError::Refused(_)), "{error:?}");
+        assert!(matches!(error, SchedulerError::Refused(_)), "{error:?}");
         let message = error.to_string();
         assert!(
             message.contains("allkeys-lru") && message.contains("noeviction"),

@@ -18,7 +18,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cronlease::{Cluster, EmbeddedJob, JobBuilder, RedisSettings, Run};
+use cronlease::{Cluster, Job, JobBuilder, RedisSettings, Run};
 use serde::{Deserialize, Serialize};
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -177,7 +177,7 @@ const SLOW_TAKEN: &str = "slow-taken";
 /// [`JOB`], every second: each run appends `start TICK FENCE REPLICA KIND`
 /// to `dir/effects` and returns; once the test asks for it, one run (KIND
 /// `slow`) sleeps far past its lease instead, its lease renewed all along.
-fn beat(dir: PathBuf) -> EmbeddedJob {
+fn beat(dir: PathBuf) -> Job {
     JobBuilder::new(JOB, "* * * * * *").run(move |mut run: Run| {
         let dir = dir.clone();
         async move {
@@ -189,7 +189,7 @@ fn beat(dir: PathBuf) -> EmbeddedJob {
                     .is_ok();
             let line = format!(
                 "start {} {} {} {}\n",
-                run.tick_ms(),
+                run.tick().as_millisecond(),
                 run.fence(),
                 run.replica(),
                 if slow { "slow" } else { "fast" }

@@ -72,7 +72,8 @@ impl Task for UntilStopped {
             AttemptEnd::bare(match reason {
                 Stop::LostLease => Status::LostLease,
                 Stop::Timeout => Status::Timeout,
-                Stop::Shutdown => Status::Interrupted,
+                // Stop::Shutdown (the enum is non-exhaustive).
+                _ => Status::Interrupted,
             })
         })
     }

@@ -14,7 +14,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::support::{ConfigFile, cronlease};
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    crate::support::repository()
 }
 
 /// The guide's chapters and the README, sorted.

@@ -212,7 +212,7 @@ fn logs_suit_journald_and_log_shippers() {
 /// temporary directory, as `systemd-analyze` needs an executable.
 fn units_for_analysis(dir: &Path) -> Vec<PathBuf> {
     let binary = crate::support::binary();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let source = crate::support::repository().join("systemd");
     [
         ("cronlease.service", "cronlease.service"),
         ("cronlease@.service", "cronlease@test.service"),

@@ -24,17 +24,18 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// The engine's sources: (path relative to the crate, whole text, the
-/// text that is not test code).
+/// The sources, the library's and the binary's: (path relative to the
+/// repository, whole text, the text that is not test code).
 fn sources() -> Vec<(String, String, String)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    rust_files(&root.join("src"))
-        .into_iter()
+    let root = &crate::support::repository();
+    [root.join("src"), root.join("cli/src")]
+        .iter()
+        .flat_map(|dir| rust_files(dir))
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("a readable source file");
             let relative = path
                 .strip_prefix(root)
-                .expect("under the crate")
+                .expect("under the repository")
                 .to_string_lossy()
                 .into_owned();
             let code = if relative.ends_with("tests.rs") {
@@ -302,7 +303,7 @@ const STATE_FIELDS: [&str; 15] = [
 
 #[test]
 fn no_state_field_is_named_outside_store() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &crate::support::repository();
     let scripts: String = std::fs::read_dir(root.join("src/lua"))
         .expect("src/lua")
         .map(|entry| std::fs::read_to_string(entry.expect("an entry").path()).expect("a script"))
@@ -336,7 +337,7 @@ fn no_state_field_is_named_outside_store() {
 /// moves.
 #[test]
 fn architecture_anchors_name_functions_that_exist() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = &crate::support::repository();
     let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
     let anchors: Vec<(&str, &str)> = text
         .split('`')

@@ -130,8 +130,18 @@ impl Run {
     }
 }
 
+/// The `cronlease` binary, built by cargo with these tests (they are a
+/// test target of its package, cli/).
 pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cronlease"))
+}
+
+/// The repository's root (these tests' package is cli/, beside it).
+pub fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("cli/ is in the repository")
+        .to_path_buf()
 }
 
 /// Runs `cronlease ARGS…` to completion with no standard input.

@@ -4,9 +4,9 @@
 //! mimalloc, not glibc's malloc, whose `malloc`/`free` take a large share
 //! of a busy replica's CPU (a replica allocates per claim, run and
 //! outcome, from many threads). Built without transparent huge pages (the
-//! crate's `no_thp`): with them an idle replica keeps whole huge pages for
-//! a few kilobytes of live data. Not part of the library: a library never
-//! picks the allocator.
+//! mimalloc crate's `no_thp`): with them an idle replica keeps whole huge
+//! pages for a few kilobytes of live data. Not part of the library: a
+//! library never picks the allocator.
 
 use std::ffi::{c_int, c_long};
 

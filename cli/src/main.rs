@@ -1,5 +1,6 @@
 //! The `cronlease` binary: the library's command line
-//! ([`cronlease::run_command_line`]), on mimalloc (`allocator.rs`).
+//! (`cronlease::run_command_line`), on mimalloc (`allocator.rs`, with the
+//! default feature `mimalloc`).
 
 #[cfg(feature = "mimalloc")]
 mod allocator;
