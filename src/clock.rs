@@ -3,9 +3,9 @@
 //! The authority on "is this tick due" is the Redis server clock (`TIME`, read
 //! inside the claim script). To sleep until a tick without asking Redis every
 //! millisecond, the replica keeps the offset between its own wall clock and
-//! Redis's, measured at each heartbeat from the midpoint of the round trip.
+//! Redis's, measured every few heartbeats from the midpoint of the round trip.
 //! Offset and wake-ups are kept in microseconds (`TIME` gives them): with
-//! whole milliseconds the local clock's truncation alone woke a replica up
+//! whole milliseconds the local clock's truncation alone would wake a replica up
 //! to 1 ms after its tick.
 //! A host whose clock is off by seconds still wakes at the right moment, and
 //! if the estimate is early the claim script answers `early` and the replica

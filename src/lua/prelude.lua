@@ -136,7 +136,7 @@ end
 -- highest fence a replica saw). A run starter that finds it so writes `born`
 -- (Redis ms) beside the fence; a finish compares it with its run's start to
 -- tell "someone recorded this run" from "Redis forgot this run" (finish.lua).
--- A state written before `born` existed has a fence and no `born`: one
+-- A state with a fence and no `born` (written by an older release) is one
 -- lineage since before any run now in flight.
 local function lineage_begins(fence_before, min_fence)
   return not fence_before or fence_before < min_fence

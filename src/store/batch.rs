@@ -6,7 +6,7 @@
 //! few sender slots sends everything queued so far (up to [`BATCH_MAX`],
 //! its own call included or not), and whoever queues meanwhile waits for
 //! a slot — or for its answer, when a batch carried its call first. A
-//! lone call thus goes out at once, as before; under load, one call
+//! lone call thus goes out at once, unbatched in effect; under load, one call
 //! carries many (10,000 ticks due in the same second make a few hundred
 //! calls, not 10,000), and Redis's per-call cost, the round trips and the
 //! client's per-request work are paid once per batch.
@@ -15,7 +15,7 @@
 //! item's answer and the others still run. Batching needs every key on one
 //! server: a single server or Sentinel, never Cluster (the keys of two jobs
 //! sit in different slots) and not with `quorum` or `min_replicas_ack`,
-//! whose calls the store makes one by one as before.
+//! whose calls the store makes one by one.
 
 use std::sync::{Mutex, PoisonError};
 
