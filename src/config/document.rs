@@ -13,7 +13,7 @@ use toml::de::{DeTable, DeValue, Error as TomlError};
 use super::checker::Checker;
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
-use super::job::{JobContext, JobSpec, validate_named_job};
+use super::job::{JobContext, JobSpec, Source, validate_named_job};
 use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
 use super::{Config, ConfigError, Job, Problem, duplicates};
@@ -166,17 +166,6 @@ fn validate_sections(
         jobs,
         replica_id_flag: None,
     }))
-}
-
-/// Where a job table comes from, which says what its jobs are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Source {
-    /// A file on disk: at least one job, each running a `command` or a
-    /// `shell` script.
-    File,
-    /// An embedded scheduler (`crate::embed`): any number of jobs (they may
-    /// come later), each running a handler registered in the program.
-    Embedded,
 }
 
 /// One problem per TOML syntax error; duplicate keys and tables explained

@@ -13,13 +13,23 @@ use serde::Deserialize;
 
 use super::checker::{Checker, DurationValue, Given, is_name};
 use super::daemon_section::MAX_GRACE;
-use super::document::Source;
 use super::run_env;
 use super::{
     Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap, Problem, RedisConfig,
     TokenSource, Topology,
 };
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
+
+/// Where a job table comes from, which says what its jobs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A file on disk: at least one job, each running a `command` or a
+    /// `shell` script.
+    File,
+    /// An embedded scheduler (`crate::embed`): any number of jobs (they may
+    /// come later), each running a handler registered in the program.
+    Embedded,
+}
 
 /// One job's definition as given, before it is validated: the settings of
 /// a `[jobs.<name>]` table, each with its place in the document

@@ -54,7 +54,7 @@ pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
 pub(crate) use checker::{DurationValue, Given, is_name};
 pub use checker::{parse_duration, redact_url};
 pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE, renewable};
-pub(crate) use document::Source;
+pub(crate) use job::Source;
 
 use crate::schedule::Schedule;
 

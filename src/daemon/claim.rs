@@ -4,7 +4,10 @@
 //!
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 
-use super::{ClaimCount, Ctx, LATE_MS, RunStart, pause, rfc3339, to_datetime};
+use super::ctx::Ctx;
+use super::meters::ClaimCount;
+use super::runs::RunStart;
+use super::time::{LATE_MS, pause, rfc3339, to_datetime};
 use crate::config::Job;
 use crate::config::Misfire;
 use crate::outcome::Trigger;

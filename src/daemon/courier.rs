@@ -9,17 +9,18 @@
 //! The spool's size is counted in memory, so spooling an outcome and
 //! setting the gauge never read the directory; only a delivery does.
 
-use super::{Ctx, log_finish};
+use super::ctx::Ctx;
 use crate::outcome::Outcome;
 use crate::spool::Spool;
 use crate::spool::SpoolError;
 use crate::store::Attempt;
+use crate::store::{FinishReply, Recorded};
 use crate::telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use std::path::PathBuf;
 
@@ -246,5 +247,22 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
                 return;
             }
         }
+    }
+}
+
+/// Logs how Redis recorded an outcome: current, or stale and why.
+pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
+    let (run_id, id) = (&outcome.run_id, &reply.id);
+    match reply.recorded {
+        Recorded::Current => debug!(%run_id, stream_id = %id, "outcome recorded"),
+        Recorded::Restored => warn!(
+            job = %outcome.job, %run_id, stream_id = %id,
+            "outcome recorded as current: Redis lost this job's state while the run was in flight, so no other record of it exists"
+        ),
+        Recorded::Stale => warn!(
+            job = %outcome.job, %run_id, stream_id = %id,
+            "outcome recorded as stale: the run was no longer in flight in Redis (its lease lapsed and it was recorded abandoned, or this outcome was delivered before)"
+        ),
+        Recorded::Duplicate => debug!(%run_id, stream_id = %id, "outcome was already recorded"),
     }
 }

@@ -10,10 +10,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 use uuid::Uuid;
 
+use super::error::DaemonError;
+use super::latency::ClaimLatency;
 use super::meters::Meters;
-use super::rendezvous::{ClaimLatency, rendezvous_score};
 use super::state::{LiveReplicas, MarkBook};
-use super::{DaemonError, JobTable, tick, timer};
+use super::step::Step;
+use super::table::JobTable;
+use super::timer;
 use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job};
 use crate::outcome::Outcome;
@@ -78,7 +81,7 @@ pub(super) struct Ctx {
     pub(super) claims: Claims,
     pub(super) runs: Runs,
     /// Every job's next wake-up (see `timer`).
-    pub(super) timer: timer::Timer<tick::Step>,
+    pub(super) timer: timer::Timer<Step>,
 }
 
 /// What claiming needs besides the store and the clock.
@@ -239,17 +242,6 @@ impl Ctx {
             .map(crate::runner::Containment::as_str);
         #[cfg(not(feature = "process"))]
         None
-    }
-
-    /// This replica's place in the rendezvous order of `job`'s `tick` among
-    /// the live replicas: 0 claims at once, the others wait their turn.
-    pub(super) fn rank(&self, job: &str, tick_ms: i64) -> usize {
-        let live = self.claims.live.snapshot();
-        let own = rendezvous_score(&self.identity.replica, job, tick_ms);
-        live.iter()
-            .filter(|id| **id != self.identity.replica)
-            .filter(|id| rendezvous_score(id, job, tick_ms) > own)
-            .count()
     }
 
     /// This replica as the claimant of `job`'s ticks, runs and reruns;

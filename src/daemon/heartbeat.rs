@@ -3,7 +3,9 @@
 //! (state loss), the live replicas the claims rank among, the runs of dead
 //! replicas to sweep, and replicas silent long enough to forget.
 
-use super::{Ctx, JobTable, start_reruns, sweep};
+use super::ctx::Ctx;
+use super::runs::{start_reruns, sweep};
+use super::table::JobTable;
 use crate::clock::local_now_us;
 use crate::membership::Heartbeat;
 use crate::store::REPLICA_FORGET_AFTER;

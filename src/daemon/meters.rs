@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use metrics::{Counter, Gauge, Histogram, SharedString};
 
-use super::JobMap;
+use super::table::JobMap;
 use crate::outcome::Status;
 use crate::telemetry;
 

@@ -44,11 +44,9 @@
 //! (or spooled); then the background tasks stop; the replica removes its
 //! heartbeat and returns.
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, SecondsFormat, Utc};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::{Instant, sleep, timeout, timeout_at};
 use tokio_util::sync::CancellationToken;
@@ -56,7 +54,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::clock::{RedisClock, local_now_us};
-use crate::config::{Config, Job, RedisConfig};
+use crate::config::{Config, RedisConfig};
 use crate::spool::{Spool, SpoolError};
 use crate::store::{ServerSettings, Store, StoreError};
 use crate::task::{Stop, Tasks};
@@ -67,65 +65,36 @@ use systemd::Notice;
 mod claim;
 mod courier;
 mod ctx;
+mod error;
 mod heartbeat;
+mod latency;
 mod meters;
 mod rendezvous;
 mod runs;
 mod scheduler;
 mod serve;
 mod state;
+mod step;
 mod systemd;
+mod table;
 mod tick;
+mod time;
 mod timer;
 mod triggers;
 
-use claim::{Ahead, ClaimEnd, claim, record_missed};
-use courier::{spool_courier, spool_or_hold};
+use courier::spool_courier;
 pub use ctx::Identity;
 use ctx::{Ctx, Parts};
+pub use error::DaemonError;
 use heartbeat::heartbeat_loop;
-use meters::{ClaimCount, JobMeters};
-use rendezvous::{claims_listener, rank_wait};
+use rendezvous::claims_listener;
 #[cfg(feature = "process")]
 use runs::replica_env;
-use runs::{RunStart, deliver, log_finish, not_durable_outcome, start_reruns, start_run, sweep};
 pub use scheduler::Reload;
-use scheduler::{Scheduler, reload_jobs};
+use scheduler::{Scheduler, notify, reload_jobs};
 use serve::{dashboard_token, start_dashboard, start_metrics};
+use table::job_table;
 use triggers::trigger_consumer;
-
-/// A tick claimed no later than this after its time is on time; older
-/// unclaimed ticks are missed and go to the misfire policy.
-const LATE_MS: i64 = 1_000;
-
-/// At most this many missed ticks are caught up by `misfire = "run_all"`
-/// (the most recent ones).
-pub const MAX_CATCH_UP: usize = 100;
-
-/// Why a replica could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    #[error(
-        "Redis {node} is configured to evict keys (maxmemory {maxmemory} bytes, maxmemory-policy {policy}): \
-         a lease or a tick's high-water mark could vanish and a tick could run twice. \
-         Set `maxmemory-policy noeviction` (CONFIG SET maxmemory-policy noeviction, and in redis.conf), \
-         or `maxmemory 0`"
-    )]
-    Eviction {
-        node: String,
-        maxmemory: u64,
-        policy: String,
-    },
-    #[error("cannot use the state directory: {0}")]
-    Spool(#[from] SpoolError),
-    #[error("[daemon] containment = \"cgroup\", but this replica cannot make cgroups: {0}")]
-    Containment(String),
-    #[error("{0}")]
-    Limits(String),
-    #[cfg(feature = "dashboard")]
-    #[error(transparent)]
-    DashboardToken(#[from] crate::dashboard::TokenError),
-}
 
 /// What a replica is handed instead of building it: its connection to
 /// Redis ([`connect`]), its clock, and what its jobs run.
@@ -376,39 +345,6 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
 /// How often the supervisor loop turns (health beat, systemd pings).
 const SUPERVISOR_PERIOD: Duration = Duration::from_secs(1);
 
-/// The jobs by name, shared with the tasks that look jobs up.
-type JobTable = BTreeMap<String, Arc<Job>>;
-
-/// A map by job name that every run looks into a few times: hashed with
-/// rapidhash rather than SipHash (job names come from the operator's
-/// config and the replicas' own announcements, not from strangers).
-type JobMap<V, K = String> = HashMap<K, V, rapidhash::fast::RandomState>;
-
-fn job_table(jobs: BTreeMap<String, Job>) -> Arc<JobTable> {
-    Arc::new(
-        jobs.into_iter()
-            .map(|(name, job)| (name, Arc::new(job)))
-            .collect(),
-    )
-}
-
-/// Sends `states` plus a one-line STATUS to systemd (a no-op outside it).
-fn notify(notices: &[Notice<'_>], ctx: &Ctx) {
-    let status = format!(
-        "{} jobs, {} runs in flight, Redis {}",
-        ctx.jobs.borrow().len(),
-        ctx.runs.tracker.len(),
-        if *ctx.redis_up.borrow() {
-            "up"
-        } else {
-            "unreachable"
-        }
-    );
-    let mut all = notices.to_vec();
-    all.push(Notice::Status(&status));
-    systemd::notify(&all);
-}
-
 /// Connects to Redis, retrying with backoff until it works (the daemon
 /// never exits because Redis is away); None when `shutdown` comes first.
 pub async fn connect(config: &RedisConfig, shutdown: &CancellationToken) -> Option<Store> {
@@ -494,21 +430,5 @@ async fn measure_clock(ctx: &Ctx) {
             );
         }
         Err(e) => warn!(error = %e, "cannot read the Redis clock; assuming it matches ours"),
-    }
-}
-
-fn to_datetime(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or_default()
-}
-
-fn rfc3339(ms: i64) -> String {
-    to_datetime(ms).to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-/// Sleeps, unless cancelled; false when cancelled.
-async fn pause(duration: Duration, cancel: &CancellationToken) -> bool {
-    tokio::select! {
-        () = cancel.cancelled() => false,
-        () = sleep(duration) => true,
     }
 }

@@ -3,7 +3,10 @@
 //! holder died. Delivering and sweeping return the reruns they claimed;
 //! the caller starts them.
 
-use super::{Ctx, JobMeters, rfc3339, spool_or_hold, to_datetime};
+use super::courier::{log_finish, spool_or_hold};
+use super::ctx::Ctx;
+use super::meters::JobMeters;
+use super::time::{rfc3339, to_datetime};
 use crate::config::Job;
 use crate::config::OnHolderLost;
 use crate::config::Overlap;
@@ -13,8 +16,6 @@ use crate::outcome::Trigger;
 #[cfg(feature = "process")]
 use crate::runner;
 use crate::store::Attempt;
-use crate::store::FinishReply;
-use crate::store::Recorded;
 use crate::store::Rerun;
 use crate::store::RerunOffer;
 use crate::store::SweepRequest;
@@ -276,22 +277,6 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
     None
 }
 
-pub(super) fn log_finish(outcome: &Outcome, reply: &FinishReply) {
-    let (run_id, id) = (&outcome.run_id, &reply.id);
-    match reply.recorded {
-        Recorded::Current => debug!(%run_id, stream_id = %id, "outcome recorded"),
-        Recorded::Restored => warn!(
-            job = %outcome.job, %run_id, stream_id = %id,
-            "outcome recorded as current: Redis lost this job's state while the run was in flight, so no other record of it exists"
-        ),
-        Recorded::Stale => warn!(
-            job = %outcome.job, %run_id, stream_id = %id,
-            "outcome recorded as stale: the run was no longer in flight in Redis (its lease lapsed and it was recorded abandoned, or this outcome was delivered before)"
-        ),
-        Recorded::Duplicate => debug!(%run_id, stream_id = %id, "outcome was already recorded"),
-    }
-}
-
 /// The run of a rerun that a sweep or a finish claimed in Redis for us.
 fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant) -> RunStart {
     ctx.claims.marks.note(&job.name, None, Some(rerun.fence));
@@ -380,7 +365,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
 #[cfg(feature = "process")]
 pub(super) fn replica_env(
     config: &crate::config::Config,
-    jobs: &super::JobTable,
+    jobs: &super::table::JobTable,
     token: &super::serve::DashboardToken,
 ) -> crate::runner::ReplicaEnv {
     let env = crate::runner::ReplicaEnv::for_config(config, super::serve::token_secret(token));

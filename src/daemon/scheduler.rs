@@ -3,7 +3,10 @@
 //! stopped or restarted by a SIGHUP reload that changes the job table (runs
 //! in flight keep the definition they started with).
 
-use super::{Ctx, JobTable, Notice, job_table, notify, systemd, to_datetime};
+use super::ctx::Ctx;
+use super::systemd::{self, Notice};
+use super::table::{JobTable, job_table};
+use super::time::to_datetime;
 use crate::config::Config;
 use crate::config::Job;
 use crate::task::Tasks;
@@ -14,8 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
+use super::step::Step;
 use super::tick;
-use super::tick::Step;
 use super::timer::Alarm;
 use crate::task::Task;
 
@@ -268,4 +271,21 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             None
         }
     }
+}
+
+/// Sends `states` plus a one-line STATUS to systemd (a no-op outside it).
+pub(super) fn notify(notices: &[Notice<'_>], ctx: &Ctx) {
+    let status = format!(
+        "{} jobs, {} runs in flight, Redis {}",
+        ctx.jobs.borrow().len(),
+        ctx.runs.tracker.len(),
+        if *ctx.redis_up.borrow() {
+            "up"
+        } else {
+            "unreachable"
+        }
+    );
+    let mut all = notices.to_vec();
+    all.push(Notice::Status(&status));
+    systemd::notify(&all);
 }

@@ -3,7 +3,8 @@
 //! own listener, each logged and skipped (never fatal) when its port
 //! cannot be bound.
 
-use super::{Ctx, DaemonError};
+use super::ctx::Ctx;
+use super::error::DaemonError;
 use crate::config::Config;
 use crate::telemetry;
 use std::sync::Arc;

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::warn;
 
-use super::JobMap;
+use super::table::JobMap;
 use crate::store::MAX_FENCE;
 
 /// A remembered tick later than this past the local clock at start was not

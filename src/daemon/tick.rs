@@ -12,10 +12,14 @@
 //! at once: the others wait their turn as alarms in a queue, not as
 //! tasks, so 100,000 jobs starting together cost 100,000 alarms.
 
-use super::{
-    Ahead, ClaimCount, ClaimEnd, Ctx, LATE_MS, MAX_CATCH_UP, claim, deliver, not_durable_outcome,
-    pause, rank_wait, record_missed, rfc3339, start_reruns, start_run, sweep, to_datetime,
-};
+use super::claim::{Ahead, ClaimEnd, claim, record_missed};
+use super::ctx::{Claims, Ctx};
+use super::meters::ClaimCount;
+use super::rendezvous::{rank, rank_wait};
+use super::runs::{deliver, not_durable_outcome, start_reruns, start_run, sweep};
+use super::step::{JobAlarm, Step};
+use super::time::{LATE_MS, pause, rfc3339, to_datetime};
+use super::timer::Alarm;
 use crate::config::Job;
 use crate::config::Misfire;
 use crate::outcome::Trigger;
@@ -29,15 +33,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info};
 
-use super::ctx::Claims;
-use super::timer::Alarm;
-
 /// At most this many jobs read their state and sweep at once when they
 /// catch up (at start, or when Redis is back).
 const CATCHING_UP: usize = 256;
 
-/// A job's alarm: when, and which [`Step`] it takes then.
-pub(super) type JobAlarm = Alarm<Step>;
+/// At most this many missed ticks are caught up by `misfire = "run_all"`
+/// (the most recent ones).
+pub(super) const MAX_CATCH_UP: usize = 100;
 
 /// The timer's task, until `claiming` is cancelled: starts each due
 /// alarm's step as a task in `steps`, catch-ups [`CATCHING_UP`] at a time.
@@ -110,18 +112,6 @@ async fn sleep_until_some(at: Option<Instant>) {
     }
 }
 
-/// What a job does when its alarm rings (`timer`).
-pub(super) enum Step {
-    /// Catch up on the ticks that passed (at start, after a stall or a
-    /// late claim): in turn with other jobs.
-    CatchUp,
-    /// Claim this tick: the alarm rang `lead` ahead of it.
-    Tick { tick_ms: i64, lead: Duration },
-    /// This replica's rendezvous turn for the tick came (it is not the
-    /// preferred one): claim it unless a claim was announced.
-    Turn { tick_ms: i64 },
-}
-
 /// What the timer does with a due alarm before any task is made for it.
 /// A replica that is not the tick's preferred one waits for its turn as
 /// an alarm (`Step::Turn`), and at its turn a tick whose claim was
@@ -141,7 +131,7 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             // meanwhile, so Redis sees about one claim per tick however
             // many replicas run. Ranked now, not when the alarm was set:
             // replicas come and go.
-            let rank = ctx.rank(&alarm.job.name, tick_ms);
+            let rank = rank(ctx, &alarm.job.name, tick_ms);
             if rank == 0 {
                 return Some(alarm);
             }

@@ -2,7 +2,9 @@
 //! as one consumer of the replicas' group, takes over requests a dead
 //! consumer left pending, and starts the runs this replica wins.
 
-use super::{Ctx, RunStart, pause, start_run};
+use super::ctx::Ctx;
+use super::runs::{RunStart, start_run};
+use super::time::pause;
 use crate::membership::Heartbeat;
 use crate::outcome::Trigger;
 use crate::store::ManualReply;

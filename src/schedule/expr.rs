@@ -13,9 +13,32 @@
 
 use std::fmt::Write as _;
 
-use super::Timing;
 use super::calendar::{days_in_month, weekday};
 use super::sets::{Bits, DaysOfMonth, DaysOfWeek, FIRST_YEAR, LAST_YEAR, LastDay, Years, bit};
+
+/// How a job meets daylight saving time, from cronie's rule: a job whose
+/// minute and hour fields do not start with `*` runs at fixed times (and gets
+/// the DST treatment); any other runs by the wall clock as it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Timing {
+    /// Minute and hour are not `*`-led (`30 2 * * *`, `0 1,13 * * *`,
+    /// `0 0-23/2 * * *`, `@daily`): a time in a gap runs after it, a
+    /// repeated time runs once (see [`DstPolicy`](super::DstPolicy)).
+    FixedTime,
+    /// Minute or hour is `*`-led (`*/15 * * * *`, `30 * * * *`, `@hourly`):
+    /// skipped local times do not run, repeated ones run again.
+    WallClock,
+}
+
+impl Timing {
+    /// The name `check --json` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timing::FixedTime => "fixed_time",
+            Timing::WallClock => "wall_clock",
+        }
+    }
+}
 
 /// The macros a schedule may be instead of fields, with their meaning. The
 /// expansions carry cronie's flags through the ordinary rules: `@hourly` is

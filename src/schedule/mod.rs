@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone as _, Utc};
 
+pub use expr::Timing;
 use expr::{EXPECTED_FORM, Expr};
 
 /// Why an expression was rejected. The message is meant for the operator and
@@ -39,30 +40,6 @@ use expr::{EXPECTED_FORM, Expr};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ScheduleError(String);
-
-/// How a job meets daylight saving time, from cronie's rule: a job whose
-/// minute and hour fields do not start with `*` runs at fixed times (and gets
-/// the DST treatment); any other runs by the wall clock as it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Timing {
-    /// Minute and hour are not `*`-led (`30 2 * * *`, `0 1,13 * * *`,
-    /// `0 0-23/2 * * *`, `@daily`): a time in a gap runs after it, a
-    /// repeated time runs once (see [`DstPolicy`]).
-    FixedTime,
-    /// Minute or hour is `*`-led (`*/15 * * * *`, `30 * * * *`, `@hourly`):
-    /// skipped local times do not run, repeated ones run again.
-    WallClock,
-}
-
-impl Timing {
-    /// The name `check --json` uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Timing::FixedTime => "fixed_time",
-            Timing::WallClock => "wall_clock",
-        }
-    }
-}
 
 /// What a fixed-time job does with a local time that a daylight-saving
 /// change skips.

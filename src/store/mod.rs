@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use redis::{Script, Value};
 
 use crate::config::{Overlap, RedisConfig};
-use crate::link::{Conn, Link, LinkError};
+use crate::link::{Conn, Link};
 
 mod audit;
 mod batch;
 mod claim;
+mod error;
 mod heartbeat;
 mod job_state;
 mod keys;
@@ -28,7 +29,8 @@ mod reply;
 mod run;
 mod triggers;
 
-use reply::Reply;
+pub use error::StoreError;
+use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
@@ -144,84 +146,11 @@ impl Attempt {
     }
 }
 
-/// A failed exchange with Redis.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("cannot connect to Redis at {url}: {source}")]
-    Connect {
-        url: String,
-        #[source]
-        source: redis::RedisError,
-    },
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error(transparent)]
-    Link(#[from] LinkError),
-    #[error("unexpected reply from Redis to {what}: {reply:?}")]
-    Protocol { what: &'static str, reply: String },
-    /// Quorum mode: fewer than a majority of the masters agreed.
-    #[error("quorum not reached for {what}: {detail}")]
-    NoQuorum {
-        what: &'static str,
-        detail: String,
-        /// A majority of the masters answered, but their answers split
-        /// (replicas racing): Redis is reachable.
-        reachable: bool,
-    },
-    #[error(
-        "{what} is not available with `[redis] quorum` in this version: it needs a single Redis, Sentinel or Cluster"
-    )]
-    QuorumUnsupported { what: &'static str },
-}
-
-impl StoreError {
-    /// True when the command may or may not have been executed (timeout,
-    /// dropped connection): the caller must read back, not guess.
-    pub fn is_ambiguous(&self) -> bool {
-        match self {
-            StoreError::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
-            // A claim without a majority was undone where it landed; one
-            // that landed unheard on a minority lapses with its lease.
-            StoreError::Connect { .. }
-            | StoreError::Link(_)
-            | StoreError::Protocol { .. }
-            | StoreError::NoQuorum { .. }
-            | StoreError::QuorumUnsupported { .. } => false,
-        }
-    }
-}
-
-fn protocol(what: &'static str, reply: &Value) -> StoreError {
-    StoreError::Protocol {
-        what,
-        reply: format!("{reply:?}"),
-    }
-}
-
-fn as_string(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Int(n) => Some(n.to_string()),
-        Value::Okay => Some("OK".to_string()),
-        _ => None,
-    }
-}
-
 /// A `TIME` reply's seconds and microseconds as µs since the epoch; None
 /// when that does not fit in an `i64` (no Redis says so; a proxy or a
 /// fault might).
 fn time_us(secs: i64, micros: i64) -> Option<i64> {
     secs.checked_mul(1_000_000)?.checked_add(micros)
-}
-
-fn as_int(value: &Value) -> Option<i64> {
-    match value {
-        Value::Int(n) => Some(*n),
-        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
-        Value::SimpleString(s) => s.parse().ok(),
-        _ => None,
-    }
 }
 
 /// Who claims, and on what terms: what every request that can hand out a

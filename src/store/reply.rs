@@ -5,7 +5,36 @@
 
 use redis::Value;
 
-use super::{StoreError, as_int, as_string, protocol};
+use super::error::StoreError;
+
+/// The error for a reply to `what` that is not what its script answers.
+pub(super) fn protocol(what: &'static str, reply: &Value) -> StoreError {
+    StoreError::Protocol {
+        what,
+        reply: format!("{reply:?}"),
+    }
+}
+
+/// A reply value as text, if it is text, a number or `OK`.
+pub(super) fn as_string(value: &Value) -> Option<String> {
+    match value {
+        Value::BulkString(bytes) => String::from_utf8(bytes.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Int(n) => Some(n.to_string()),
+        Value::Okay => Some("OK".to_string()),
+        _ => None,
+    }
+}
+
+/// A reply value as an integer, if it is one or text that reads as one.
+pub(super) fn as_int(value: &Value) -> Option<i64> {
+    match value {
+        Value::Int(n) => Some(*n),
+        Value::BulkString(bytes) => std::str::from_utf8(bytes).ok()?.parse().ok(),
+        Value::SimpleString(s) => s.parse().ok(),
+        _ => None,
+    }
+}
 
 /// The items of one script reply (a Redis array).
 pub(super) struct Reply {

@@ -201,6 +201,19 @@ fn the_checks_see_what_they_look_for() {
             .split(',')
             .any(|p| p.split_once(':').is_some_and(|(_, t)| t.trim() == "bool"))
     );
+    let siblings = ["a", "b", "c", "d", "mod"].map(String::from);
+    assert_eq!(
+        imported_siblings(
+            "a",
+            "use super::b::X;\nuse super::{c::Y, Z};\npub use super::d::W;\nuse crate::e;",
+            &siblings
+        ),
+        ["b", "c", "mod"]
+    );
+    assert_eq!(
+        imported_siblings("mod", "use b::X;\npub use c::Y;\nuse std::fmt;", &siblings),
+        ["b"]
+    );
 }
 
 /// The functions of `code` longer than `most` lines, with where they
@@ -366,4 +379,108 @@ fn architecture_anchors_name_functions_that_exist() {
             .map(|(path, name)| format!("{path}.rs:{name}"))
             .collect(),
     );
+}
+
+/// The files of a module directory that `file` imports from: a sibling
+/// named in a `use super::…` path, and `mod.rs` for an item it defines
+/// (`use super::Item`); for `mod.rs`, the children it imports from (a
+/// `pub use`, the module's public face, is not an import).
+fn imported_siblings(file: &str, code: &str, siblings: &[String]) -> Vec<String> {
+    let mut found = Vec::new();
+    for statement in code.split(';') {
+        let statement = statement.trim();
+        // A module's `pub use` of a child's item is its façade, not an
+        // import: only what a file uses itself counts.
+        let Some(path) = statement.strip_prefix("use ") else {
+            continue;
+        };
+        let names: Vec<&str> = if file == "mod" {
+            vec![path.split("::").next().unwrap_or_default()]
+        } else if let Some(rest) = path.strip_prefix("super::") {
+            match rest.strip_prefix('{') {
+                // `use super::{a::B, C}`: each part's first name.
+                Some(group) => group
+                    .trim_end_matches('}')
+                    .split(',')
+                    .map(|part| part.trim().split("::").next().unwrap_or_default())
+                    .collect(),
+                None => vec![rest.split("::").next().unwrap_or_default()],
+            }
+        } else {
+            Vec::new()
+        };
+        for name in names {
+            let target = if siblings.iter().any(|s| s == name) {
+                name
+            } else if file != "mod" && !name.is_empty() && name != "*" && name != "self" {
+                "mod"
+            } else {
+                continue;
+            };
+            if target != file && !found.iter().any(|f| f == target) {
+                found.push(target.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Files that import each other by design: the spawn's child (`child.rs`)
+/// runs after `clone` on what `mod.rs` prepared for it, and `mod.rs`
+/// starts it; the two are one mechanism split for reading.
+const SHARE_BY_DESIGN: &[&str] = &["src/runner/spawn: child.rs and mod.rs"];
+
+/// No two files of a module import each other: each concept has one owner,
+/// and what two files both need lives in a third that needs neither.
+#[test]
+fn no_two_files_import_each_other() {
+    let mut by_dir: std::collections::BTreeMap<String, Vec<(String, String)>> =
+        std::collections::BTreeMap::new();
+    for (path, _, code) in sources() {
+        let path = Path::new(&path);
+        let dir = path.parent().expect("a file in a directory");
+        let stem = path
+            .file_stem()
+            .expect("a file name")
+            .to_string_lossy()
+            .into_owned();
+        by_dir
+            .entry(dir.to_string_lossy().into_owned())
+            .or_default()
+            .push((stem, code));
+    }
+    let mut mutual = Vec::new();
+    for (dir, files) in &by_dir {
+        if !files.iter().any(|(stem, _)| stem == "mod") {
+            continue;
+        }
+        // The files, and the directories of child modules (`spawn/`).
+        let siblings: Vec<String> = files
+            .iter()
+            .map(|(stem, _)| stem.clone())
+            .chain(by_dir.keys().filter_map(|other| {
+                let other = Path::new(other);
+                (other.parent() == Some(Path::new(dir)))
+                    .then(|| other.file_name())
+                    .flatten()
+                    .map(|name| name.to_string_lossy().into_owned())
+            }))
+            .collect();
+        let edges: Vec<(String, Vec<String>)> = files
+            .iter()
+            .map(|(stem, code)| (stem.clone(), imported_siblings(stem, code, &siblings)))
+            .collect();
+        for (a, imports) in &edges {
+            for b in imports {
+                let back = edges
+                    .iter()
+                    .any(|(name, theirs)| name == b && theirs.contains(a));
+                let pair = format!("{dir}: {a}.rs and {b}.rs");
+                if back && a < b && !SHARE_BY_DESIGN.contains(&pair.as_str()) {
+                    mutual.push(pair);
+                }
+            }
+        }
+    }
+    none("files that import each other", mutual);
 }

@@ -1,0 +1,50 @@
+//! A failed exchange with Redis.
+
+use crate::link::LinkError;
+
+/// A failed exchange with Redis.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot connect to Redis at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: redis::RedisError,
+    },
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    #[error("unexpected reply from Redis to {what}: {reply:?}")]
+    Protocol { what: &'static str, reply: String },
+    /// Quorum mode: fewer than a majority of the masters agreed.
+    #[error("quorum not reached for {what}: {detail}")]
+    NoQuorum {
+        what: &'static str,
+        detail: String,
+        /// A majority of the masters answered, but their answers split
+        /// (replicas racing): Redis is reachable.
+        reachable: bool,
+    },
+    #[error(
+        "{what} is not available with `[redis] quorum` in this version: it needs a single Redis, Sentinel or Cluster"
+    )]
+    QuorumUnsupported { what: &'static str },
+}
+
+impl StoreError {
+    /// True when the command may or may not have been executed (timeout,
+    /// dropped connection): the caller must read back, not guess.
+    pub fn is_ambiguous(&self) -> bool {
+        match self {
+            StoreError::Redis(e) => e.is_timeout() || e.is_connection_dropped() || e.is_io_error(),
+            // A claim without a majority was undone where it landed; one
+            // that landed unheard on a minority lapses with its lease.
+            StoreError::Connect { .. }
+            | StoreError::Link(_)
+            | StoreError::Protocol { .. }
+            | StoreError::NoQuorum { .. }
+            | StoreError::QuorumUnsupported { .. } => false,
+        }
+    }
+}
