@@ -366,7 +366,7 @@ fn the_readmes_rust_snippets_are_regions_of_a_compiled_example() {
 /// unknown section, whose errors list what would be valid.
 fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
     let config = ConfigFile::new(
-        "[redis]\nurl = \"redis://127.0.0.1:6379/0\"\nzz_unknown = 1\n\n\
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\nzz_unknown = 1\n\n\
          [daemon]\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
