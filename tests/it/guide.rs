@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
-use crate::support::{ConfigFile, cronlease};
+use crate::support::{ConfigFile, cronlease, files_under};
 
 fn root() -> PathBuf {
     crate::support::repository()
@@ -20,17 +20,7 @@ fn root() -> PathBuf {
 /// The guide's chapters and the README, sorted.
 fn documents() -> Vec<PathBuf> {
     let mut files = vec![root().join("README.md")];
-    let mut dirs = vec![root().join("docs/src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                files.push(path);
-            }
-        }
-    }
+    files.extend(files_under(&root().join("docs/src"), "md"));
     files.sort();
     files
 }

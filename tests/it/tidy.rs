@@ -4,25 +4,7 @@
 //! Test code (a `tests.rs` file, or a file's `#[cfg(test)] mod tests`) is
 //! exempt from all but the first.
 
-use std::path::{Path, PathBuf};
-
-/// Every `.rs` file under `dir`, sorted.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let path = entry.expect("a directory entry").path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    files
-}
+use std::path::Path;
 
 /// The sources, the library's and the binary's: (path relative to the
 /// repository, whole text, the text that is not test code).
@@ -30,7 +12,7 @@ fn sources() -> Vec<(String, String, String)> {
     let root = &crate::support::repository();
     [root.join("src"), root.join("cli/src")]
         .iter()
-        .flat_map(|dir| rust_files(dir))
+        .flat_map(|dir| crate::support::files_under(dir, "rs"))
         .map(|path| {
             let text = std::fs::read_to_string(&path).expect("a readable source file");
             let relative = path

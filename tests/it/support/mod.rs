@@ -136,6 +136,25 @@ pub fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_cronlease"))
 }
 
+/// The files under `dir` (at any depth) whose extension is `extension`,
+/// sorted.
+pub fn files_under(dir: &Path, extension: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("a directory entry").path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == extension) {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 /// The repository's root (these tests' package is cli/, beside it).
 pub fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
