@@ -62,6 +62,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
             overlap: Overlap::Skip,
             history: 100,
             min_fence: 0,
+            notices: &cronlease::store::NO_NOTICES,
         },
         min_tick: -1,
         trigger: Trigger::Schedule,
@@ -99,7 +100,15 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         peak_memory_kb: None,
         oom_kills: None,
     };
-    store.finish(&outcome, 100, None, Attempt::First).await?;
+    store
+        .finish(
+            &outcome,
+            100,
+            None,
+            Attempt::First,
+            &cronlease::store::NO_NOTICES,
+        )
+        .await?;
     Ok(())
 }
 

@@ -484,13 +484,7 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
 async fn store_missed(ctx: &Ctx, job: &Job, missed: Vec<i64>) {
     let store = &ctx.store;
     match store
-        .record_missed(
-            &job.name,
-            &missed,
-            &ctx.identity.replica,
-            &ctx.identity.host,
-            ctx.config.daemon.history,
-        )
+        .record_missed(&job.name, &missed, &ctx.claimant(job, 0))
         .await
     {
         Ok(0) => {}

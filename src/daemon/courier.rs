@@ -14,6 +14,7 @@ use crate::outcome::Outcome;
 use crate::spool::Spool;
 use crate::spool::SpoolError;
 use crate::store::Attempt;
+use crate::store::NO_NOTICES;
 use crate::store::{FinishReply, Recorded};
 use crate::telemetry;
 use std::sync::Arc;
@@ -158,7 +159,13 @@ async fn deliver_held(ctx: &Ctx) {
         if !redis_away {
             match ctx
                 .store
-                .finish(&outcome, ctx.config.daemon.history, None, Attempt::Again)
+                .finish(
+                    &outcome,
+                    ctx.config.daemon.history,
+                    None,
+                    Attempt::Again,
+                    &NO_NOTICES,
+                )
                 .await
             {
                 Ok(reply) => {
@@ -231,7 +238,13 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
         };
         match ctx
             .store
-            .finish(&outcome, ctx.config.daemon.history, None, Attempt::Again)
+            .finish(
+                &outcome,
+                ctx.config.daemon.history,
+                None,
+                Attempt::Again,
+                &NO_NOTICES,
+            )
             .await
         {
             Ok(reply) => {

@@ -21,7 +21,7 @@ use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job};
 use crate::outcome::Outcome;
 use crate::spool::Spool;
-use crate::store::{Claimant, Store, StoreError};
+use crate::store::{Claimant, NO_NOTICES, Store, StoreError};
 use crate::task::Tasks;
 use crate::telemetry;
 use crate::watchdog;
@@ -254,6 +254,7 @@ impl Ctx {
             overlap: job.overlap,
             history: self.config.daemon.history,
             min_fence,
+            notices: &NO_NOTICES,
         }
     }
 

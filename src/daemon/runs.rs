@@ -16,6 +16,7 @@ use crate::outcome::Trigger;
 #[cfg(feature = "process")]
 use crate::runner;
 use crate::store::Attempt;
+use crate::store::NO_NOTICES;
 use crate::store::Rerun;
 use crate::store::RerunOffer;
 use crate::store::SweepRequest;
@@ -253,7 +254,13 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
         let sent = Instant::now();
         match ctx
             .store
-            .finish(outcome, ctx.config.daemon.history, offer.as_ref(), attempt)
+            .finish(
+                outcome,
+                ctx.config.daemon.history,
+                offer.as_ref(),
+                attempt,
+                &NO_NOTICES,
+            )
             .await
         {
             Ok(reply) => {

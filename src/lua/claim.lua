@@ -13,7 +13,9 @@
 --       heard, and remember: daemon/rendezvous.rs),
 --       deadline_ms (Redis time after which this claim must not take effect;
 --       -1: none), attempt ('first': no earlier attempt of this run id was
---       sent, so none can have won; 'again': a retry)
+--       sent, so none can have won; 'again': a retry), and, when the job is
+--       to be told of late starts, its notification rules (read_notices)
+--       with the events stream as KEYS[5]
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -144,4 +146,10 @@ end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, fence, now, started)
 announce(fence)
+local notices = read_notices(KEYS[5], ARGV[17])
+if notices and notices.late_ms > 0 and started - tick > notices.late_ms then
+  emit(notices, state, 'late', {'tick', ARGV[1], 'run_id', run_id, 'fence', fence,
+    'replica', replica, 'status', 'running', 'attempt', '1',
+    'late_ms', started - tick})
+end
 return {'claimed', fence, started, lease_key, expired, regressed, previous, now_us}

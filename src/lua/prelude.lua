@@ -237,3 +237,89 @@ local function count_expired(running, now)
   end
   return n
 end
+
+-- Notifications. A script that records something an operator may want to
+-- hear of writes the event in the same call, into the job's events stream
+-- (its own Cluster slot, passed in KEYS), one entry per channel, so a
+-- replica dying right after cannot lose it; the replicas' consumer group
+-- `deliver` delivers each entry (daemon/notifier.rs). The caller passes
+-- the job's rules as one argument (store::Notices::arg):
+-- 'job|wake channel|event,event,…|channel,channel,…|repeat_ms|late_ms'
+-- (no job for the replicas' own events); '' when there are none.
+local EVENTS_MAXLEN = 10000
+local FAILING = {failed = true, timeout = true, lost_lease = true, abandoned = true}
+
+local function read_notices(events, raw)
+  if not events or not raw or raw == '' then return nil end
+  local job, wake, kinds, channels, repeat_ms, late_ms =
+    string.match(raw, '^([^|]*)|([^|]+)|([^|]*)|([^|]+)|(%d+)|(%d+)$')
+  if not job then return nil end
+  local notices = {events = events, job = job, wake = wake, kinds = {}, channels = {},
+    repeat_ms = tonumber(repeat_ms), late_ms = tonumber(late_ms)}
+  for kind in string.gmatch(kinds, '[^,]+') do notices.kinds[kind] = true end
+  for channel in string.gmatch(channels, '[^,]+') do
+    notices.channels[#notices.channels + 1] = channel
+  end
+  return notices
+end
+
+-- Writes event `kind` (if the rules ask for it) once per channel; `fields`
+-- is a flat list of name, value pairs. An events stream at its cap (its
+-- receivers unreachable for long) drops its oldest entries, counted in
+-- `events_dropped` of the hash `counts` (the job's state).
+local function emit(notices, counts, kind, fields)
+  if not notices or not notices.kinds[kind] then return end
+  local events = notices.events
+  if redis.call('EXISTS', events) == 0 then
+    redis.call('XGROUP', 'CREATE', events, 'deliver', '0', 'MKSTREAM')
+  elseif redis.call('XLEN', events) >= EVENTS_MAXLEN then
+    redis.call('HINCRBY', counts, 'events_dropped', #notices.channels)
+  end
+  for _, channel in ipairs(notices.channels) do
+    redis.call('XADD', events, 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'event', kind,
+      'channel', channel, 'job', notices.job, unpack(fields))
+  end
+  redis.call('PUBLISH', notices.wake, events)
+end
+
+-- The events one recorded outcome causes: a failure starts a streak (its
+-- first failure is told, then at most one reminder per `repeat_ms`), the
+-- first `ok` after a failure ends it (`recovered`). Each event carries the
+-- streak's `count` of failures and, after the first, when it began
+-- (`failing_since`). `fields` are the outcome's, `at` its Redis ms.
+local function outcome_events(notices, state, fields, at)
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local status = f.status
+  local since = tonumber(redis.call('HGET', state, 'failing_since') or '')
+  local about = {'tick', f.tick or '', 'run_id', f.run_id or '', 'fence', f.fence or '',
+    'replica', f.replica or '', 'status', status or '', 'attempt', f.attempts or '',
+    'output', string.sub(f.output or '', -2000)}
+  if FAILING[status] then
+    if not since then
+      redis.call('HSET', state, 'failing_since', at, 'failing_count', 1, 'failing_told_ms', at)
+      about[#about + 1] = 'count'
+      about[#about + 1] = 1
+      emit(notices, state, status, about)
+      return
+    end
+    local count = redis.call('HINCRBY', state, 'failing_count', 1)
+    local told = tonumber(redis.call('HGET', state, 'failing_told_ms') or '0') or 0
+    if at - told >= notices.repeat_ms then
+      redis.call('HSET', state, 'failing_told_ms', at)
+      about[#about + 1] = 'count'
+      about[#about + 1] = count
+      about[#about + 1] = 'failing_since'
+      about[#about + 1] = since
+      emit(notices, state, status, about)
+    end
+  elseif status == 'ok' and since then
+    local count = redis.call('HGET', state, 'failing_count') or '1'
+    redis.call('HDEL', state, 'failing_since', 'failing_count', 'failing_told_ms')
+    about[#about + 1] = 'count'
+    about[#about + 1] = count
+    about[#about + 1] = 'failing_since'
+    about[#about + 1] = since
+    emit(notices, state, 'recovered', about)
+  end
+end

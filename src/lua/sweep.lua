@@ -6,9 +6,10 @@
 -- An entry of `running` that is not one cronlease wrote (another writer, a
 -- bug, a partial restore) is moved to the job's quarantine hash as
 -- `running:<run id>` → the raw value, and named in the reply.
--- KEYS: state, running, lease, runs, reruns, quarantine
+-- KEYS: state, running, lease, runs, reruns, quarantine, events
 -- ARGV: recorder replica, host, maxlen, rerun ('1'/'0'), overlap, lease_ms,
---       new run id (for a rerun), min_fence
+--       new run id (for a rerun), min_fence, notification rules
+--       (read_notices; '' for none)
 -- Returns {n_abandoned, {quarantined run ids}, rerun_tick, fence, lease_key,
 -- started} (the last four only when a rerun was started).
 local state, running, lease, runs, reruns = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -16,6 +17,7 @@ local quarantine = KEYS[6]
 local recorder, host, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local new_run_id, min_fence = ARGV[7], tonumber(ARGV[8])
+local notices = read_notices(KEYS[7], ARGV[9])
 local now = now_ms()
 local abandoned, quarantined = 0, {}
 local entries = redis.call('HGETALL', running)
@@ -31,10 +33,12 @@ for i = 1, #entries, 2 do
     abandoned = abandoned + 1
     redis.call('HDEL', running, run_id)
     if redis.call('GET', e.lease_key) == run_id then redis.call('DEL', e.lease_key) end
-    record_outcome(state, runs, maxlen, {'tick', e.tick, 'fence', e.fence, 'run_id', run_id,
+    local fields = {'tick', e.tick, 'fence', e.fence, 'run_id', run_id,
       'replica', e.replica, 'host', e.host, 'started_ms', e.started, 'finished_ms', now,
       'duration_ms', now - e.started, 'status', 'abandoned', 'attempts', '0', 'output', '',
-      'trigger', e.trigger, 'recorded_by', recorder}, false)
+      'trigger', e.trigger, 'recorded_by', recorder}
+    local id = record_outcome(state, runs, maxlen, fields, false)
+    if notices then outcome_events(notices, state, fields, id_ms(id)) end
     if rerun and e.rerun == 0 then
       redis.call('HSET', reruns, string.format('%d', e.tick), e.fence)
     end

@@ -373,7 +373,7 @@ impl Store {
             let reply = self
                 .scripts
                 .claims
-                .call(conn, self.claim_args(request), CLAIM_KEYS)
+                .call(conn, self.claim_args(request), Store::claim_keys(request))
                 .await?;
             return parse_claim(reply);
         }
@@ -527,6 +527,7 @@ impl Store {
         let keys = &self.keys;
         let job = request.job;
         let parts = ["state", "running", "lease", "runs"];
+        let notices = request.claimant.notices;
         // Sized once: thousands of claims wait in a batch at once.
         let bytes = parts
             .iter()
@@ -537,10 +538,15 @@ impl Store {
             + request.claimant.host.len()
             + keys.claims_channel().len()
             + job.len()
+            + notices.arg().len()
+            + keys.job_key_len(job, "events")
             + CLAIM_NUMBERS_BYTES;
         let mut args = redis::Cmd::with_capacity(CLAIM_KEYS + CLAIM_ARGS, bytes);
         for part in parts {
             args.write_arg_fmt(keys.job_key_arg(job, part));
+        }
+        if !notices.is_none() {
+            args.write_arg_fmt(keys.job_key_arg(job, "events"));
         }
         args.arg(request.tick_ms)
             .arg(request.run_id)
@@ -561,7 +567,20 @@ impl Store {
             .arg(request.job)
             .arg(request.deadline_ms)
             .arg(request.attempt.as_arg());
+        if !notices.is_none() {
+            args.arg(notices.arg());
+        }
         args
+    }
+
+    /// How many keys [`Store::claim_args`] names: the job's events stream
+    /// too when the claim may tell a late start.
+    fn claim_keys(request: &ClaimRequest<'_>) -> usize {
+        if request.claimant.notices.is_none() {
+            CLAIM_KEYS
+        } else {
+            CLAIM_KEYS + 1
+        }
     }
 
     async fn claim_on(
@@ -574,7 +593,7 @@ impl Store {
             let mut pipe = redis::pipe();
             pipe.cmd("EVALSHA")
                 .arg(self.scripts.claim.get_hash())
-                .arg(CLAIM_KEYS);
+                .arg(Store::claim_keys(request));
             append(&mut pipe, &args);
             if let Some((replicas, timeout)) = self.wait_replicas {
                 pipe.cmd("WAIT").arg(replicas).arg(duration_ms(timeout));

@@ -224,6 +224,7 @@ impl Store {
             invocation
                 .key(self.keys.replicas())
                 .key(self.keys.replica_jobs())
+                .key(self.keys.replicas_told())
                 .arg(replica)
                 .arg(last_seen_ms);
             invocation

@@ -116,6 +116,13 @@ impl Keys {
         self.job_key(job, "actions")
     }
 
+    /// Stream: the job's notification events not delivered yet, one entry
+    /// per event and channel, read by the consumer group
+    /// [`DELIVER_GROUP`](super::events::DELIVER_GROUP).
+    pub fn events(&self, job: &str) -> String {
+        self.job_key(job, "events")
+    }
+
     /// Sorted set: the name of every lock acquired lately → when (Redis
     /// ms) a process last registered it; how the dashboard finds locks
     /// without a keyspace scan.
@@ -134,6 +141,32 @@ impl Keys {
     /// whole name of [`Keys::replicas`], so both share a Cluster slot.
     pub fn replica_jobs(&self) -> String {
         format!("{0}:{{{0}:replicas}}:jobs", self.prefix)
+    }
+
+    /// Stream: the replicas' own notification events (`replica_dead`),
+    /// beside their heartbeats (the same hash tag as
+    /// [`Keys::replica_jobs`]).
+    pub fn replica_events(&self) -> String {
+        format!("{0}:{{{0}:replicas}}:events", self.prefix)
+    }
+
+    /// Hash: `dead:<replica>` → the `last_seen_ms` of the silence already
+    /// told (replica_dead.lua), and the replicas' `events_dropped`; beside
+    /// their heartbeats.
+    pub fn replicas_told(&self) -> String {
+        format!("{0}:{{{0}:replicas}}:told", self.prefix)
+    }
+
+    /// Pub/sub channel on which a script that wrote notification events
+    /// publishes the stream's key, to wake the replicas' notifiers.
+    pub fn notify_channel(&self) -> String {
+        format!("{}:notify", self.prefix)
+    }
+
+    /// Hash: `<channel>:ok` → Redis ms of the last delivery a receiver
+    /// took, `<channel>:failed` → JSON of the last failed attempt.
+    pub fn notify_health(&self) -> String {
+        format!("{}:notify:health", self.prefix)
     }
 
     /// String: a random id written once per Redis deployment; its loss or

@@ -20,6 +20,7 @@ mod audit;
 mod batch;
 mod claim;
 mod error;
+mod events;
 mod heartbeat;
 mod job_state;
 mod keys;
@@ -34,6 +35,10 @@ use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+pub use events::{
+    ChannelHealth, DELIVER_GROUP, DeliveryFailure, EventRecord, GaveUp, NO_NOTICES, NoticeRules,
+    Notices, PendingEvent,
+};
 
 /// How far ahead of Redis time a claim may set a job's high-water mark
 /// (a claim is made at most its lead, under a second, ahead of its tick):
@@ -97,6 +102,8 @@ struct Scripts {
     raise_fence: Script,
     repair: Script,
     outcome_fields: Script,
+    overdue: Script,
+    replica_dead: Script,
 }
 
 impl Scripts {
@@ -121,6 +128,8 @@ impl Scripts {
             raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),
             repair: script(include_str!("../lua/repair.lua")),
             outcome_fields: Script::new(include_str!("../lua/outcome_fields.lua")),
+            overdue: script(include_str!("../lua/overdue.lua")),
+            replica_dead: script(include_str!("../lua/replica_dead.lua")),
         }
     }
 }
@@ -167,6 +176,9 @@ pub struct Claimant<'a> {
     /// The highest fence this replica has seen for the job: a fence handed
     /// out now is above it.
     pub min_fence: u64,
+    /// The job's notification rules: a claim tells a late start, a sweep
+    /// an abandoned run.
+    pub notices: &'a Notices,
 }
 
 /// What the eviction and persistence settings of the server are.

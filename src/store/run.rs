@@ -2,7 +2,7 @@
 //! records its outcome (with the job's dedup window), the sweep of runs
 //! whose holder died, and the missed ticks a claim jumped over.
 
-use super::{Attempt, Claimant, Reply, Store, StoreError, append, as_int, duration_ms};
+use super::{Attempt, Claimant, Notices, Reply, Store, StoreError, append, as_int, duration_ms};
 use crate::outcome::Outcome;
 use redis::Script;
 
@@ -11,12 +11,12 @@ use std::time::Duration;
 use redis::{RedisWrite, Value};
 
 /// The finish script's keys: state, running, the run's lease, runs, done,
-/// the job's lease, reruns, done_at.
-const FINISH_KEYS: usize = 8;
+/// the job's lease, reruns, done_at, events.
+const FINISH_KEYS: usize = 9;
 
-/// The finish script's arguments, at most: 12 before the outcome's fields,
+/// The finish script's arguments, at most: 13 before the outcome's fields,
 /// and up to 17 fields, name and value (`Outcome::each_stream_field`).
-const FINISH_ARGS: usize = 12 + 2 * 17;
+const FINISH_ARGS: usize = 13 + 2 * 17;
 
 /// Room for the finish's numbers, words and field names beside the keys,
 /// ids, names and output counted one by one.
@@ -235,13 +235,14 @@ impl Store {
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
         attempt: Attempt,
+        notices: &Notices,
     ) -> redis::Cmd {
         let keys = &self.keys;
         let job = outcome.job.as_str();
         // The job's keys before and after the run's lease key.
         let (before, after) = (
             ["state", "running"],
-            ["runs", "done", "lease", "reruns", "done_at"],
+            ["runs", "done", "lease", "reruns", "done_at", "events"],
         );
         let rerun_bytes = rerun.map_or(0, |offer| {
             offer.new_run_id.len() + offer.claimant.replica.len() + offer.claimant.host.len()
@@ -258,6 +259,7 @@ impl Store {
             + outcome.replica.len()
             + outcome.host.len()
             + outcome.output.len()
+            + notices.arg().len()
             + FINISH_FIXED_BYTES;
         let mut args = redis::Cmd::with_capacity(FINISH_KEYS + FINISH_ARGS, bytes);
         for part in before {
@@ -289,7 +291,7 @@ impl Store {
                 .arg("")
                 .arg(""),
         };
-        args.arg(attempt.as_arg());
+        args.arg(attempt.as_arg()).arg(notices.arg());
         outcome.each_stream_field(|name, value| {
             args.arg(name).write_arg_fmt(value);
         });
@@ -299,14 +301,16 @@ impl Store {
     /// Runs the finish script for `outcome`; with `rerun`, a pending rerun
     /// of the job may be started for the caller. `attempt`: whether this
     /// outcome was sent before (only then can it be a duplicate).
+    /// `notices`: the job's rules, for the events the outcome causes.
     pub async fn finish(
         &self,
         outcome: &Outcome,
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
         attempt: Attempt,
+        notices: &Notices,
     ) -> Result<FinishReply, StoreError> {
-        let args = self.finish_args(outcome, history, rerun, attempt);
+        let args = self.finish_args(outcome, history, rerun, attempt, notices);
         if !self.is_quorum() {
             let conn = self.single("finish").await?;
             if self.batches(&conn) {
@@ -356,6 +360,7 @@ impl Store {
             .key(keys.runs(request.job))
             .key(keys.reruns(request.job))
             .key(keys.quarantine(request.job))
+            .key(keys.events(request.job))
             .arg(request.claimant.replica)
             .arg(request.claimant.host)
             .arg(request.claimant.history)
@@ -363,7 +368,8 @@ impl Store {
             .arg(request.claimant.overlap.as_str())
             .arg(duration_ms(request.claimant.lease))
             .arg(request.rerun.unwrap_or(""))
-            .arg(request.claimant.min_fence);
+            .arg(request.claimant.min_fence)
+            .arg(request.claimant.notices.arg());
         let invocation = &invocation;
         let answers = self
             .on_all(|mut conn| async move {
@@ -385,23 +391,23 @@ impl Store {
         })
     }
 
-    /// Records `ticks` (ascending) of `job` as missed; returns how many were
-    /// new.
+    /// Records `ticks` (ascending) of `job` as missed, told as one `missed`
+    /// event by `notices`; returns how many were new.
     pub async fn record_missed(
         &self,
         job: &str,
         ticks: &[i64],
-        recorder: &str,
-        host: &str,
-        history: u32,
+        recorder: &Claimant<'_>,
     ) -> Result<u64, StoreError> {
         let mut invocation = self.scripts.missed.prepare_invoke();
         invocation
             .key(self.keys.state(job))
             .key(self.keys.runs(job))
-            .arg(recorder)
-            .arg(host)
-            .arg(history);
+            .key(self.keys.events(job))
+            .arg(recorder.replica)
+            .arg(recorder.host)
+            .arg(recorder.history)
+            .arg(recorder.notices.arg());
         for tick in ticks {
             invocation.arg(*tick);
         }

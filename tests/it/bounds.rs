@@ -51,7 +51,13 @@ async fn run_ticks(store: &Store, first_tick: i64, count: usize, history: u32) {
         let tick = first_tick + 1000 * n as i64;
         let outcome = claim(store, &format!("run-{tick}"), tick, history).await;
         let reply = store
-            .finish(&outcome, history, None, Attempt::First)
+            .finish(
+                &outcome,
+                history,
+                None,
+                Attempt::First,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(reply.recorded, Recorded::Current);
@@ -120,14 +126,26 @@ fn a_retried_finish_is_applied_once_within_the_window() {
         let tick = now_ms() - 60_000;
         let outcome = claim(&store, "first", tick, 1000).await;
         let first = store
-            .finish(&outcome, 1000, None, Attempt::First)
+            .finish(
+                &outcome,
+                1000,
+                None,
+                Attempt::First,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(first.recorded, Recorded::Current);
         // Other runs are recorded in between (fewer than the window holds).
         run_ticks(&store, tick + 1000, 50, 1000).await;
         let again = store
-            .finish(&outcome, 1000, None, Attempt::Again)
+            .finish(
+                &outcome,
+                1000,
+                None,
+                Attempt::Again,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(again.recorded, Recorded::Duplicate);
@@ -169,7 +187,13 @@ fn an_outcome_the_previous_release_recorded_is_still_a_duplicate_and_found() {
         let store = store(&server).await;
         let outcome = ok_outcome(JOB, "legacy", now_ms() - 60_000, 1, key("lease"));
         let again = store
-            .finish(&outcome, 1000, None, Attempt::Again)
+            .finish(
+                &outcome,
+                1000,
+                None,
+                Attempt::Again,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(
@@ -186,7 +210,13 @@ fn an_outcome_the_previous_release_recorded_is_still_a_duplicate_and_found() {
         // One recorded now is found by its window's date.
         let outcome = claim(&store, "fresh", now_ms() - 30_000, 1000).await;
         let first = store
-            .finish(&outcome, 1000, None, Attempt::First)
+            .finish(
+                &outcome,
+                1000,
+                None,
+                Attempt::First,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(
@@ -217,7 +247,13 @@ fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
         let tick = now_ms() - 3_600_000;
         let outcome = claim(&store, "old", tick, history).await;
         let first = store
-            .finish(&outcome, history, None, Attempt::First)
+            .finish(
+                &outcome,
+                history,
+                None,
+                Attempt::First,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(first.recorded, Recorded::Current);
@@ -227,7 +263,13 @@ fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
         // later) is recorded, marked stale, and the job's current outcome
         // stays the latest run's.
         let late = store
-            .finish(&outcome, history, None, Attempt::Again)
+            .finish(
+                &outcome,
+                history,
+                None,
+                Attempt::Again,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(late.recorded, Recorded::Stale);
@@ -298,7 +340,13 @@ fn a_spooled_outcome_delivered_twice_by_two_replicas_is_applied_once() {
         let store = store(&cluster.redis).await;
         let outcome = claim(&store, "spooled", now_ms() - 10_000, 1000).await;
         let reply = store
-            .finish(&outcome, 1000, None, Attempt::First)
+            .finish(
+                &outcome,
+                1000,
+                None,
+                Attempt::First,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(reply.recorded, Recorded::Current);

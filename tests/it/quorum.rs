@@ -162,6 +162,7 @@ fn a_majority_claim_has_the_highest_fence_renews_with_a_majority_and_finishes_ev
                 100,
                 None,
                 Attempt::First,
+                &cronlease::store::NO_NOTICES,
             )
             .await
             .expect("finish");

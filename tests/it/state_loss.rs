@@ -34,7 +34,13 @@ async fn claim(store: &Store, request: &ClaimRequest<'_>) -> Outcome {
 
 async fn finish(store: &Store, outcome: &Outcome) -> Recorded {
     store
-        .finish(outcome, 100, None, Attempt::First)
+        .finish(
+            outcome,
+            100,
+            None,
+            Attempt::First,
+            &cronlease::store::NO_NOTICES,
+        )
         .await
         .expect("finish")
         .recorded
@@ -72,7 +78,13 @@ fn a_run_whose_claim_was_answered_late_and_whose_state_redis_lost_is_recorded_cu
             Some("late")
         );
         let again = store
-            .finish(&outcome, 100, None, Attempt::Again)
+            .finish(
+                &outcome,
+                100,
+                None,
+                Attempt::Again,
+                &cronlease::store::NO_NOTICES,
+            )
             .await
             .expect("finish");
         assert_eq!(again.recorded, Recorded::Duplicate);

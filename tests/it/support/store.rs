@@ -35,6 +35,7 @@ pub fn test_claimant(lease: Duration, overlap: Overlap, history: u32) -> Claiman
         overlap,
         history,
         min_fence: 0,
+        notices: &cronlease::store::NO_NOTICES,
     }
 }
 
