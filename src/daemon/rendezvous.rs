@@ -107,7 +107,7 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
                     {
                         // A hint: it ends a wait for a turn, and raises the
                         // fence asked for (see `MarkBook::hear`).
-                        ctx.claims.marks.hear(job, tick, fence);
+                        ctx.marks.hear(job, tick, fence);
                     }
                     _ => forged.note(line),
                 }

@@ -13,7 +13,7 @@
 //! tasks, so 100,000 jobs starting together cost 100,000 alarms.
 
 use super::claim::{Ahead, ClaimEnd, claim, record_missed};
-use super::ctx::{Claims, Ctx};
+use super::ctx::Ctx;
 use super::meters::ClaimCount;
 use super::rendezvous::{rank, rank_wait};
 use super::runs::{deliver, not_durable_outcome, start_reruns, start_run, sweep};
@@ -141,7 +141,7 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             None
         }
         Step::Turn { tick_ms } => {
-            if !announced(&ctx.claims, &alarm.job, tick_ms) {
+            if !announced(ctx, &alarm.job, tick_ms) {
                 return Some(alarm);
             }
             if let Some((at, step)) = next_alarm(ctx, &alarm.job, tick_ms) {
@@ -239,7 +239,7 @@ async fn claim_turn(
     if cancel.is_cancelled() {
         return Next::Cancelled;
     }
-    if announced(&ctx.claims, job, tick_ms) {
+    if announced(ctx, job, tick_ms) {
         return Next::Done;
     }
     // Only the preferred replica's claims are made ahead and measure the
@@ -251,11 +251,11 @@ async fn claim_turn(
 /// Whether a claim of `tick_ms` is known: another replica announced it (or
 /// a later one), or Redis answered this one so. Then counted: this replica
 /// is done with the tick.
-fn announced(claims: &Claims, job: &Job, tick_ms: i64) -> bool {
-    if !claims.marks.covers(&job.name, tick_ms) {
+fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
+    if !ctx.marks.covers(&job.name, tick_ms) {
         return false;
     }
-    claims.meters.count_claim(&job.name, ClaimCount::Announced);
+    ctx.meters.count_claim(&job.name, ClaimCount::Announced);
     true
 }
 
@@ -272,7 +272,15 @@ async fn claim_and_follow(
     // to the end of its claim, and at an instant when thousands of jobs
     // are due there are thousands of steps.
     Box::pin(async {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
+        let end = claim(
+            &ctx.claim_side(),
+            job,
+            tick_ms,
+            Trigger::Schedule,
+            ahead,
+            cancel,
+        )
+        .await;
         follow(ctx, job, tick_ms, end).await
     })
     .await
@@ -298,10 +306,14 @@ async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> 
             previous,
             expired,
         } => {
-            let run = start_run(ctx, job, start);
-            record_missed(ctx, job, previous, tick_ms).await;
+            let run = start_run(&ctx.run_side(), job, start);
+            record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             if expired {
-                start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
+                start_reruns(
+                    &ctx.run_side(),
+                    job,
+                    Box::pin(sweep(&ctx.run_side(), job)).await,
+                );
             }
             Next::Running(run)
         }
@@ -309,18 +321,22 @@ async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> 
         // their size (a claim's future is alive from its alarm to Redis's
         // answer, and thousands may be at one instant).
         ClaimEnd::NotDurable { start, acked } => {
-            let outcome = not_durable_outcome(ctx, job, start, acked);
-            if let Some(rerun) = Box::pin(deliver(ctx, job, &outcome)).await {
-                start_reruns(ctx, job, vec![rerun]);
+            let outcome = not_durable_outcome(&ctx.run_side(), job, start, acked);
+            if let Some(rerun) = Box::pin(deliver(&ctx.run_side(), job, &outcome)).await {
+                start_reruns(&ctx.run_side(), job, vec![rerun]);
             }
             Next::Done
         }
         ClaimEnd::Lapsed => {
-            start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
+            start_reruns(
+                &ctx.run_side(),
+                job,
+                Box::pin(sweep(&ctx.run_side(), job)).await,
+            );
             Next::Done
         }
         ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
-            record_missed(ctx, job, previous, tick_ms).await;
+            record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             Next::Done
         }
         ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
@@ -339,12 +355,12 @@ async fn catch_up(
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<i64> {
     let stored = last_tick(ctx, job, cancel).await?;
-    start_reruns(ctx, job, sweep(ctx, job).await);
+    start_reruns(&ctx.run_side(), job, sweep(&ctx.run_side(), job).await);
     // The turn covers the reads and the sweep, not the claims below (nor
     // `run_all` waiting for its runs).
     drop(turn);
     let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.claims.marks.get(&job.name).last_tick) {
+    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
             Some(last) => last,
@@ -359,7 +375,15 @@ async fn catch_up(
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {
-        let end = claim(ctx, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
+        let end = claim(
+            &ctx.claim_side(),
+            job,
+            tick_ms,
+            Trigger::Misfire,
+            Ahead::No,
+            cancel,
+        )
+        .await;
         match follow(ctx, job, tick_ms, end).await {
             // run_all runs missed ticks one after another.
             Next::Running(run) if job.misfire == Misfire::RunAll => {
@@ -373,7 +397,15 @@ async fn catch_up(
         }
     }
     for tick_ms in on_time {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
+        let end = claim(
+            &ctx.claim_side(),
+            job,
+            tick_ms,
+            Trigger::Schedule,
+            Ahead::No,
+            cancel,
+        )
+        .await;
         if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
             return None;
         }
@@ -388,11 +420,11 @@ async fn last_tick(ctx: &Ctx, job: &Job, cancel: &CancellationToken) -> Option<O
     loop {
         match ctx.store.last_tick(&job.name).await {
             Ok(stored) => {
-                ctx.redis_answered();
+                ctx.redis.answered();
                 return Some(stored);
             }
             Err(e) => {
-                ctx.redis_failed(&e);
+                ctx.redis.failed(&e);
                 debug!(job = %job.name, error = %e, "waiting for Redis to catch up");
                 if !pause(backoff, cancel).await {
                     return None;
