@@ -18,6 +18,7 @@ use crate::store::ClaimRequest;
 use crate::store::StoreError;
 use crate::store::WhenBusy;
 use crate::telemetry;
+use std::ops::ControlFlow;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -148,21 +149,19 @@ pub(super) async fn claim(
         };
         let sent = Instant::now();
         attempt = Attempt::Again;
-        let wait = match side.store.claim(&request).await {
+        let next = match side.store.claim(&request).await {
             Ok(reply) => {
                 side.redis.answered();
                 if let Some(woke) = measure.take() {
                     side.claims.latency.observe(woke.elapsed());
                 }
-                match answer(side, job, tick_ms, trigger, &run_id, sent, reply) {
-                    Answer::End(end) => return end,
-                    Answer::Again(wait) => wait,
-                }
+                answer(side, job, tick_ms, trigger, &run_id, sent, reply)
             }
-            Err(e) => match failures.failed(side, job, tick_ms, &run_id, &e) {
-                Some(wait) => wait,
-                None => return ClaimEnd::Late,
-            },
+            Err(e) => failures.failed(side, job, tick_ms, &run_id, &e),
+        };
+        let wait = match next {
+            ControlFlow::Break(end) => return end,
+            ControlFlow::Continue(wait) => wait,
         };
         if !pause(wait, cancel).await {
             return ClaimEnd::Cancelled;
@@ -189,8 +188,9 @@ impl Failures {
         }
     }
 
-    /// How long to wait before the next attempt; None: give up (the
-    /// deadline passed and no attempt can have reached Redis).
+    /// How long to wait before the next attempt, or the claim's end:
+    /// `Late` when the deadline passed and no attempt can have reached
+    /// Redis.
     fn failed(
         &mut self,
         side: &ClaimSide<'_>,
@@ -198,7 +198,7 @@ impl Failures {
         tick_ms: i64,
         run_id: &str,
         e: &StoreError,
-    ) -> Option<Duration> {
+    ) -> ControlFlow<ClaimEnd, Duration> {
         side.meters.count_claim(&job.name, ClaimCount::Error);
         // Quorum masters that answered but split between racing replicas
         // are not an outage.
@@ -216,7 +216,7 @@ impl Failures {
         if side.clock.now_ms() > self.deadline_ms {
             if !self.maybe_sent {
                 warn!(job = %job.name, %tick, %run_id, error = %e, "tick not claimed: Redis unreachable");
-                return None;
+                return ControlFlow::Break(ClaimEnd::Late);
             }
             if !self.warned {
                 self.warned = true;
@@ -229,20 +229,13 @@ impl Failures {
         let jitter = Duration::from_millis((Uuid::new_v4().as_u128() % 50) as u64);
         let wait = self.backoff + jitter;
         self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
-        Some(wait)
+        ControlFlow::Continue(wait)
     }
 }
 
-/// What a claim's answer means for the claim.
-enum Answer {
-    End(ClaimEnd),
-    /// Not yet (early by Redis time, or catch-up waiting for a run): ask
-    /// again after this long.
-    Again(Duration),
-}
-
 /// Reads Redis's answer to a claim: notes the marks it carries, counts and
-/// logs it.
+/// logs it. The claim's end, or how long to wait before asking again when
+/// Redis said not yet (early by Redis time, or catch-up waiting for a run).
 fn answer(
     side: &ClaimSide<'_>,
     job: &Job,
@@ -251,7 +244,7 @@ fn answer(
     run_id: &str,
     sent: Instant,
     reply: ClaimReply,
-) -> Answer {
+) -> ControlFlow<ClaimEnd, Duration> {
     let tick = rfc3339(tick_ms);
     if let Some(state) = reply.state() {
         check_state(side, job, state);
@@ -283,21 +276,21 @@ fn answer(
                 previous,
                 expired: expired > 0,
             };
-            Answer::End(won(side, job, start, facts))
+            ControlFlow::Break(won(side, job, start, facts))
         }
         ClaimReply::Early { ms } => {
             side.meters.count_claim(&job.name, ClaimCount::Early);
             debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
-            Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
+            ControlFlow::Continue(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
         }
         ClaimReply::Wait { ms } => {
             side.meters.count_claim(&job.name, ClaimCount::Wait);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
             let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
-            Answer::Again(Duration::from_millis(ms))
+            ControlFlow::Continue(Duration::from_millis(ms))
         }
         ClaimReply::Expired { .. } | ClaimReply::Corrupt { .. } | ClaimReply::Lapsed => {
-            Answer::End(not_claimed(side, job, &tick, run_id, reply))
+            ControlFlow::Break(not_claimed(side, job, &tick, run_id, reply))
         }
         ClaimReply::Taken {
             last_tick, fence, ..
@@ -305,10 +298,10 @@ fn answer(
             side.meters.count_claim(&job.name, ClaimCount::Taken);
             side.marks.note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
-            Answer::End(ClaimEnd::Taken)
+            ControlFlow::Break(ClaimEnd::Taken)
         }
         ClaimReply::Paused { .. } | ClaimReply::Busy { .. } => {
-            Answer::End(skipped(side, job, tick_ms, reply))
+            ControlFlow::Break(skipped(side, job, tick_ms, reply))
         }
     }
 }

@@ -155,10 +155,10 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
 }
 
 /// One step of a job's life, from its alarm `at` to the next one: catch
-/// up, or claim a tick and act on the claim; then the next tick's alarm,
-/// or None when the job is cancelled or its schedule has no more ticks.
-/// `turn` is the catch-up's turn (see `timer`), dropped once its reads
-/// and sweep are done.
+/// up, or claim a tick and act on the claim; then the next alarm, or None
+/// when the job is cancelled or its schedule has no more ticks. `turn` is
+/// the catch-up's turn (see `timer`), dropped once its reads and sweep
+/// are done.
 async fn job_step(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
@@ -170,20 +170,12 @@ async fn job_step(
     // A step is a task of its own, made only when the job is due (an idle
     // job is an alarm, not a future). A catch-up is rare and its future
     // large: boxed, so that the tick's steps are not made its size.
-    let claimed = match step {
-        Step::CatchUp => {
-            return next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?);
-        }
+    match step {
+        Step::CatchUp => next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?),
         Step::Tick { tick_ms, lead } => {
-            let next = claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await;
-            (tick_ms, next)
+            claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await
         }
-        Step::Turn { tick_ms } => (tick_ms, claim_turn(ctx, job, cancel, tick_ms).await),
-    };
-    match claimed {
-        (tick_ms, Next::Running(_) | Next::Done) => next_alarm(ctx, job, tick_ms),
-        (_, Next::Late) => Some((Instant::now(), Step::CatchUp)),
-        (_, Next::Cancelled) => None,
+        Step::Turn { tick_ms } => claim_turn(ctx, job, cancel, tick_ms).await,
     }
 }
 
@@ -205,42 +197,42 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
 }
 
 /// Claims `tick_ms` of `job` at its alarm (`ahead`: when it rang and how
-/// far ahead of the tick) and acts on the claim. Only the preferred
-/// replica's alarm comes here: [`on_alarm`] ranked the job (the others
-/// wait for their turn as alarms, then [`claim_turn`]); a replica that
-/// came or went in the microseconds since only makes this claim one that
-/// did not need to be made, which the claim script answers.
+/// far ahead of the tick) and acts on the claim; the job's next alarm.
+/// Only the preferred replica's alarm comes here: [`on_alarm`] ranked the
+/// job (the others wait for their turn as alarms, then [`claim_turn`]); a
+/// replica that came or went in the microseconds since only makes this
+/// claim one that did not need to be made, which the claim script answers.
 async fn claim_tick(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
     tick_ms: i64,
     ahead: Ahead,
-) -> Next {
+) -> Option<(Instant, Step)> {
     if cancel.is_cancelled() {
-        return Next::Cancelled;
+        return None;
     }
     if ctx.clock.now_ms() - tick_ms > LATE_MS {
         // This replica was stalled (a pause, a long catch-up): the tick is
         // missed, and the misfire policy decides.
-        return Next::Late;
+        return Some((Instant::now(), Step::CatchUp));
     }
     claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
 }
 
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
-/// claim was announced.
+/// claim was announced; the job's next alarm.
 async fn claim_turn(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
     tick_ms: i64,
-) -> Next {
+) -> Option<(Instant, Step)> {
     if cancel.is_cancelled() {
-        return Next::Cancelled;
+        return None;
     }
     if announced(ctx, job, tick_ms) {
-        return Next::Done;
+        return next_alarm(ctx, job, tick_ms);
     }
     // Only the preferred replica's claims are made ahead and measure the
     // load: the others' come when their turn does, and one that claims
@@ -259,89 +251,78 @@ fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
     true
 }
 
-/// Claims `tick_ms` and acts on the claim.
+/// Claims `tick_ms`, acts on the claim, and says what the job does next:
+/// the next tick's alarm; a catch-up at once when the tick was not
+/// claimed in time (the misfire policy decides); nothing when cancelled.
 async fn claim_and_follow(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
     tick_ms: i64,
     ahead: Ahead,
-) -> Next {
+) -> Option<(Instant, Step)> {
     // Boxed: the claim and what follows it are most of a step's size, and
     // only a replica that claims needs them. A step lives from its alarm
     // to the end of its claim, and at an instant when thousands of jobs
     // are due there are thousands of steps.
     Box::pin(async {
-        let end = claim(
-            &ctx.claim_side(),
-            job,
-            tick_ms,
-            Trigger::Schedule,
-            ahead,
-            cancel,
-        )
-        .await;
-        follow(ctx, job, tick_ms, end).await
+        let claims = ctx.claim_side();
+        match claim(&claims, job, tick_ms, Trigger::Schedule, ahead, cancel).await {
+            ClaimEnd::Late => Some((Instant::now(), Step::CatchUp)),
+            ClaimEnd::Cancelled => None,
+            end => {
+                follow(ctx, job, tick_ms, end).await;
+                next_alarm(ctx, job, tick_ms)
+            }
+        }
     })
     .await
 }
 
-/// What the job loop does after a claim was followed.
-enum Next {
-    /// The run started (its task ends when its outcome is recorded).
-    Running(JoinHandle<()>),
-    /// Nothing more to do for this tick.
-    Done,
-    /// The tick was not claimed in time: the misfire policy decides.
-    Late,
-    Cancelled,
-}
-
 /// Acts on a claim's value: the only place that decides what follows a
-/// claim.
-async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> Next {
+/// claim that was made. Returns the run it started, if any (its task ends
+/// when its outcome is recorded).
+async fn follow(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    tick_ms: i64,
+    end: ClaimEnd,
+) -> Option<JoinHandle<()>> {
+    let runs = ctx.run_side();
     match end {
         ClaimEnd::Won {
             start,
             previous,
             expired,
         } => {
-            let run = start_run(&ctx.run_side(), job, start);
+            let run = start_run(&runs, job, start);
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             if expired {
-                start_reruns(
-                    &ctx.run_side(),
-                    job,
-                    Box::pin(sweep(&ctx.run_side(), job)).await,
-                );
+                start_reruns(&runs, job, Box::pin(sweep(&runs, job)).await);
             }
-            Next::Running(run)
+            Some(run)
         }
         // The rare branches' futures are boxed, so that a claim's is not
         // their size (a claim's future is alive from its alarm to Redis's
         // answer, and thousands may be at one instant).
         ClaimEnd::NotDurable { start, acked } => {
-            let outcome = not_durable_outcome(&ctx.run_side(), job, start, acked);
-            if let Some(rerun) = Box::pin(deliver(&ctx.run_side(), job, &outcome)).await {
-                start_reruns(&ctx.run_side(), job, vec![rerun]);
+            let outcome = not_durable_outcome(&runs, job, start, acked);
+            if let Some(rerun) = Box::pin(deliver(&runs, job, &outcome)).await {
+                start_reruns(&runs, job, vec![rerun]);
             }
-            Next::Done
+            None
         }
         ClaimEnd::Lapsed => {
-            start_reruns(
-                &ctx.run_side(),
-                job,
-                Box::pin(sweep(&ctx.run_side(), job)).await,
-            );
-            Next::Done
+            start_reruns(&runs, job, Box::pin(sweep(&runs, job)).await);
+            None
         }
         ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
-            Next::Done
+            None
         }
-        ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
-        ClaimEnd::Late => Next::Late,
-        ClaimEnd::Cancelled => Next::Cancelled,
+        // No claim was made: what the job does next is for its loop to say
+        // (a catch-up, or its end).
+        ClaimEnd::Taken | ClaimEnd::Refused | ClaimEnd::Late | ClaimEnd::Cancelled => None,
     }
 }
 
@@ -369,46 +350,33 @@ async fn catch_up(
         },
     };
     let (missed, on_time) = passed_ticks(job, last, now);
+    let claims = ctx.claim_side();
     let to_claim: Vec<i64> = match job.misfire {
         Misfire::Skip => Vec::new(),
         Misfire::RunOnce => missed.last().copied().into_iter().collect(),
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {
-        let end = claim(
-            &ctx.claim_side(),
-            job,
-            tick_ms,
-            Trigger::Misfire,
-            Ahead::No,
-            cancel,
-        )
-        .await;
-        match follow(ctx, job, tick_ms, end).await {
-            // run_all runs missed ticks one after another.
-            Next::Running(run) if job.misfire == Misfire::RunAll => {
-                tokio::select! {
-                    _ = run => {}
-                    () = cancel.cancelled() => return None,
-                }
+        let end = claim(&claims, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
+        if let ClaimEnd::Cancelled = end {
+            return None;
+        }
+        // run_all runs missed ticks one after another.
+        if let Some(run) = follow(ctx, job, tick_ms, end).await
+            && job.misfire == Misfire::RunAll
+        {
+            tokio::select! {
+                _ = run => {}
+                () = cancel.cancelled() => return None,
             }
-            Next::Running(_) | Next::Done | Next::Late => {}
-            Next::Cancelled => return None,
         }
     }
     for tick_ms in on_time {
-        let end = claim(
-            &ctx.claim_side(),
-            job,
-            tick_ms,
-            Trigger::Schedule,
-            Ahead::No,
-            cancel,
-        )
-        .await;
-        if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
+        let end = claim(&claims, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
+        if let ClaimEnd::Cancelled = end {
             return None;
         }
+        follow(ctx, job, tick_ms, end).await;
     }
     Some(now)
 }
