@@ -127,6 +127,9 @@ pub(super) async fn claim(
     };
     let mut attempt = Attempt::First;
     loop {
+        // The one check of the job's cancellation on a claim's path: no
+        // attempt is sent once its loop is cancelled (shutdown, a reload),
+        // so no run starts from it.
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
@@ -163,9 +166,8 @@ pub(super) async fn claim(
             ControlFlow::Break(end) => return end,
             ControlFlow::Continue(wait) => wait,
         };
-        if !pause(wait, cancel).await {
-            return ClaimEnd::Cancelled;
-        }
+        // Cut short by a cancellation, which the check above then sees.
+        pause(wait, cancel).await;
     }
 }
 

@@ -1,13 +1,13 @@
 //! The path of a tick, top to bottom. The timer's task ([`ring`]) sleeps
 //! until the earliest alarm (`timer`). When one rings, [`on_alarm`] (in
-//! that task) sets a replica that is not the tick's preferred one another
-//! alarm at its rendezvous turn, and at that turn ends the tick there if
-//! another replica announced its claim. Otherwise a short task runs the
-//! job's step ([`job_step`]): it claims the tick, and [`follow`] — the one
-//! place that acts on a claim's value — starts the run, records missed
-//! ticks, sweeps, or delivers an outcome; then the step asks the schedule
-//! for the next tick and sets the job's alarm a little ahead of it by
-//! Redis time. After a start or an outage, [`catch_up`] applies the
+//! that task) turns a tick found late into a catch-up, sets a replica that
+//! is not the tick's preferred one another alarm at its rendezvous turn,
+//! and at that turn ends the tick there if another replica announced its
+//! claim. Otherwise a short task runs the job's step ([`job_step`]): it
+//! claims the tick, and [`follow`] — the one place that acts on a claim's
+//! value — starts the run, records missed ticks, sweeps, or delivers an
+//! outcome; then the step asks the schedule for the next tick and sets
+//! the job's alarm a little ahead of it by Redis time. After a start or an outage, [`catch_up`] applies the
 //! misfire policy to the ticks that passed, at most [`CATCHING_UP`] jobs
 //! at once: the others wait their turn as alarms in a queue, not as
 //! tasks, so 100,000 jobs starting together cost 100,000 alarms.
@@ -113,18 +113,26 @@ async fn sleep_until_some(at: Option<Instant>) {
 }
 
 /// What the timer does with a due alarm before any task is made for it.
-/// A replica that is not the tick's preferred one waits for its turn as
-/// an alarm (`Step::Turn`), and at its turn a tick whose claim was
-/// announced ends there, its next alarm set: most due alarms of a replica
-/// among several need no task at all. Returns the alarm whose step needs
-/// one ([`job_step`]).
+/// A tick found late becomes a catch-up, in turn with the others. A
+/// replica that is not the tick's preferred one waits for its turn as an
+/// alarm (`Step::Turn`), and at its turn a tick whose claim was announced
+/// ends there, its next alarm set: most due alarms of a replica among
+/// several need no task at all. Returns the alarm whose step needs one
+/// ([`job_step`]).
 fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
     match alarm.step {
         Step::CatchUp => Some(alarm),
         Step::Tick { tick_ms, .. } => {
             if ctx.clock.now_ms() - tick_ms > LATE_MS {
-                // The step finds it late and hands it to the misfire policy.
-                return Some(alarm);
+                // This replica was stalled (a pause, a long catch-up): the
+                // tick is missed, and the misfire policy decides, in turn
+                // with the other catch-ups. The one check of lateness on
+                // a tick's path: a claim that reaches Redis too late
+                // anyway is answered `expired` (`ClaimEnd::Late`).
+                alarm.at = Instant::now();
+                alarm.step = Step::CatchUp;
+                ctx.timer.set(alarm);
+                return None;
             }
             // Rendezvous: the preferred replica claims at once; the others
             // wait their turn and claim only if no claim was announced
@@ -172,8 +180,14 @@ async fn job_step(
     // large: boxed, so that the tick's steps are not made its size.
     match step {
         Step::CatchUp => next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?),
+        // Only the preferred replica's alarm comes here: `on_alarm` ranked
+        // the job (the others wait for their turn as alarms, then
+        // `claim_turn`); a replica that came or went in the microseconds
+        // since only makes this claim one that did not need to be made,
+        // which the claim script answers.
         Step::Tick { tick_ms, lead } => {
-            claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await
+            let ahead = Ahead::By { lead, woke: at };
+            claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
         }
         Step::Turn { tick_ms } => claim_turn(ctx, job, cancel, tick_ms).await,
     }
@@ -196,30 +210,6 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
     Some((wake, Step::Tick { tick_ms, lead }))
 }
 
-/// Claims `tick_ms` of `job` at its alarm (`ahead`: when it rang and how
-/// far ahead of the tick) and acts on the claim; the job's next alarm.
-/// Only the preferred replica's alarm comes here: [`on_alarm`] ranked the
-/// job (the others wait for their turn as alarms, then [`claim_turn`]); a
-/// replica that came or went in the microseconds since only makes this
-/// claim one that did not need to be made, which the claim script answers.
-async fn claim_tick(
-    ctx: &Arc<Ctx>,
-    job: &Arc<Job>,
-    cancel: &CancellationToken,
-    tick_ms: i64,
-    ahead: Ahead,
-) -> Option<(Instant, Step)> {
-    if cancel.is_cancelled() {
-        return None;
-    }
-    if ctx.clock.now_ms() - tick_ms > LATE_MS {
-        // This replica was stalled (a pause, a long catch-up): the tick is
-        // missed, and the misfire policy decides.
-        return Some((Instant::now(), Step::CatchUp));
-    }
-    claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
-}
-
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
 /// claim was announced; the job's next alarm.
 async fn claim_turn(
@@ -228,9 +218,6 @@ async fn claim_turn(
     cancel: &CancellationToken,
     tick_ms: i64,
 ) -> Option<(Instant, Step)> {
-    if cancel.is_cancelled() {
-        return None;
-    }
     if announced(ctx, job, tick_ms) {
         return next_alarm(ctx, job, tick_ms);
     }
