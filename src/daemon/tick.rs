@@ -139,7 +139,12 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             // meanwhile, so Redis sees about one claim per tick however
             // many replicas run. Ranked now, not when the alarm was set:
             // replicas come and go.
-            let rank = rank(ctx, &alarm.job.name, tick_ms);
+            let rank = rank(
+                &ctx.claims.live,
+                &ctx.identity.replica,
+                &alarm.job.name,
+                tick_ms,
+            );
             if rank == 0 {
                 return Some(alarm);
             }
