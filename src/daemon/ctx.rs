@@ -59,9 +59,11 @@ impl Identity {
 /// store and the clock; what both the claim side and the run side record
 /// (the marks, the meters, Redis's health); and three owners — what
 /// claims need ([`Claims`]), what runs need ([`Runs`]) and the timer.
-/// Only `tick.rs` (and the replica's start in `mod.rs`) holds all of it:
-/// `claim.rs` sees it through a [`ClaimSide`], which has no runs, and
-/// `runs.rs` and `courier.rs` through a [`RunSide`], which has no claims.
+/// On a tick's path only `tick.rs` holds all of it: `claim.rs` sees it
+/// through a [`ClaimSide`], which has no runs, and `runs.rs` and
+/// `courier.rs` through a [`RunSide`], which has no claims. The replica's
+/// start and drain (`mod.rs`), the scheduler and the tasks that serve both
+/// sides (heartbeat, trigger consumer, claims listener) take it whole.
 /// Mutable state is behind `std` mutexes never held across an `.await`.
 pub(super) struct Ctx {
     /// The config the replica started with: its `[redis]` and `[daemon]`

@@ -312,9 +312,10 @@ async fn follow(
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             None
         }
-        // No claim was made: what the job does next is for its loop to say
-        // (a catch-up, or its end).
-        ClaimEnd::Taken | ClaimEnd::Refused | ClaimEnd::Late | ClaimEnd::Cancelled => None,
+        ClaimEnd::Taken | ClaimEnd::Refused => None,
+        // Not claimed in time, or not at all: what the job does next is
+        // for its loop to say (a catch-up, or its end).
+        ClaimEnd::Late | ClaimEnd::Cancelled => None,
     }
 }
 
