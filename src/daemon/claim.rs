@@ -3,8 +3,9 @@
 //! and the recording of the missed ticks a claim jumped over.
 //!
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
+//! What it sees of the replica is a `ClaimSide`, which holds no runs.
 
-use super::ctx::Ctx;
+use super::ctx::ClaimSide;
 use super::meters::ClaimCount;
 use super::runs::RunStart;
 use super::time::{LATE_MS, pause, rfc3339, to_datetime};
@@ -17,6 +18,7 @@ use crate::store::ClaimRequest;
 use crate::store::StoreError;
 use crate::store::WhenBusy;
 use crate::telemetry;
+use std::ops::ControlFlow;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -100,7 +102,7 @@ impl Ahead {
 /// deadline is definite (`Expired`: nothing can win any more; `Claimed`:
 /// an earlier attempt won and its lease still holds).
 pub(super) async fn claim(
-    ctx: &Ctx,
+    side: &ClaimSide<'_>,
     job: &Job,
     tick_ms: i64,
     trigger: Trigger,
@@ -125,15 +127,18 @@ pub(super) async fn claim(
     };
     let mut attempt = Attempt::First;
     loop {
+        // The one check of the job's cancellation on a claim's path: no
+        // attempt is sent once its loop is cancelled (shutdown, a reload),
+        // so no run starts from it.
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
         }
-        let marks = ctx.claims.marks.get(&job.name);
+        let marks = side.marks.get(&job.name);
         let request = ClaimRequest {
             job: &job.name,
             tick_ms,
             run_id: &run_id,
-            claimant: ctx.claimant(job, marks.min_fence()),
+            claimant: side.claimant(job, marks.min_fence()),
             min_tick: marks.last_tick.unwrap_or(-1),
             trigger,
             when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
@@ -147,25 +152,22 @@ pub(super) async fn claim(
         };
         let sent = Instant::now();
         attempt = Attempt::Again;
-        let wait = match ctx.store.claim(&request).await {
+        let next = match side.store.claim(&request).await {
             Ok(reply) => {
-                ctx.redis_answered();
+                side.redis.answered();
                 if let Some(woke) = measure.take() {
-                    ctx.claims.latency.observe(woke.elapsed());
+                    side.claims.latency.observe(woke.elapsed());
                 }
-                match answer(ctx, job, tick_ms, trigger, &run_id, sent, reply) {
-                    Answer::End(end) => return end,
-                    Answer::Again(wait) => wait,
-                }
+                answer(side, job, tick_ms, trigger, &run_id, sent, reply)
             }
-            Err(e) => match failures.failed(ctx, job, tick_ms, &run_id, &e) {
-                Some(wait) => wait,
-                None => return ClaimEnd::Late,
-            },
+            Err(e) => failures.failed(side, job, tick_ms, &run_id, &e),
         };
-        if !pause(wait, cancel).await {
-            return ClaimEnd::Cancelled;
-        }
+        let wait = match next {
+            ControlFlow::Break(end) => return end,
+            ControlFlow::Continue(wait) => wait,
+        };
+        // Cut short by a cancellation, which the check above then sees.
+        pause(wait, cancel).await;
     }
 }
 
@@ -188,17 +190,18 @@ impl Failures {
         }
     }
 
-    /// How long to wait before the next attempt; None: give up (the
-    /// deadline passed and no attempt can have reached Redis).
+    /// How long to wait before the next attempt, or the claim's end:
+    /// `Late` when the deadline passed and no attempt can have reached
+    /// Redis.
     fn failed(
         &mut self,
-        ctx: &Ctx,
+        side: &ClaimSide<'_>,
         job: &Job,
         tick_ms: i64,
         run_id: &str,
         e: &StoreError,
-    ) -> Option<Duration> {
-        ctx.claims.meters.count_claim(&job.name, ClaimCount::Error);
+    ) -> ControlFlow<ClaimEnd, Duration> {
+        side.meters.count_claim(&job.name, ClaimCount::Error);
         // Quorum masters that answered but split between racing replicas
         // are not an outage.
         if !matches!(
@@ -208,14 +211,14 @@ impl Failures {
                 ..
             }
         ) {
-            ctx.redis_failed(e);
+            side.redis.failed(e);
         }
         self.maybe_sent |= e.is_ambiguous();
         let tick = rfc3339(tick_ms);
-        if ctx.clock.now_ms() > self.deadline_ms {
+        if side.clock.now_ms() > self.deadline_ms {
             if !self.maybe_sent {
                 warn!(job = %job.name, %tick, %run_id, error = %e, "tick not claimed: Redis unreachable");
-                return None;
+                return ControlFlow::Break(ClaimEnd::Late);
             }
             if !self.warned {
                 self.warned = true;
@@ -228,32 +231,25 @@ impl Failures {
         let jitter = Duration::from_millis((Uuid::new_v4().as_u128() % 50) as u64);
         let wait = self.backoff + jitter;
         self.backoff = (self.backoff * 2).min(Duration::from_secs(1));
-        Some(wait)
+        ControlFlow::Continue(wait)
     }
 }
 
-/// What a claim's answer means for the claim.
-enum Answer {
-    End(ClaimEnd),
-    /// Not yet (early by Redis time, or catch-up waiting for a run): ask
-    /// again after this long.
-    Again(Duration),
-}
-
 /// Reads Redis's answer to a claim: notes the marks it carries, counts and
-/// logs it.
+/// logs it. The claim's end, or how long to wait before asking again when
+/// Redis said not yet (early by Redis time, or catch-up waiting for a run).
 fn answer(
-    ctx: &Ctx,
+    side: &ClaimSide<'_>,
     job: &Job,
     tick_ms: i64,
     trigger: Trigger,
     run_id: &str,
     sent: Instant,
     reply: ClaimReply,
-) -> Answer {
+) -> ControlFlow<ClaimEnd, Duration> {
     let tick = rfc3339(tick_ms);
     if let Some(state) = reply.state() {
-        check_state(ctx, job, state);
+        check_state(side, job, state);
     }
     match reply {
         ClaimReply::Claimed {
@@ -266,7 +262,7 @@ fn answer(
             redis_now_us,
             ..
         } => {
-            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
+            side.marks.note(&job.name, Some(tick_ms), Some(fence));
             let start = RunStart {
                 tick_ms,
                 run_id: run_id.to_string(),
@@ -282,48 +278,46 @@ fn answer(
                 previous,
                 expired: expired > 0,
             };
-            Answer::End(won(ctx, job, start, facts))
+            ControlFlow::Break(won(side, job, start, facts))
         }
         ClaimReply::Early { ms } => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Early);
+            side.meters.count_claim(&job.name, ClaimCount::Early);
             debug!(job = %job.name, %tick, early_ms = ms, "early by Redis time; waiting");
-            Answer::Again(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
+            ControlFlow::Continue(Duration::from_millis(u64::try_from(ms).unwrap_or(1).max(1)))
         }
         ClaimReply::Wait { ms } => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Wait);
+            side.meters.count_claim(&job.name, ClaimCount::Wait);
             debug!(job = %job.name, %tick, "a run is in flight; catch-up waits");
             let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
-            Answer::Again(Duration::from_millis(ms))
+            ControlFlow::Continue(Duration::from_millis(ms))
         }
         ClaimReply::Expired { .. } | ClaimReply::Corrupt { .. } | ClaimReply::Lapsed => {
-            Answer::End(not_claimed(ctx, job, &tick, run_id, reply))
+            ControlFlow::Break(not_claimed(side, job, &tick, run_id, reply))
         }
         ClaimReply::Taken {
             last_tick, fence, ..
         } => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Taken);
-            ctx.claims
-                .marks
-                .note(&job.name, Some(last_tick), Some(fence));
+            side.meters.count_claim(&job.name, ClaimCount::Taken);
+            side.marks.note(&job.name, Some(last_tick), Some(fence));
             debug!(job = %job.name, %tick, "taken by another replica");
-            Answer::End(ClaimEnd::Taken)
+            ControlFlow::Break(ClaimEnd::Taken)
         }
         ClaimReply::Paused { .. } | ClaimReply::Busy { .. } => {
-            Answer::End(skipped(ctx, job, tick_ms, reply))
+            ControlFlow::Break(skipped(side, job, tick_ms, reply))
         }
     }
 }
 
 /// A tick the claim moved past without a run: the job is paused, or a run
 /// is in flight (recorded `skipped_overlap`).
-fn skipped(ctx: &Ctx, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
+fn skipped(side: &ClaimSide<'_>, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
     let tick = rfc3339(tick_ms);
     match reply {
         ClaimReply::Paused {
             previous, fence, ..
         } => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Paused);
-            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
+            side.meters.count_claim(&job.name, ClaimCount::Paused);
+            side.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, "job is paused; tick skipped");
             ClaimEnd::Paused { previous }
         }
@@ -333,8 +327,8 @@ fn skipped(ctx: &Ctx, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
             fence,
             ..
         } => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Busy);
-            ctx.claims.marks.note(&job.name, Some(tick_ms), Some(fence));
+            side.meters.count_claim(&job.name, ClaimCount::Busy);
+            side.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             ClaimEnd::Busy { previous }
         }
@@ -357,27 +351,29 @@ fn not_before(started_ms: i64, redis_now_us: i64) -> Option<Instant> {
 
 /// A claim that took no effect and will not be asked again: counted and
 /// logged with why.
-fn not_claimed(ctx: &Ctx, job: &Job, tick: &str, run_id: &str, reply: ClaimReply) -> ClaimEnd {
+fn not_claimed(
+    side: &ClaimSide<'_>,
+    job: &Job,
+    tick: &str,
+    run_id: &str,
+    reply: ClaimReply,
+) -> ClaimEnd {
     match reply {
         ClaimReply::Corrupt { field, value } => {
-            ctx.claims
-                .meters
-                .count_claim(&job.name, ClaimCount::Corrupt);
+            side.meters.count_claim(&job.name, ClaimCount::Corrupt);
             error!(
-                job = %job.name, %tick, field, value, key = %ctx.store.keys().state(&job.name),
+                job = %job.name, %tick, field, value, key = %side.store.keys().state(&job.name),
                 "tick not claimed: the job's state hash in Redis holds a {field} cronlease did not write, so which ticks ran is unknown; delete that field to repair it (the replicas re-seed it from what they remember)"
             );
             ClaimEnd::Refused
         }
         ClaimReply::Lapsed => {
-            ctx.claims.meters.count_claim(&job.name, ClaimCount::Lapsed);
+            side.meters.count_claim(&job.name, ClaimCount::Lapsed);
             warn!(job = %job.name, %tick, %run_id, "the claim won, but its lease lapsed before Redis answered: not running it; recording it abandoned");
             ClaimEnd::Lapsed
         }
         ClaimReply::Expired { late_ms } => {
-            ctx.claims
-                .meters
-                .count_claim(&job.name, ClaimCount::Expired);
+            side.meters.count_claim(&job.name, ClaimCount::Expired);
             warn!(job = %job.name, %tick, %run_id, late_ms, "tick not claimed: Redis unreachable until after the claim deadline");
             ClaimEnd::Late
         }
@@ -389,10 +385,10 @@ fn not_claimed(ctx: &Ctx, job: &Job, tick: &str, run_id: &str, reply: ClaimReply
 /// Says what a claim found wrong with the job's state in Redis: a state
 /// loss, or a value no honest writer produces (counted, and named with its
 /// key and field; the claim already treated it as lost).
-fn check_state(ctx: &Ctx, job: &Job, state: &StateCheck) {
+fn check_state(side: &ClaimSide<'_>, job: &Job, state: &StateCheck) {
     match state {
         StateCheck::Sound => {}
-        StateCheck::Behind => ctx.state_loss(
+        StateCheck::Behind => side.redis.state_loss(
             Some(&job.name),
             "the job's high-water mark or fence in Redis was behind what this replica saw",
         ),
@@ -401,7 +397,7 @@ fn check_state(ctx: &Ctx, job: &Job, state: &StateCheck) {
             metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "state", "field" => field)
                 .increment(1);
             error!(
-                job = %job.name, key = %ctx.store.keys().state(&job.name), %field,
+                job = %job.name, key = %side.store.keys().state(&job.name), %field,
                 "the job's state in Redis held a {field} no claim could have written (later than Redis time, or a fence past 2^53): treated as lost and re-seeded from what this replica saw; `cronlease status` shows the job as needing repair until `cronlease repair {}`",
                 job.name
             );
@@ -420,30 +416,26 @@ struct WonFacts {
 }
 
 /// A claim Redis says we won: durable (the run may start) or not.
-fn won(ctx: &Ctx, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
+fn won(side: &ClaimSide<'_>, job: &Job, start: RunStart, facts: WonFacts) -> ClaimEnd {
     let WonFacts {
         acked,
         previous,
         expired,
     } = facts;
     let (tick, fence, run_id) = (rfc3339(start.tick_ms), start.fence, &start.run_id);
-    let wanted = ctx.config.redis.min_replicas_ack;
+    let wanted = side.config.redis.min_replicas_ack;
     if let Some(acked) = acked.filter(|&acked| acked < wanted) {
-        ctx.claims
-            .meters
-            .count_claim(&job.name, ClaimCount::NotDurable);
+        side.meters.count_claim(&job.name, ClaimCount::NotDurable);
         warn!(job = %job.name, %tick, fence, %run_id, acked, wanted, "claim not durable: fewer Redis replicas acknowledged it than min_replicas_ack within ack_timeout; not running it");
         return ClaimEnd::NotDurable { start, acked };
     }
-    ctx.claims
-        .meters
-        .count_claim(&job.name, ClaimCount::Claimed);
+    side.meters.count_claim(&job.name, ClaimCount::Claimed);
     let lateness_ms = start.started_ms - start.tick_ms;
     // Claimed this long before the tick (the run waits for it).
     let ahead_ms = start.not_before.map_or(0, |at| {
         at.saturating_duration_since(Instant::now()).as_millis()
     });
-    info!(job = %job.name, %tick, fence, %run_id, replica = %ctx.identity.replica, trigger = start.trigger.as_str(), lateness_ms, ahead_ms, "claimed");
+    info!(job = %job.name, %tick, fence, %run_id, replica = %side.identity.replica, trigger = start.trigger.as_str(), lateness_ms, ahead_ms, "claimed");
     ClaimEnd::Won {
         start,
         previous,
@@ -458,7 +450,7 @@ pub(super) const MAX_MISSED_RECORDED: usize = 1000;
 /// mark this claim moved past) and `tick_ms` as missed: nobody claimed them.
 /// Only the replica whose claim moved the mark sees the gap, and the script
 /// records each tick once.
-pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: i64) {
+pub(super) async fn record_missed(side: &ClaimSide<'_>, job: &Job, previous: i64, tick_ms: i64) {
     if previous < 0 {
         return;
     }
@@ -477,26 +469,26 @@ pub(super) async fn record_missed(ctx: &Ctx, job: &Job, previous: i64, tick_ms: 
     }
     // Boxed: a gap is rare, and every claim's future would be the size of
     // this call otherwise.
-    Box::pin(store_missed(ctx, job, missed)).await;
+    Box::pin(store_missed(side, job, missed)).await;
 }
 
 /// Records `missed` (ticks of `job`) as missed, and says so.
-async fn store_missed(ctx: &Ctx, job: &Job, missed: Vec<i64>) {
-    let store = &ctx.store;
+async fn store_missed(side: &ClaimSide<'_>, job: &Job, missed: Vec<i64>) {
+    let store = side.store;
     match store
-        .record_missed(&job.name, &missed, &ctx.claimant(job, 0))
+        .record_missed(&job.name, &missed, &side.claimant(job, 0))
         .await
     {
         Ok(0) => {}
         Ok(n) => {
-            ctx.claims.meters.job(&job.name).count_missed(n);
+            side.meters.job(&job.name).count_missed(n);
             warn!(
                 job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
                 "ticks nobody claimed recorded as missed"
             );
         }
         Err(e) => {
-            ctx.redis_failed(&e);
+            side.redis.failed(&e);
             warn!(job = %job.name, error = %e, "cannot record missed ticks");
         }
     }

@@ -9,7 +9,7 @@
 //! The spool's size is counted in memory, so spooling an outcome and
 //! setting the gauge never read the directory; only a delivery does.
 
-use super::ctx::Ctx;
+use super::ctx::{RunHandle, RunSide};
 use crate::outcome::Outcome;
 use crate::spool::Spool;
 use crate::spool::SpoolError;
@@ -17,7 +17,6 @@ use crate::store::Attempt;
 use crate::store::NO_NOTICES;
 use crate::store::{FinishReply, Recorded};
 use crate::telemetry;
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::sleep;
 use tokio_util::sync::CancellationToken;
@@ -29,8 +28,8 @@ use crate::spool::SaveError;
 
 /// Sets the spooled-outcomes gauge from the spool's count (no file system
 /// call).
-pub(super) fn count_spooled(ctx: &Ctx) {
-    metrics::gauge!(telemetry::SPOOLED).set(ctx.runs.spool.len() as f64);
+pub(super) fn count_spooled(side: &RunSide<'_>) {
+    metrics::gauge!(telemetry::SPOOLED).set(side.runs.spool.len() as f64);
 }
 
 /// Sets the gauge of outcomes held in memory.
@@ -60,19 +59,19 @@ where
 }
 
 /// Saves `outcome` to the spool off the async workers.
-async fn save(ctx: &Ctx, outcome: &Outcome) -> Result<PathBuf, SaveError> {
+async fn save(side: &RunSide<'_>, outcome: &Outcome) -> Result<PathBuf, SaveError> {
     let copy = outcome.clone();
-    off_workers(&ctx.runs.spool, move |spool| spool.save(&copy)).await
+    off_workers(&side.runs.spool, move |spool| spool.save(&copy)).await
 }
 
 /// Spools `outcome`, or, when the spool refuses it (the disk, or the cap),
 /// keeps it in memory for the courier to retry: nothing is lost while the
 /// process lives.
-pub(super) async fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
-    match save(ctx, &outcome).await {
+pub(super) async fn spool_or_hold(side: &RunSide<'_>, outcome: Outcome) {
+    match save(side, &outcome).await {
         Ok(path) => {
             warn!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "Redis unreachable; outcome spooled");
-            count_spooled(ctx);
+            count_spooled(side);
         }
         Err(SaveError::Full {
             held,
@@ -86,22 +85,22 @@ pub(super) async fn spool_or_hold(ctx: &Ctx, outcome: Outcome) {
                 outcome = %serde_json::to_string(&outcome).unwrap_or_default(),
                 "SPOOL FULL: the outcome is not written to disk (Redis unreachable, and the spool holds spool_max_bytes); kept in memory and retried, and written here in full; it is lost if this replica dies before Redis or the spool takes it"
             );
-            hold(ctx, outcome);
+            hold(side, outcome);
         }
         Err(SaveError::Write(e)) => {
             error!(
                 job = %outcome.job, run_id = %outcome.run_id, error = %e,
                 "CANNOT SPOOL THE OUTCOME (Redis unreachable, and the disk refused it): kept in memory and retried; it is lost if this replica dies before Redis or the disk takes it"
             );
-            hold(ctx, outcome);
+            hold(side, outcome);
         }
     }
-    ctx.runs.spooled.notify_one();
+    side.runs.spooled.notify_one();
 }
 
 /// Keeps `outcome` in memory for the courier.
-fn hold(ctx: &Ctx, outcome: Outcome) {
-    let mut held = ctx
+fn hold(side: &RunSide<'_>, outcome: Outcome) {
+    let mut held = side
         .runs
         .unspooled
         .lock()
@@ -110,21 +109,23 @@ fn hold(ctx: &Ctx, outcome: Outcome) {
     count_unspooled(held.len());
 }
 
-pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
+pub(super) async fn spool_courier(handle: RunHandle, cancel: CancellationToken) {
+    let side = handle.side();
     loop {
-        deliver_held(&ctx).await;
-        deliver_spooled(&ctx).await;
-        count_spooled(&ctx);
+        deliver_held(&side).await;
+        deliver_spooled(&side).await;
+        count_spooled(&side);
         tokio::select! {
             () = cancel.cancelled() => break,
-            () = ctx.runs.spooled.notified() => {}
+            () = side.runs.spooled.notified() => {}
+            () = side.redis.back.notified() => {}
             () = sleep(Duration::from_secs(2)) => {}
         }
     }
     // The last chance of what is only in memory.
-    deliver_held(&ctx).await;
+    deliver_held(&side).await;
     let held = std::mem::take(
-        &mut *ctx
+        &mut *side
             .runs
             .unspooled
             .lock()
@@ -142,9 +143,9 @@ pub(super) async fn spool_courier(ctx: Arc<Ctx>, cancel: CancellationToken) {
 /// Outcomes held in memory: to Redis if it answers, else to the spool if
 /// it takes them now (the disk is back, deliveries made room); the rest
 /// stay held.
-async fn deliver_held(ctx: &Ctx) {
+async fn deliver_held(side: &RunSide<'_>) {
     let held = std::mem::take(
-        &mut *ctx
+        &mut *side
             .runs
             .unspooled
             .lock()
@@ -157,11 +158,11 @@ async fn deliver_held(ctx: &Ctx) {
     let mut redis_away = false;
     for outcome in held {
         if !redis_away {
-            match ctx
+            match side
                 .store
                 .finish(
                     &outcome,
-                    ctx.config.daemon.history,
+                    side.config.daemon.history,
                     None,
                     Attempt::Again,
                     &NO_NOTICES,
@@ -169,18 +170,18 @@ async fn deliver_held(ctx: &Ctx) {
                 .await
             {
                 Ok(reply) => {
-                    ctx.redis_answered();
+                    side.redis.answered();
                     info!(job = %outcome.job, run_id = %outcome.run_id, "outcome held in memory delivered");
                     log_finish(&outcome, &reply);
                     continue;
                 }
                 Err(e) => {
-                    ctx.redis_failed(&e);
+                    side.redis.failed(&e);
                     redis_away = true;
                 }
             }
         }
-        match save(ctx, &outcome).await {
+        match save(side, &outcome).await {
             Ok(path) => {
                 info!(job = %outcome.job, run_id = %outcome.run_id, path = %path.display(), "outcome held in memory spooled")
             }
@@ -193,7 +194,7 @@ async fn deliver_held(ctx: &Ctx) {
             "outcomes still held in memory: Redis is unreachable and the spool refuses them"
         );
     }
-    let mut held = ctx
+    let mut held = side
         .runs
         .unspooled
         .lock()
@@ -206,11 +207,11 @@ async fn deliver_held(ctx: &Ctx) {
 /// directory is read only when the spool's count says it holds something;
 /// each file is read when its turn comes, so a Redis still away costs one
 /// listing and one file.
-pub(super) async fn deliver_spooled(ctx: &Ctx) {
-    if ctx.runs.spool.is_empty() {
+pub(super) async fn deliver_spooled(side: &RunSide<'_>) {
+    if side.runs.spool.is_empty() {
         return;
     }
-    let listing = match off_workers(&ctx.runs.spool, Spool::listing).await {
+    let listing = match off_workers(&side.runs.spool, Spool::listing).await {
         Ok(listing) => listing,
         Err(e) => {
             error!(error = %e, "cannot read the spool");
@@ -220,12 +221,12 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
     for path in listing {
         let read = {
             let path = path.clone();
-            off_workers(&ctx.runs.spool, move |spool| spool.read(&path)).await
+            off_workers(&side.runs.spool, move |spool| spool.read(&path)).await
         };
         let outcome = match read {
             Ok(outcome) => outcome,
             Err(e) => {
-                match ctx.runs.spool.quarantine(&path) {
+                match side.runs.spool.quarantine(&path) {
                     Ok(to) => {
                         error!(error = %e, quarantined = %to.display(), "unreadable spooled outcome moved to the spool's quarantine")
                     }
@@ -236,11 +237,11 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
                 continue;
             }
         };
-        match ctx
+        match side
             .store
             .finish(
                 &outcome,
-                ctx.config.daemon.history,
+                side.config.daemon.history,
                 None,
                 Attempt::Again,
                 &NO_NOTICES,
@@ -248,15 +249,15 @@ pub(super) async fn deliver_spooled(ctx: &Ctx) {
             .await
         {
             Ok(reply) => {
-                ctx.redis_answered();
+                side.redis.answered();
                 info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");
                 log_finish(&outcome, &reply);
-                if let Err(e) = ctx.runs.spool.remove(&path) {
+                if let Err(e) = side.runs.spool.remove(&path) {
                     error!(error = %e, "cannot remove a delivered outcome from the spool");
                 }
             }
             Err(e) => {
-                ctx.redis_failed(&e);
+                side.redis.failed(&e);
                 return;
             }
         }

@@ -1,5 +1,7 @@
 //! What every task of a replica shares (`Ctx`), by owner: what claims
-//! need, what runs need, and the timer; and who the replica is.
+//! need, what runs need, and the timer; what both record; who the
+//! replica is; and the two views that keep `claim.rs` from the runs and
+//! `runs.rs` from the claims ([`ClaimSide`], [`RunSide`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,10 +56,15 @@ impl Identity {
 }
 
 /// What every task of a replica shares: the config, the job table, the
-/// store and the clock, and three owners — what claims need
-/// ([`Claims`]), what runs need ([`Runs`]) and the timer. Only `tick.rs`
-/// takes all three in turn. Mutable state is behind `std` mutexes never
-/// held across an `.await`.
+/// store and the clock; what both the claim side and the run side record
+/// (the marks, the meters, Redis's health); and three owners — what
+/// claims need ([`Claims`]), what runs need ([`Runs`]) and the timer.
+/// On a tick's path only `tick.rs` holds all of it: `claim.rs` sees it
+/// through a [`ClaimSide`], which has no runs, and `runs.rs` and
+/// `courier.rs` through a [`RunSide`], which has no claims. The replica's
+/// start and drain (`mod.rs`), the scheduler and the tasks that serve both
+/// sides (heartbeat, trigger consumer, claims listener) take it whole.
+/// Mutable state is behind `std` mutexes never held across an `.await`.
 pub(super) struct Ctx {
     /// The config the replica started with: its `[redis]` and `[daemon]`
     /// settings hold until restart.
@@ -71,30 +78,79 @@ pub(super) struct Ctx {
     /// Cancelled when shutdown begins: no new run starts after that, not
     /// even a rerun handed over by a finish or a sweep.
     pub(super) claiming: CancellationToken,
-    /// Whether Redis answered last time anyone asked; logs on change only.
-    pub(super) redis_up: watch::Sender<bool>,
+    pub(super) redis: RedisHealth,
     /// Wakes the heartbeat after a claim, so the runs it lists are fresh if
     /// this replica dies soon after (others sweep what it lists).
     pub(super) heartbeat_now: Notify,
-    /// State-loss events detected (epoch changed, high-water mark behind).
-    pub(super) state_loss_events: AtomicU64,
+    /// Per job, the highest tick and fence seen (see [`MarkBook`]): raised
+    /// by the claims of ticks, and by the reruns a finish or a sweep
+    /// claims, and asked of Redis by both.
+    pub(super) marks: MarkBook,
+    /// Each job's metric handles: claims count into them, runs record
+    /// their lateness, duration and status.
+    pub(super) meters: Meters,
     pub(super) claims: Claims,
     pub(super) runs: Runs,
     /// Every job's next wake-up (see `timer`).
     pub(super) timer: timer::Timer<Step>,
 }
 
-/// What claiming needs besides the store and the clock.
+/// What the replica's tasks report of Redis: whether it answered last
+/// time anyone asked (logged on change only), and the state losses they
+/// detected.
+pub(super) struct RedisHealth {
+    pub(super) up: watch::Sender<bool>,
+    /// Wakes the spool courier when Redis is back.
+    pub(super) back: Notify,
+    /// State-loss events detected (epoch changed, high-water mark behind).
+    state_loss_events: AtomicU64,
+}
+
+impl RedisHealth {
+    fn new() -> RedisHealth {
+        RedisHealth {
+            up: watch::Sender::new(true),
+            back: Notify::new(),
+            state_loss_events: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn answered(&self) {
+        if !*self.up.borrow() {
+            info!("Redis is reachable again");
+            self.up.send_replace(true);
+            self.back.notify_one();
+        }
+    }
+
+    pub(super) fn failed(&self, error: &StoreError) {
+        metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
+        if *self.up.borrow() {
+            error!(error = %error, "Redis is unreachable; claiming nothing until it is back");
+            self.up.send_replace(false);
+        }
+    }
+
+    pub(super) fn state_loss(&self, job: Option<&str>, detail: &str) {
+        let n = self.state_loss_events.fetch_add(1, Ordering::Relaxed) + 1;
+        metrics::counter!(telemetry::STATE_LOSS).increment(1);
+        error!(
+            job = job.unwrap_or("-"),
+            events = n,
+            "REDIS STATE LOSS DETECTED: {detail}. Ticks and fences this replica remembers are enforced; \
+             ticks only another replica saw may run again (see the guide, \"Guarantees and failure modes\")"
+        );
+    }
+}
+
+/// What only the claim path needs: whom to rank a tick's claim among,
+/// and how long claims lately took.
 pub(super) struct Claims {
-    /// Per job, the highest tick and fence seen (see [`state::MarkBook`]).
-    pub(super) marks: MarkBook,
     /// The candidates of the rendezvous ranking.
     pub(super) live: LiveReplicas,
     /// How long this replica's scheduled claims lately took (the
     /// rendezvous waits longer when they are slow).
     pub(super) latency: ClaimLatency,
-    /// Each job's metric handles.
-    pub(super) meters: Meters,
 }
 
 /// What running needs: the tasks jobs run, the lease keeper, the spool for
@@ -108,7 +164,7 @@ pub(super) struct Runs {
     /// Every run task; shutdown waits for it.
     pub(super) tracker: TaskTracker,
     pub(super) spool: Spool,
-    /// Wakes the spool courier when an outcome was spooled or Redis is back.
+    /// Wakes the spool courier when an outcome was spooled.
     pub(super) spooled: Notify,
     /// Outcomes neither Redis nor the spool took (a full disk): the courier
     /// retries both. Never held across an `.await`.
@@ -116,11 +172,119 @@ pub(super) struct Runs {
     /// How runs' processes are kept together, found when the first
     /// process job starts (an embedded scheduler never needs it).
     #[cfg(feature = "process")]
-    pub(super) containment: std::sync::OnceLock<crate::runner::Containment>,
+    containment: std::sync::OnceLock<crate::runner::Containment>,
     /// What runs may inherit of the replica's environment, and its secrets
     /// (taken at start).
     #[cfg(feature = "process")]
     pub(super) replica_env: crate::runner::ReplicaEnv,
+}
+
+impl Runs {
+    /// How this replica (`replica`) contains its runs' processes, found
+    /// once per `setting`.
+    #[cfg(feature = "process")]
+    pub(super) fn containment(
+        &self,
+        replica: &str,
+        setting: crate::config::ContainmentSetting,
+    ) -> &crate::runner::Containment {
+        self.containment
+            .get_or_init(|| crate::runner::Containment::detect(replica, setting))
+    }
+}
+
+/// What claiming a tick reads and records: the marks and the meters, the
+/// claim latency, the store and the clock, who this replica is and its
+/// settings. Nothing of the runs: a claim returns a value, and `tick.rs`
+/// acts on it.
+#[derive(Clone, Copy)]
+pub(super) struct ClaimSide<'a> {
+    pub(super) claims: &'a Claims,
+    pub(super) marks: &'a MarkBook,
+    pub(super) meters: &'a Meters,
+    pub(super) store: &'a Store,
+    pub(super) clock: &'a RedisClock,
+    pub(super) identity: &'a Identity,
+    pub(super) config: &'a Config,
+    pub(super) redis: &'a RedisHealth,
+}
+
+impl<'a> ClaimSide<'a> {
+    /// This replica as the claimant of `job`'s ticks (see [`claimant`]).
+    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'a> {
+        claimant(self.identity, self.config, job, min_fence)
+    }
+}
+
+/// What running, delivering and sweeping read and record: the runs, the
+/// marks (reruns that a finish or a sweep claims raise the fence), the
+/// meters, the store and the clock, who this replica is and its settings,
+/// the heartbeat to wake and the shutdown that ends reruns. Nothing of the
+/// claims.
+#[derive(Clone, Copy)]
+pub(super) struct RunSide<'a> {
+    pub(super) runs: &'a Runs,
+    pub(super) marks: &'a MarkBook,
+    pub(super) meters: &'a Meters,
+    pub(super) store: &'a Store,
+    pub(super) clock: &'a RedisClock,
+    pub(super) identity: &'a Identity,
+    pub(super) config: &'a Config,
+    pub(super) redis: &'a RedisHealth,
+    pub(super) heartbeat_now: &'a Notify,
+    pub(super) claiming: &'a CancellationToken,
+    /// What [`RunSide::handle`] keeps: private, so that the run side
+    /// cannot reach the rest through it.
+    ctx: &'a Arc<Ctx>,
+}
+
+impl<'a> RunSide<'a> {
+    /// This replica as the claimant of `job`'s reruns (see [`claimant`]).
+    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'a> {
+        claimant(self.identity, self.config, job, min_fence)
+    }
+
+    /// The run side, owned, for a task that outlives this borrow (a run's).
+    pub(super) fn handle(&self) -> RunHandle {
+        RunHandle(self.ctx.clone())
+    }
+
+    /// How this replica contains its runs' processes (found once).
+    #[cfg(feature = "process")]
+    pub(super) fn containment(&self) -> &'a crate::runner::Containment {
+        self.runs
+            .containment(&self.identity.replica, self.config.daemon.containment)
+    }
+}
+
+/// The run side, owned: what a run's task and the spool courier keep.
+/// It opens only as a [`RunSide`].
+#[derive(Clone)]
+pub(super) struct RunHandle(Arc<Ctx>);
+
+impl RunHandle {
+    pub(super) fn side(&self) -> RunSide<'_> {
+        self.0.run_side()
+    }
+}
+
+/// This replica as the claimant of `job`'s ticks, runs and reruns;
+/// `min_fence` is the highest fence it has seen for the job (its marks).
+fn claimant<'a>(
+    identity: &'a Identity,
+    config: &Config,
+    job: &Job,
+    min_fence: u64,
+) -> Claimant<'a> {
+    Claimant {
+        replica: &identity.replica,
+        host: &identity.host,
+        lease: config.daemon.lease,
+        overlap: job.overlap,
+        history: config.daemon.history,
+        min_fence,
+        notices: &NO_NOTICES,
+    }
 }
 
 /// What a replica's `Ctx` is made of besides its config.
@@ -144,11 +308,11 @@ impl Ctx {
     ) -> Ctx {
         Ctx {
             jobs: watch::Sender::new(jobs),
+            marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
+            meters: Meters::default(),
             claims: Claims {
-                marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
                 live: LiveReplicas::new(&parts.identity.replica),
                 latency: ClaimLatency::default(),
-                meters: Meters::default(),
             },
             runs: Runs {
                 tasks: std::sync::RwLock::new(parts.tasks),
@@ -168,22 +332,48 @@ impl Ctx {
             identity: parts.identity,
             started_ms: local_now_ms(),
             claiming,
-            redis_up: watch::Sender::new(true),
+            redis: RedisHealth::new(),
             heartbeat_now: Notify::new(),
-            state_loss_events: AtomicU64::new(0),
             timer: timer::Timer::default(),
+        }
+    }
+
+    /// The claim side of the replica, for `claim.rs`.
+    pub(super) fn claim_side(&self) -> ClaimSide<'_> {
+        ClaimSide {
+            claims: &self.claims,
+            marks: &self.marks,
+            meters: &self.meters,
+            store: &self.store,
+            clock: &self.clock,
+            identity: &self.identity,
+            config: &self.config,
+            redis: &self.redis,
+        }
+    }
+
+    /// The run side of the replica, for `runs.rs` and `courier.rs`.
+    pub(super) fn run_side(self: &Arc<Ctx>) -> RunSide<'_> {
+        RunSide {
+            runs: &self.runs,
+            marks: &self.marks,
+            meters: &self.meters,
+            store: &self.store,
+            clock: &self.clock,
+            identity: &self.identity,
+            config: &self.config,
+            redis: &self.redis,
+            heartbeat_now: &self.heartbeat_now,
+            claiming: &self.claiming,
+            ctx: self,
         }
     }
 
     /// How this replica contains its runs' processes (found once).
     #[cfg(feature = "process")]
-    pub(super) fn containment(&self) -> &crate::runner::Containment {
-        self.runs.containment.get_or_init(|| {
-            crate::runner::Containment::detect(
-                &self.identity.replica,
-                self.config.daemon.containment,
-            )
-        })
+    fn containment(&self) -> &crate::runner::Containment {
+        self.runs
+            .containment(&self.identity.replica, self.config.daemon.containment)
     }
 
     /// A replica that runs commands says at once how it contains them,
@@ -244,44 +434,9 @@ impl Ctx {
         None
     }
 
-    /// This replica as the claimant of `job`'s ticks, runs and reruns;
-    /// `min_fence` is the highest fence it has seen for the job (its marks).
-    pub(super) fn claimant<'a>(&'a self, job: &Job, min_fence: u64) -> Claimant<'a> {
-        Claimant {
-            replica: &self.identity.replica,
-            host: &self.identity.host,
-            lease: self.config.daemon.lease,
-            overlap: job.overlap,
-            history: self.config.daemon.history,
-            min_fence,
-            notices: &NO_NOTICES,
-        }
-    }
-
-    pub(super) fn redis_answered(&self) {
-        if !*self.redis_up.borrow() {
-            info!("Redis is reachable again");
-            self.redis_up.send_replace(true);
-            self.runs.spooled.notify_one();
-        }
-    }
-
-    pub(super) fn redis_failed(&self, error: &StoreError) {
-        metrics::counter!(telemetry::REDIS_ERRORS).increment(1);
-        if *self.redis_up.borrow() {
-            error!(error = %error, "Redis is unreachable; claiming nothing until it is back");
-            self.redis_up.send_replace(false);
-        }
-    }
-
-    pub(super) fn state_loss(&self, job: Option<&str>, detail: &str) {
-        let n = self.state_loss_events.fetch_add(1, Ordering::Relaxed) + 1;
-        metrics::counter!(telemetry::STATE_LOSS).increment(1);
-        error!(
-            job = job.unwrap_or("-"),
-            events = n,
-            "REDIS STATE LOSS DETECTED: {detail}. Ticks and fences this replica remembers are enforced; \
-             ticks only another replica saw may run again (see the guide, \"Guarantees and failure modes\")"
-        );
+    /// This replica as the claimant of `job`'s manual runs (see
+    /// [`claimant`]).
+    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'_> {
+        claimant(&self.identity, &self.config, job, min_fence)
     }
 }

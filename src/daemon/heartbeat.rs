@@ -132,7 +132,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     {
         Ok(reply) => reply,
         Err(e) => {
-            ctx.redis_failed(&e);
+            ctx.redis.failed(&e);
             return;
         }
     };
@@ -149,7 +149,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     let server_ms = reply
         .server_us
         .map_or_else(|| ctx.clock.now_ms(), |us| us.div_euclid(1000));
-    ctx.redis_answered();
+    ctx.redis.answered();
     note_epochs(ctx, beats, &reply.epochs);
     let others = read_others(ctx, beats, &reply.replicas);
     let mut live: Vec<String> = others
@@ -210,7 +210,7 @@ fn note_epochs(ctx: &Ctx, beats: &mut Beats, epochs: &[Epoch]) {
         }
         match beats.epoch_seen.insert(now.node.clone(), now.epoch.clone()) {
             None if now.created => info!(epoch = %now.epoch, redis = %now.node, "created the deployment epoch"),
-            Some(previous) if now.created || previous != now.epoch => ctx.state_loss(
+            Some(previous) if now.created || previous != now.epoch => ctx.redis.state_loss(
                 None,
                 &format!("the deployment epoch of {} changed from {previous} to {} (Redis restarted without its data, or failed over to a replica that lacked it)", now.node, now.epoch),
             ),
@@ -278,7 +278,8 @@ async fn tend_silent(
     for run in &record.runs {
         let job = ctx.jobs.borrow().get(&run.job).cloned();
         if let Some(job) = job {
-            start_reruns(ctx, &job, sweep(ctx, &job).await);
+            let runs = ctx.run_side();
+            start_reruns(&runs, &job, sweep(&runs, &job).await);
         }
     }
 }

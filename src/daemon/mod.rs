@@ -30,7 +30,8 @@
 //!   announce, which let a replica skip a tick whose claim it saw.
 //!
 //! This file holds the replica's life (start, supervise, drain); `ctx`
-//! what its tasks share, by owner (`Claims`, `Runs`, the timer);
+//! what its tasks share, by owner (`Claims`, `Runs`, the timer), and the
+//! claim side's and the run side's views of it;
 //! `scheduler` the job loops and reloads; `state` the marks and the live
 //! replicas.
 //!
@@ -122,7 +123,7 @@ fn start_background(
     claiming: &CancellationToken,
 ) {
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
-    background.spawn(spool_courier(ctx.clone(), service.clone()));
+    background.spawn(spool_courier(ctx.run_side().handle(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
     if !ctx.store.is_quorum() {
@@ -201,7 +202,7 @@ pub async fn run(
     let background = TaskTracker::new();
     let health = Arc::new(telemetry::Health::new(
         SUPERVISOR_PERIOD,
-        ctx.redis_up.subscribe(),
+        ctx.redis.up.subscribe(),
     ));
     health.beat();
     if let Some(addr) = config.daemon.metrics_listen {
@@ -337,9 +338,9 @@ async fn marks_keeper(ctx: Arc<Ctx>, cancel: CancellationToken) {
             () = sleep(Duration::from_secs(1)) => {}
         }
         let ctx2 = ctx.clone();
-        let _ = tokio::task::spawn_blocking(move || ctx2.claims.marks.save()).await;
+        let _ = tokio::task::spawn_blocking(move || ctx2.marks.save()).await;
     }
-    let _ = tokio::task::spawn_blocking(move || ctx.claims.marks.save()).await;
+    let _ = tokio::task::spawn_blocking(move || ctx.marks.save()).await;
 }
 
 /// How often the supervisor loop turns (health beat, systemd pings).

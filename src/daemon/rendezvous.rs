@@ -4,6 +4,7 @@
 //! script announces it); and the listener of those announcements.
 
 use super::ctx::Ctx;
+use super::state::LiveReplicas;
 use super::time::pause;
 use crate::telemetry;
 use std::sync::Arc;
@@ -14,13 +15,14 @@ use tracing::{debug, error};
 
 use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE};
 
-/// This replica's place in the rendezvous order of `job`'s `tick` among
-/// the live replicas: 0 claims at once, the others wait their turn.
-pub(super) fn rank(ctx: &Ctx, job: &str, tick_ms: i64) -> usize {
-    let live = ctx.claims.live.snapshot();
-    let own = rendezvous_score(&ctx.identity.replica, job, tick_ms);
+/// The place of `replica` (this one) in the rendezvous order of `job`'s
+/// `tick` among the `live` replicas: 0 claims at once, the others wait
+/// their turn.
+pub(super) fn rank(live: &LiveReplicas, replica: &str, job: &str, tick_ms: i64) -> usize {
+    let live = live.snapshot();
+    let own = rendezvous_score(replica, job, tick_ms);
     live.iter()
-        .filter(|id| **id != ctx.identity.replica)
+        .filter(|id| **id != replica)
         .filter(|id| rendezvous_score(id, job, tick_ms) > own)
         .count()
 }
@@ -107,7 +109,7 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
                     {
                         // A hint: it ends a wait for a turn, and raises the
                         // fence asked for (see `MarkBook::hear`).
-                        ctx.claims.marks.hear(job, tick, fence);
+                        ctx.marks.hear(job, tick, fence);
                     }
                     _ => forged.note(line),
                 }

@@ -1,10 +1,11 @@
 //! A won tick's run: its task started under the watchdog's lease, its
 //! outcome delivered to Redis (or the spool), and the sweep of runs whose
 //! holder died. Delivering and sweeping return the reruns they claimed;
-//! the caller starts them.
+//! the caller starts them. What it sees of the replica is a `RunSide`
+//! (a run's task keeps a `RunHandle`), which holds no claims.
 
 use super::courier::{log_finish, spool_or_hold};
-use super::ctx::Ctx;
+use super::ctx::RunSide;
 use super::meters::JobMeters;
 use super::time::{rfc3339, to_datetime};
 use crate::config::Job;
@@ -55,46 +56,45 @@ pub(super) struct RunStart {
 /// Starts a claimed run under the watchdog; the returned task ends when its
 /// outcome is recorded or spooled (and starts the rerun the finish handed
 /// over, if any).
-pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
+pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
     let (stop_tx, mut stop_rx) = watch::channel(None);
-    let held = ctx.runs.watchdog.hold(LeaseHold {
+    let held = side.runs.watchdog.hold(LeaseHold {
         job: job.name.clone(),
         run_id: start.run_id.clone(),
         tick_ms: start.tick_ms,
         fence: start.fence,
         lease_key: start.lease_key.clone(),
-        replica: ctx.identity.replica.clone(),
+        replica: side.identity.replica.clone(),
         valid_from: start.valid_from,
         stop: stop_tx,
     });
-    let registered = ctx
+    let registered = side
         .runs
         .tasks
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .registered(&job.name);
-    let task = registered.unwrap_or_else(|| command_task(ctx, job, &start));
+    let task = registered.unwrap_or_else(|| command_task(side, job, &start));
     let run = RunContext {
         job: job.name.clone(),
         tick_ms: start.tick_ms,
         fence: start.fence,
         run_id: start.run_id.clone(),
-        replica: ctx.identity.replica.clone(),
+        replica: side.identity.replica.clone(),
         attempt: 0,
-        grace: ctx.config.daemon.kill_grace,
+        grace: side.config.daemon.kill_grace,
     };
     let attempts = Attempts {
         timeout: job.timeout,
         retries: job.retries,
         retry_backoff: job.retry_backoff,
-        output_tail_bytes: ctx.config.daemon.output_tail_bytes,
+        output_tail_bytes: side.config.daemon.output_tail_bytes,
     };
     // Looked up once: the run records three of its series.
-    let meters = ctx.claims.meters.job(&job.name);
-    let ctx2 = ctx.clone();
+    let meters = side.meters.job(&job.name);
+    let handle = side.handle();
     let job = job.clone();
-    ctx.runs.tracker.spawn(async move {
-        let ctx = ctx2;
+    side.runs.tracker.spawn(async move {
         if let Some(at) = start.not_before {
             // Claimed ahead: wait for the tick. A stop meanwhile (lost
             // lease, shutdown) ends the wait, and the run, unstarted.
@@ -102,21 +102,24 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
                 () = sleep_until(at) => {}
                 Ok(()) = stop_rx.changed() => {}
             }
-            start.started_ms = start.started_ms.max(ctx.clock.now_ms());
+            start.started_ms = start.started_ms.max(handle.side().clock.now_ms());
         }
         if matches!(start.trigger, Trigger::Schedule | Trigger::Misfire) {
             let lateness_ms = start.started_ms - start.tick_ms;
             meters.lateness().record(lateness_ms.max(0) as f64 / 1000.0);
         }
         let result = task::execute(&*task, run, attempts, stop_rx).await;
+        // Opened once the task is done: while it runs, only the handle is
+        // kept (thousands of runs may be in flight).
+        let side = handle.side();
         // Released before the finish deletes the lease: a renewal on its
         // way that finds it gone is then not taken for a loss.
-        ctx.runs.watchdog.release(held);
-        let finished_ms = ctx.clock.now_ms();
-        let outcome = outcome(&ctx, &job, start, finished_ms, result);
+        side.runs.watchdog.release(held);
+        let finished_ms = side.clock.now_ms();
+        let outcome = outcome(&side, &job, start, finished_ms, result);
         count_finished(&meters, &outcome);
-        if let Some(rerun) = deliver(&ctx, &job, &outcome).await {
-            start_reruns(&ctx, &job, vec![rerun]);
+        if let Some(rerun) = deliver(&side, &job, &outcome).await {
+            start_reruns(&side, &job, vec![rerun]);
         }
     })
 }
@@ -124,9 +127,9 @@ pub(super) fn start_run(ctx: &Arc<Ctx>, job: &Arc<Job>, mut start: RunStart) -> 
 /// The job's command as a process task; a job without one (an embedded
 /// job whose handler this program lacks) fails and says so.
 #[cfg(feature = "process")]
-fn command_task(ctx: &Ctx, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
+fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
     match runner::Process::argv(&job.command) {
-        Some(argv) => Arc::new(process(ctx, job, start, argv)),
+        Some(argv) => Arc::new(process(side, job, start, argv)),
         None => Arc::new(task::Unregistered),
     }
 }
@@ -134,14 +137,14 @@ fn command_task(ctx: &Ctx, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
 /// Without the process runner (the `process` feature), only registered
 /// tasks run: a job with a command fails and says it has no handler.
 #[cfg(not(feature = "process"))]
-fn command_task(_ctx: &Ctx, _job: &Job, _start: &RunStart) -> Arc<dyn task::Task> {
+fn command_task(_side: &RunSide<'_>, _job: &Job, _start: &RunStart) -> Arc<dyn task::Task> {
     Arc::new(task::Unregistered)
 }
 
 /// The job's command (`argv`) as a process task, with the run's
 /// `CRONLEASE_*` environment.
 #[cfg(feature = "process")]
-fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
+fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
     let run = vec![
         ("CRONLEASE_JOB".to_string(), job.name.clone()),
         (
@@ -153,12 +156,12 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
         ("CRONLEASE_RUN_ID".to_string(), start.run_id.clone()),
         (
             "CRONLEASE_REPLICA".to_string(),
-            ctx.identity.replica.clone(),
+            side.identity.replica.clone(),
         ),
     ];
     let env = runner::RunEnv::new(
-        &ctx.runs.replica_env,
-        &ctx.config.daemon.inherit_env,
+        &side.runs.replica_env,
+        &side.config.daemon.inherit_env,
         job,
         run,
     );
@@ -167,7 +170,7 @@ fn process(ctx: &Ctx, job: &Job, start: &RunStart, argv: Vec<String>) -> runner:
         workdir: job.workdir.clone(),
         env,
         stdio: runner::StdioMode::Capture,
-        containment: ctx.containment().clone(),
+        containment: side.containment().clone(),
         leftovers: job.leftovers,
         limits: job.limits,
     }
@@ -195,14 +198,20 @@ fn count_finished(meters: &JobMeters, outcome: &Outcome) {
 }
 
 /// The record that ends the run `start` of `job`.
-fn outcome(ctx: &Ctx, job: &Job, start: RunStart, finished_ms: i64, result: RunResult) -> Outcome {
+fn outcome(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: RunStart,
+    finished_ms: i64,
+    result: RunResult,
+) -> Outcome {
     Outcome {
         job: job.name.clone(),
         tick_ms: start.tick_ms,
         fence: start.fence,
         run_id: start.run_id,
-        replica: ctx.identity.replica.clone(),
-        host: ctx.identity.host.clone(),
+        replica: side.identity.replica.clone(),
+        host: side.identity.host.clone(),
         started_ms: start.started_ms,
         finished_ms,
         status: result.status,
@@ -220,8 +229,13 @@ fn outcome(ctx: &Ctx, job: &Job, start: RunStart, finished_ms: i64, result: RunR
 
 /// The outcome of a tick claimed but not run because the claim is not
 /// durable (fewer Redis replicas acknowledged it than `min_replicas_ack`).
-pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: u32) -> Outcome {
-    let wanted = ctx.config.redis.min_replicas_ack;
+pub(super) fn not_durable_outcome(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: RunStart,
+    acked: u32,
+) -> Outcome {
+    let wanted = side.config.redis.min_replicas_ack;
     let finished_ms = start.started_ms;
     let result = RunResult {
         status: Status::NotDurable,
@@ -233,7 +247,7 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
         ),
         usage: crate::task::Usage::default(),
     };
-    outcome(ctx, job, start, finished_ms, result)
+    outcome(side, job, start, finished_ms, result)
 }
 
 /// Writes an outcome to Redis, or spools it when Redis does not take it.
@@ -242,21 +256,21 @@ pub(super) fn not_durable_outcome(ctx: &Ctx, job: &Job, start: RunStart, acked: 
 /// task keeps it once while the finish waits for its batch, not also in
 /// this future (248 bytes each, thousands of runs at once under load).
 #[must_use = "a rerun handed over is claimed in Redis and must be started"]
-pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<RunStart> {
+pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) -> Option<RunStart> {
     // A rerun's id and offer only for a job whose lost runs are rerun: the
     // usual finish makes neither (a UUID and a marks look-up per run).
-    let rerun_id = reruns_wanted(ctx, job).then(|| Uuid::new_v4().to_string());
+    let rerun_id = reruns_wanted(side, job).then(|| Uuid::new_v4().to_string());
     let offer = rerun_id.as_deref().map(|new_run_id| RerunOffer {
-        claimant: ctx.claimant(job, ctx.claims.marks.get(&job.name).min_fence()),
+        claimant: side.claimant(job, side.marks.get(&job.name).min_fence()),
         new_run_id,
     });
     for attempt in [Attempt::First, Attempt::Again, Attempt::Again] {
         let sent = Instant::now();
-        match ctx
+        match side
             .store
             .finish(
                 outcome,
-                ctx.config.daemon.history,
+                side.config.daemon.history,
                 offer.as_ref(),
                 attempt,
                 &NO_NOTICES,
@@ -264,29 +278,35 @@ pub(super) async fn deliver(ctx: &Ctx, job: &Job, outcome: &Outcome) -> Option<R
             .await
         {
             Ok(reply) => {
-                ctx.redis_answered();
+                side.redis.answered();
                 log_finish(outcome, &reply);
                 return reply.rerun.map(|rerun| {
                     let run_id = rerun_id.expect(
                         "a finish hands a rerun over only when it was offered one, with its run id",
                     );
-                    rerun_start(ctx, job, rerun, run_id, sent)
+                    rerun_start(side, job, rerun, run_id, sent)
                 });
             }
             Err(e) => {
-                ctx.redis_failed(&e);
+                side.redis.failed(&e);
                 debug!(run_id = %outcome.run_id, ?attempt, error = %e, "cannot record outcome yet");
                 sleep(Duration::from_millis(200)).await;
             }
         }
     }
-    spool_or_hold(ctx, outcome.clone()).await;
+    spool_or_hold(side, outcome.clone()).await;
     None
 }
 
 /// The run of a rerun that a sweep or a finish claimed in Redis for us.
-fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant) -> RunStart {
-    ctx.claims.marks.note(&job.name, None, Some(rerun.fence));
+fn rerun_start(
+    side: &RunSide<'_>,
+    job: &Job,
+    rerun: Rerun,
+    run_id: String,
+    sent: Instant,
+) -> RunStart {
+    side.marks.note(&job.name, None, Some(rerun.fence));
     info!(
         job = %job.name, tick = %rfc3339(rerun.tick_ms), fence = rerun.fence, %run_id,
         "claimed a rerun of an abandoned tick"
@@ -305,39 +325,39 @@ fn rerun_start(ctx: &Ctx, job: &Job, rerun: Rerun, run_id: String, sent: Instant
 
 /// Starts reruns handed over by a finish or a sweep, and wakes the
 /// heartbeat so that the runs it lists are fresh.
-pub(super) fn start_reruns(ctx: &Arc<Ctx>, job: &Arc<Job>, reruns: Vec<RunStart>) {
+pub(super) fn start_reruns(side: &RunSide<'_>, job: &Arc<Job>, reruns: Vec<RunStart>) {
     if reruns.is_empty() {
         return;
     }
     for rerun in reruns {
-        start_run(ctx, job, rerun);
+        start_run(side, job, rerun);
     }
-    ctx.heartbeat_now.notify_one();
+    side.heartbeat_now.notify_one();
 }
 
 /// Whether a finish or a sweep may claim a rerun of `job` for us: the job
 /// wants abandoned runs rerun, and no shutdown has begun.
-fn reruns_wanted(ctx: &Ctx, job: &Job) -> bool {
-    job.on_holder_lost == OnHolderLost::Rerun && !ctx.claiming.is_cancelled()
+fn reruns_wanted(side: &RunSide<'_>, job: &Job) -> bool {
+    job.on_holder_lost == OnHolderLost::Rerun && !side.claiming.is_cancelled()
 }
 
 /// Records abandoned runs of `job`; returns the reruns claimed for us, if
 /// the job wants them (the caller starts them).
 #[must_use = "reruns handed over are claimed in Redis and must be started"]
-pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
+pub(super) async fn sweep(side: &RunSide<'_>, job: &Job) -> Vec<RunStart> {
     let mut reruns = Vec::new();
     loop {
         let new_run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            claimant: ctx.claimant(job, ctx.claims.marks.get(&job.name).min_fence()),
-            rerun: reruns_wanted(ctx, job).then_some(new_run_id.as_str()),
+            claimant: side.claimant(job, side.marks.get(&job.name).min_fence()),
+            rerun: reruns_wanted(side, job).then_some(new_run_id.as_str()),
         };
-        let reply = match ctx.store.sweep(&request).await {
+        let reply = match side.store.sweep(&request).await {
             Ok(reply) => reply,
             Err(e) => {
-                ctx.redis_failed(&e);
+                side.redis.failed(&e);
                 warn!(job = %job.name, error = %e, "cannot sweep abandoned runs");
                 return reruns;
             }
@@ -349,7 +369,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
             metrics::counter!(crate::telemetry::UNTRUSTED_DATA, "source" => "state", "field" => "running")
                 .increment(reply.quarantined.len() as u64);
             error!(
-                job = %job.name, run_ids = ?reply.quarantined, key = %ctx.store.keys().quarantine(&job.name),
+                job = %job.name, run_ids = ?reply.quarantined, key = %side.store.keys().quarantine(&job.name),
                 "entries of the job's runs in flight that cronlease did not write were moved to its quarantine hash; `cronlease status` shows the job as needing repair until `cronlease repair {}`",
                 job.name
             );
@@ -357,7 +377,7 @@ pub(super) async fn sweep(ctx: &Ctx, job: &Job) -> Vec<RunStart> {
         let Some(rerun) = reply.rerun else {
             return reruns;
         };
-        reruns.push(rerun_start(ctx, job, rerun, new_run_id, sent));
+        reruns.push(rerun_start(side, job, rerun, new_run_id, sent));
         // With overlap = "allow" further pending reruns can be claimed now;
         // else the finish of this one hands over the next.
         if job.overlap != Overlap::Allow {

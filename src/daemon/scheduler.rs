@@ -279,7 +279,7 @@ pub(super) fn notify(notices: &[Notice<'_>], ctx: &Ctx) {
         "{} jobs, {} runs in flight, Redis {}",
         ctx.jobs.borrow().len(),
         ctx.runs.tracker.len(),
-        if *ctx.redis_up.borrow() {
+        if *ctx.redis.up.borrow() {
             "up"
         } else {
             "unreachable"

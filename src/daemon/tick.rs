@@ -1,19 +1,19 @@
 //! The path of a tick, top to bottom. The timer's task ([`ring`]) sleeps
 //! until the earliest alarm (`timer`). When one rings, [`on_alarm`] (in
-//! that task) sets a replica that is not the tick's preferred one another
-//! alarm at its rendezvous turn, and at that turn ends the tick there if
-//! another replica announced its claim. Otherwise a short task runs the
-//! job's step ([`job_step`]): it claims the tick, and [`follow`] — the one
-//! place that acts on a claim's value — starts the run, records missed
-//! ticks, sweeps, or delivers an outcome; then the step asks the schedule
-//! for the next tick and sets the job's alarm a little ahead of it by
-//! Redis time. After a start or an outage, [`catch_up`] applies the
+//! that task) turns a tick found late into a catch-up, sets a replica that
+//! is not the tick's preferred one another alarm at its rendezvous turn,
+//! and at that turn ends the tick there if another replica announced its
+//! claim. Otherwise a short task runs the job's step ([`job_step`]): it
+//! claims the tick, and [`follow`] — the one place that acts on a claim's
+//! value — starts the run, records missed ticks, sweeps, or delivers an
+//! outcome; then the step asks the schedule for the next tick and sets
+//! the job's alarm a little ahead of it by Redis time. After a start or an outage, [`catch_up`] applies the
 //! misfire policy to the ticks that passed, at most [`CATCHING_UP`] jobs
 //! at once: the others wait their turn as alarms in a queue, not as
 //! tasks, so 100,000 jobs starting together cost 100,000 alarms.
 
 use super::claim::{Ahead, ClaimEnd, claim, record_missed};
-use super::ctx::{Claims, Ctx};
+use super::ctx::Ctx;
 use super::meters::ClaimCount;
 use super::rendezvous::{rank, rank_wait};
 use super::runs::{deliver, not_durable_outcome, start_reruns, start_run, sweep};
@@ -113,25 +113,38 @@ async fn sleep_until_some(at: Option<Instant>) {
 }
 
 /// What the timer does with a due alarm before any task is made for it.
-/// A replica that is not the tick's preferred one waits for its turn as
-/// an alarm (`Step::Turn`), and at its turn a tick whose claim was
-/// announced ends there, its next alarm set: most due alarms of a replica
-/// among several need no task at all. Returns the alarm whose step needs
-/// one ([`job_step`]).
+/// A tick found late becomes a catch-up, in turn with the others. A
+/// replica that is not the tick's preferred one waits for its turn as an
+/// alarm (`Step::Turn`), and at its turn a tick whose claim was announced
+/// ends there, its next alarm set: most due alarms of a replica among
+/// several need no task at all. Returns the alarm whose step needs one
+/// ([`job_step`]).
 fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
     match alarm.step {
         Step::CatchUp => Some(alarm),
         Step::Tick { tick_ms, .. } => {
             if ctx.clock.now_ms() - tick_ms > LATE_MS {
-                // The step finds it late and hands it to the misfire policy.
-                return Some(alarm);
+                // This replica was stalled (a pause, a long catch-up): the
+                // tick is missed, and the misfire policy decides, in turn
+                // with the other catch-ups. The one check of lateness on
+                // a tick's path: a claim that reaches Redis too late
+                // anyway is answered `expired` (`ClaimEnd::Late`).
+                alarm.at = Instant::now();
+                alarm.step = Step::CatchUp;
+                ctx.timer.set(alarm);
+                return None;
             }
             // Rendezvous: the preferred replica claims at once; the others
             // wait their turn and claim only if no claim was announced
             // meanwhile, so Redis sees about one claim per tick however
             // many replicas run. Ranked now, not when the alarm was set:
             // replicas come and go.
-            let rank = rank(ctx, &alarm.job.name, tick_ms);
+            let rank = rank(
+                &ctx.claims.live,
+                &ctx.identity.replica,
+                &alarm.job.name,
+                tick_ms,
+            );
             if rank == 0 {
                 return Some(alarm);
             }
@@ -141,7 +154,7 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             None
         }
         Step::Turn { tick_ms } => {
-            if !announced(&ctx.claims, &alarm.job, tick_ms) {
+            if !announced(ctx, &alarm.job, tick_ms) {
                 return Some(alarm);
             }
             if let Some((at, step)) = next_alarm(ctx, &alarm.job, tick_ms) {
@@ -155,10 +168,10 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
 }
 
 /// One step of a job's life, from its alarm `at` to the next one: catch
-/// up, or claim a tick and act on the claim; then the next tick's alarm,
-/// or None when the job is cancelled or its schedule has no more ticks.
-/// `turn` is the catch-up's turn (see `timer`), dropped once its reads
-/// and sweep are done.
+/// up, or claim a tick and act on the claim; then the next alarm, or None
+/// when the job is cancelled or its schedule has no more ticks. `turn` is
+/// the catch-up's turn (see `timer`), dropped once its reads and sweep
+/// are done.
 async fn job_step(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
@@ -170,20 +183,18 @@ async fn job_step(
     // A step is a task of its own, made only when the job is due (an idle
     // job is an alarm, not a future). A catch-up is rare and its future
     // large: boxed, so that the tick's steps are not made its size.
-    let claimed = match step {
-        Step::CatchUp => {
-            return next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?);
-        }
+    match step {
+        Step::CatchUp => next_alarm(ctx, job, Box::pin(catch_up(ctx, job, cancel, turn)).await?),
+        // Only the preferred replica's alarm comes here: `on_alarm` ranked
+        // the job (the others wait for their turn as alarms, then
+        // `claim_turn`); a replica that came or went in the microseconds
+        // since only makes this claim one that did not need to be made,
+        // which the claim script answers.
         Step::Tick { tick_ms, lead } => {
-            let next = claim_tick(ctx, job, cancel, tick_ms, Ahead::By { lead, woke: at }).await;
-            (tick_ms, next)
+            let ahead = Ahead::By { lead, woke: at };
+            claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
         }
-        Step::Turn { tick_ms } => (tick_ms, claim_turn(ctx, job, cancel, tick_ms).await),
-    };
-    match claimed {
-        (tick_ms, Next::Running(_) | Next::Done) => next_alarm(ctx, job, tick_ms),
-        (_, Next::Late) => Some((Instant::now(), Step::CatchUp)),
-        (_, Next::Cancelled) => None,
+        Step::Turn { tick_ms } => claim_turn(ctx, job, cancel, tick_ms).await,
     }
 }
 
@@ -204,43 +215,16 @@ fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
     Some((wake, Step::Tick { tick_ms, lead }))
 }
 
-/// Claims `tick_ms` of `job` at its alarm (`ahead`: when it rang and how
-/// far ahead of the tick) and acts on the claim. Only the preferred
-/// replica's alarm comes here: [`on_alarm`] ranked the job (the others
-/// wait for their turn as alarms, then [`claim_turn`]); a replica that
-/// came or went in the microseconds since only makes this claim one that
-/// did not need to be made, which the claim script answers.
-async fn claim_tick(
-    ctx: &Arc<Ctx>,
-    job: &Arc<Job>,
-    cancel: &CancellationToken,
-    tick_ms: i64,
-    ahead: Ahead,
-) -> Next {
-    if cancel.is_cancelled() {
-        return Next::Cancelled;
-    }
-    if ctx.clock.now_ms() - tick_ms > LATE_MS {
-        // This replica was stalled (a pause, a long catch-up): the tick is
-        // missed, and the misfire policy decides.
-        return Next::Late;
-    }
-    claim_and_follow(ctx, job, cancel, tick_ms, ahead).await
-}
-
 /// At this replica's rendezvous turn for `tick_ms`: claims it unless a
-/// claim was announced.
+/// claim was announced; the job's next alarm.
 async fn claim_turn(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
     tick_ms: i64,
-) -> Next {
-    if cancel.is_cancelled() {
-        return Next::Cancelled;
-    }
-    if announced(&ctx.claims, job, tick_ms) {
-        return Next::Done;
+) -> Option<(Instant, Step)> {
+    if announced(ctx, job, tick_ms) {
+        return next_alarm(ctx, job, tick_ms);
     }
     // Only the preferred replica's claims are made ahead and measure the
     // load: the others' come when their turn does, and one that claims
@@ -251,81 +235,87 @@ async fn claim_turn(
 /// Whether a claim of `tick_ms` is known: another replica announced it (or
 /// a later one), or Redis answered this one so. Then counted: this replica
 /// is done with the tick.
-fn announced(claims: &Claims, job: &Job, tick_ms: i64) -> bool {
-    if !claims.marks.covers(&job.name, tick_ms) {
+fn announced(ctx: &Ctx, job: &Job, tick_ms: i64) -> bool {
+    if !ctx.marks.covers(&job.name, tick_ms) {
         return false;
     }
-    claims.meters.count_claim(&job.name, ClaimCount::Announced);
+    ctx.meters.count_claim(&job.name, ClaimCount::Announced);
     true
 }
 
-/// Claims `tick_ms` and acts on the claim.
+/// Claims `tick_ms`, acts on the claim, and says what the job does next:
+/// the next tick's alarm; a catch-up at once when the tick was not
+/// claimed in time (the misfire policy decides); nothing when cancelled.
 async fn claim_and_follow(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     cancel: &CancellationToken,
     tick_ms: i64,
     ahead: Ahead,
-) -> Next {
+) -> Option<(Instant, Step)> {
     // Boxed: the claim and what follows it are most of a step's size, and
     // only a replica that claims needs them. A step lives from its alarm
     // to the end of its claim, and at an instant when thousands of jobs
     // are due there are thousands of steps.
     Box::pin(async {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, ahead, cancel).await;
-        follow(ctx, job, tick_ms, end).await
+        let claims = ctx.claim_side();
+        match claim(&claims, job, tick_ms, Trigger::Schedule, ahead, cancel).await {
+            ClaimEnd::Late => Some((Instant::now(), Step::CatchUp)),
+            ClaimEnd::Cancelled => None,
+            end => {
+                follow(ctx, job, tick_ms, end).await;
+                next_alarm(ctx, job, tick_ms)
+            }
+        }
     })
     .await
 }
 
-/// What the job loop does after a claim was followed.
-enum Next {
-    /// The run started (its task ends when its outcome is recorded).
-    Running(JoinHandle<()>),
-    /// Nothing more to do for this tick.
-    Done,
-    /// The tick was not claimed in time: the misfire policy decides.
-    Late,
-    Cancelled,
-}
-
 /// Acts on a claim's value: the only place that decides what follows a
-/// claim.
-async fn follow(ctx: &Arc<Ctx>, job: &Arc<Job>, tick_ms: i64, end: ClaimEnd) -> Next {
+/// claim that was made. Returns the run it started, if any (its task ends
+/// when its outcome is recorded).
+async fn follow(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    tick_ms: i64,
+    end: ClaimEnd,
+) -> Option<JoinHandle<()>> {
+    let runs = ctx.run_side();
     match end {
         ClaimEnd::Won {
             start,
             previous,
             expired,
         } => {
-            let run = start_run(ctx, job, start);
-            record_missed(ctx, job, previous, tick_ms).await;
+            let run = start_run(&runs, job, start);
+            record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             if expired {
-                start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
+                start_reruns(&runs, job, Box::pin(sweep(&runs, job)).await);
             }
-            Next::Running(run)
+            Some(run)
         }
         // The rare branches' futures are boxed, so that a claim's is not
         // their size (a claim's future is alive from its alarm to Redis's
         // answer, and thousands may be at one instant).
         ClaimEnd::NotDurable { start, acked } => {
-            let outcome = not_durable_outcome(ctx, job, start, acked);
-            if let Some(rerun) = Box::pin(deliver(ctx, job, &outcome)).await {
-                start_reruns(ctx, job, vec![rerun]);
+            let outcome = not_durable_outcome(&runs, job, start, acked);
+            if let Some(rerun) = Box::pin(deliver(&runs, job, &outcome)).await {
+                start_reruns(&runs, job, vec![rerun]);
             }
-            Next::Done
+            None
         }
         ClaimEnd::Lapsed => {
-            start_reruns(ctx, job, Box::pin(sweep(ctx, job)).await);
-            Next::Done
+            start_reruns(&runs, job, Box::pin(sweep(&runs, job)).await);
+            None
         }
         ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
-            record_missed(ctx, job, previous, tick_ms).await;
-            Next::Done
+            record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
+            None
         }
-        ClaimEnd::Taken | ClaimEnd::Refused => Next::Done,
-        ClaimEnd::Late => Next::Late,
-        ClaimEnd::Cancelled => Next::Cancelled,
+        ClaimEnd::Taken | ClaimEnd::Refused => None,
+        // Not claimed in time, or not at all: what the job does next is
+        // for its loop to say (a catch-up, or its end).
+        ClaimEnd::Late | ClaimEnd::Cancelled => None,
     }
 }
 
@@ -339,12 +329,12 @@ async fn catch_up(
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<i64> {
     let stored = last_tick(ctx, job, cancel).await?;
-    start_reruns(ctx, job, sweep(ctx, job).await);
+    start_reruns(&ctx.run_side(), job, sweep(&ctx.run_side(), job).await);
     // The turn covers the reads and the sweep, not the claims below (nor
     // `run_all` waiting for its runs).
     drop(turn);
     let now = ctx.clock.now_ms();
-    let last = match (stored, ctx.claims.marks.get(&job.name).last_tick) {
+    let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
         (a, b) => match a.or(b) {
             Some(last) => last,
@@ -353,30 +343,33 @@ async fn catch_up(
         },
     };
     let (missed, on_time) = passed_ticks(job, last, now);
+    let claims = ctx.claim_side();
     let to_claim: Vec<i64> = match job.misfire {
         Misfire::Skip => Vec::new(),
         Misfire::RunOnce => missed.last().copied().into_iter().collect(),
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {
-        let end = claim(ctx, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
-        match follow(ctx, job, tick_ms, end).await {
-            // run_all runs missed ticks one after another.
-            Next::Running(run) if job.misfire == Misfire::RunAll => {
-                tokio::select! {
-                    _ = run => {}
-                    () = cancel.cancelled() => return None,
-                }
+        let end = claim(&claims, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
+        if let ClaimEnd::Cancelled = end {
+            return None;
+        }
+        // run_all runs missed ticks one after another.
+        if let Some(run) = follow(ctx, job, tick_ms, end).await
+            && job.misfire == Misfire::RunAll
+        {
+            tokio::select! {
+                _ = run => {}
+                () = cancel.cancelled() => return None,
             }
-            Next::Running(_) | Next::Done | Next::Late => {}
-            Next::Cancelled => return None,
         }
     }
     for tick_ms in on_time {
-        let end = claim(ctx, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
-        if let Next::Cancelled = follow(ctx, job, tick_ms, end).await {
+        let end = claim(&claims, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
+        if let ClaimEnd::Cancelled = end {
             return None;
         }
+        follow(ctx, job, tick_ms, end).await;
     }
     Some(now)
 }
@@ -388,11 +381,11 @@ async fn last_tick(ctx: &Ctx, job: &Job, cancel: &CancellationToken) -> Option<O
     loop {
         match ctx.store.last_tick(&job.name).await {
             Ok(stored) => {
-                ctx.redis_answered();
+                ctx.redis.answered();
                 return Some(stored);
             }
             Err(e) => {
-                ctx.redis_failed(&e);
+                ctx.redis.failed(&e);
                 debug!(job = %job.name, error = %e, "waiting for Redis to catch up");
                 if !pause(backoff, cancel).await {
                     return None;

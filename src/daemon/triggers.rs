@@ -182,7 +182,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            claimant: ctx.claimant(&job, ctx.claims.marks.get(&job.name).min_fence()),
+            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence()),
         })
         .await;
     match reply {
@@ -191,13 +191,13 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
             started_ms,
             lease_key,
         }) => {
-            ctx.claims.marks.note(&job.name, None, Some(fence));
+            ctx.marks.note(&job.name, None, Some(fence));
             info!(
                 job = %job.name, fence, run_id = %request.run_id, requested_by = %request.requested_by,
                 replica = %ctx.identity.replica, "claimed a manual run"
             );
             start_run(
-                ctx,
+                &ctx.run_side(),
                 &job,
                 RunStart {
                     tick_ms: request.requested_ms(),
@@ -226,7 +226,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         }
         Err(e) => {
             // Left pending: taken over (by us or another replica) later.
-            ctx.redis_failed(&e);
+            ctx.redis.failed(&e);
             return;
         }
     }
