@@ -212,7 +212,7 @@ fn missed_abandoned_and_late_are_told_by_the_script_that_records_them() {
         let swept = store
             .sweep(&SweepRequest {
                 job: "draw",
-                claimant: claimant,
+                claimant,
                 rerun: None,
             })
             .await
