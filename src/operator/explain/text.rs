@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Explanation, span, text_of};
+use super::report::{Explanation, RunFacts, span, text_of};
 use crate::inert::escape;
 
 /// The explanation as lines of text for a terminal.
@@ -42,39 +42,7 @@ pub fn render_explanation(explanation: &Explanation) -> String {
         }
     }
     if let Some(run) = &e.run {
-        let _ = writeln!(
-            out,
-            "  run        {} on {}{}, fence {}, trigger {}, started {} ({} after the tick)",
-            escape(&run.run_id),
-            escape(&run.replica),
-            if run.host.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", escape(&run.host))
-            },
-            run.fence,
-            run.trigger.as_str(),
-            text_of(run.started_ms),
-            span(run.late_ms)
-        );
-        if let (Some(status), Some(finished)) = (run.status, run.finished_ms) {
-            let _ = writeln!(
-                out,
-                "  outcome    {status}, finished {}, took {}, {} attempt(s){}{}",
-                text_of(finished),
-                span(run.duration_ms.unwrap_or(0)),
-                run.attempts.unwrap_or(0),
-                run.exit_code
-                    .map(|c| format!(", exit code {c}"))
-                    .unwrap_or_default(),
-                run.signal
-                    .map(|s| format!(", signal {s}"))
-                    .unwrap_or_default(),
-            );
-        }
-        if let Some(left) = run.lease_left_ms {
-            let _ = writeln!(out, "  lease      {} left unless renewed", span(left));
-        }
+        render_run(&mut out, run);
     }
     if !e.reasons.is_empty() {
         let _ = writeln!(out, "why:");
@@ -98,4 +66,41 @@ pub fn render_explanation(explanation: &Explanation) -> String {
         }
     }
     out
+}
+
+/// The run's lines: who, when, how late, and how it ended or its lease.
+fn render_run(out: &mut String, run: &RunFacts) {
+    let _ = writeln!(
+        out,
+        "  run        {} on {}{}, fence {}, trigger {}, started {} ({} after the tick)",
+        escape(&run.run_id),
+        escape(&run.replica),
+        if run.host.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", escape(&run.host))
+        },
+        run.fence,
+        run.trigger.as_str(),
+        text_of(run.started_ms),
+        span(run.late_ms)
+    );
+    if let (Some(status), Some(finished)) = (run.status, run.finished_ms) {
+        let _ = writeln!(
+            out,
+            "  outcome    {status}, finished {}, took {}, {} attempt(s){}{}",
+            text_of(finished),
+            span(run.duration_ms.unwrap_or(0)),
+            run.attempts.unwrap_or(0),
+            run.exit_code
+                .map(|c| format!(", exit code {c}"))
+                .unwrap_or_default(),
+            run.signal
+                .map(|s| format!(", signal {s}"))
+                .unwrap_or_default(),
+        );
+    }
+    if let Some(left) = run.lease_left_ms {
+        let _ = writeln!(out, "  lease      {} left unless renewed", span(left));
+    }
 }

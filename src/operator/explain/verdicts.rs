@@ -385,22 +385,22 @@ fn no_record_verdict(explanation: &mut Explanation, records: &Records) {
     explanation.reasons.push(why);
 }
 
-/// The pause in force at the tick: the newest pause or resume action at or
-/// before it, else the state's pause if it began by then.
+/// The pause in force at the tick: the state's pause if it began by
+/// then (its time is when the pause took effect), else the newest pause
+/// or resume action at or before the tick.
 fn paused_at(records: &Records, tick_ms: i64) -> Option<Reason> {
-    let action = records
-        .actions
-        .iter()
-        .find(|a| a.at_ms <= tick_ms && (a.action == "pause" || a.action == "resume"));
-    let (by, at_ms, source) = match action {
-        Some(a) if a.action == "pause" => (a.who.clone(), a.at_ms, "actions"),
-        Some(_) => return None,
-        None => match &records.pause {
-            Some((by, Some(at))) if *at <= tick_ms => {
-                (by.clone().unwrap_or_default(), *at, "state")
+    let (by, at_ms, source) = match &records.pause {
+        Some((by, Some(at))) if *at <= tick_ms => (by.clone().unwrap_or_default(), *at, "state"),
+        _ => {
+            let action = records
+                .actions
+                .iter()
+                .find(|a| a.at_ms <= tick_ms && (a.action == "pause" || a.action == "resume"))?;
+            if action.action != "pause" {
+                return None;
             }
-            _ => return None,
-        },
+            (action.who.clone(), action.at_ms, "actions")
+        }
     };
     let still = if records.pause.is_some() {
         "it is still paused (cronlease resume to go on)"
