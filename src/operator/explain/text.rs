@@ -15,7 +15,7 @@ pub fn render_explanation(explanation: &Explanation) -> String {
     let _ = writeln!(out, "{} tick {}", escape(&e.job), e.tick);
     let verdict = serde_json::to_value(e.verdict)
         .ok()
-        .and_then(|v| v.as_str().map(str::to_uppercase))
+        .and_then(|v| v.as_str().map(|s| s.replace('_', " ").to_uppercase()))
         .unwrap_or_default();
     let _ = writeln!(out, "{verdict}: {}", escape(&e.summary));
     if let Some(schedule) = &e.schedule {
