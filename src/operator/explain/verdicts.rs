@@ -19,7 +19,9 @@ pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition
     let tick_ms = explanation.tick_ms;
     let of_tick: Vec<&Recorded> = records.of_tick(tick_ms).collect();
     let find = |wanted: Status| of_tick.iter().find(|r| r.entry.status == wanted);
-    let ran = of_tick.iter().find(|r| {
+    // The newest: an abandoned run's tick that was run again
+    // (`on_holder_lost = "rerun"`) ended with the rerun.
+    let ran = of_tick.iter().rev().find(|r| {
         !matches!(
             r.entry.status,
             Status::Missed | Status::SkippedOverlap | Status::NotDurable
