@@ -4,8 +4,13 @@
 //!
 //! The command line and the dashboard's explain page both call
 //! [`explain`] and render the one [`Explanation`] it returns: text
-//! (`explain_text.rs`), JSON (the value itself, its shape in the guide's
-//! "Why didn't my job run?") and HTML. Nothing here writes to Redis.
+//! (`explain/text.rs`), JSON (the value itself, `explain/report.rs`, its
+//! shape in the guide's "Why didn't my job run?") and HTML. Nothing here
+//! writes to Redis.
+//!
+//! The children, each importing only those after it: `verdicts` (which
+//! record decides, and the reasons), `records` (the reads), `calendar`
+//! (the schedule around a tick), `text`, and `report` (the value).
 //!
 //! The records it reads: the outcome stream (an outcome of the tick, a
 //! `skipped_overlap`, a `missed` and who recorded it when), the runs in
