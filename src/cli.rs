@@ -61,6 +61,10 @@ pub enum Command {
     Status(StatusArgs),
     /// Show a job's outcomes, newest first.
     History(HistoryArgs),
+    /// Say what happened to one tick of a job and why: who ran it and how
+    /// it ended, or why it did not run (not a tick, paused, misfire,
+    /// overlap, no live replica, Redis unreachable, config drift, …).
+    Explain(ExplainArgs),
     /// Ask the cluster to run a job once now (exactly one live replica runs
     /// it, under the job's overlap policy; the schedule is not affected).
     ///
@@ -163,6 +167,21 @@ pub struct HistoryArgs {
     /// terminal escape sequences included.
     #[arg(long, requires = "output")]
     pub raw: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    pub job: String,
+    /// The tick (RFC 3339, e.g. 2026-03-29T02:00:00Z, or ms since the
+    /// epoch); default: the latest tick of the schedule that is due.
+    #[arg(long, value_name = "T", value_parser = operator::parse_tick)]
+    pub tick: Option<i64>,
+    /// Print JSON (schema in the guide, "Why didn't my job run?").
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -325,6 +344,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
                 operator::render_history(&report, operator::use_colour(), text)
             })
         }),
+        Command::Explain(args) => explain(&args),
         Command::Trigger(args) => trigger(&args),
         Command::Pause(args) => pause(&args, PauseAction::Pause),
         Command::Resume(args) => pause(&args, PauseAction::Resume),
@@ -462,6 +482,24 @@ where
         }
         Err(Failure::Exit(code)) => code,
     }
+}
+
+/// `cronlease explain`.
+fn explain(args: &ExplainArgs) -> Exit {
+    operator_command(&args.connect, |target| async move {
+        let jobs = target.config.as_ref().map(|c| &c.jobs);
+        let explanation = operator::explain(&target.store, jobs, &args.job, args.tick)
+            .await
+            .map_err(|e| match e {
+                operator::ExplainError::Operator(e) => Failure::from(e),
+                e => Failure::Invalid(e.to_string()),
+            })?;
+        Ok(if args.json {
+            json_line(&explanation)
+        } else {
+            operator::render_explanation(&explanation)
+        })
+    })
 }
 
 /// `cronlease trigger`.

@@ -73,6 +73,7 @@ pub(super) async fn job(
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
         (job_actions(&visitor, job, &csrf))
+        p { a.explain href=(format!("/jobs/{}/explain", super::auth::percent_encode(&name))) { "Explain the latest tick" } " — what happened to it and why" }
         @if !job.running.is_empty() {
             h2 { "In flight" }
             ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
@@ -81,7 +82,7 @@ pub(super) async fn job(
         (upcoming_ticks(definition, status.now_ms))
         (recent_runs(&history))
         h2 { "History" }
-        (history_table(&history))
+        (history_table(&name, &history))
         h2 { "Operator actions" }
         @if actions.is_empty() { p.muted { "None recorded." } } @else {
             ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }

@@ -17,6 +17,7 @@
 mod actions;
 mod auth;
 mod draw;
+mod explain_page;
 mod format;
 mod job_page;
 mod pages;
@@ -215,6 +216,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/", get(pages::overview))
         .route("/replicas", get(pages::replicas))
         .route("/jobs/{name}", get(job_page::job))
+        .route("/jobs/{name}/explain", get(explain_page::explain))
         .route("/jobs/{name}/{action}", post(actions::act))
         .route("/login", get(actions::login_form).post(actions::login))
         .route("/logout", post(actions::logout))

@@ -458,7 +458,9 @@ pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Mar
 }
 
 /// The job's recent outcomes, each with its output behind a disclosure.
-pub(super) fn history_table(history: &[operator::HistoryEntry]) -> Markup {
+/// The history of job `job`; a missed or skipped tick links to its
+/// explanation.
+pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Markup {
     html! {
         @if history.is_empty() { p.muted { "No outcome recorded yet." } } @else {
             table.history {
@@ -466,7 +468,11 @@ pub(super) fn history_table(history: &[operator::HistoryEntry]) -> Markup {
                 tbody {
                     @for e in history {
                         tr data-run=(e.run_id) {
-                            td { (e.tick) }
+                            td {
+                                @if matches!(e.status, Status::Missed | Status::SkippedOverlap) {
+                                    a.explain href=(explain_href(job, e.tick_ms)) title="why did this tick not run?" { (e.tick) }
+                                } @else { (e.tick) }
+                            }
                             td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.stale { " " small.muted { "(stale)" } } }
                             td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
                             td.num { (e.fence) }
@@ -491,6 +497,11 @@ pub(super) fn history_table(history: &[operator::HistoryEntry]) -> Markup {
             }
     }
     }
+}
+
+/// The explain page of `job`'s tick `tick_ms`.
+pub(super) fn explain_href(job: &str, tick_ms: i64) -> String {
+    format!("/jobs/{}/explain?tick={tick_ms}", auth::percent_encode(job))
 }
 
 pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {

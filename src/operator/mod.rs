@@ -19,9 +19,11 @@ use crate::membership::{Heartbeat, RunInFlight};
 use crate::store::{Action, Store, StoreError};
 pub use crate::store::{LastOutcome, Repair, RunningStatus};
 
+mod explain;
 mod history;
 mod render;
 
+pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
 pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,
     wait_for_outcome,

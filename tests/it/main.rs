@@ -19,6 +19,7 @@ mod dashboard;
 mod embedded;
 mod embedded_processes;
 mod engine;
+mod explain;
 mod flood;
 mod forged;
 mod guide;

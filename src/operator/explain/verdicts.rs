@@ -1,0 +1,495 @@
+//! From the records of a tick to its verdict and reasons: which record
+//! decides (an outcome of the tick, a run in flight, a skip, a `missed`
+//! record, none) and what evidence each reason cites.
+
+use serde_json::json;
+
+use super::calendar::{Around, last_tick};
+use super::records::{InFlight, Recorded, Records};
+use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason, span, text_of};
+use crate::config::{Job, Misfire};
+use crate::outcome::{Status, Trigger};
+
+/// How long after its tick a tick with no record is still on its way:
+/// replicas claim at the tick, and a claim's answer takes a moment.
+const CLAIM_SLACK_MS: i64 = 5_000;
+
+/// Decides the verdict from the records, and gives the reasons.
+pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition: Option<&Job>) {
+    let tick_ms = explanation.tick_ms;
+    let of_tick: Vec<&Recorded> = records.of_tick(tick_ms).collect();
+    let find = |wanted: Status| of_tick.iter().find(|r| r.entry.status == wanted);
+    // The newest: an abandoned run's tick that was run again
+    // (`on_holder_lost = "rerun"`) ended with the rerun.
+    let ran = of_tick.iter().rev().find(|r| {
+        !matches!(
+            r.entry.status,
+            Status::Missed | Status::SkippedOverlap | Status::NotDurable
+        )
+    });
+    if let Some(run) = ran {
+        ran_verdict(explanation, run);
+    } else if let Some(run) = records.running.iter().find(|r| r.tick_ms == tick_ms) {
+        running_verdict(explanation, run);
+    } else if let Some(skip) = find(Status::SkippedOverlap) {
+        skipped_verdict(explanation, skip, records);
+    } else if let Some(missed) = find(Status::Missed) {
+        missed_verdict(explanation, missed, records, definition);
+    } else if let Some(lost) = find(Status::NotDurable) {
+        explanation.verdict = Verdict::NotRun;
+        explanation.summary = format!("claimed by {} but not run", lost.entry.replica);
+        explanation.reasons.push(reason(
+            "not_durable",
+            format!(
+                "{} claimed it with fence {}, but fewer Redis replicas than min_replicas_ack acknowledged the claim in time, so it did not run it",
+                lost.entry.replica, lost.entry.fence
+            ),
+            json!({ "recorded_by": lost.entry.replica, "fence": lost.entry.fence }),
+        ));
+    } else {
+        no_record_verdict(explanation, records);
+    }
+}
+
+/// An outcome of the tick: who ran it, how late, and how it ended.
+fn ran_verdict(explanation: &mut Explanation, run: &Recorded) {
+    let e = &run.entry;
+    explanation.verdict = Verdict::Ran;
+    let late_ms = e.started_ms.saturating_sub(e.tick_ms);
+    let ending = match (e.exit_code, e.signal) {
+        (Some(code), _) if e.status != Status::Ok => format!(" (exit code {code})"),
+        (_, Some(signal)) => format!(" (signal {signal})"),
+        _ => String::new(),
+    };
+    explanation.summary = format!(
+        "ran on {}{} with fence {}, {} after the tick: {}{ending} after {}, {} attempt{}",
+        e.replica,
+        host_text(&run.host),
+        e.fence,
+        span(late_ms),
+        e.status,
+        span(e.duration_ms),
+        e.attempts,
+        if e.attempts == 1 { "" } else { "s" },
+    );
+    explanation.run = Some(RunFacts {
+        run_id: e.run_id.clone(),
+        replica: e.replica.clone(),
+        host: run.host.clone(),
+        fence: e.fence,
+        trigger: e.trigger,
+        started_ms: e.started_ms,
+        late_ms,
+        status: Some(e.status),
+        finished_ms: Some(e.finished_ms),
+        duration_ms: Some(e.duration_ms),
+        attempts: Some(e.attempts),
+        exit_code: e.exit_code,
+        signal: e.signal,
+        lease_left_ms: None,
+    });
+}
+
+/// A run of the tick in flight, with what is left of its lease.
+fn running_verdict(explanation: &mut Explanation, run: &InFlight) {
+    explanation.verdict = Verdict::Running;
+    let late_ms = run.started_ms.saturating_sub(run.tick_ms);
+    let lease_left_ms = run.expires_ms.saturating_sub(explanation.now_ms);
+    explanation.summary = format!(
+        "running on {}{} with fence {} since {} ({} after the tick); its lease holds {} more unless renewed",
+        run.replica,
+        host_text(&run.host),
+        run.fence,
+        text_of(run.started_ms),
+        span(late_ms),
+        span(lease_left_ms),
+    );
+    explanation.run = Some(RunFacts {
+        run_id: run.run_id.clone(),
+        replica: run.replica.clone(),
+        host: run.host.clone(),
+        fence: run.fence,
+        trigger: Trigger::parse(&run.trigger).unwrap_or(Trigger::Schedule),
+        started_ms: run.started_ms,
+        late_ms,
+        status: None,
+        finished_ms: None,
+        duration_ms: None,
+        attempts: None,
+        exit_code: None,
+        signal: None,
+        lease_left_ms: Some(lease_left_ms),
+    });
+}
+
+/// A `skipped_overlap` outcome: the tick came while a run was in flight.
+fn skipped_verdict(explanation: &mut Explanation, skip: &Recorded, records: &Records) {
+    explanation.verdict = Verdict::Skipped;
+    let at = skip.entry.started_ms;
+    let in_flight = in_flight_at(records, explanation.tick_ms, at);
+    explanation.summary = format!("skipped by {}: a run was in flight", skip.entry.replica);
+    let holder = in_flight.as_ref().map_or_else(
+        || "a run whose record is no longer in the stream".to_string(),
+        |r| {
+            format!(
+                "run {} of tick {} on {} (fence {}, started {})",
+                r["run_id"].as_str().unwrap_or_default(),
+                r["tick"].as_str().unwrap_or_default(),
+                r["replica"].as_str().unwrap_or_default(),
+                r["fence"],
+                r["started"].as_str().unwrap_or_default(),
+            )
+        },
+    );
+    explanation.reasons.push(reason(
+        "overlap",
+        format!(
+            "overlap = skip: when {} claimed the tick at {}, {holder} still held the job's lease, so the tick was recorded skipped_overlap",
+            skip.entry.replica,
+            text_of(at)
+        ),
+        json!({
+            "recorded_by": skip.entry.replica,
+            "recorded_at_ms": at,
+            "run_id": skip.entry.run_id,
+            "in_flight": in_flight,
+        }),
+    ));
+}
+
+/// The run of an earlier tick that was in flight at `at_ms`: recorded,
+/// or still running.
+fn in_flight_at(records: &Records, tick_ms: i64, at_ms: i64) -> Option<serde_json::Value> {
+    let describe = |run_id: &str, tick: i64, replica: &str, fence: u64, started: i64| {
+        json!({
+            "run_id": run_id, "tick": text_of(tick), "replica": replica,
+            "fence": fence, "started": text_of(started),
+        })
+    };
+    let ended = records.outcomes.iter().find(|r| {
+        let e = &r.entry;
+        e.tick_ms < tick_ms
+            && e.fence > 0
+            && e.started_ms <= at_ms
+            && e.finished_ms >= at_ms
+            && !matches!(e.status, Status::Missed | Status::SkippedOverlap)
+    });
+    if let Some(r) = ended {
+        let e = &r.entry;
+        return Some(describe(
+            &e.run_id,
+            e.tick_ms,
+            &e.replica,
+            e.fence,
+            e.started_ms,
+        ));
+    }
+    records
+        .running
+        .iter()
+        .find(|r| r.tick_ms < tick_ms && r.started_ms <= at_ms)
+        .map(|r| describe(&r.run_id, r.tick_ms, &r.replica, r.fence, r.started_ms))
+}
+
+/// A `missed` record: nobody claimed the tick in time. Why nobody did
+/// (no replica up, or Redis away from those that were), and why it was
+/// not run late (the misfire policy).
+fn missed_verdict(
+    explanation: &mut Explanation,
+    missed: &Recorded,
+    records: &Records,
+    definition: Option<&Job>,
+) {
+    explanation.verdict = Verdict::Missed;
+    let recorded_at = missed.entry.started_ms;
+    let late_ms = recorded_at.saturating_sub(explanation.tick_ms);
+    let recorder = if missed.recorded_by.is_empty() {
+        "a replica".to_string()
+    } else {
+        format!("{}{}", missed.recorded_by, host_text(&missed.host))
+    };
+    explanation.summary = format!(
+        "missed: nobody claimed it in time; recorded as missed by {recorder} {} after the tick",
+        span(late_ms)
+    );
+    let record = format!(
+        "the missed record was written by {recorder} at {}, when its claim of a later tick moved past this one",
+        text_of(recorded_at)
+    );
+    explanation
+        .reasons
+        .push(nobody_claimed(explanation, &record, Some(missed)));
+    explanation.reasons.push(misfire_reason(
+        explanation.tick_ms,
+        missed,
+        records,
+        definition,
+    ));
+}
+
+/// Why nobody claimed the tick: no replica was up, or those up could
+/// not reach Redis. `record` says what the missed record holds, if any.
+fn nobody_claimed(explanation: &Explanation, record: &str, missed: Option<&Recorded>) -> Reason {
+    let up: Vec<&ReplicaSeen> = explanation
+        .replicas
+        .iter()
+        .filter(|r| r.up_at_tick)
+        .collect();
+    let known = known_replicas(&explanation.replicas, explanation.now_ms);
+    let evidence = json!({
+        "recorded_by": missed.map(|m| m.recorded_by.clone()),
+        "recorded_at_ms": missed.map(|m| m.entry.started_ms),
+        "up_at_tick": up.iter().map(|r| r.id.clone()).collect::<Vec<_>>(),
+        "replicas": known_json(&explanation.replicas),
+    });
+    if up.is_empty() {
+        reason(
+            "no_live_replica",
+            format!(
+                "no replica was running at the tick: none of the known replicas had started by then and been heard from since ({known}); {record}",
+            ),
+            evidence,
+        )
+    } else {
+        let ids: Vec<&str> = up.iter().map(|r| r.id.as_str()).collect();
+        reason(
+            "redis_unreachable",
+            format!(
+                "{} {} running at the tick (started before it, heard from after it) but no claim of it reached Redis: Redis was unreachable from them, or too slow to answer in time; {record}",
+                ids.join(", "),
+                if ids.len() == 1 { "was" } else { "were" },
+            ),
+            evidence,
+        )
+    }
+}
+
+/// The replicas known, each with when it started and was last seen.
+fn known_replicas(replicas: &[ReplicaSeen], now_ms: i64) -> String {
+    if replicas.is_empty() {
+        return "no replica has a heartbeat record".to_string();
+    }
+    replicas
+        .iter()
+        .map(|r| {
+            format!(
+                "{}{} started {}, last seen {} ago{}",
+                r.id,
+                host_text(&r.host),
+                text_of(r.started_ms),
+                span(now_ms.saturating_sub(r.last_seen_ms)),
+                if r.alive { "" } else { ", dead" },
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn known_json(replicas: &[ReplicaSeen]) -> serde_json::Value {
+    serde_json::to_value(replicas).unwrap_or_default()
+}
+
+/// Why a missed tick was not run late: the job's misfire policy, and
+/// the run it was folded into if there was one.
+fn misfire_reason(
+    tick_ms: i64,
+    missed: &Recorded,
+    records: &Records,
+    definition: Option<&Job>,
+) -> Reason {
+    let recorded_at = missed.entry.started_ms;
+    let late_ms = recorded_at.saturating_sub(tick_ms);
+    let instead = records.outcomes.iter().find(|r| {
+        r.entry.trigger == Trigger::Misfire && r.entry.tick_ms > tick_ms && !r.entry.stale
+    });
+    let ran_instead = instead.map(|r| {
+        json!({ "tick": text_of(r.entry.tick_ms), "replica": r.entry.replica, "status": r.entry.status, "fence": r.entry.fence })
+    });
+    let Some(def) = definition else {
+        return reason(
+            "misfire",
+            "the job's misfire policy decided it was not run late (the policy is in the job table, not given)".to_string(),
+            json!({ "late_ms": late_ms, "ran_instead": ran_instead }),
+        );
+    };
+    let grace_ms = i64::try_from(def.misfire_grace.as_millis()).unwrap_or(i64::MAX);
+    let grace = humantime::format_duration(def.misfire_grace);
+    let text = match (def.misfire, instead) {
+        (Misfire::Skip, _) => format!(
+            "misfire = skip: a tick nobody claimed in time is not run late; the replicas went on {} after it",
+            span(late_ms)
+        ),
+        (Misfire::RunOnce, Some(r)) => format!(
+            "misfire = run_once: of the ticks missed, only the latest, {}, ran late (on {}, fence {}); this one was folded into it",
+            text_of(r.entry.tick_ms),
+            r.entry.replica,
+            r.entry.fence
+        ),
+        (policy, _) if late_ms > grace_ms => format!(
+            "misfire = {policy}: when a replica could claim again, {} after the tick, it was older than misfire_grace = {grace}, so it was not run late",
+            span(late_ms)
+        ),
+        (policy, _) => format!(
+            "misfire = {policy} with misfire_grace = {grace}: the tick was passed by a claim of a later tick {} after it, and not run late",
+            span(late_ms)
+        ),
+    };
+    reason(
+        "misfire",
+        text,
+        json!({ "policy": def.misfire.as_str(), "grace_ms": grace_ms, "late_ms": late_ms, "recorded_at_ms": recorded_at, "ran_instead": ran_instead }),
+    )
+}
+
+/// No outcome of the tick: paused (nothing is recorded for a paused
+/// tick), passed with no record, or not claimed (yet).
+fn no_record_verdict(explanation: &mut Explanation, records: &Records) {
+    explanation.verdict = Verdict::NotRun;
+    let tick_ms = explanation.tick_ms;
+    if let Some(paused) = paused_at(records, tick_ms) {
+        explanation.summary = "not run: the job was paused".to_string();
+        explanation.reasons.push(paused);
+        return;
+    }
+    let passed = records.last_tick.is_some_and(|mark| mark >= tick_ms);
+    if passed {
+        let mark = records.last_tick.unwrap_or_default();
+        explanation.summary = "not run, and no outcome recorded for it".to_string();
+        explanation.reasons.push(reason(
+            "no_record",
+            format!(
+                "the job's high-water mark ({}) is past the tick, so it was claimed or passed, but no outcome of it is in the stream: the stream may have trimmed it (`[daemon] history`), or a manual run took it",
+                text_of(mark)
+            ),
+            json!({ "high_water_mark_ms": mark }),
+        ));
+        return;
+    }
+    let age = explanation.now_ms.saturating_sub(tick_ms);
+    let anyone_alive = explanation.replicas.iter().any(|r| r.alive);
+    if age <= CLAIM_SLACK_MS && anyone_alive {
+        explanation.summary = "due, and not claimed yet".to_string();
+        explanation.reasons.push(reason(
+            "not_claimed_yet",
+            format!("the tick is {} old: a live replica claims it at its time, and the claim is on its way", span(age)),
+            json!({ "high_water_mark_ms": records.last_tick }),
+        ));
+        return;
+    }
+    explanation.summary = "not run: nobody has claimed it".to_string();
+    let record = format!(
+        "no record of it yet: a missed tick is recorded when a replica claims a later one (the high-water mark is {})",
+        records
+            .last_tick
+            .map_or_else(|| "unset".to_string(), text_of)
+    );
+    let why = nobody_claimed(explanation, &record, None);
+    explanation.reasons.push(why);
+}
+
+/// The pause in force at the tick: the state's pause if it began by
+/// then (its time is when the pause took effect), else the newest pause
+/// or resume action at or before the tick.
+fn paused_at(records: &Records, tick_ms: i64) -> Option<Reason> {
+    let (by, at_ms, source) = match &records.pause {
+        Some((by, Some(at))) if *at <= tick_ms => (by.clone().unwrap_or_default(), *at, "state"),
+        _ => {
+            let action = records
+                .actions
+                .iter()
+                .find(|a| a.at_ms <= tick_ms && (a.action == "pause" || a.action == "resume"))?;
+            if action.action != "pause" {
+                return None;
+            }
+            (action.who.clone(), action.at_ms, "actions")
+        }
+    };
+    let still = if records.pause.is_some() {
+        "it is still paused (cronlease resume to go on)"
+    } else {
+        "it has been resumed since"
+    };
+    Some(reason(
+        "paused",
+        format!(
+            "paused by {} at {}: a paused job's ticks are passed without running and are not caught up on resume; {still}",
+            if by.is_empty() {
+                "someone unrecorded"
+            } else {
+                &by
+            },
+            text_of(at_ms),
+        ),
+        json!({ "by": by, "at_ms": at_ms, "source": source }),
+    ))
+}
+
+fn host_text(host: &str) -> String {
+    if host.is_empty() {
+        String::new()
+    } else {
+        format!(" (host {host})")
+    }
+}
+
+/// The verdict for an instant the schedule does not fire at.
+pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, def: &Job) {
+    explanation.verdict = Verdict::NotATick;
+    let expression = def.schedule.expression();
+    let zone = def.schedule.timezone().name();
+    let previous = at.previous_ms.map(text_of);
+    let next = at.next_ms.map(text_of);
+    let mut text = format!(
+        "{expression:?} in {zone} does not fire at {}; the ticks around it are {} and {}",
+        explanation.tick,
+        previous.as_deref().unwrap_or("none before"),
+        next.as_deref().unwrap_or("none after"),
+    );
+    if explanation.tick_ms % 1000 != 0 {
+        text.push_str(" (ticks fall on whole seconds)");
+    }
+    if let Some(dst) = &at.dst {
+        text.push_str(&format!(
+            "; a daylight-saving change is near ({} at {}): {}",
+            dst.kind, dst.transition, dst.effect
+        ));
+    }
+    explanation.summary = "not a tick of the schedule".to_string();
+    explanation.reasons.push(reason(
+        "not_a_tick",
+        text,
+        json!({ "previous_tick": previous, "next_tick": next, "dst": at.dst }),
+    ));
+    if at.next_ms.is_none() {
+        explanation.reasons.push(ended_reason(def));
+    }
+}
+
+/// The schedule has no tick after the one explained: its years passed.
+pub(super) fn ended_reason(def: &Job) -> Reason {
+    let last_year = def.schedule.last_year();
+    let last = last_year.and_then(|year| last_tick(&def.schedule, year));
+    reason(
+        "schedule_ended",
+        format!(
+            "the schedule has no further tick: its years have passed{}; its last tick was {}",
+            last_year
+                .map(|y| format!(" (its year field ends at {y})"))
+                .unwrap_or_default(),
+            last.map_or_else(|| "none".to_string(), text_of),
+        ),
+        json!({ "last_year": last_year, "previous_tick": last.map(text_of) }),
+    )
+}
+
+/// Replicas whose definition of the job differs from `reference`'s.
+pub(super) fn drift_reason(drifted: &[String], reference: &str) -> Reason {
+    reason(
+        "config_drift",
+        format!(
+            "replicas disagree on this job: {} hold a definition that differs from {reference} (schedule, time zone or settings), so they may claim other ticks or run them otherwise; give every replica the same table and reload it",
+            drifted.join(", ")
+        ),
+        json!({ "replicas": drifted, "expected": reference }),
+    )
+}
