@@ -26,6 +26,7 @@ use crate::task::Tasks;
 
 mod check;
 mod generate;
+mod notify;
 
 pub use generate::CompletionShell;
 
@@ -85,6 +86,9 @@ pub enum Command {
     /// acquired (at once, or after --wait) or its lease is lost (the command
     /// is then killed); otherwise with the command's status.
     Lock(LockArgs),
+    /// Notification channels (`[notify.<name>]`): `notify test CHANNEL`
+    /// sends a test event through one and prints the receiver's answer.
+    Notify(NotifyArgs),
     /// Print the completion script of a shell (bash, zsh or fish).
     ///
     /// The Debian package installs all three. By hand, for example:
@@ -95,6 +99,31 @@ pub enum Command {
     /// subcommand (cronlease-run.1, …). What scripts/package installs.
     #[command(hide = true)]
     GenerateMan(GenerateManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(subcommand)]
+    pub command: NotifyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Send a test event (kind `test`, a fresh idempotency key) through a
+    /// channel and print the receiver's answer.
+    ///
+    /// Exits 0 when the receiver took it, 1 when it did not (the error
+    /// says whether the delivery would retry), 2 for an invalid config or
+    /// a channel the config does not define (the defined ones listed).
+    Test(NotifyTestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyTestArgs {
+    /// The channel: the name of a `[notify.<name>]` table.
+    pub channel: String,
+    #[command(flatten)]
+    pub config: ConfigArg,
 }
 
 #[derive(Debug, Args)]
@@ -330,6 +359,9 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Resume(args) => pause(&args, PauseAction::Resume),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
+        Command::Notify(args) => match &args.command {
+            NotifyCommand::Test(test) => notify::test(test),
+        },
         Command::Completions(args) => generate::print_completions(args.shell),
         Command::GenerateMan(args) => generate::man_pages(&args.dir),
     }
