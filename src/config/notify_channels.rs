@@ -514,23 +514,7 @@ fn email(
     raw: RawChannel,
     timeout: Duration,
 ) -> Option<EmailSpec> {
-    let tls = match &raw.tls {
-        None => SmtpTls::default(),
-        Some(tls) => match SmtpTls::NAMES.iter().position(|n| n == tls.get_ref()) {
-            Some(0) => SmtpTls::Starttls,
-            Some(1) => SmtpTls::Implicit,
-            Some(_) => SmtpTls::None,
-            None => {
-                let message = format!(
-                    "invalid value {:?}: expected one of {}",
-                    tls.get_ref(),
-                    SmtpTls::NAMES.join(", ")
-                );
-                checker.problem(Some(tls.span()), Some(section), Some("tls"), message);
-                return None;
-            }
-        },
-    };
+    let tls = smtp_tls(checker, section, raw.tls.as_ref())?;
     let host = required_text(
         checker,
         section,
@@ -545,20 +529,10 @@ fn email(
             u16::try_from(port).unwrap_or(0)
         }
     };
-    let ca_file =
-        raw.ca_file
-            .as_ref()
-            .and_then(|path| match environment::check_readable(path.get_ref()) {
-                Ok(()) => Some(PathBuf::from(path.get_ref())),
-                Err(e) => {
-                    let message = format!(
-                        "cannot read {}: {e}: expected a PEM file of CA certificates",
-                        path.get_ref()
-                    );
-                    checker.problem(Some(path.span()), Some(section), Some("ca_file"), message);
-                    None
-                }
-            });
+    let ca_file = raw
+        .ca_file
+        .as_ref()
+        .and_then(|path| ca_file(checker, section, path));
     let from = required_text(
         checker,
         section,
@@ -600,6 +574,46 @@ fn email(
         to: to?,
         timeout,
     })
+}
+
+/// `tls`: one of [`SmtpTls::NAMES`], starttls when unset.
+fn smtp_tls(
+    checker: &mut Checker<'_>,
+    section: &str,
+    given: Option<&Spanned<String>>,
+) -> Option<SmtpTls> {
+    let Some(tls) = given else {
+        return Some(SmtpTls::default());
+    };
+    match SmtpTls::NAMES.iter().position(|n| n == tls.get_ref()) {
+        Some(0) => Some(SmtpTls::Starttls),
+        Some(1) => Some(SmtpTls::Implicit),
+        Some(_) => Some(SmtpTls::None),
+        None => {
+            let message = format!(
+                "invalid value {:?}: expected one of {}",
+                tls.get_ref(),
+                SmtpTls::NAMES.join(", ")
+            );
+            checker.problem(Some(tls.span()), Some(section), Some("tls"), message);
+            None
+        }
+    }
+}
+
+/// `ca_file`: a readable file (parsed when the channel is built).
+fn ca_file(checker: &mut Checker<'_>, section: &str, path: &Spanned<String>) -> Option<PathBuf> {
+    match environment::check_readable(path.get_ref()) {
+        Ok(()) => Some(PathBuf::from(path.get_ref())),
+        Err(e) => {
+            let message = format!(
+                "cannot read {}: {e}: expected a PEM file of CA certificates",
+                path.get_ref()
+            );
+            checker.problem(Some(path.span()), Some(section), Some("ca_file"), message);
+            None
+        }
+    }
 }
 
 /// `username` with a password, or neither; no password over a plain

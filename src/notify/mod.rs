@@ -181,16 +181,14 @@ impl Target {
 }
 
 /// `text` cut to [`ANSWER_LIMIT`] bytes (at a character boundary, with
-/// `…` when cut) and its control characters escaped: safe to print and
-/// to log.
+/// `…` when cut) and made inert ([`crate::inert::escape`]): safe to print
+/// and to log.
 pub fn printable(text: &str) -> String {
     let mut end = text.len().min(ANSWER_LIMIT);
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let mut out: String = text[..end].chars().flat_map(char::escape_debug).collect();
-    // `escape_debug` also escapes quotes: an answer is not a literal.
-    out = out.replace("\\\"", "\"").replace("\\'", "'");
+    let mut out = crate::inert::escape(&text[..end]).into_owned();
     if end < text.len() {
         out.push('…');
     }

@@ -27,6 +27,7 @@ mod hostile;
 mod locks;
 mod manual;
 mod metrics;
+mod notify_channels;
 mod operator;
 mod pid_one;
 mod properties;
