@@ -574,7 +574,7 @@ fn every_channel_and_rule_problem_names_its_place() {
                 "{REDIS_SECTION}{hook}[notify.mail]\nkind = \"slack\"\nurl = \"https://x.example.com/\"\n{JOB}notify = [\"pager\"]\n"
             ),
             vec![
-                "jobs.toml:13:11",
+                "jobs.toml:12:11",
                 "job \"noon\"",
                 "field `notify`",
                 "unknown channel \"pager\": expected one of mail, ops",
