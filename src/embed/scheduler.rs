@@ -208,14 +208,7 @@ impl SchedulerBuilder {
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
         refuse_duplicates(&self.jobs)?;
         let settings = self.settings();
-        let context = match &settings {
-            Ok(config) => job_context(&self.cluster.redis_config).with_notify(
-                &config.notify,
-                config.notify.keys().cloned().collect(),
-                config.daemon.notify.clone(),
-            ),
-            Err(_) => job_context(&self.cluster.redis_config),
-        };
+        let context = self.context(settings.as_ref().ok());
         let jobs = validate_jobs(&self.jobs, &context);
         let config = match (settings, jobs) {
             (Ok(mut config), Ok(jobs)) => {
@@ -257,6 +250,29 @@ impl SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
+    /// What the jobs are checked against: the channels given (valid or
+    /// not: an invalid one has problems of its own) and, when the settings
+    /// are valid, their notification defaults.
+    fn context(&self, settings: Option<&crate::config::Config>) -> JobContext {
+        let context = job_context(&self.cluster.redis_config);
+        #[cfg(feature = "notify")]
+        {
+            let mut declared: Vec<String> = self.channels.iter().map(|(n, _)| n.clone()).collect();
+            declared.sort();
+            let none = std::collections::BTreeMap::new();
+            let (channels, defaults) = match settings {
+                Some(config) => (&config.notify, config.daemon.notify.clone()),
+                None => (&none, crate::config::DaemonNotify::default()),
+            };
+            context.with_notify(channels, declared, defaults)
+        }
+        #[cfg(not(feature = "notify"))]
+        {
+            let _ = settings;
+            context
+        }
+    }
+
     /// The settings and channels, validated as a job table's would be.
     fn settings(&self) -> Result<crate::config::Config, ConfigError> {
         #[cfg(feature = "notify")]

@@ -745,3 +745,127 @@ fn secrets_never_appear_in_checks_output_or_debug() {
     }
     assert!(debug.contains("***"), "{debug}");
 }
+
+#[test]
+fn the_rules_resolve_daemons_defaults_into_each_job() {
+    let text = format!(
+        "{REDIS_SECTION}[daemon]\nnotify = [\"ops\"]\nlate_after = \"2m\"\nrepeat_every = \"4h\"\n\
+         retry_for = \"30m\"\ndashboard_url = \"https://cron.example.com/\"\n\
+         [notify.ops]\nkind = \"slack\"\nurl = \"https://chat.example.com/hook\"\n\
+         [notify.mail]\nkind = \"slack\"\nurl = \"https://chat.example.com/other\"\n\
+         {JOB}\
+         [jobs.own]\nschedule = \"0 3 * * *\"\ncommand = [\"true\"]\nnotify = [\"mail\"]\n\
+         notify_on = [\"failed\", \"overdue\"]\nexpect_success_within = \"1d\"\nrepeat_every = \"10m\"\n\
+         [jobs.quiet]\nschedule = \"0 4 * * *\"\ncommand = [\"true\"]\nnotify = []\n"
+    );
+    let config = Config::parse(&text, Path::new("/etc/cronlease/jobs.toml")).expect("valid");
+    let daemon = &config.daemon.notify;
+    assert_eq!(daemon.replica_dead_channels(), ["ops"]);
+    assert_eq!(daemon.retry_for, Duration::from_secs(1800));
+    assert_eq!(
+        daemon.dashboard_url.as_deref(),
+        Some("https://cron.example.com")
+    );
+
+    let noon = &config.jobs["noon"].notify;
+    assert_eq!(noon.channels, ["ops"]);
+    assert_eq!(noon.late_after, Some(Duration::from_secs(120)));
+    assert_eq!(noon.repeat_every, Duration::from_secs(4 * 3600));
+    let events: Vec<EventKind> = noon.on.iter().collect();
+    assert_eq!(
+        events,
+        [
+            EventKind::Failed,
+            EventKind::Timeout,
+            EventKind::Recovered,
+            EventKind::Missed,
+            EventKind::LostLease,
+            EventKind::Abandoned,
+            EventKind::Late,
+            EventKind::Overdue,
+        ],
+        "the default, with `late` since a late_after applies"
+    );
+
+    let own = &config.jobs["own"].notify;
+    assert_eq!(own.channels, ["mail"]);
+    assert_eq!(
+        own.on.iter().collect::<Vec<_>>(),
+        [EventKind::Failed, EventKind::Overdue]
+    );
+    assert_eq!(own.expect_success_within, Some(Duration::from_secs(86_400)));
+    assert_eq!(own.repeat_every, Duration::from_secs(600));
+    assert!(config.jobs["quiet"].notify.channels.is_empty());
+}
+
+#[test]
+fn an_embedded_scheduler_checks_its_channels_and_rules_like_a_job_table() {
+    use cronlease::{Channel, JobBuilder, RedisSettings, Run, SchedulerError};
+
+    let redis = crate::support::RedisServer::start();
+    let rt = runtime();
+    let error = rt.block_on(async {
+        let cluster = cronlease::Cluster::connect(RedisSettings::url(&redis.url()))
+            .await
+            .expect("Redis is up");
+        let job = JobBuilder::new("noon", "0 12 * * *")
+            .notify(&["ops", "pager"])
+            .notify_on([EventKind::Failed, EventKind::Overdue])
+            .repeat_every(Duration::from_secs(600))
+            .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+        let started = cluster
+            .scheduler()
+            .channel(
+                "ops",
+                Channel::webhook("ftp://hooks.example.com/x").secret("code-secret-5e1"),
+            )
+            .channel(
+                "mail",
+                Channel::email("smtp.example.com", "cron@example.com", &[]),
+            )
+            .job(job)
+            .start();
+        match started {
+            Err(SchedulerError::Config(error)) => error,
+            Err(other) => panic!("not a config error: {other}"),
+            Ok(_) => panic!("the channels and rules are refused"),
+        }
+    });
+    let text = error.to_string();
+    for fragment in [
+        "[notify.ops], field `url`: invalid URL",
+        "[notify.mail], field `to`: no address",
+        "job \"noon\", field `notify`: unknown channel \"pager\": expected one of mail, ops",
+        "job \"noon\", field `notify_on`: `overdue` needs `expect_success_within`",
+    ] {
+        assert!(text.contains(fragment), "{fragment:?} not in\n{text}");
+    }
+    assert!(!text.contains("code-secret-5e1"), "{text}");
+    assert!(
+        error.problems.iter().all(|p| p.line_col.is_none()),
+        "{error:?}"
+    );
+
+    let fine = rt.block_on(async {
+        let cluster = cronlease::Cluster::connect(RedisSettings::url(&redis.url()))
+            .await
+            .expect("Redis is up");
+        let job = JobBuilder::new("noon", "0 12 * * *")
+            .notify(&["ops"])
+            .expect_success_within(Duration::from_secs(90_000))
+            .late_after(Duration::from_secs(60))
+            .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+        let scheduler = cluster
+            .scheduler()
+            .channel(
+                "ops",
+                Channel::webhook("https://hooks.example.com/x").secret("s"),
+            )
+            .notify(&["ops"])
+            .job(job)
+            .start()
+            .expect("valid channels and rules");
+        scheduler.shutdown().await
+    });
+    fine.expect("a clean shutdown");
+}
