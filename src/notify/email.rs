@@ -80,7 +80,7 @@ impl Email {
         let mut message = Message::builder()
             .from(self.from.clone())
             .subject(event.subject())
-            .message_id(Some(format!("<{}@cronlease>", event.key)))
+            .message_id(Some(message_id(&event.key)))
             .header(ContentType::TEXT_PLAIN);
         for to in self.to.iter() {
             message = message.to(to.clone());
@@ -99,6 +99,24 @@ impl Email {
             answer: printable(&format!("{} {}", response.code(), lines.join(" "))),
         })
     }
+}
+
+/// `<key@cronlease>`, the key's bytes that RFC 5322 does not allow in a
+/// message id's left part (`atext` and dots) written `=XX`: one key, one
+/// id, and no key can break the header.
+pub(super) fn message_id(key: &str) -> String {
+    let mut id = String::with_capacity(key.len() + 12);
+    id.push('<');
+    for byte in key.bytes() {
+        let atext = byte.is_ascii_alphanumeric() || b"!#$%&'*+-/?^_`{|}~.".contains(&byte);
+        if atext && byte != b'=' {
+            id.push(char::from(byte));
+        } else {
+            id.push_str(&format!("={byte:02X}"));
+        }
+    }
+    id.push_str("@cronlease>");
+    id
 }
 
 /// The name this host gives in `EHLO`.
@@ -135,5 +153,16 @@ fn error(e: &lettre::transport::smtp::Error, timeout: Duration) -> SendError {
         SendError::Smtp { code, message }
     } else {
         SendError::Connect(message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message_id;
+
+    #[test]
+    fn a_message_id_holds_the_key_or_its_escapes() {
+        assert_eq!(message_id("3f1c-9a"), "<3f1c-9a@cronlease>");
+        assert_eq!(message_id("noon:17 x=1"), "<noon=3A17=20x=3D1@cronlease>");
     }
 }

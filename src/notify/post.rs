@@ -1,5 +1,6 @@
 //! The HTTP POST the webhook and Slack channels share: one client (rustls
-//! with ring and the system's roots, no redirects, no proxy lookup), the
+//! with ring and the system's roots, no redirects; `HTTPS_PROXY`,
+//! `HTTP_PROXY` and `NO_PROXY` are honoured as curl honours them), the
 //! request under the channel's timeout, the answer's body read under a
 //! limit and escaped.
 
@@ -36,7 +37,6 @@ pub(super) fn client() -> Result<reqwest::Client, String> {
         .tls_backend_preconfigured(tls)
         .user_agent(USER_AGENT)
         .redirect(reqwest::redirect::Policy::none())
-        .no_proxy()
         .build()
         .map_err(|e| e.to_string())
 }
@@ -105,6 +105,17 @@ fn error(e: reqwest::Error, timeout: Duration) -> SendError {
         source = cause.source();
     }
     SendError::Connect(printable(&message))
+}
+
+/// `Idempotency-Key: <key>`; an error (permanent) when the key cannot be
+/// a header's value.
+pub(super) fn idempotency_key(key: &str) -> Result<(HeaderName, HeaderValue), SendError> {
+    header("Idempotency-Key", key).ok_or_else(|| {
+        SendError::Message(format!(
+            "the idempotency key {:?} cannot be a header value",
+            printable(key)
+        ))
+    })
 }
 
 /// A header of the channel's config or of cronlease's own, as reqwest

@@ -4,7 +4,7 @@
 
 use reqwest::header::HeaderMap;
 
-use super::post::{header, post};
+use super::post::{idempotency_key, post};
 use super::{Event, Receipt, SendError};
 use crate::config::SlackSpec;
 
@@ -36,35 +36,29 @@ impl Slack {
         let text = message(event, dashboard_url);
         let body = serde_json::json!({ "text": text }).to_string().into_bytes();
         let mut headers = HeaderMap::new();
-        headers.extend(header("Idempotency-Key", &event.key));
+        headers.extend([idempotency_key(&event.key)?]);
         post(&self.client, &self.url, headers, body, self.timeout).await
     }
 }
 
 /// The message: the subject in bold, the facts, the link, the output tail
 /// in a code block; at most [`MESSAGE_LIMIT`] bytes (the tail is what is
-/// cut, from its start).
+/// cut, from its start; then, if still too long, the message's end).
 pub(super) fn message(event: &Event, dashboard_url: Option<&str>) -> String {
-    let text = event.text(dashboard_url, "```\n");
-    let text = match text.split_once('\n') {
-        Some((subject, rest)) => format!("*{subject}*\n{rest}"),
-        None => format!("*{text}*"),
-    };
-    if text.len() <= MESSAGE_LIMIT {
-        return text;
-    }
-    let mut shorter = event.clone();
-    if let Some(tail) = &event.output_tail {
-        let excess = text.len() - MESSAGE_LIMIT;
-        let mut start = excess.min(tail.len());
+    let mut text = unbounded(event, dashboard_url);
+    if text.len() > MESSAGE_LIMIT
+        && let Some(tail) = &event.output_tail
+    {
+        let mut start = (text.len() - MESSAGE_LIMIT).min(tail.len());
         while !tail.is_char_boundary(start) {
             start += 1;
         }
+        let mut shorter = event.clone();
         shorter.output_tail = Some(tail[start..].to_string());
-        let text = message_unbounded(&shorter, dashboard_url);
-        if text.len() <= MESSAGE_LIMIT {
-            return text;
-        }
+        text = unbounded(&shorter, dashboard_url);
+    }
+    if text.len() <= MESSAGE_LIMIT {
+        return text;
     }
     let mut end = MESSAGE_LIMIT;
     while !text.is_char_boundary(end) {
@@ -73,7 +67,8 @@ pub(super) fn message(event: &Event, dashboard_url: Option<&str>) -> String {
     format!("{}…", &text[..end])
 }
 
-fn message_unbounded(event: &Event, dashboard_url: Option<&str>) -> String {
+/// The message, however long.
+fn unbounded(event: &Event, dashboard_url: Option<&str>) -> String {
     let text = event.text(dashboard_url, "```\n");
     match text.split_once('\n') {
         Some((subject, rest)) => format!("*{subject}*\n{rest}"),

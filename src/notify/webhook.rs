@@ -7,7 +7,7 @@ use hmac::{Hmac, KeyInit, Mac};
 use reqwest::header::HeaderMap;
 use sha2::Sha256;
 
-use super::post::{header, post};
+use super::post::{header, idempotency_key, post};
 use super::{Event, Receipt, SendError};
 use crate::config::{SIGNATURE_HEADER, Secret, WebhookSpec};
 
@@ -44,7 +44,7 @@ impl Webhook {
     ) -> Result<Receipt, SendError> {
         let body = event.json(dashboard_url).to_string().into_bytes();
         let mut headers = self.headers.clone();
-        headers.extend(header("Idempotency-Key", &event.key));
+        headers.extend([idempotency_key(&event.key)?]);
         if let Some(secret) = &self.secret {
             headers.extend(header(SIGNATURE_HEADER, &signature(secret, &body)));
         }
