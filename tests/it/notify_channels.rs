@@ -251,16 +251,37 @@ fn failures_are_permanent_or_worth_retrying() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port");
-    let channels = channels(webhook(&format!("http://{closed}/"), None));
+    let closed_channels = channels(webhook(&format!("http://{closed}/"), None));
     let error = runtime()
         .block_on(
-            channels
+            closed_channels
                 .get("ch")
                 .expect("the channel")
                 .send(&failed_event("k"), None),
         )
         .expect_err("nothing listens");
     assert!(matches!(error, SendError::Connect(_)), "{error:?}");
+    assert!(!error.is_permanent(), "{error}");
+
+    // Connected (the kernel's backlog accepts), never answered.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let mut spec = webhook(
+        &format!("http://{}/", silent.local_addr().expect("its address")),
+        None,
+    );
+    if let ChannelSpec::Webhook(w) = &mut spec {
+        w.timeout = Duration::from_millis(500);
+    }
+    let silent_channels = channels(spec);
+    let error = runtime()
+        .block_on(
+            silent_channels
+                .get("ch")
+                .expect("the channel")
+                .send(&failed_event("k"), None),
+        )
+        .expect_err("nobody answers");
+    assert!(matches!(error, SendError::Timeout(_)), "{error:?}");
     assert!(!error.is_permanent(), "{error}");
 }
 

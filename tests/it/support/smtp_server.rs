@@ -25,23 +25,23 @@ password = sys.argv[6] if len(sys.argv) > 6 else None
 os.makedirs(os.path.join(out, "mail"), exist_ok=True)
 
 class Handler:
-    async def handle_RCPT(self, server, session, envelope, address, rcpt_options):
+    async def handle_RCPT(self, server, conversation, envelope, address, rcpt_options):
         if address.startswith("refused"):
             return "550 5.1.1 no such mailbox"
         envelope.rcpt_tos.append(address)
         return "250 OK"
 
-    async def handle_DATA(self, server, session, envelope):
+    async def handle_DATA(self, server, conversation, envelope):
         n = len(os.listdir(os.path.join(out, "mail")))
         path = os.path.join(out, "mail", "%04d.eml" % n)
         with open(path + ".tmp", "wb") as f:
             f.write(b"X-Envelope-To: " + ", ".join(envelope.rcpt_tos).encode() + b"\r\n")
-            f.write(b"X-Authenticated: " + str(session.authenticated).encode() + b"\r\n")
+            f.write(b"X-Authenticated: " + str(conversation.authenticated).encode() + b"\r\n")
             f.write(envelope.content)
         os.rename(path + ".tmp", path)
         return "250 2.0.0 Ok: queued as cronlease-test-%d" % n
 
-def authenticator(server, session, envelope, mechanism, auth_data):
+def authenticator(server, conversation, envelope, mechanism, auth_data):
     ok = (isinstance(auth_data, LoginPassword)
           and auth_data.login.decode() == user
           and auth_data.password.decode() == password)
