@@ -293,7 +293,8 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
     /// Print JSON: {"jobs":[{"name","schedule","resolved","timezone","timing",
-    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended"}],"warnings":[…]}.
+    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended","notify":{"channels",
+    /// "on"}}],"channels":[{"name","kind","target"}],"replica_dead":[…],"warnings":[…]}.
     #[arg(long)]
     pub json: bool,
 }
