@@ -79,9 +79,11 @@ pub(super) async fn post(
     let text = printable(&String::from_utf8_lossy(&body));
     if status.is_success() {
         let reason = status.canonical_reason().unwrap_or("");
-        Ok(Receipt {
-            answer: format!("HTTP {} {reason}: {text}", status.as_u16()),
-        })
+        let mut answer = format!("HTTP {} {reason}", status.as_u16());
+        if !text.is_empty() {
+            answer = format!("{answer}: {text}");
+        }
+        Ok(Receipt { answer })
     } else {
         Err(SendError::Http {
             status: status.as_u16(),
