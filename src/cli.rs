@@ -26,6 +26,7 @@ use crate::task::Tasks;
 
 mod check;
 mod generate;
+mod notify;
 
 pub use generate::CompletionShell;
 
@@ -89,6 +90,9 @@ pub enum Command {
     /// acquired (at once, or after --wait) or its lease is lost (the command
     /// is then killed); otherwise with the command's status.
     Lock(LockArgs),
+    /// Notification channels (`[notify.<name>]`): `notify test CHANNEL`
+    /// sends a test event through one and prints the receiver's answer.
+    Notify(NotifyArgs),
     /// Print the completion script of a shell (bash, zsh or fish).
     ///
     /// The Debian package installs all three. By hand, for example:
@@ -99,6 +103,31 @@ pub enum Command {
     /// subcommand (cronlease-run.1, …). What scripts/package installs.
     #[command(hide = true)]
     GenerateMan(GenerateManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyArgs {
+    #[command(subcommand)]
+    pub command: NotifyCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NotifyCommand {
+    /// Send a test event (kind `test`, a fresh idempotency key) through a
+    /// channel and print the receiver's answer.
+    ///
+    /// Exits 0 when the receiver took it, 1 when it did not (the error
+    /// says whether the delivery would retry), 2 for an invalid config or
+    /// a channel the config does not define (the defined ones listed).
+    Test(NotifyTestArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct NotifyTestArgs {
+    /// The channel: the name of a `[notify.<name>]` table.
+    pub channel: String,
+    #[command(flatten)]
+    pub config: ConfigArg,
 }
 
 #[derive(Debug, Args)]
@@ -283,7 +312,8 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
     /// Print JSON: {"jobs":[{"name","schedule","resolved","timezone","timing",
-    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended"}],"warnings":[…]}.
+    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended","notify":{"channels",
+    /// "on"}}],"channels":[{"name","kind","target"}],"replica_dead":[…],"warnings":[…]}.
     #[arg(long)]
     pub json: bool,
 }
@@ -350,6 +380,9 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Resume(args) => pause(&args, PauseAction::Resume),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
+        Command::Notify(args) => match &args.command {
+            NotifyCommand::Test(test) => notify::test(test),
+        },
         Command::Completions(args) => generate::print_completions(args.shell),
         Command::GenerateMan(args) => generate::man_pages(&args.dir),
     }

@@ -169,6 +169,13 @@ mod logging;
 pub mod membership;
 #[cfg(not(feature = "internals"))]
 mod membership;
+#[cfg(feature = "notify")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod notify;
+#[cfg(feature = "notify")]
+#[cfg(not(feature = "internals"))]
+mod notify;
 #[cfg(feature = "cli")]
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -220,11 +227,15 @@ pub mod watchdog;
 mod watchdog;
 
 pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
+#[cfg(feature = "notify")]
+pub use config::{EventKind, SmtpTls};
 pub use embed::{
     Cluster, ConnectionError, Job, JobBuilder, RedisSettings, RefusedError, Run, Scheduler,
     SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
+#[cfg(feature = "notify")]
+pub use notify::Channel;
 pub use schedule::{DstGap, DstRepeat};
 pub use store::LockHolder;
 pub use task::Stop;

@@ -6,7 +6,7 @@ use std::io::Write;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::CheckArgs;
-use crate::config::Config;
+use crate::config::{Config, EventKind};
 use crate::exit::Exit;
 use crate::schedule::Timing;
 
@@ -63,11 +63,29 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 "next": next,
                 // No tick after `from` (count is at least 1): the schedule ended.
                 "ended": next.is_empty(),
+                "notify": {
+                    "channels": job.notify.channels,
+                    "on": job.notify.on.iter().map(EventKind::as_str).collect::<Vec<_>>(),
+                },
             })
         })
         .collect();
     let warnings = config.warnings(from);
-    let mut text = serde_json::json!({ "jobs": jobs, "warnings": warnings }).to_string();
+    let channels: Vec<serde_json::Value> = config
+        .notify
+        .iter()
+        .map(|(name, spec)| {
+            serde_json::json!({ "name": name, "kind": spec.kind(), "target": spec.describe() })
+        })
+        .collect();
+    let replica_dead = config.daemon.notify.replica_dead_channels();
+    let mut text = serde_json::json!({
+        "jobs": jobs,
+        "channels": channels,
+        "replica_dead": replica_dead,
+        "warnings": warnings,
+    })
+    .to_string();
     text.push('\n');
     text
 }
@@ -86,6 +104,7 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     for warning in config.warnings(from) {
         let _ = writeln!(out, "warning: {warning}");
     }
+    channels_text(&mut out, config);
     for job in config.jobs.values() {
         let schedule = &job.schedule;
         let zone = schedule.timezone();
@@ -103,6 +122,16 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
             ),
         };
         let _ = writeln!(out, "  ({}; {timing})", zone.name());
+        let rules = &job.notify;
+        if !rules.channels.is_empty() {
+            let on: Vec<&str> = rules.on.iter().map(EventKind::as_str).collect();
+            let _ = writeln!(
+                out,
+                "  notify {} on {}",
+                rules.channels.join(", "),
+                on.join(", ")
+            );
+        }
         let ticks = schedule.upcoming(from, count);
         if ticks.is_empty() {
             let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
@@ -117,4 +146,21 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
         }
     }
     out
+}
+
+/// The notification channels, one line each and never a secret, and
+/// where a dead replica is announced.
+fn channels_text(out: &mut String, config: &Config) {
+    use std::fmt::Write as _;
+    if config.notify.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nnotification channels:");
+    for (name, spec) in &config.notify {
+        let _ = writeln!(out, "  {name}  {}", spec.describe());
+    }
+    let replica_dead = config.daemon.notify.replica_dead_channels();
+    if !replica_dead.is_empty() {
+        let _ = writeln!(out, "  replica_dead: {}", replica_dead.join(", "));
+    }
 }

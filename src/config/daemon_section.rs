@@ -1,6 +1,7 @@
 //! `[daemon]`: leases, graces, the replica's identity and state directory,
 //! history, heartbeats, logging and metrics, validated into [`DaemonConfig`].
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,8 +11,9 @@ use toml::Spanned;
 
 use super::checker::{Checker, Given, is_name};
 use super::environment;
+use super::notify_rules::{RawDaemonRules, daemon_rules};
 use super::{
-    ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_HTTP_MAX_CONNECTIONS,
+    ChannelSpec, ContainmentSetting, DEFAULT_DASHBOARD_LISTEN, DEFAULT_HTTP_MAX_CONNECTIONS,
     DEFAULT_METRICS_LISTEN, DEFAULT_STATE_DIR, DaemonConfig, DashboardRead, LogFormat, RedisConfig,
     TokenSource,
 };
@@ -38,6 +40,12 @@ pub(super) struct RawDaemon {
     dashboard_read: Option<Spanned<String>>,
     dashboard_hosts: Option<Vec<Spanned<String>>>,
     http_max_connections: Option<Spanned<i64>>,
+    notify: Option<Given<Vec<Given<String>>>>,
+    notify_on: Option<Given<Vec<Given<String>>>>,
+    late_after: Option<Spanned<String>>,
+    repeat_every: Option<Spanned<String>>,
+    retry_for: Option<Spanned<String>>,
+    dashboard_url: Option<Spanned<String>>,
 }
 
 impl RawDaemon {
@@ -62,6 +70,12 @@ impl RawDaemon {
             dashboard_read: None,
             dashboard_hosts: None,
             http_max_connections: None,
+            notify: None,
+            notify_on: None,
+            late_after: None,
+            repeat_every: None,
+            retry_for: None,
+            dashboard_url: None,
         }
     }
 }
@@ -76,11 +90,14 @@ const S: &str = "daemon";
 // Long by design: each setting validated in turn, then the struct it fills,
 // field by field.
 /// `[daemon]`: each setting on its own (the lease also against `[redis]`
-/// `command_timeout`), defaults where unset.
+/// `command_timeout`, the notification rules against the channels
+/// declared, valid or not; the valid ones' secret variables are no run's),
+/// defaults where unset.
 pub(super) fn validate_daemon(
     checker: &mut Checker<'_>,
     raw: RawDaemon,
     redis: &Option<RedisConfig>,
+    (channels, declared): (&BTreeMap<String, ChannelSpec>, &[String]),
 ) -> Option<DaemonConfig> {
     let lease = daemon_lease(checker, raw.lease.as_ref(), redis);
     let shutdown_grace = checker.duration(
@@ -137,10 +154,24 @@ pub(super) fn validate_daemon(
         4096,
         0..1_048_577,
     );
-    let secrets = super::secret_env_names(
+    let mut secrets = super::secret_env_names(
         redis.as_ref().and_then(|r| r.password_env.as_deref()),
         dashboard_token.as_ref(),
     );
+    secrets.extend(
+        channels
+            .values()
+            .filter_map(|c| c.secret_env().map(str::to_string)),
+    );
+    let rules = RawDaemonRules {
+        notify: raw.notify.as_ref(),
+        notify_on: raw.notify_on.as_ref(),
+        late_after: raw.late_after.as_ref(),
+        repeat_every: raw.repeat_every.as_ref(),
+        retry_for: raw.retry_for.as_ref(),
+        dashboard_url: raw.dashboard_url.as_ref(),
+    };
+    let notify = daemon_rules(checker, rules, declared);
     let inherit_env = super::run_env::inherit_env(checker, S, raw.inherit_env, &secrets);
     let spool_max_bytes = spool_max_bytes(checker, raw.spool_max_bytes.as_ref());
     Some(DaemonConfig {
@@ -164,6 +195,7 @@ pub(super) fn validate_daemon(
             .expect("http_max_connections was checked to be within 1..=65536"),
         containment: raw.containment.unwrap_or_default(),
         inherit_env,
+        notify,
     })
 }
 

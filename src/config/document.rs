@@ -14,6 +14,7 @@ use super::checker::Checker;
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
 use super::job::{JobContext, JobSpec, Source, validate_named_job};
+use super::notify_channels::{RawChannel, validate_channels};
 use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
 use super::{Config, ConfigError, Job, Problem, duplicates};
@@ -134,9 +135,19 @@ fn validate_sections(
         }
         Some(raw) => raw.and_then(|raw| validate_redis(checker, raw)),
     };
+    // References name every channel declared, valid or not: an invalid
+    // one has its own problems, and "unknown channel" would mislead.
+    let mut declared: Vec<String> = sections
+        .notify
+        .iter()
+        .map(|(n, _)| n.get_ref().clone())
+        .collect();
+    declared.sort();
+    let notify = validate_channels(checker, sections.notify);
+    let channels = (&notify, declared.as_slice());
     let daemon = match sections.daemon {
-        None => validate_daemon(checker, RawDaemon::default_raw(), &redis),
-        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis)),
+        None => validate_daemon(checker, RawDaemon::default_raw(), &redis, channels),
+        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis, channels)),
     };
     if !sections.saw_jobs && source == Source::File {
         checker.problem(
@@ -151,6 +162,14 @@ fn validate_sections(
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
         path,
         source,
+    )
+    .with_notify(
+        &notify,
+        declared,
+        daemon
+            .as_ref()
+            .map(|d| d.notify.clone())
+            .unwrap_or_default(),
     );
     let jobs = validate_jobs(checker, sections.jobs, &context)?;
     Ok(Some(Config {
@@ -164,6 +183,7 @@ fn validate_sections(
             None => return Ok(None),
         },
         jobs,
+        notify,
         replica_id_flag: None,
     }))
 }
@@ -191,6 +211,8 @@ fn syntax_problems(checker: &mut Checker<'_>, errors: Vec<TomlError>) {
 struct Sections<'i> {
     redis: Option<Option<RawRedis>>,
     daemon: Option<Option<RawDaemon>>,
+    /// Each `[notify.<name>]`: its name, and its table if it deserialized.
+    notify: Vec<(Spanned<String>, Option<RawChannel>)>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
     /// The jobs, each read and validated in turn and its part of the
@@ -214,6 +236,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
     let mut sections = Sections {
         redis: None,
         daemon: None,
+        notify: Vec::new(),
         saw_jobs: false,
         jobs: None,
     };
@@ -225,6 +248,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
             "daemon" => {
                 sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", &value));
             }
+            "notify" => sections.notify = read_channels(checker, &value),
             "jobs" => {
                 sections.saw_jobs = true;
                 sections.jobs = Some(Jobs::Parsed(value));
@@ -233,11 +257,38 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 Some(key.span()),
                 None,
                 None,
-                format!("unknown section `{other}`: expected `redis`, `daemon` or `jobs`"),
+                format!(
+                    "unknown section `{other}`: expected `redis`, `daemon`, `notify` or `jobs`"
+                ),
             ),
         }
     }
     sections
+}
+
+/// Each `[notify.<name>]` of the `notify` table, deserialized on its own.
+fn read_channels(
+    checker: &mut Checker<'_>,
+    value: &Spanned<DeValue<'_>>,
+) -> Vec<(Spanned<String>, Option<RawChannel>)> {
+    let DeValue::Table(table) = value.get_ref() else {
+        checker.problem(
+            Some(value.span()),
+            Some("notify"),
+            None,
+            "expected a table of channels: [notify.<name>]".into(),
+        );
+        return Vec::new();
+    };
+    table
+        .iter()
+        .map(|(name, raw)| {
+            let section = format!("notify.{}", name.get_ref());
+            let channel = checker.deserialize_table::<RawChannel>(&section, raw);
+            let name = Spanned::new(name.span(), name.get_ref().to_string());
+            (name, channel)
+        })
+        .collect()
 }
 
 /// Each job's name and definition, validated against `context`. Invalid

@@ -13,10 +13,11 @@ use serde::Deserialize;
 
 use super::checker::{Checker, DurationValue, Given, is_name};
 use super::daemon_section::MAX_GRACE;
+use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::run_env;
 use super::{
-    Command, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap, Problem, RedisConfig,
-    TokenSource, Topology,
+    ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
+    Problem, RedisConfig, TokenSource, Topology,
 };
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
@@ -63,6 +64,11 @@ pub(crate) struct JobSpec {
     pub(crate) tasks_max: Option<Given<i64>>,
     pub(crate) dst_gap: Option<Given<DstGap>>,
     pub(crate) dst_repeat: Option<Given<DstRepeat>>,
+    pub(crate) notify: Option<Given<Vec<Given<String>>>>,
+    pub(crate) notify_on: Option<Given<Vec<Given<String>>>>,
+    pub(crate) late_after: Option<Given<DurationValue>>,
+    pub(crate) expect_success_within: Option<Given<DurationValue>>,
+    pub(crate) repeat_every: Option<Given<DurationValue>>,
 }
 
 /// What every job of a table is validated against besides its own
@@ -77,6 +83,8 @@ pub(crate) struct JobContext {
     source: Source,
     /// The replica's secret variables, which no `inherit_env` may list.
     secrets: Vec<String>,
+    /// The channels defined and `[daemon]`'s notification defaults.
+    notify: NotifyContext,
 }
 
 impl JobContext {
@@ -97,7 +105,26 @@ impl JobContext {
                 redis.and_then(|r| r.password_env.as_deref()),
                 dashboard_token,
             ),
+            notify: NotifyContext::default(),
         }
+    }
+
+    /// The context with the channels `declared` (sorted; those of
+    /// `channels` are valid, and their secret variables no `inherit_env`
+    /// may list either) and `[daemon]`'s notification defaults.
+    pub(crate) fn with_notify(
+        mut self,
+        channels: &BTreeMap<String, ChannelSpec>,
+        declared: Vec<String>,
+        defaults: DaemonNotify,
+    ) -> JobContext {
+        let secrets = channels.values().filter_map(ChannelSpec::secret_env);
+        self.secrets.extend(secrets.map(str::to_string));
+        self.notify = NotifyContext {
+            channels: declared,
+            defaults,
+        };
+        self
     }
 }
 
@@ -256,6 +283,14 @@ fn validate_job(
         &raw.cpu_max,
         &raw.tasks_max,
     );
+    let rules = RawJobRules {
+        notify: raw.notify.as_ref(),
+        notify_on: raw.notify_on.as_ref(),
+        late_after: raw.late_after.as_ref(),
+        expect_success_within: raw.expect_success_within.as_ref(),
+        repeat_every: raw.repeat_every.as_ref(),
+    };
+    let notify = job_rules(checker, section, rules, &context.notify);
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -274,6 +309,7 @@ fn validate_job(
         on_holder_lost: raw.on_holder_lost.unwrap_or(OnHolderLost::Record),
         leftovers: raw.leftovers.unwrap_or_default(),
         limits,
+        notify,
     })
 }
 

@@ -46,6 +46,14 @@ mod environment;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
 pub(crate) use job::{JobContext, JobSpec, validate_specs};
+mod notify_channels;
+pub use notify_channels::{
+    ChannelSpec, EmailSpec, SIGNATURE_HEADER, SlackSpec, SmtpTls, WebhookSpec,
+};
+mod notify_rules;
+// `EventSet` is the type of `NotifyRules::on`, named by the delivery.
+#[allow(unused_imports)]
+pub use notify_rules::{DaemonNotify, EventKind, EventSet, NotifyRules};
 mod outline;
 mod redis_section;
 mod run_env;
@@ -81,6 +89,8 @@ pub struct Config {
     pub daemon: DaemonConfig,
     /// The jobs by name. A `BTreeMap` so every listing is in one stable order.
     pub jobs: BTreeMap<String, Job>,
+    /// The notification channels (`[notify.<name>]`) by name.
+    pub notify: BTreeMap<String, ChannelSpec>,
     /// The replica id given on the command line (`cronlease run
     /// --replica-id`), which wins over `[daemon] replica_id`; kept apart
     /// so that a reload compares the file with the file.
@@ -286,6 +296,10 @@ pub struct DaemonConfig {
     /// The most connections each HTTP server (dashboard, metrics) serves
     /// at once; also at most an eighth of the soft limit on open files.
     pub http_max_connections: usize,
+    /// The notification settings of `[daemon]`: the jobs' defaults, the
+    /// rule for `replica_dead`, the delivery's retry and the dashboard's
+    /// external URL.
+    pub notify: DaemonNotify,
 }
 
 /// A name in `inherit_env`: a variable's name, or a prefix ending in `*`.
@@ -318,10 +332,13 @@ impl Config {
     /// The replica's variables that hold its secrets: none of them reaches
     /// a run, whatever `inherit_env` says.
     pub fn secret_env_names(&self) -> Vec<String> {
-        secret_env_names(
+        let mut names = secret_env_names(
             self.redis.password_env.as_deref(),
             self.daemon.dashboard_token.as_ref(),
-        )
+        );
+        let channels = self.notify.values().filter_map(ChannelSpec::secret_env);
+        names.extend(channels.map(str::to_string));
+        names
     }
 }
 
@@ -447,6 +464,8 @@ pub struct Job {
     pub leftovers: Leftovers,
     /// Resource limits of each attempt's cgroup.
     pub limits: Limits,
+    /// Which events of the job go to which channels.
+    pub notify: NotifyRules,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each
@@ -506,6 +525,9 @@ impl Job {
                 ", limits: Limits { memory_max_bytes: None, cpu_max_percent: None, tasks_max: None }",
                 "",
             );
+        }
+        if self.notify == NotifyRules::default() {
+            text = text.replace(&format!(", notify: {:?}", NotifyRules::default()), "");
         }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
@@ -632,7 +654,8 @@ enum_names!(OnHolderLost { Record => "record", Rerun => "rerun" });
 pub struct Problem {
     /// 1-based line and column, when the problem has a place in the file.
     pub line_col: Option<(usize, usize)>,
-    /// The section the problem is in: `redis`, `daemon` or `jobs.<name>`.
+    /// The section the problem is in: `redis`, `daemon`, `notify.<name>`
+    /// or `jobs.<name>`.
     pub section: Option<String>,
     /// The field at fault (`schedule`, `timeout`, …), when one is.
     pub field: Option<String>,

@@ -202,6 +202,88 @@ impl JobBuilder {
         self.set(|spec| spec.on_holder_lost = Some(policy))
     }
 
+    /// The channels this job's events go to (`notify`: names given to
+    /// [`SchedulerBuilder::channel`](crate::SchedulerBuilder::channel)),
+    /// instead of the scheduler's
+    /// [`SchedulerBuilder::notify`](crate::SchedulerBuilder::notify); an
+    /// empty list: none.
+    ///
+    /// ```
+    /// let job = cronlease::JobBuilder::new("noon", "0 12 * * *").notify(&["ops", "mail"]);
+    /// ```
+    #[cfg(feature = "notify")]
+    pub fn notify(self, channels: &[&str]) -> JobBuilder {
+        let names = channels
+            .iter()
+            .map(|c| Given::code(c.to_string()))
+            .collect();
+        self.set(|spec| spec.notify = Some(Given::code(names)))
+    }
+
+    /// The events this job's channels are told about (`notify_on`;
+    /// default: the scheduler's, else all but
+    /// [`EventKind::Late`](crate::EventKind::Late), which needs
+    /// [`JobBuilder::late_after`], and
+    /// [`EventKind::ReplicaDead`](crate::EventKind::ReplicaDead), which is
+    /// the scheduler's). [`EventKind::Overdue`](crate::EventKind::Overdue)
+    /// needs [`JobBuilder::expect_success_within`].
+    ///
+    /// ```
+    /// use cronlease::{EventKind, JobBuilder};
+    /// let job = JobBuilder::new("noon", "0 12 * * *")
+    ///     .notify(&["ops"])
+    ///     .notify_on([EventKind::Failed, EventKind::Timeout, EventKind::Recovered]);
+    /// ```
+    #[cfg(feature = "notify")]
+    pub fn notify_on(self, events: impl IntoIterator<Item = crate::EventKind>) -> JobBuilder {
+        let names = events
+            .into_iter()
+            .map(|e| Given::code(e.as_str().to_string()))
+            .collect();
+        self.set(|spec| spec.notify_on = Some(Given::code(names)))
+    }
+
+    /// A run that starts more than this after its tick is `late`
+    /// (`late_after`, at most 7 days; default: the scheduler's, else
+    /// none). Setting it adds [`EventKind::Late`](crate::EventKind::Late)
+    /// to the default events.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("noon", "0 12 * * *").late_after(Duration::from_secs(120));
+    /// ```
+    #[cfg(feature = "notify")]
+    pub fn late_after(self, late_after: Duration) -> JobBuilder {
+        self.set(|spec| spec.late_after = Some(duration(late_after)))
+    }
+
+    /// The dead man's switch (`expect_success_within`, at most 400
+    /// days): no `ok` outcome for this long is
+    /// [`EventKind::Overdue`](crate::EventKind::Overdue).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("backup", "0 3 * * *")
+    ///     .expect_success_within(Duration::from_secs(26 * 3600));
+    /// ```
+    #[cfg(feature = "notify")]
+    pub fn expect_success_within(self, within: Duration) -> JobBuilder {
+        self.set(|spec| spec.expect_success_within = Some(duration(within)))
+    }
+
+    /// While the job keeps failing, at most one reminder per this
+    /// (`repeat_every`, default: the scheduler's, else 1 h; at most 7
+    /// days).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let job = cronlease::JobBuilder::new("sync", "*/5 * * * *").repeat_every(Duration::from_secs(4 * 3600));
+    /// ```
+    #[cfg(feature = "notify")]
+    pub fn repeat_every(self, every: Duration) -> JobBuilder {
+        self.set(|spec| spec.repeat_every = Some(duration(every)))
+    }
+
     /// The job with its handler: an async function of the [`Run`](crate::Run) that
     /// returns `Ok(())` (the attempt is `ok`) or an error (`failed`, with
     /// the error and its sources in the outcome's output, as `cronlease

@@ -56,6 +56,8 @@ use crate::lock::keeper::Keeper;
 use crate::store::{Store, StoreError};
 
 mod job;
+#[cfg(feature = "notify")]
+mod notify;
 mod run;
 mod scheduler;
 
@@ -343,7 +345,8 @@ impl Cluster {
     /// # Ok(()) }
     /// ```
     pub async fn connect(settings: RedisSettings) -> Result<Cluster, SchedulerError> {
-        let config = embedded_settings(&settings.table, &toml::Table::new())?;
+        let none = toml::Table::new();
+        let config = embedded_settings(&settings.table, &none, &none)?;
         let store = Store::connect(&config.redis).await?;
         let keeper = Keeper::new(store.clone());
         // Asks Redis the time: the offset dates the locks' records.
@@ -408,16 +411,25 @@ impl Cluster {
             cluster: self.clone(),
             daemon,
             jobs: Vec::new(),
+            #[cfg(feature = "notify")]
+            channels: Vec::new(),
         }
     }
 }
 
-/// The validated configuration of the `[redis]` and `[daemon]` tables
-/// given, without jobs.
-fn embedded_settings(redis: &toml::Table, daemon: &toml::Table) -> Result<Config, ConfigError> {
+/// The validated configuration of the `[redis]`, `[daemon]` and
+/// `[notify.<name>]` tables given, without jobs.
+fn embedded_settings(
+    redis: &toml::Table,
+    daemon: &toml::Table,
+    notify: &toml::Table,
+) -> Result<Config, ConfigError> {
     let mut root = toml::Table::new();
     root.insert("redis".into(), redis.clone().into());
     root.insert("daemon".into(), daemon.clone().into());
+    if !notify.is_empty() {
+        root.insert("notify".into(), notify.clone().into());
+    }
     let text = toml::to_string(&root).unwrap_or_default();
     Config::parse_with(&text, Path::new(SOURCE), Source::Embedded).map_err(|mut error| {
         // Lines of a document the caller never saw mean nothing: the

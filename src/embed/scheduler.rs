@@ -51,6 +51,9 @@ pub struct SchedulerBuilder {
     pub(super) cluster: Cluster,
     pub(super) daemon: toml::Table,
     pub(super) jobs: Vec<Job>,
+    /// The notification channels, by name, in the order given.
+    #[cfg(feature = "notify")]
+    pub(super) channels: Vec<(String, crate::notify::Channel)>,
 }
 
 impl SchedulerBuilder {
@@ -204,8 +207,8 @@ impl SchedulerBuilder {
     /// ```
     pub fn start(self) -> Result<Scheduler, SchedulerError> {
         refuse_duplicates(&self.jobs)?;
-        let context = job_context(&self.cluster.redis_config);
-        let settings = embedded_settings(&self.cluster.redis, &self.daemon);
+        let settings = self.settings();
+        let context = self.context(settings.as_ref().ok());
         let jobs = validate_jobs(&self.jobs, &context);
         let config = match (settings, jobs) {
             (Ok(mut config), Ok(jobs)) => {
@@ -243,6 +246,52 @@ impl SchedulerBuilder {
             ready: Some(ready_rx),
             replica: Some(replica),
         })
+    }
+}
+
+impl SchedulerBuilder {
+    /// What the jobs are checked against: the channels given (valid or
+    /// not: an invalid one has problems of its own) and, when the settings
+    /// are valid, their notification defaults.
+    fn context(&self, settings: Option<&crate::config::Config>) -> JobContext {
+        let context = job_context(&self.cluster.redis_config);
+        #[cfg(feature = "notify")]
+        {
+            let mut declared: Vec<String> = self.channels.iter().map(|(n, _)| n.clone()).collect();
+            declared.sort();
+            let none = std::collections::BTreeMap::new();
+            let (channels, defaults) = match settings {
+                Some(config) => (&config.notify, config.daemon.notify.clone()),
+                None => (&none, crate::config::DaemonNotify::default()),
+            };
+            context.with_notify(channels, declared, defaults)
+        }
+        #[cfg(not(feature = "notify"))]
+        {
+            let _ = settings;
+            context
+        }
+    }
+
+    /// The settings and channels, validated as a job table's would be.
+    fn settings(&self) -> Result<crate::config::Config, ConfigError> {
+        #[cfg(feature = "notify")]
+        {
+            let tables = self
+                .channels
+                .iter()
+                .map(|(name, c)| (name.clone(), c.table.clone().into()));
+            let notify: toml::Table = tables.collect();
+            let mut config = embedded_settings(&self.cluster.redis, &self.daemon, &notify)?;
+            for (name, channel) in &self.channels {
+                if let Some(spec) = config.notify.get_mut(name) {
+                    channel.add_secrets(spec);
+                }
+            }
+            Ok(config)
+        }
+        #[cfg(not(feature = "notify"))]
+        embedded_settings(&self.cluster.redis, &self.daemon, &toml::Table::new())
     }
 }
 

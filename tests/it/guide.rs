@@ -358,6 +358,7 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
     let config = ConfigFile::new(
         "[redis]\nurl = \"redis://127.0.0.1:1/0\"\nzz_unknown = 1\n\n\
          [daemon]\nzz_unknown = 1\n\n\
+         [notify.x]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1/\"\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
     );
@@ -388,6 +389,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
             "redis"
         } else if before.contains("[daemon]") {
             "daemon"
+        } else if before.contains("[notify.x]") {
+            "notify.<name>"
         } else if before.contains("job \"x\"") {
             "jobs.<name>"
         } else {
@@ -440,7 +443,13 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
     let reference = keys_the_reference_documents();
     assert_eq!(
         reader.keys().collect::<Vec<_>>(),
-        ["(sections)", "daemon", "jobs.<name>", "redis"],
+        [
+            "(sections)",
+            "daemon",
+            "jobs.<name>",
+            "notify.<name>",
+            "redis"
+        ],
         "the reader's errors were not all understood: {reader:?}"
     );
     let mut differences = Vec::new();

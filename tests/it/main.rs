@@ -29,6 +29,7 @@ mod locks;
 mod manual;
 mod metrics;
 mod notify_events;
+mod notify_channels;
 mod operator;
 mod pid_one;
 mod properties;

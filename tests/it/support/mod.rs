@@ -25,8 +25,10 @@ mod faketime;
 pub mod http;
 mod outcome;
 mod process;
+mod receiver;
 mod redis_server;
 mod replica;
+mod smtp_server;
 mod store;
 mod topology;
 
@@ -82,8 +84,10 @@ pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
+pub use receiver::Receiver;
 pub use redis_server::RedisServer;
 pub use replica::Replica;
+pub use smtp_server::SmtpServer;
 pub use store::{claim_request, claimed_outcome, connect_store, hget, test_claimant};
 pub use topology::{ClientCert, RedisClusterSetup, SentinelSetup, TlsFiles, Topology};
 
