@@ -443,7 +443,9 @@ fn resolve(connect: &ConnectArgs) -> Result<(RedisConfig, Option<Config>), Failu
         (None, Some(_)) => None,
     };
     let config = match config_path {
-        Some(path) => Some(Config::load(&path).map_err(|e| Failure::Invalid(e.to_string()))?),
+        Some(path) => {
+            Some(Config::load_without_secrets(&path).map_err(|e| Failure::Invalid(e.to_string()))?)
+        }
         None => None,
     };
     let mut redis = match (&connect.redis_url, &config) {

@@ -141,15 +141,29 @@ pub(super) struct Checker<'a> {
     /// them share one parse, so a table of 10,000 jobs on a handful of
     /// expressions holds a handful of parses.
     pub(super) schedules: HashMap<ScheduleKey, Schedule>,
+    /// Whether the notification channels' secrets are read.
+    pub(super) secrets: Secrets,
+}
+
+/// Whether loading a config reads the notification channels' secrets
+/// (`secret_file`, `password_env`, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Secrets {
+    /// Read, and a missing one is a problem: a config that sends.
+    Read,
+    /// Not read (each is left empty): the operator's commands, which send
+    /// nothing and may run where the replicas' secrets are not readable.
+    Skip,
 }
 
 impl<'a> Checker<'a> {
     /// A checker of `text` with no problem yet.
-    pub(super) fn new(text: &'a str) -> Checker<'a> {
+    pub(super) fn new(text: &'a str, secrets: Secrets) -> Checker<'a> {
         Checker {
             text,
             problems: Vec::new(),
             schedules: HashMap::new(),
+            secrets,
         }
     }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, Error as TomlError};
 
-use super::checker::Checker;
+use super::checker::{Checker, Secrets};
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
 use super::job::{JobContext, JobSpec, Source, validate_named_job};
@@ -22,6 +22,18 @@ use super::{Config, ConfigError, Job, Problem, duplicates};
 impl Config {
     /// Reads and validates the file at `path`.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_reading(path, Secrets::Read)
+    }
+
+    /// [`Config::load`] without reading the notification channels'
+    /// secrets, which are left empty: for the operator's commands, which
+    /// send no notification and may run where those secrets are not
+    /// readable. Such a config cannot send.
+    pub fn load_without_secrets(path: &Path) -> Result<Config, ConfigError> {
+        Config::load_reading(path, Secrets::Skip)
+    }
+
+    fn load_reading(path: &Path, secrets: Secrets) -> Result<Config, ConfigError> {
         let text = environment::read_config_file(path).map_err(|message| ConfigError {
             file: path.to_path_buf(),
             problems: vec![Problem {
@@ -31,7 +43,7 @@ impl Config {
                 message,
             }],
         })?;
-        Config::parse(&text, path)
+        Config::parse_in(&text, path, Source::File, secrets)
     }
 
     /// Validates `text` as if read from `path` (relative `workdir`s resolve
@@ -49,14 +61,23 @@ impl Config {
         path: &Path,
         source: Source,
     ) -> Result<Config, ConfigError> {
-        let mut checker = Checker::new(text);
+        Config::parse_in(text, path, source, Secrets::Read)
+    }
+
+    fn parse_in(
+        text: &str,
+        path: &Path,
+        source: Source,
+        secrets: Secrets,
+    ) -> Result<Config, ConfigError> {
+        let mut checker = Checker::new(text, secrets);
         // A plain document is parsed a job at a time (`outline`); any other,
         // and one whose pieces do not all parse, whole.
         let config = match outline::outline(text) {
             Some(outline) => match parse_outline(&mut checker, outline, path, source) {
                 Ok(config) => config,
                 Err(ParseWhole) => {
-                    checker = Checker::new(text);
+                    checker = Checker::new(text, secrets);
                     parse_document(&mut checker, path, source)
                 }
             },

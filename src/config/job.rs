@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::checker::{Checker, DurationValue, Given, is_name};
+use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::run_env;
@@ -136,7 +136,7 @@ pub(crate) fn validate_specs<'a>(
     jobs: impl IntoIterator<Item = (&'a str, &'a JobSpec)>,
     context: &JobContext,
 ) -> (Vec<Job>, Vec<Problem>) {
-    let mut checker = Checker::new("");
+    let mut checker = Checker::new("", Secrets::Read);
     let mut valid = Vec::new();
     for (name, spec) in jobs {
         let before = checker.problems.len();
@@ -179,6 +179,14 @@ pub(super) fn validate_named_job(
             Some(&section),
             Some("on_holder_lost"),
             "on_holder_lost = \"rerun\" is not available with `[redis] quorum` (a rerun would need its own quorum claim): expected \"record\"".into(),
+        );
+    }
+    if context.quorum && !job.notify.channels.is_empty() {
+        checker.problem(
+            None,
+            Some(&section),
+            Some("notify"),
+            "notifications are not available with `[redis] quorum` (each master would hold its own copy of every event): expected no notify channels".into(),
         );
     }
     Some(job)

@@ -47,6 +47,7 @@ pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
 mod job;
 pub(crate) use job::{JobContext, JobSpec, validate_specs};
 mod notify_channels;
+pub(crate) use notify_channels::is_channel_name;
 pub use notify_channels::{
     ChannelSpec, EmailSpec, SIGNATURE_HEADER, SlackSpec, SmtpTls, WebhookSpec,
 };

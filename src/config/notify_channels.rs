@@ -13,7 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Secret;
-use super::checker::{Checker, Given, is_name};
+use super::checker::{Checker, Given, Secrets, is_name};
 use super::environment;
 use super::notify_rules::http_url_problem;
 
@@ -55,6 +55,15 @@ pub enum ChannelSpec {
 impl ChannelSpec {
     /// The kinds, as written in `kind`.
     pub const KINDS: [&str; 3] = ["webhook", "slack", "email"];
+
+    /// How long one delivery attempt may take.
+    pub fn timeout(&self) -> Duration {
+        match self {
+            ChannelSpec::Webhook(spec) => spec.timeout,
+            ChannelSpec::Slack(spec) => spec.timeout,
+            ChannelSpec::Email(spec) => spec.timeout,
+        }
+    }
 
     /// The kind, as written in `kind`.
     pub fn kind(&self) -> &'static str {
@@ -250,7 +259,7 @@ pub(super) fn validate_channels(
     let mut channels = BTreeMap::new();
     for (name, raw) in raw {
         let section = format!("notify.{}", name.get_ref());
-        if !is_name(name.get_ref(), 64) {
+        if !is_channel_name(name.get_ref()) {
             checker.problem(
                 Some(name.span()),
                 Some(&section),
@@ -463,6 +472,7 @@ fn secret(
     (env_field, env): (&str, Option<Spanned<String>>),
     (file_field, file): (&str, Option<Spanned<String>>),
 ) -> Result<Option<Secret>, ()> {
+    let skip = checker.secrets == Secrets::Skip;
     let mut problem = |at, field: &str, message: String| {
         checker.problem(Some(at), Some(section), Some(field), message);
         Err(())
@@ -474,6 +484,7 @@ fn secret(
             file_field,
             format!("both `{env_field}` and `{file_field}` are set: expected one of them"),
         ),
+        _ if skip => Ok(Some(Secret::new(String::new()))),
         (Some(name), None) => match environment::non_empty_var(name.get_ref()) {
             Some(value) => Ok(Some(Secret::new(value))),
             None => problem(
@@ -746,4 +757,10 @@ fn address(
         checker.problem(at, Some(section), Some(field), message);
     }
     valid
+}
+
+/// Whether `name` can name a channel: `[A-Za-z0-9_.-]`, 1 to 64
+/// characters (it goes into Redis keys' fields and the scripts' rules).
+pub(crate) fn is_channel_name(name: &str) -> bool {
+    is_name(name, 64)
 }

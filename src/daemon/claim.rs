@@ -7,6 +7,7 @@
 
 use super::ctx::ClaimSide;
 use super::meters::ClaimCount;
+use super::notices::job_notices;
 use super::runs::RunStart;
 use super::time::{LATE_MS, pause, rfc3339, to_datetime};
 use crate::config::Job;
@@ -126,6 +127,7 @@ pub(super) async fn claim(
         Ahead::No => None,
     };
     let mut attempt = Attempt::First;
+    let notices = job_notices(side.store.keys(), job);
     loop {
         // The one check of the job's cancellation on a claim's path: no
         // attempt is sent once its loop is cancelled (shutdown, a reload),
@@ -138,7 +140,7 @@ pub(super) async fn claim(
             job: &job.name,
             tick_ms,
             run_id: &run_id,
-            claimant: side.claimant(job, marks.min_fence()),
+            claimant: side.claimant(job, marks.min_fence(), &notices),
             min_tick: marks.last_tick.unwrap_or(-1),
             trigger,
             when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
@@ -476,7 +478,11 @@ pub(super) async fn record_missed(side: &ClaimSide<'_>, job: &Job, previous: i64
 async fn store_missed(side: &ClaimSide<'_>, job: &Job, missed: Vec<i64>) {
     let store = side.store;
     match store
-        .record_missed(&job.name, &missed, &side.claimant(job, 0))
+        .record_missed(
+            &job.name,
+            &missed,
+            &side.claimant(job, 0, &job_notices(side.store.keys(), job)),
+        )
         .await
     {
         Ok(0) => {}

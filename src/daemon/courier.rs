@@ -14,7 +14,6 @@ use crate::outcome::Outcome;
 use crate::spool::Spool;
 use crate::spool::SpoolError;
 use crate::store::Attempt;
-use crate::store::NO_NOTICES;
 use crate::store::{FinishReply, Recorded};
 use crate::telemetry;
 use std::time::Duration;
@@ -165,7 +164,7 @@ async fn deliver_held(side: &RunSide<'_>) {
                     side.config.daemon.history,
                     None,
                     Attempt::Again,
-                    &NO_NOTICES,
+                    &side.notices_of(&outcome.job),
                 )
                 .await
             {
@@ -244,7 +243,7 @@ pub(super) async fn deliver_spooled(side: &RunSide<'_>) {
                 side.config.daemon.history,
                 None,
                 Attempt::Again,
-                &NO_NOTICES,
+                &side.notices_of(&outcome.job),
             )
             .await
         {

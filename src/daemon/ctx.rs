@@ -23,7 +23,9 @@ use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job};
 use crate::outcome::Outcome;
 use crate::spool::Spool;
-use crate::store::{Claimant, NO_NOTICES, Store, StoreError};
+use crate::store::{Claimant, Notices, Store, StoreError};
+
+use super::notices::job_notices;
 use crate::task::Tasks;
 use crate::telemetry;
 use crate::watchdog;
@@ -211,8 +213,16 @@ pub(super) struct ClaimSide<'a> {
 
 impl<'a> ClaimSide<'a> {
     /// This replica as the claimant of `job`'s ticks (see [`claimant`]).
-    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'a> {
-        claimant(self.identity, self.config, job, min_fence)
+    pub(super) fn claimant<'b>(
+        &self,
+        job: &Job,
+        min_fence: u64,
+        notices: &'b Notices,
+    ) -> Claimant<'b>
+    where
+        'a: 'b,
+    {
+        claimant(self.identity, self.config, job, min_fence, notices)
     }
 }
 
@@ -240,8 +250,26 @@ pub(super) struct RunSide<'a> {
 
 impl<'a> RunSide<'a> {
     /// This replica as the claimant of `job`'s reruns (see [`claimant`]).
-    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'a> {
-        claimant(self.identity, self.config, job, min_fence)
+    pub(super) fn claimant<'b>(
+        &self,
+        job: &Job,
+        min_fence: u64,
+        notices: &'b Notices,
+    ) -> Claimant<'b>
+    where
+        'a: 'b,
+    {
+        claimant(self.identity, self.config, job, min_fence, notices)
+    }
+
+    /// The notification rules of the job named `job` in the current table
+    /// (none once it left the table): for an outcome delivered from the
+    /// spool or memory.
+    pub(super) fn notices_of(&self, job: &str) -> Notices {
+        let table = self.ctx.jobs.borrow().clone();
+        table
+            .get(job)
+            .map_or_else(Notices::none, |job| job_notices(self.store.keys(), job))
     }
 
     /// The run side, owned, for a task that outlives this borrow (a run's).
@@ -269,12 +297,14 @@ impl RunHandle {
 }
 
 /// This replica as the claimant of `job`'s ticks, runs and reruns;
-/// `min_fence` is the highest fence it has seen for the job (its marks).
+/// `min_fence` is the highest fence it has seen for the job (its marks),
+/// `notices` the job's notification rules ([`job_notices`]).
 fn claimant<'a>(
     identity: &'a Identity,
     config: &Config,
     job: &Job,
     min_fence: u64,
+    notices: &'a Notices,
 ) -> Claimant<'a> {
     Claimant {
         replica: &identity.replica,
@@ -283,7 +313,7 @@ fn claimant<'a>(
         overlap: job.overlap,
         history: config.daemon.history,
         min_fence,
-        notices: &NO_NOTICES,
+        notices,
     }
 }
 
@@ -436,7 +466,12 @@ impl Ctx {
 
     /// This replica as the claimant of `job`'s manual runs (see
     /// [`claimant`]).
-    pub(super) fn claimant(&self, job: &Job, min_fence: u64) -> Claimant<'_> {
-        claimant(&self.identity, &self.config, job, min_fence)
+    pub(super) fn claimant<'b>(
+        &'b self,
+        job: &Job,
+        min_fence: u64,
+        notices: &'b Notices,
+    ) -> Claimant<'b> {
+        claimant(&self.identity, &self.config, job, min_fence, notices)
     }
 }

@@ -22,6 +22,9 @@ pub enum DaemonError {
     Containment(String),
     #[error("{0}")]
     Limits(String),
+    #[cfg(feature = "notify")]
+    #[error(transparent)]
+    Notify(#[from] crate::notify::BuildError),
     #[cfg(feature = "dashboard")]
     #[error(transparent)]
     DashboardToken(#[from] crate::dashboard::TokenError),

@@ -4,6 +4,7 @@
 //! replicas to sweep, and replicas silent long enough to forget.
 
 use super::ctx::Ctx;
+use super::notices::replica_notices;
 use super::runs::{start_reruns, sweep};
 use super::table::JobTable;
 use crate::clock::local_now_us;
@@ -41,6 +42,9 @@ struct Beats {
     /// table or Redis lost them, not at every beat (100,000 jobs take
     /// about a second to hash, and are ~2.8 MB).
     hashes: Hashes,
+    /// Silences of other replicas (replica, its last `last_seen_ms`) told
+    /// as `replica_dead`, or found told: not asked again.
+    told_dead: std::collections::HashSet<(String, i64)>,
 }
 
 /// This replica's job hashes in Redis.
@@ -76,6 +80,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         count: 0,
         unreadable: std::collections::HashSet::new(),
         hashes: Hashes::Unknown,
+        told_dead: std::collections::HashSet::new(),
     };
     loop {
         tokio::select! {
@@ -164,6 +169,56 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     for (replica, record) in &others {
         tend_silent(ctx, replica, record, server_ms).await;
     }
+    tell_dead(ctx, beats, &others, server_ms).await;
+}
+
+/// Tells of replicas silent past their `dead_after` (`replica_dead`, when
+/// `[daemon] notify_on` has it): each silence once, whichever replica
+/// notices first (replica_dead.lua).
+async fn tell_dead(
+    ctx: &Ctx,
+    beats: &mut Beats,
+    others: &[(&str, Heartbeat<IgnoredAny>)],
+    server_ms: i64,
+) {
+    let dead: Vec<&(&str, Heartbeat<IgnoredAny>)> = others
+        .iter()
+        .filter(|(replica, record)| {
+            record.silent_for_ms(server_ms) > record.dead_after_ms()
+                && !beats
+                    .told_dead
+                    .contains(&(replica.to_string(), record.last_seen_ms))
+        })
+        .collect();
+    if dead.is_empty() {
+        return;
+    }
+    let notices = replica_notices(ctx.store.keys(), &ctx.config);
+    if notices.is_none() {
+        return;
+    }
+    for (replica, record) in dead {
+        let silent_ms = record.silent_for_ms(server_ms);
+        match ctx
+            .store
+            .tell_replica_dead(replica, record.last_seen_ms, silent_ms, &notices)
+            .await
+        {
+            Ok(told) => {
+                if told {
+                    warn!(%replica, host = %record.host, silent_ms, "replica silent past its dead_after: told replica_dead");
+                }
+                beats
+                    .told_dead
+                    .insert((replica.to_string(), record.last_seen_ms));
+            }
+            Err(e) => debug!(%replica, error = %e, "cannot tell of a dead replica yet"),
+        }
+    }
+    // Forgotten replicas need no memory.
+    beats
+        .told_dead
+        .retain(|(replica, _)| others.iter().any(|(id, _)| id == replica));
 }
 
 /// This replica's heartbeat record, as JSON (its job hashes apart: see

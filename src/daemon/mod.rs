@@ -70,6 +70,9 @@ mod error;
 mod heartbeat;
 mod latency;
 mod meters;
+mod notices;
+#[cfg(feature = "notify")]
+mod notifier;
 mod rendezvous;
 mod runs;
 mod scheduler;
@@ -129,6 +132,25 @@ fn start_background(
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
     }
+}
+
+/// Starts delivering notifications when the config has channels (the
+/// config refuses them with `quorum`).
+#[cfg(feature = "notify")]
+fn start_notifier(
+    ctx: &Arc<Ctx>,
+    background: &TaskTracker,
+    service: &CancellationToken,
+) -> Result<(), DaemonError> {
+    let channels = crate::notify::Channels::build(&ctx.config.notify)?;
+    if !channels.is_empty() && !ctx.store.is_quorum() {
+        background.spawn(notifier::notifier(
+            ctx.clone(),
+            Arc::new(channels),
+            service.clone(),
+        ));
+    }
+    Ok(())
 }
 
 /// Opens the spool (listing it, tightening its modes) off the async
@@ -213,6 +235,8 @@ pub async fn run(
     }
     background.spawn(watchdog_task);
     start_background(&ctx, &background, &service, &claiming);
+    #[cfg(feature = "notify")]
+    start_notifier(&ctx, &background, &service)?;
     let mut scheduler = Scheduler::new(&ctx, claiming.clone());
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);

@@ -7,6 +7,7 @@
 use super::courier::{log_finish, spool_or_hold};
 use super::ctx::RunSide;
 use super::meters::JobMeters;
+use super::notices::job_notices;
 use super::time::{rfc3339, to_datetime};
 use crate::config::Job;
 use crate::config::OnHolderLost;
@@ -17,7 +18,6 @@ use crate::outcome::Trigger;
 #[cfg(feature = "process")]
 use crate::runner;
 use crate::store::Attempt;
-use crate::store::NO_NOTICES;
 use crate::store::Rerun;
 use crate::store::RerunOffer;
 use crate::store::SweepRequest;
@@ -260,8 +260,9 @@ pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) ->
     // A rerun's id and offer only for a job whose lost runs are rerun: the
     // usual finish makes neither (a UUID and a marks look-up per run).
     let rerun_id = reruns_wanted(side, job).then(|| Uuid::new_v4().to_string());
+    let notices = job_notices(side.store.keys(), job);
     let offer = rerun_id.as_deref().map(|new_run_id| RerunOffer {
-        claimant: side.claimant(job, side.marks.get(&job.name).min_fence()),
+        claimant: side.claimant(job, side.marks.get(&job.name).min_fence(), &notices),
         new_run_id,
     });
     for attempt in [Attempt::First, Attempt::Again, Attempt::Again] {
@@ -273,7 +274,7 @@ pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) ->
                 side.config.daemon.history,
                 offer.as_ref(),
                 attempt,
-                &NO_NOTICES,
+                &notices,
             )
             .await
         {
@@ -346,12 +347,13 @@ fn reruns_wanted(side: &RunSide<'_>, job: &Job) -> bool {
 #[must_use = "reruns handed over are claimed in Redis and must be started"]
 pub(super) async fn sweep(side: &RunSide<'_>, job: &Job) -> Vec<RunStart> {
     let mut reruns = Vec::new();
+    let notices = job_notices(side.store.keys(), job);
     loop {
         let new_run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
         let request = SweepRequest {
             job: &job.name,
-            claimant: side.claimant(job, side.marks.get(&job.name).min_fence()),
+            claimant: side.claimant(job, side.marks.get(&job.name).min_fence(), &notices),
             rerun: reruns_wanted(side, job).then_some(new_run_id.as_str()),
         };
         let reply = match side.store.sweep(&request).await {

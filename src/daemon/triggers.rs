@@ -3,6 +3,7 @@
 //! consumer left pending, and starts the runs this replica wins.
 
 use super::ctx::Ctx;
+use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
 use crate::membership::Heartbeat;
@@ -178,11 +179,12 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         return;
     };
     let sent = Instant::now();
+    let notices = job_notices(ctx.store.keys(), &job);
     let reply = ctx
         .store
         .manual_claim(&ManualRequest {
             request: &request,
-            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence()),
+            claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence(), &notices),
         })
         .await;
     match reply {

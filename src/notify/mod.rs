@@ -110,6 +110,8 @@ pub enum BuildError {
 /// Every channel of the config, ready to send.
 pub struct Channels {
     by_name: BTreeMap<String, Target>,
+    /// The longest of the channels' timeouts.
+    longest_timeout: Duration,
 }
 
 /// One channel, ready to send.
@@ -154,7 +156,26 @@ impl Channels {
             };
             by_name.insert(name.clone(), Target { how });
         }
-        Ok(Channels { by_name })
+        let longest_timeout = specs
+            .values()
+            .map(ChannelSpec::timeout)
+            .max()
+            .unwrap_or_default();
+        Ok(Channels {
+            by_name,
+            longest_timeout,
+        })
+    }
+
+    /// The longest time one attempt through any channel may take: a
+    /// delivery idle for longer is not in flight any more.
+    pub fn longest_timeout(&self) -> Duration {
+        self.longest_timeout
+    }
+
+    /// Whether there are no channels.
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
     }
 
     /// The channel named `name`.

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::config::Job;
 use crate::membership::{Heartbeat, RunInFlight};
-use crate::store::{Action, Store, StoreError};
+use crate::store::{Action, ChannelHealth, Store, StoreError};
 pub use crate::store::{LastOutcome, Repair, RunningStatus};
 
 mod explain;
@@ -105,6 +105,11 @@ pub struct StatusReport {
     /// The locks asked about (`--lock NAME`), held or free.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub locks: Vec<LockStatus>,
+    /// Every notification channel some replica delivered through, or
+    /// tried to: its last delivery, and its last failure when that came
+    /// after.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub channels: Vec<ChannelHealth>,
 }
 
 /// A cluster lock as `status --lock NAME` shows it.
@@ -214,12 +219,14 @@ pub async fn status<J: Borrow<Job>>(
             name,
         });
     }
+    let channels = store.channel_health().await?;
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
         replicas,
         jobs,
         locks: held,
+        channels,
     })
 }
 

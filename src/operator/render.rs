@@ -7,6 +7,8 @@ use std::time::Duration;
 use chrono::DateTime;
 
 use super::{HistoryReport, JobStatus, StatusReport};
+use crate::inert::escape;
+use crate::store::{DeliveryFailure, GaveUp};
 
 /// Whether text output is coloured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,6 +145,9 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
         .jobs
         .iter()
         .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
+        .chain(report.channels.iter().filter_map(|c| {
+            c.failure.as_ref().map(|f| channel_warning(report.now_ms, &c.channel, f))
+        }))
         .chain(report.jobs.iter().filter_map(|j| {
             j.needs_repair.as_ref().map(|r| {
                 let at = r.at_ms.map(|ms| format!(" {}", ago(report.now_ms, ms))).unwrap_or_default();
@@ -164,6 +169,24 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
         out.push_str(&table(&lock_rows(report), colour));
     }
     out
+}
+
+/// A channel whose last delivery failed: when, of what, why, and whether
+/// it is still retried.
+fn channel_warning(now_ms: i64, channel: &str, failure: &DeliveryFailure) -> String {
+    let of = match &failure.job {
+        Some(job) => format!("{} of job {job:?}", failure.event),
+        None => failure.event.clone(),
+    };
+    let next = match failure.gave_up {
+        GaveUp::Retrying => "retrying",
+        GaveUp::Dropped => "dropped (refused for good, or retry_for passed)",
+    };
+    format!(
+        "notification channel {channel:?}: the last delivery failed {} ({of}): {}; {next}",
+        ago(now_ms, failure.at_ms),
+        escape(&failure.error)
+    )
 }
 
 /// The locks table of `status --lock`, header first.

@@ -230,7 +230,7 @@ fn parse_pending(reply: Value) -> Result<Vec<PendingEvent>, StoreError> {
 
 /// The last delivery through one channel, as `status` and the dashboard
 /// show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ChannelHealth {
     pub channel: String,
     /// The last delivery the receiver took (Redis ms).
@@ -411,40 +411,54 @@ impl Store {
         Ok(())
     }
 
-    /// The last delivery through each of `channels`, as noted; a record
-    /// that does not read is named in the error text and taken as none.
-    pub async fn channel_health(
-        &self,
-        channels: &[String],
-    ) -> Result<Vec<ChannelHealth>, StoreError> {
-        if channels.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(self.keys.notify_health());
-        for channel in channels {
-            cmd.arg(format!("{channel}:ok"))
-                .arg(format!("{channel}:failed"));
-        }
-        let values: Vec<Option<String>> = self.read_cmd(cmd).await?;
-        Ok(channels
-            .iter()
-            .zip(values.chunks(2))
-            .map(|(channel, pair)| {
-                let ok_ms = pair
-                    .first()
-                    .and_then(|v| v.as_deref())
-                    .and_then(|v| v.parse().ok());
-                let failure = pair
-                    .get(1)
-                    .and_then(|v| v.as_deref())
-                    .and_then(|v| serde_json::from_str::<DeliveryFailure>(v).ok())
-                    .filter(|f| ok_ms.is_none_or(|ok| f.at_ms > ok));
-                ChannelHealth {
-                    channel: channel.clone(),
-                    ok_ms,
-                    failure,
+    /// The last delivery through every channel noted in Redis, by name;
+    /// a field that does not read (a name that cannot be a channel's, a
+    /// record cronlease did not write) is named in a warning and left out.
+    pub async fn channel_health(&self) -> Result<Vec<ChannelHealth>, StoreError> {
+        let fields = self.hash(&self.keys.notify_health()).await?;
+        let mut by_name: std::collections::BTreeMap<String, ChannelHealth> =
+            std::collections::BTreeMap::new();
+        for (field, value) in fields {
+            let parsed = field.rsplit_once(':').and_then(|(name, what)| {
+                let valid = crate::config::is_channel_name(name);
+                match what {
+                    "ok" if valid => value.parse::<i64>().ok().map(|ms| (name, Some(ms), None)),
+                    "failed" if valid => serde_json::from_str::<DeliveryFailure>(&value)
+                        .ok()
+                        .map(|f| (name, None, Some(f))),
+                    _ => None,
                 }
+            });
+            let Some((name, ok_ms, failure)) = parsed else {
+                tracing::warn!(
+                    key = %self.keys.notify_health(),
+                    field = %crate::inert::escape(&field.chars().take(100).collect::<String>()),
+                    "unreadable notification health record in Redis; left out"
+                );
+                continue;
+            };
+            let health = by_name
+                .entry(name.to_string())
+                .or_insert_with(|| ChannelHealth {
+                    channel: name.to_string(),
+                    ok_ms: None,
+                    failure: None,
+                });
+            health.ok_ms = health.ok_ms.or(ok_ms);
+            if failure.is_some() {
+                health.failure = failure;
+            }
+        }
+        Ok(by_name
+            .into_values()
+            .map(|mut health| {
+                // A failure before the last delivery is over.
+                if let (Some(ok), Some(failure)) = (health.ok_ms, &health.failure)
+                    && failure.at_ms <= ok
+                {
+                    health.failure = None;
+                }
+                health
             })
             .collect())
     }

@@ -655,18 +655,28 @@ impl Store {
     /// With `quorum`, on the first master that accepts: every claim is
     /// announced on each master it reached, and a gap only costs claims.
     pub async fn claims_subscriber(&self) -> Result<redis::aio::PubSub, StoreError> {
+        self.subscriber(self.keys.claims_channel()).await
+    }
+
+    /// A subscription to the notification wake-ups (the key of each events
+    /// stream a script wrote to), on the first node that takes it.
+    pub async fn notify_subscriber(&self) -> Result<redis::aio::PubSub, StoreError> {
+        self.subscriber(&self.keys.notify_channel()).await
+    }
+
+    async fn subscriber(&self, channel: &str) -> Result<redis::aio::PubSub, StoreError> {
         let (last, others) = self
             .nodes
             .split_last()
             .expect("a store has a node per configured URL, and the config has at least one");
         for node in others {
             if let Ok(mut pubsub) = node.link.pubsub().await {
-                pubsub.subscribe(self.keys.claims_channel()).await?;
+                pubsub.subscribe(channel).await?;
                 return Ok(pubsub);
             }
         }
         let mut pubsub = last.link.pubsub().await?;
-        pubsub.subscribe(self.keys.claims_channel()).await?;
+        pubsub.subscribe(channel).await?;
         Ok(pubsub)
     }
 }

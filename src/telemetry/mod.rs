@@ -42,6 +42,7 @@ pub const STATE_LOSS: &str = "cronlease_state_loss_events_total";
 pub const UNTRUSTED_DATA: &str = "cronlease_untrusted_data_total";
 pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
 pub const MISSED_TICKS: &str = "cronlease_missed_ticks_total";
+pub const NOTIFICATIONS: &str = "cronlease_notifications_total";
 pub const BUILD_INFO: &str = "cronlease_build_info";
 
 /// The git commit the binary was built from (see build.rs).
@@ -146,6 +147,10 @@ fn describe_metrics() {
     describe_counter!(
         MISSED_TICKS,
         "Ticks nobody claimed, recorded as missed by this replica."
+    );
+    describe_counter!(
+        NOTIFICATIONS,
+        "Notification delivery attempts by this replica, by channel, event and result (delivered, retrying, dropped)."
     );
     describe_gauge!(BUILD_INFO, "Always 1; the labels say which build runs.");
 }

@@ -8,42 +8,17 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use cronlease::config::{ChannelSpec, Config, EmailSpec, EventKind, Secret, SmtpTls, WebhookSpec};
 use cronlease::notify::{Channels, Event, SendError};
 
 use crate::support::{
-    ConfigFile, REDIS_SECTION, Receiver, Run, SmtpServer, TlsFiles, cronlease, runtime,
+    ConfigFile, REDIS_SECTION, Receiver, Run, SmtpServer, TlsFiles, cronlease, python_hmac, runtime,
 };
 
 const JOB: &str = "[jobs.noon]\nschedule = \"0 12 * * *\"\ncommand = [\"true\"]\n";
-
-/// The lower-hex HMAC-SHA256 of `body` under `key`, computed by Python's
-/// `hmac`: what a receiver written by someone else computes.
-fn python_hmac(key: &str, body: &[u8]) -> String {
-    let mut child = Command::new("python3")
-        .args([
-            "-c",
-            "import hashlib, hmac, sys; print(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())",
-            key,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs (scripts/install-deps)");
-    child
-        .stdin
-        .take()
-        .expect("a piped stdin")
-        .write_all(body)
-        .expect("python3 reads the body");
-    let output = child.wait_with_output().expect("python3 ends");
-    String::from_utf8_lossy(&output.stdout).trim().to_string()
-}
 
 /// `cronlease ARGS… --config PATH`.
 fn run_with_config(args: &[&str], path: &Path, env: &[(&str, &str)]) -> Run {

@@ -1,11 +1,13 @@
 //! An HTTP receiver on a free loopback port (`127.0.0.1:0`), what a
 //! webhook's or a chat service's endpoint is in the notification tests:
 //! it records every request (head and body, byte for byte) and answers
-//! each with the status and body it was started with. Its thread ends
-//! when it is dropped.
+//! each with the status and body it was started with (or was told since,
+//! [`Receiver::respond`]), after holding it for a while if told to
+//! ([`Receiver::hold`]). Its thread ends when it is dropped.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -49,6 +51,7 @@ impl Request {
 pub struct Receiver {
     port: u16,
     requests: Arc<Mutex<Vec<Request>>>,
+    answer: Arc<Mutex<Answer>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -63,11 +66,11 @@ impl Receiver {
             .port();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let answer = format!(
-            "HTTP/1.1 {status} Test\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let (seen, stopping) = (requests.clone(), stop.clone());
+        let answer = Arc::new(Mutex::new(Answer {
+            text: answer_text(status, body),
+            hold: Duration::ZERO,
+        }));
+        let (seen, stopping, answering) = (requests.clone(), stop.clone(), answer.clone());
         let thread = std::thread::spawn(move || {
             for stream in listener.incoming() {
                 if stopping.load(Ordering::SeqCst) {
@@ -78,16 +81,41 @@ impl Receiver {
                     seen.lock()
                         .expect("no holder of the lock panics")
                         .push(request);
-                    let _ = stream.write_all(answer.as_bytes());
+                    let hold = answering.lock().expect("no holder of the lock panics").hold;
+                    std::thread::sleep(hold);
+                    let text = answering
+                        .lock()
+                        .expect("no holder of the lock panics")
+                        .text
+                        .clone();
+                    let _ = stream.write_all(text.as_bytes());
                 }
             }
         });
         Receiver {
             port,
             requests,
+            answer,
             stop,
             thread: Some(thread),
         }
+    }
+
+    /// Answers the next requests with `status` and `body`.
+    pub fn respond(&self, status: u16, body: &str) {
+        self.answer
+            .lock()
+            .expect("no holder of the lock panics")
+            .text = answer_text(status, body);
+    }
+
+    /// Holds each next request this long (recorded at once) before it
+    /// answers: a slow receiver, or one a sender dies waiting for.
+    pub fn hold(&self, hold: Duration) {
+        self.answer
+            .lock()
+            .expect("no holder of the lock panics")
+            .hold = hold;
     }
 
     /// `http://127.0.0.1:PORT{path}`.
@@ -113,6 +141,19 @@ impl Drop for Receiver {
             let _ = thread.join();
         }
     }
+}
+
+/// What the receiver answers, and after how long.
+struct Answer {
+    text: String,
+    hold: Duration,
+}
+
+fn answer_text(status: u16, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status} Test\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
 
 /// One request from `stream`: its head, then a `Content-Length` body.
@@ -161,4 +202,27 @@ fn read_request(stream: &mut TcpStream) -> Option<Request> {
         headers,
         body,
     })
+}
+
+/// The lower-hex HMAC-SHA256 of `body` under `key`, computed by Python's
+/// `hmac`: what a receiver written by someone else computes.
+pub fn python_hmac(key: &str, body: &[u8]) -> String {
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib, hmac, sys; print(hmac.new(sys.argv[1].encode(), sys.stdin.buffer.read(), hashlib.sha256).hexdigest())",
+            key,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3 runs (scripts/install-deps)");
+    child
+        .stdin
+        .take()
+        .expect("a piped stdin")
+        .write_all(body)
+        .expect("python3 reads the body");
+    let output = child.wait_with_output().expect("python3 ends");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
