@@ -18,6 +18,7 @@ use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
 use crate::config::{DashboardRead, Job};
 use crate::operator::{self, JobStatus, OperatorError, StatusReport};
 use crate::outcome::Status;
+use crate::store::GaveUp;
 
 /// Jobs per overview page.
 const PAGE_SIZE: usize = 100;
@@ -334,6 +335,7 @@ pub(super) async fn overview(
             (pager(&query, filter, page, pages))
         }
         (locks(&status))
+        (channels(&status))
     };
     respond(
         StatusCode::OK,
@@ -563,6 +565,43 @@ fn locks(status: &StatusReport) -> Markup {
                                         td.num { (lock.holds.unwrap_or(1)) }
                                     }
                                     None => td colspan="6" { span.muted { "free" } },
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The notification channels some replica delivered through or tried to:
+/// the last delivery, and the last failure when it came after it.
+fn channels(status: &StatusReport) -> Markup {
+    html! {
+        @if !status.channels.is_empty() {
+            section aria-labelledby="channels" {
+                h2 #channels { "Notification channels" }
+                table.channels {
+                    thead { tr { th scope="col" { "Channel" } th scope="col" { "Last delivered" } th scope="col" { "Last failure" } } }
+                    tbody {
+                        @for channel in &status.channels {
+                            tr data-channel=(channel.channel) {
+                                th scope="row" { (channel.channel) }
+                                td { (channel.ok_ms.map(|ms| ago(status.now_ms, ms)).unwrap_or_else(|| "never".to_string())) }
+                                @match &channel.failure {
+                                    Some(failure) => td {
+                                        span.warn {
+                                            (ago(status.now_ms, failure.at_ms)) ": " (failure.event)
+                                            @if let Some(job) = &failure.job { " of " (job) }
+                                            " — " (failure.error) " — "
+                                            @match failure.gave_up {
+                                                GaveUp::Retrying => "retrying",
+                                                GaveUp::Dropped => "dropped",
+                                            }
+                                        }
+                                    },
+                                    None => td { span.muted { "–" } },
                                 }
                             }
                         }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, Receiver, RedisServer, cronlease, python_hmac, wait_until, wait_until_or_show,
+    Cluster, Receiver, RedisServer, cronlease, http, python_hmac, wait_until, wait_until_or_show,
 };
 
 /// A webhook channel `hook` to `receiver`, signed with `secret_env`
@@ -229,8 +229,10 @@ fn a_failing_receiver_shows_in_status_and_gets_the_event_once_it_answers() {
         "{}[jobs.draw]\nschedule = \"@yearly\"\ncommand = [\"false\"]\nnotify = [\"hook\"]\n",
         hook(&receiver, "1s"),
     );
-    cluster.start("a", &jobs);
+    let a = cluster.start_with("a", "dashboard_listen = \"127.0.0.1:0\"\n", &jobs, None);
     cluster.wait_ready();
+    let dashboard =
+        cluster.replicas[a].logged_address("dashboard on http://", Duration::from_secs(20));
     let config = cluster.config_path("a");
     cronlease(["trigger", "draw", "--config", &config.to_string_lossy()]).expect_code(0);
     let status = wait_until(Duration::from_secs(20), "status shows the failure", || {
@@ -240,6 +242,12 @@ fn a_failing_receiver_shows_in_status_and_gets_the_event_once_it_answers() {
     });
     assert!(status.contains("hook"), "{status}");
     assert!(status.contains("retrying"), "{status}");
+    let page = wait_until(Duration::from_secs(20), "the dashboard shows it", || {
+        let page = http::get(&dashboard, &dashboard, "/", "");
+        page.body.contains("down for maintenance").then_some(page)
+    });
+    assert!(page.body.contains("Notification channels"), "{}", page.body);
+    assert!(page.body.contains("data-channel=\"hook\""), "{}", page.body);
     receiver.respond(200, "ok");
     wait_until_or_show(
         Duration::from_secs(30),
