@@ -27,7 +27,11 @@
 //!   trigger`) from the triggers stream, as one consumer of the replicas'
 //!   group, and takes over requests whose consumer died (`XAUTOCLAIM`);
 //! - the **claims listener** (`rendezvous`): the claims other replicas
-//!   announce, which let a replica skip a tick whose claim it saw.
+//!   announce, which let a replica skip a tick whose claim it saw;
+//! - the **notifier** (`notifier`, feature `notify`): delivers the
+//!   notification events the scripts wrote, as one consumer of the
+//!   replicas' group on each events stream, and keeps the dead man's
+//!   switches.
 //!
 //! This file holds the replica's life (start, supervise, drain); `ctx`
 //! what its tasks share, by owner (`Claims`, `Runs`, the timer), and the
