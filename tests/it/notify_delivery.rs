@@ -267,3 +267,61 @@ fn a_failing_receiver_shows_in_status_and_gets_the_event_once_it_answers() {
     assert!(!status.contains("retrying"), "{status}");
     cluster.stop_all();
 }
+
+#[test]
+fn an_embedded_schedulers_failing_handler_is_told_through_its_channel() {
+    use cronlease::{Channel, JobBuilder, Run};
+
+    let receiver = Receiver::start(200, "ok");
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let rt = crate::support::multi_thread_runtime();
+    rt.block_on(async {
+        let job = JobBuilder::new("draw", "* * * * * *")
+            .notify(&["hook"])
+            .run(|_run: Run| async { Err::<(), _>(std::io::Error::other("no winners drawn")) });
+        let scheduler = crate::support::cluster(&redis)
+            .await
+            .scheduler()
+            .replica_id("embedded")
+            .state_dir(&dir.path().join("state"))
+            .lease(Duration::from_secs(2))
+            .heartbeat(Duration::from_secs(1))
+            .shutdown_grace(Duration::from_secs(1))
+            .channel(
+                "hook",
+                Channel::webhook(&receiver.url("/hook")).secret("embedded-secret"),
+            )
+            .job(job)
+            .start()
+            .expect("the job and channel are valid");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while count(&receiver, "failed") == 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // More failures follow each second; the streak is told once.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        scheduler.shutdown().await.expect("a clean shutdown");
+    });
+    let events = received(&receiver);
+    assert_eq!(
+        events
+            .iter()
+            .map(|(kind, _, _)| kind.as_str())
+            .collect::<Vec<_>>(),
+        ["failed"],
+        "{events:?}"
+    );
+    let request = &receiver.requests()[0];
+    assert_eq!(
+        request.header("cronlease-signature"),
+        Some(format!("sha256={}", python_hmac("embedded-secret", &request.body)).as_str())
+    );
+    assert!(
+        request.json()["output_tail"]
+            .as_str()
+            .is_some_and(|tail| tail.contains("no winners drawn")),
+        "{}",
+        request.json()
+    );
+}
