@@ -311,9 +311,11 @@ pub struct CheckArgs {
     /// How many fire times to print per job.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
-    /// Print JSON: {"jobs":[{"name","schedule","resolved","timezone","timing",
-    /// "dst_gap","dst_repeat","next":[RFC 3339 UTC, …],"ended","notify":{"channels",
-    /// "on"}}],"channels":[{"name","kind","target"}],"replica_dead":[…],"warnings":[…]}.
+    /// Print JSON: one object with `jobs` (each with `name`, `schedule`,
+    /// `resolved`, `timezone`, `timing`, `dst_gap`, `dst_repeat`, `next`: RFC
+    /// 3339 UTC instants, `ended`, and `notify`: its `channels` and events
+    /// `on`), `channels` (each `name`, `kind`, `target`), `replica_dead` (the
+    /// channels told of a dead replica) and `warnings`.
     #[arg(long)]
     pub json: bool,
 }

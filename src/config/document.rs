@@ -43,7 +43,10 @@ impl Config {
                 message,
             }],
         })?;
-        Config::parse_in(&text, path, Source::File, secrets)
+        match secrets {
+            Secrets::Read => Config::parse(&text, path),
+            Secrets::Skip => Config::parse_in(&text, path, Source::File, secrets),
+        }
     }
 
     /// Validates `text` as if read from `path` (relative `workdir`s resolve

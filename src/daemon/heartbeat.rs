@@ -172,6 +172,27 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     tell_dead(ctx, beats, &others, server_ms).await;
 }
 
+/// Removes a forgotten replica from the consumer groups of the events
+/// streams this replica knows (where it holds no entry).
+async fn forget_event_consumer(ctx: &Ctx, replica: &str) {
+    if ctx.store.is_quorum() {
+        return;
+    }
+    let keys = ctx.store.keys();
+    let table = ctx.jobs.borrow().clone();
+    let mut streams: Vec<String> = table
+        .values()
+        .filter(|job| !job.notify.channels.is_empty())
+        .map(|job| keys.events(&job.name))
+        .collect();
+    streams.push(keys.replica_events());
+    for stream in streams {
+        if let Err(e) = ctx.store.drop_event_consumer(&stream, replica).await {
+            debug!(%replica, %stream, error = %e, "cannot remove a forgotten replica's notification consumer");
+        }
+    }
+}
+
 /// Tells of replicas silent past their `dead_after` (`replica_dead`, when
 /// `[daemon] notify_on` has it): each silence once, whichever replica
 /// notices first (replica_dead.lua).
@@ -314,6 +335,7 @@ async fn tend_silent(
         match ctx.store.forget_replica(replica, record.last_seen_ms).await {
             Ok(true) => {
                 info!(%replica, silent_ms = silent_for, "forgot a replica silent for longer than {}", humantime::format_duration(REPLICA_FORGET_AFTER));
+                forget_event_consumer(ctx, replica).await;
             }
             Ok(false) => {}
             Err(e) => {

@@ -113,6 +113,11 @@ pub(super) async fn notifier(ctx: Arc<Ctx>, channels: Arc<Channels>, cancel: Can
             if now >= next_sweep {
                 notifier.sweep(Visit::NewAndPending).await;
                 next_sweep = now + SWEEP_EVERY;
+                if messages.is_none() {
+                    // Not subscribed: try again, the sweeps meanwhile
+                    // deliver what wake-ups would have.
+                    break;
+                }
             }
         }
         if !pause(Duration::from_millis(200), &cancel).await {

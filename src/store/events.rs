@@ -12,7 +12,7 @@ use redis::Value;
 use std::time::Duration;
 
 /// The consumer group of the replicas on every events stream.
-pub const DELIVER_GROUP: &str = "deliver";
+const DELIVER_GROUP: &str = "deliver";
 
 /// What a stream entry may hold beside its fields: bounds on what is read
 /// back (a forged entry cannot make a replica hold more).
@@ -27,7 +27,9 @@ pub struct Notices {
     arg: String,
 }
 
-/// No rules, to lend where a [`Notices`] is borrowed.
+/// No rules, to lend where a [`Notices`] is borrowed (by the tests and
+/// benchmarks that drive the store directly).
+#[cfg(any(test, feature = "internals"))]
 pub static NO_NOTICES: Notices = Notices::NONE;
 
 /// What [`Notices::new`] is made of.
@@ -377,6 +379,40 @@ impl Store {
             .arg(ids)
             .ignore();
         pipe.query_async::<()>(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Removes `consumer` (a forgotten replica) from the group of `stream`
+    /// when it holds no entry: one it still holds stays, for another
+    /// replica to take over.
+    pub async fn drop_event_consumer(
+        &self,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.single("notifications").await?;
+        let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
+            .arg(stream)
+            .arg(DELIVER_GROUP)
+            .arg("-")
+            .arg("+")
+            .arg(1)
+            .arg(consumer)
+            .query_async(&mut conn)
+            .await;
+        match pending {
+            Ok(Value::Array(entries)) if entries.is_empty() => {}
+            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        redis::cmd("XGROUP")
+            .arg("DELCONSUMER")
+            .arg(stream)
+            .arg(DELIVER_GROUP)
+            .arg(consumer)
+            .query_async::<i64>(&mut conn)
+            .await?;
         Ok(())
     }
 

@@ -118,7 +118,7 @@ impl Keys {
 
     /// Stream: the job's notification events not delivered yet, one entry
     /// per event and channel, read by the consumer group
-    /// [`DELIVER_GROUP`](super::events::DELIVER_GROUP).
+    /// `deliver`.
     pub fn events(&self, job: &str) -> String {
         self.job_key(job, "events")
     }

@@ -35,9 +35,10 @@ use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+#[cfg(feature = "internals")]
+pub use events::NO_NOTICES;
 pub use events::{
-    ChannelHealth, DELIVER_GROUP, DeliveryFailure, EventRecord, GaveUp, NO_NOTICES, NoticeRules,
-    Notices, PendingEvent,
+    ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
 };
 
 /// How far ahead of Redis time a claim may set a job's high-water mark

@@ -38,13 +38,17 @@ fn every_subcommand_has_a_man_page_that_renders() {
     let out = dir.path().join("man");
     cronlease([Path::new("generate-man"), &out]).expect_code(0);
 
+    // A page per visible subcommand, nested ones too (`cronlease-notify-test.1`).
+    fn pages(command: &clap::Command, prefix: &str, into: &mut Vec<String>) {
+        for sub in command.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = format!("{prefix}-{}", sub.get_name());
+            into.push(format!("{name}.1"));
+            pages(sub, &name, into);
+        }
+    }
     let cli = cronlease::cli::Cli::command();
-    let mut expected: Vec<String> = cli
-        .get_subcommands()
-        .filter(|s| !s.is_hide_set())
-        .map(|s| format!("cronlease-{}.1", s.get_name()))
-        .collect();
-    expected.push("cronlease.1".to_string());
+    let mut expected = vec!["cronlease.1".to_string()];
+    pages(&cli, "cronlease", &mut expected);
     expected.sort();
     let mut written: Vec<String> = std::fs::read_dir(&out)
         .unwrap()
