@@ -24,16 +24,9 @@ pub(super) fn clock(ms: i64) -> String {
 }
 
 /// A duration for people: `850 ms`, `4.2 s`, `3 min 4 s`, `2 h 5 min`,
-/// `3 d 4 h`.
+/// `3 d 4 h` (as `explain` writes them).
 pub(super) fn duration(ms: i64) -> String {
-    let ms = ms.max(0);
-    match ms {
-        0..1_000 => format!("{ms} ms"),
-        1_000..60_000 => format!("{:.1} s", ms as f64 / 1000.0),
-        60_000..3_600_000 => format!("{} min {} s", ms / 60_000, ms % 60_000 / 1000),
-        3_600_000..86_400_000 => format!("{} h {} min", ms / 3_600_000, ms % 3_600_000 / 60_000),
-        _ => format!("{} d {} h", ms / 86_400_000, ms % 86_400_000 / 3_600_000),
-    }
+    crate::operator::span(ms)
 }
 
 pub(super) fn ago(now_ms: i64, ms: i64) -> String {

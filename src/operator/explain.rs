@@ -37,9 +37,10 @@ mod verdicts;
 
 use calendar::{Around, IsTick, around, latest_due, next_after_ms};
 use records::Records;
+pub(crate) use report::span;
 pub use report::{Explanation, Verdict};
 use report::{ReplicaSeen, ScheduleFacts, TickChoice};
-use report::{reason, span, text_of};
+use report::{reason, text_of};
 pub use text::render_explanation;
 
 /// How many close names an unknown job's error suggests.

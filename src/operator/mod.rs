@@ -23,6 +23,8 @@ mod explain;
 mod history;
 mod render;
 
+#[cfg(feature = "dashboard")]
+pub(crate) use explain::span;
 pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
 pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,

@@ -390,10 +390,24 @@ impl Store {
         stream: &str,
         consumer: &str,
     ) -> Result<(), StoreError> {
-        let mut conn = self.single("notifications").await?;
+        self.drop_idle_consumer("notifications", stream, DELIVER_GROUP, consumer)
+            .await
+    }
+
+    /// Deletes `consumer` from `group` on `stream` unless entries are still
+    /// pending for it (another replica takes those over first); nothing to
+    /// do without the stream or the group.
+    pub(super) async fn drop_idle_consumer(
+        &self,
+        what: &'static str,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+    ) -> Result<(), StoreError> {
+        let mut conn = self.single(what).await?;
         let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
             .arg(stream)
-            .arg(DELIVER_GROUP)
+            .arg(group)
             .arg("-")
             .arg("+")
             .arg(1)
@@ -409,7 +423,7 @@ impl Store {
         redis::cmd("XGROUP")
             .arg("DELCONSUMER")
             .arg(stream)
-            .arg(DELIVER_GROUP)
+            .arg(group)
             .arg(consumer)
             .query_async::<i64>(&mut conn)
             .await?;

@@ -319,31 +319,13 @@ impl Store {
         if self.nodes.len() != 1 {
             return Ok(());
         }
-        let mut conn = self.single("`cronlease trigger`").await?;
-        let pending: Result<Value, redis::RedisError> = redis::cmd("XPENDING")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg("-")
-            .arg("+")
-            .arg(1)
-            .arg(consumer)
-            .query_async(&mut conn)
-            .await;
-        match pending {
-            Ok(Value::Array(entries)) if entries.is_empty() => {}
-            // No stream or no group yet: no consumer either.
-            Err(e) if e.code() == Some("NOGROUP") => return Ok(()),
-            Ok(_) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
-        let _: i64 = redis::cmd("XGROUP")
-            .arg("DELCONSUMER")
-            .arg(self.keys.triggers())
-            .arg(TRIGGER_GROUP)
-            .arg(consumer)
-            .query_async(&mut conn)
-            .await?;
-        Ok(())
+        self.drop_idle_consumer(
+            "`cronlease trigger`",
+            &self.keys.triggers(),
+            TRIGGER_GROUP,
+            consumer,
+        )
+        .await
     }
 }
 

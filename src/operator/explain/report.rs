@@ -163,7 +163,7 @@ pub(super) fn text_of(ms: i64) -> String {
 
 /// A duration for a sentence: `850 ms`, `4.2 s`, `3 min 4 s`, `2 h 5
 /// min`, `3 d 4 h`.
-pub(super) fn span(ms: i64) -> String {
+pub(crate) fn span(ms: i64) -> String {
     let ms = ms.max(0);
     match ms {
         0..1_000 => format!("{ms} ms"),
