@@ -229,10 +229,13 @@ fn a_failing_receiver_shows_in_status_and_gets_the_event_once_it_answers() {
         "{}[jobs.draw]\nschedule = \"@yearly\"\ncommand = [\"false\"]\nnotify = [\"hook\"]\n",
         hook(&receiver, "1s"),
     );
-    let a = cluster.start_with("a", "dashboard_listen = \"127.0.0.1:0\"\n", &jobs, None);
+    let listeners = "dashboard_listen = \"127.0.0.1:0\"\nmetrics_listen = \"127.0.0.1:0\"\n";
+    let a = cluster.start_with("a", listeners, &jobs, None);
     cluster.wait_ready();
     let dashboard =
         cluster.replicas[a].logged_address("dashboard on http://", Duration::from_secs(20));
+    let metrics =
+        cluster.replicas[a].logged_address("metrics listening on http://", Duration::from_secs(20));
     let config = cluster.config_path("a");
     cronlease(["trigger", "draw", "--config", &config.to_string_lossy()]).expect_code(0);
     let status = wait_until(Duration::from_secs(20), "status shows the failure", || {
@@ -248,6 +251,16 @@ fn a_failing_receiver_shows_in_status_and_gets_the_event_once_it_answers() {
     });
     assert!(page.body.contains("Notification channels"), "{}", page.body);
     assert!(page.body.contains("data-channel=\"hook\""), "{}", page.body);
+    let scraped = http::get(&metrics, &metrics, "/metrics", "").body;
+    assert!(
+        scraped
+            .lines()
+            .any(|line| line.starts_with("cronlease_notifications_total{")
+                && line.contains("channel=\"hook\"")
+                && line.contains("event=\"failed\"")
+                && line.contains("result=\"retrying\"")),
+        "{scraped}"
+    );
     receiver.respond(200, "ok");
     wait_until_or_show(
         Duration::from_secs(30),
