@@ -77,6 +77,14 @@ pub struct Notifications {
     pub by_kind: BTreeMap<String, KindFigures>,
 }
 
+/// Whether one key may arrive twice: only when a replica died or stalled
+/// between sending and acknowledging.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Repeats {
+    Allowed,
+    Forbidden,
+}
+
 /// One event the records call for.
 struct Expected<'a> {
     identity: Identity,
@@ -127,6 +135,10 @@ pub fn check_n(facts: &Facts, report: &mut Report) {
         }),
         by_kind: BTreeMap::new(),
     };
+    let repeats = match summary.repeats_allowed {
+        true => Repeats::Allowed,
+        false => Repeats::Forbidden,
+    };
     let mut groups: BTreeMap<Identity, Vec<&Delivery>> = BTreeMap::new();
     for delivery in &deliveries {
         check_key(delivery, report);
@@ -145,7 +157,7 @@ pub fn check_n(facts: &Facts, report: &mut Report) {
             Some(group) => {
                 figures.delivered += 1;
                 figures.duplicates += group.len() - 1;
-                check_copies(facts, &group, summary.repeats_allowed, report);
+                check_copies(facts, &group, repeats, report);
                 check_place(facts, &expected, group[0], report);
             }
             None => {
@@ -163,7 +175,7 @@ pub fn check_n(facts: &Facts, report: &mut Report) {
         let figures = summary.by_kind.entry(kind).or_default();
         figures.unexpected += 1;
         figures.duplicates += group.len() - 1;
-        check_copies(facts, &group, summary.repeats_allowed, report);
+        check_copies(facts, &group, repeats, report);
         report.n.push(unexpected(facts, &group));
     }
     report.notifications = summary;
@@ -198,7 +210,7 @@ fn run_events<'a>(facts: &Facts, job: &str, current: &[&'a Record]) -> Vec<Expec
             streak.crossed_state_loss = true;
         }
         let status = record.status();
-        let event = |kind: &str, uncertain: bool, place: Option<usize>| Expected {
+        let event = |kind: &str, place: Option<usize>| Expected {
             identity: (
                 kind.to_string(),
                 job.to_string(),
@@ -207,7 +219,7 @@ fn run_events<'a>(facts: &Facts, job: &str, current: &[&'a Record]) -> Vec<Expec
             record,
             at_ms,
             tick: record.tick(),
-            uncertain,
+            uncertain: false,
             place,
         };
         if FAILING.contains(&status) {
@@ -221,12 +233,15 @@ fn run_events<'a>(facts: &Facts, job: &str, current: &[&'a Record]) -> Vec<Expec
             if at_ms - streak.told_ms >= REPEAT_EVERY_MS {
                 streak.told_ms = at_ms;
                 let place = (!streak.crossed_state_loss).then_some(streak.count);
-                events.push(event(status, false, place));
+                events.push(event(status, place));
             }
         } else if status == "ok"
             && let Some(ended) = streak.take()
         {
-            events.push(event("recovered", ended.crossed_state_loss, None));
+            events.push(Expected {
+                uncertain: ended.crossed_state_loss,
+                ..event("recovered", None)
+            });
         }
     }
     events
@@ -300,7 +315,7 @@ fn check_key(delivery: &Delivery, report: &mut Report) {
 
 /// Copies of one event: under one key (a repeat, allowed only when a
 /// replica was killed or frozen), never under two.
-fn check_copies(facts: &Facts, group: &[&Delivery], repeats_allowed: bool, report: &mut Report) {
+fn check_copies(facts: &Facts, group: &[&Delivery], repeats: Repeats, report: &mut Report) {
     let first = group[0];
     let tick = first.tick_ms();
     let in_window =
@@ -320,7 +335,7 @@ fn check_copies(facts: &Facts, group: &[&Delivery], repeats_allowed: bool, repor
             excuse: in_window.then_some(Excuse::Window),
         });
     }
-    if keys.len() < group.len() && !repeats_allowed {
+    if keys.len() < group.len() && repeats == Repeats::Forbidden {
         report.n.push(Violation {
             job: first.job().to_string(),
             tick,
