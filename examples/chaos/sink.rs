@@ -31,6 +31,11 @@ const MAX_BODY: usize = 256 * 1024;
 /// How long a peer may be silent in the middle of a request, or idle
 /// between requests on a kept-alive connection.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the sink takes to answer, as a real receiver does: it widens
+/// the moment between a replica's request and its acknowledgement, in
+/// which a kill -9 has the event sent again under the same key (the repeat
+/// the delivery promise allows), so that faults can reach it.
+const ANSWER_DELAY: Duration = Duration::from_millis(250);
 
 /// One request the sink received.
 #[derive(Clone, Debug)]
@@ -186,6 +191,7 @@ async fn serve(mut stream: TcpStream, received: Arc<Mutex<Received>>) {
             }),
         };
         record(&received, &delivery);
+        tokio::time::sleep(ANSWER_DELAY).await;
         let answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok";
         if stream.write_all(answer.as_bytes()).await.is_err() || request.close {
             return;
