@@ -14,16 +14,26 @@
 //!   `heartbeat`, `shutdown_grace`, `kill_grace`, `state_dir`, `history`),
 //!   and every `[jobs.NAME]` a [`JobBuilder`] with the job's schedule, time
 //!   zone, overlap, misfire, grace, retries, `on_holder_lost` and timeout.
+//! - **Notifications.** Each `[notify.NAME]` webhook channel (`url`,
+//!   `timeout`) becomes a [`Channel`] given to
+//!   [`SchedulerBuilder::channel`](cronlease::SchedulerBuilder::channel),
+//!   and each job's rules (`notify`, `notify_on`, `late_after`,
+//!   `expect_success_within`, `repeat_every`) the [`JobBuilder`]'s; a
+//!   channel of another kind, or with headers or a secret, is refused,
+//!   like an invalid config, rather than left out silently.
 //! - **Handlers.** Each job's `shell` command is the probe the suite writes
 //!   (`harness/config.rs`), in a fixed shape:
 //!   `echo "start …" >> 'EFFECTS'; BODY; echo "end …" >> 'EFFECTS'`, BODY
-//!   being `true` or `sleep SECONDS`. The effects file and the body are
-//!   taken from it (a command of another shape is refused, like an invalid
-//!   config), so the config file stays the one source of truth. The handler
-//!   does what the shell would: appends the `start` line (`start JOB
-//!   TICK_MS FENCE REPLICA RUN_ID WALL_MS`), waits the body's duration,
-//!   appends the `end` line. Told to stop (lost lease, timeout, shutdown)
-//!   it returns at once without the `end` line, as the killed shell would.
+//!   being `true`, `sleep SECONDS`, or `case $((CRONLEASE_TICK_MS / 1000 %
+//!   N)) in A|B) STEP ;; … esac` with STEPs of those two kinds or `exit
+//!   CODE`. The effects file and the body are taken from it (a command of
+//!   another shape is refused, like an invalid config), so the config file
+//!   stays the one source of truth. The handler does what the shell would:
+//!   appends the `start` line (`start JOB TICK_MS FENCE REPLICA RUN_ID
+//!   WALL_MS`), takes the tick's step (waits, or fails without the `end`
+//!   line), appends the `end` line. Told to stop (lost lease, timeout,
+//!   shutdown) it returns at once without the `end` line, as the killed
+//!   shell would.
 //!   WALL_MS is the real wall clock: `date +%s%3N` run with `LD_PRELOAD`
 //!   removed, per line, as the shell's `$(LD_PRELOAD= date +%s%3N)` does,
 //!   since this process may run with libfaketime preloaded.
@@ -47,9 +57,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
-use cronlease::config::{self, Command, Config, Topology};
+use cronlease::config::{self, ChannelSpec, Command, Config, EventSet, Topology};
 use cronlease::schedule::{DstGap, DstRepeat};
-use cronlease::{Cluster, Job, JobBuilder, RedisSettings, Run, Scheduler};
+use cronlease::{Channel, Cluster, Job, JobBuilder, RedisSettings, Run, Scheduler};
 use tokio::io::AsyncWriteExt;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tracing::{error, info, warn};
@@ -153,13 +163,19 @@ async fn run(path: &Path) -> Result<()> {
     let mut signals = Signals::install()?;
     let config = Config::load(path).map_err(|e| anyhow::anyhow!("{e}"))?;
     let jobs = embedded_jobs(&config)?;
+    let channels = channels(&config)?;
     let Some(cluster) = connect(&config, &mut signals).await? else {
         return Ok(());
     };
-    let mut scheduler = jobs
+    let scheduler = jobs
         .into_iter()
         .fold(scheduler(&cluster, &config), |builder, job| {
             builder.job(job)
+        });
+    let mut scheduler = channels
+        .into_iter()
+        .fold(scheduler, |builder, (name, channel)| {
+            builder.channel(&name, channel)
         })
         .start()
         .context("cannot start the scheduler")?;
@@ -229,6 +245,52 @@ fn scheduler(cluster: &Cluster, config: &Config) -> cronlease::SchedulerBuilder 
     }
 }
 
+/// The `[notify.NAME]` channels: webhooks with a URL and a timeout.
+fn channels(config: &Config) -> Result<Vec<(String, Channel)>> {
+    config
+        .notify
+        .iter()
+        .map(|(name, spec)| match spec {
+            ChannelSpec::Webhook(webhook)
+                if webhook.headers.is_empty()
+                    && webhook.secret.is_none()
+                    && webhook.secret_env.is_none() =>
+            {
+                let channel = Channel::webhook(&webhook.url).timeout(webhook.timeout);
+                Ok((name.clone(), channel))
+            }
+            _ => bail!(
+                "channel {name}: only a webhook with `url` and `timeout` is supported by \
+                 this example"
+            ),
+        })
+        .collect()
+}
+
+/// A job's notification rules, as the file resolved them.
+fn with_notify(builder: JobBuilder, rules: &config::NotifyRules) -> JobBuilder {
+    if rules.channels.is_empty() {
+        return builder;
+    }
+    let channels: Vec<&str> = rules.channels.iter().map(String::as_str).collect();
+    let mut builder = builder.notify(&channels).repeat_every(rules.repeat_every);
+    if let Some(late_after) = rules.late_after {
+        builder = builder.late_after(late_after);
+    }
+    if let Some(within) = rules.expect_success_within {
+        builder = builder.expect_success_within(within);
+    }
+    // Only when the file chose: the default depends on the settings above.
+    let default = match rules.late_after {
+        Some(_) => EventSet::job_default().with(cronlease::EventKind::Late),
+        None => EventSet::job_default(),
+    };
+    if rules.on != default {
+        builder = builder.notify_on(rules.on.iter());
+    }
+    builder
+}
+
 /// Every job of the table, with its probe handler.
 fn embedded_jobs(config: &Config) -> Result<Vec<Job>> {
     config.jobs.values().map(embedded_job).collect()
@@ -255,17 +317,100 @@ fn embedded_job(job: &config::Job) -> Result<Job> {
     if let Some(timeout) = job.timeout {
         builder = builder.timeout(timeout);
     }
+    let builder = with_notify(builder, &job.notify);
     Ok(builder.run(move |run: Run| {
         let probe = probe.clone();
         async move { probe.run(run).await }
     }))
 }
 
-/// What a probe job does: its effects file and how long its body takes.
+/// What a probe job does: its effects file and its body.
 #[derive(Debug, Clone)]
 struct Probe {
     effects: PathBuf,
-    body: Duration,
+    body: Body,
+}
+
+/// What a probe's body does on one tick.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    /// `true` (no wait) or `sleep SECONDS`.
+    Sleep(Duration),
+    /// `exit CODE`: the shell ends there, without the `end` line.
+    Exit(i32),
+}
+
+/// A probe's body: one step, or a `case` on the tick's second modulo
+/// `modulus` (an arm's values, `None` for `*`).
+#[derive(Debug, Clone)]
+enum Body {
+    Always(Step),
+    ByTick {
+        modulus: i64,
+        arms: Vec<(Option<Vec<i64>>, Step)>,
+    },
+}
+
+impl Body {
+    /// `true`, `sleep SECONDS`, `exit CODE`, or `case $((CRONLEASE_TICK_MS
+    /// / 1000 % N)) in A|B) STEP ;; *) STEP ;; esac`.
+    fn parse(text: &str) -> Option<Body> {
+        let text = text.trim();
+        let Some(rest) = text.strip_prefix("case $((CRONLEASE_TICK_MS / 1000 % ") else {
+            return parse_step(text).map(Body::Always);
+        };
+        let (modulus, rest) = rest.split_once(")) in ")?;
+        let modulus = modulus.trim().parse().ok().filter(|m: &i64| *m > 0)?;
+        let arms = rest
+            .strip_suffix("esac")?
+            .split(";;")
+            .map(str::trim)
+            .filter(|arm| !arm.is_empty())
+            .map(|arm| {
+                let (values, step) = arm.split_once(')')?;
+                let values = match values.trim() {
+                    "*" => None,
+                    list => Some(
+                        list.split('|')
+                            .map(|v| v.trim().parse().ok())
+                            .collect::<Option<Vec<i64>>>()?,
+                    ),
+                };
+                Some((values, parse_step(step.trim())?))
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Body::ByTick { modulus, arms })
+    }
+
+    /// The step for the tick at `tick_ms`: the first arm that matches, as
+    /// the shell's `case`; none matching does nothing.
+    fn step(&self, tick_ms: i64) -> Step {
+        match self {
+            Body::Always(step) => *step,
+            Body::ByTick { modulus, arms } => {
+                let value = tick_ms.div_euclid(1_000).rem_euclid(*modulus);
+                arms.iter()
+                    .find(|(values, _)| values.as_ref().is_none_or(|v| v.contains(&value)))
+                    .map_or(Step::Sleep(Duration::ZERO), |(_, step)| *step)
+            }
+        }
+    }
+}
+
+fn parse_step(text: &str) -> Option<Step> {
+    if text == "true" {
+        return Some(Step::Sleep(Duration::ZERO));
+    }
+    if let Some(code) = text.strip_prefix("exit ") {
+        return code.trim().parse().ok().map(Step::Exit);
+    }
+    let seconds = text
+        .strip_prefix("sleep ")?
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 0.0)?;
+    Some(Step::Sleep(Duration::from_secs_f64(seconds)))
 }
 
 impl Probe {
@@ -277,32 +422,27 @@ impl Probe {
         };
         let shape = || format!("job {}: not a chaos probe: {script:?}", job.name);
         let (start, rest) = script.split_once("; ").with_context(shape)?;
-        let (body, _end) = rest.split_once("; ").with_context(shape)?;
+        let (body, _end) = rest.rsplit_once("; ").with_context(shape)?;
         let (_, file) = start.rsplit_once(" >> ").with_context(shape)?;
         let effects = unquote(file).with_context(shape)?;
-        let body = match body.trim() {
-            "true" => Duration::ZERO,
-            other => {
-                let seconds = other
-                    .strip_prefix("sleep ")
-                    .and_then(|s| s.trim().parse::<f64>().ok())
-                    .filter(|s| s.is_finite() && *s >= 0.0)
-                    .with_context(shape)?;
-                Duration::from_secs_f64(seconds)
-            }
-        };
+        let body = Body::parse(body).with_context(shape)?;
         Ok(Probe {
             effects: PathBuf::from(effects),
             body,
         })
     }
 
-    /// The `start` line, the body (cut short when told to stop, without the
-    /// `end` line), the `end` line.
+    /// The `start` line, the tick's step (a wait cut short when told to
+    /// stop, or an exit, both without the `end` line), the `end` line.
     async fn run(&self, mut run: Run) -> Result<()> {
         self.append(&run, "start").await?;
+        let wait = match self.body.step(run.tick().as_millisecond()) {
+            Step::Sleep(wait) => wait,
+            Step::Exit(0) => return Ok(()),
+            Step::Exit(code) => bail!("exit status {code}"),
+        };
         tokio::select! {
-            () = tokio::time::sleep(self.body) => {}
+            () = tokio::time::sleep(wait) => {}
             reason = run.stopped() => {
                 // As the killed shell: no `end` line.
                 bail!("stopped: {reason:?}");

@@ -1,6 +1,7 @@
 //! What a run leaves in its output directory for the checker, and reads
-//! back for `--recheck DIR`: `effects.log`, the replicas' logs and spools,
-//! `faults.jsonl`, `records.jsonl` and `meta.json`.
+//! back for `--recheck DIR`: `effects.log`, `notifications.jsonl`, the
+//! replicas' logs and spools, `faults.jsonl`, `records.jsonl` and
+//! `meta.json`.
 
 use crate::ReplicaKind;
 use std::collections::{BTreeMap, BTreeSet};
@@ -24,6 +25,9 @@ pub struct Meta {
     /// When every replica was first ready, and when the shutdown began.
     pub ready_ms: i64,
     pub shutdown_ms: i64,
+    /// When the wait for notifications to settle began (the shutdown's
+    /// start when an older `meta.json` says nothing).
+    pub settle_from_ms: i64,
     /// Replicas that died by themselves, did not exit 0 on SIGTERM, or
     /// did not take a reload.
     pub exit_problems: Vec<String>,
@@ -40,6 +44,7 @@ impl Meta {
             "replicas": self.replicas,
             "ready_ms": self.ready_ms,
             "shutdown_ms": self.shutdown_ms,
+            "settle_from_ms": self.settle_from_ms,
             "exit_problems": self.exit_problems,
             "replica_kind": self.replica_kind.name(),
         })
@@ -57,6 +62,9 @@ impl Meta {
             replicas: number("replicas")? as usize,
             ready_ms: number("ready_ms")?,
             shutdown_ms: number("shutdown_ms")?,
+            settle_from_ms: value["settle_from_ms"]
+                .as_i64()
+                .map_or_else(|| number("shutdown_ms"), Ok)?,
             exit_problems: value["exit_problems"]
                 .as_array()
                 .into_iter()
@@ -78,6 +86,8 @@ pub struct Evidence {
     pub faults: Vec<Fault>,
     pub records: Vec<Record>,
     pub effects_text: String,
+    /// `notifications.jsonl`, when the run had a webhook sink.
+    pub notifications_text: Option<String>,
     /// (replica, its whole log).
     pub logs: Vec<(String, String)>,
     /// Outcomes still in a replica's spool at the end.
@@ -121,6 +131,7 @@ impl Evidence {
             replicas: harness.replicas.len(),
             ready_ms: harness.ready_ms,
             shutdown_ms: harness.shutdown_ms,
+            settle_from_ms: harness.settle_from_ms,
             exit_problems: harness.exit_problems.clone(),
             replica_kind,
         };
@@ -135,10 +146,12 @@ impl Evidence {
         Ok(evidence)
     }
 
-    /// The files every run writes as it goes: effects, logs, spools.
+    /// The files every run writes as it goes: effects, notifications,
+    /// logs, spools.
     fn load_files(out: &Path, meta: Meta) -> Result<Evidence> {
         let effects_text =
             std::fs::read_to_string(out.join("effects.log")).context("cannot read effects.log")?;
+        let notifications_text = std::fs::read_to_string(out.join("notifications.jsonl")).ok();
         let names: Vec<String> = (1..=meta.replicas).map(|n| format!("r{n}")).collect();
         let logs = names
             .iter()
@@ -163,6 +176,7 @@ impl Evidence {
             faults: Vec::new(),
             records: Vec::new(),
             effects_text,
+            notifications_text,
             logs,
             spooled,
         })

@@ -30,7 +30,8 @@
 //! jobs' side effects), `faults.jsonl` (one JSON object per fault, with
 //! start/end wall ms), `rN.log` and `rN/jobs.toml` per replica, `redis/`
 //! (data and log), `records.jsonl` (every outcome record the checker read),
-//! `meta.json` (seed, timings), `checker.txt` (the full report) and
+//! `meta.json` (seed, timings), `notifications.jsonl` (every request the
+//! webhook sink received), `checker.txt` (the full report) and
 //! `summary.json`. `--recheck DIR` runs the checker again on those files.
 //!
 //! What the checker reports (see the `check` module for the exact rules):
@@ -45,6 +46,11 @@
 //!   windows: a Redis that forgot a lease lets a second run start);
 //! - **L** runs that started but left no outcome record;
 //! - **E** replicas that died by themselves or did not exit 0 on SIGTERM;
+//! - **N** notifications: every probe job tells the suite's webhook sink
+//!   of its failures, recoveries and missed ticks; an event its outcome
+//!   records call for and the sink never got, one event under two keys, a
+//!   key delivered twice with no replica killed or frozen, or a delivery
+//!   no outcome calls for (outside state-loss windows);
 //! - takeover time after a holder is killed, and abort latency after a
 //!   frozen holder's lease lapses.
 //!
@@ -61,10 +67,10 @@
 //!
 //! The modules, in the order of a run: `harness` (the private Redis, the
 //! replicas, their config files and processes), `proxy` (the fault-injecting
-//! TCP proxy in front of Redis), `faults` (the kinds of fault, one module
+//! TCP proxy in front of Redis), `sink` (the webhook receiver), `faults` (the kinds of fault, one module
 //! each, and the seeded schedule that injects them), `evidence` (what a run
 //! leaves in the output directory, and `--recheck`'s input), `check` (one
-//! module per property D/M/F/S/O/L/E, plus takeover and abort latency and
+//! module per property D/M/F/S/O/L/E/N, plus takeover and abort latency and
 //! phantom claims) and `report` (the summary, `checker.txt` and
 //! `summary.json`). An example cannot import `tests/it/support`: the helpers
 //! the examples share (a private Redis, child spawn options, Ctrl-C) are in
@@ -84,6 +90,7 @@ mod proxy;
 mod records;
 mod report;
 mod rng;
+mod sink;
 mod wall;
 
 use std::path::{Path, PathBuf};

@@ -40,6 +40,7 @@ impl Verdict {
             ("O", report.o_outside > 1),
             ("L", outside(&report.l) > 0),
             ("E", !report.e.is_empty()),
+            ("N", outside(&report.n) > 0),
         ]
         .into_iter()
         .filter_map(|(name, failed)| failed.then_some(name))
@@ -149,6 +150,7 @@ impl Evidence {
             ),
             ("L  outcomes lost", counted(&report.l)),
             ("E  replica exits", report.e.len().to_string()),
+            ("N  notifications", notifications_row(report)),
         ];
         rows.extend(information_rows(report));
         let width = rows
@@ -160,6 +162,7 @@ impl Evidence {
         for (key, value) in &rows {
             text.push_str(&format!("  {key:<width$}  {value}\n"));
         }
+        text.push_str(&notifications_table(report));
         text
     }
 
@@ -208,6 +211,9 @@ impl Evidence {
             "L": outside(&report.l),
             "L_in_state_loss_window": inside(&report.l),
             "E": report.e.len(),
+            "N": outside(&report.n),
+            "N_in_state_loss_window": inside(&report.n),
+            "notifications": notifications_json(report),
         });
         let more = json!({
             "claimed_not_started": report.claimed_not_started.len(),
@@ -228,6 +234,82 @@ impl Evidence {
         }
         summary
     }
+}
+
+/// N's line in the summary.
+fn notifications_row(report: &Report) -> String {
+    let notifications = &report.notifications;
+    if !notifications.checked {
+        return "n/a (no notifications.jsonl: the run had no webhook sink)".to_string();
+    }
+    let repeats = match notifications.repeats_allowed {
+        true => "a key may repeat: a replica was killed or frozen",
+        false => "a key may not repeat: no replica was killed or frozen",
+    };
+    format!(
+        "{} ({} requests, {} keys; {repeats})",
+        counted(&report.n),
+        notifications.deliveries,
+        notifications.keys
+    )
+}
+
+/// The per-kind figures of the notifications, under the summary.
+fn notifications_table(report: &Report) -> String {
+    let notifications = &report.notifications;
+    if !notifications.checked {
+        return String::new();
+    }
+    let mut text = format!(
+        "\nnotifications\n  {:<11} {:>8} {:>9} {:>7} {:>8} {:>10} {:>10}\n",
+        "event", "expected", "delivered", "missing", "excused", "duplicates", "unexpected"
+    );
+    let mut total = crate::check::KindFigures::default();
+    for (kind, f) in &notifications.by_kind {
+        text.push_str(&format!(
+            "  {kind:<11} {:>8} {:>9} {:>7} {:>8} {:>10} {:>10}\n",
+            f.expected, f.delivered, f.missing, f.excused, f.duplicates, f.unexpected
+        ));
+        total.expected += f.expected;
+        total.delivered += f.delivered;
+        total.missing += f.missing;
+        total.excused += f.excused;
+        total.duplicates += f.duplicates;
+        total.unexpected += f.unexpected;
+    }
+    text.push_str(&format!(
+        "  {:<11} {:>8} {:>9} {:>7} {:>8} {:>10} {:>10}\n",
+        "all",
+        total.expected,
+        total.delivered,
+        total.missing,
+        total.excused,
+        total.duplicates,
+        total.unexpected
+    ));
+    text.push_str(
+        "  (excused: not delivered, and recorded inside a state-loss window, after a streak \
+         crossed one, or after the wait for deliveries began; unexpected: delivered, no current \
+         outcome calls for it)\n",
+    );
+    text
+}
+
+/// The notification figures of `summary.json`.
+fn notifications_json(report: &Report) -> Value {
+    let notifications = &report.notifications;
+    let by_kind: BTreeMap<&str, Value> = notifications
+        .by_kind
+        .iter()
+        .map(|(kind, f)| (kind.as_str(), f.to_json()))
+        .collect();
+    json!({
+        "checked": notifications.checked,
+        "requests": notifications.deliveries,
+        "keys": notifications.keys,
+        "repeats_allowed": notifications.repeats_allowed,
+        "by_kind": by_kind,
+    })
 }
 
 /// The rows after the properties: information and measurements.
@@ -287,12 +369,13 @@ fn explanation(report: &Report) -> String {
 /// Every violation with its evidence, then the information and warnings.
 fn findings(report: &Report) -> String {
     let mut text = String::new();
-    let groups: [(&str, &Vec<Violation>); 5] = [
+    let groups: [(&str, &Vec<Violation>); 6] = [
         ("D", &report.d),
         ("F", &report.f),
         ("S", &report.s),
         ("L", &report.l),
         ("O", &report.o),
+        ("N", &report.n),
     ];
     for (name, list) in groups {
         for violation in list {
@@ -346,6 +429,7 @@ fn violations_json(report: &Report) -> Vec<Value> {
         ("S", &report.s),
         ("O", &report.o),
         ("L", &report.l),
+        ("N", &report.n),
     ] {
         violations.extend(
             list.iter()

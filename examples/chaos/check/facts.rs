@@ -84,6 +84,16 @@ impl<'a> Facts<'a> {
         })
     }
 
+    /// Whether a state-loss window overlaps `[from_ms, to_ms]`: Redis may
+    /// have forgotten what it held at `from_ms` by `to_ms`.
+    pub fn state_loss_between(&self, from_ms: i64, to_ms: i64) -> bool {
+        self.input.faults.iter().any(|f| {
+            f.is_state_loss()
+                && to_ms >= f.start_ms - STATE_LOSS_MARGIN_MS
+                && from_ms <= f.end_ms + STATE_LOSS_MARGIN_MS
+        })
+    }
+
     /// A declared window in which a tick may be missed: a Redis outage (and
     /// the seconds after it), or any replica fault when there is only one
     /// replica.

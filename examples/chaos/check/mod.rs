@@ -1,7 +1,7 @@
 //! The checker: from what the jobs did, what the replicas recorded and what
 //! was injected, every breach of the promise, one module per property:
 //! D `duplicates`, M `missed`, F `fences`, S `one_outcome`, O `overlap`,
-//! L `lost`, E `exits`; then `latency` (takeover and abort) and `phantoms`
+//! L `lost`, E `exits`, N `notifications`; then `latency` (takeover and abort) and `phantoms`
 //! (information). `facts` indexes the evidence and the declared windows.
 
 mod duplicates;
@@ -11,6 +11,7 @@ mod fences;
 mod latency;
 mod lost;
 mod missed;
+mod notifications;
 mod one_outcome;
 mod overlap;
 mod phantoms;
@@ -24,6 +25,7 @@ use crate::faults::Fault;
 use crate::records::{Record, parse_effects};
 use crate::wall::rfc3339;
 use facts::Facts;
+pub use notifications::{KindFigures, Notifications};
 
 /// The checked ticks start this long after every replica is ready and end
 /// this long before the shutdown.
@@ -79,6 +81,10 @@ impl Violation {
 
 struct CheckInput<'a> {
     effects_text: &'a str,
+    /// `notifications.jsonl`, when the run had a webhook sink.
+    notifications_text: Option<&'a str>,
+    /// Events recorded after this may still be on their way at the end.
+    settle_from_ms: i64,
     records: &'a [Record],
     faults: &'a [Fault],
     logs: &'a [(String, String)],
@@ -110,6 +116,8 @@ pub struct Report {
     /// Replicas that died by themselves, did not exit 0 on SIGTERM, or did
     /// not take a reload.
     pub e: Vec<String>,
+    pub n: Vec<Violation>,
+    pub notifications: Notifications,
     pub claimed_not_started: Vec<String>,
     /// Claims that landed in Redis after their replica had given up on them
     /// (information), and how many ticks were skipped behind them.
@@ -132,6 +140,8 @@ impl Evidence {
     pub fn check(&self) -> Report {
         let input = CheckInput {
             effects_text: &self.effects_text,
+            notifications_text: self.notifications_text.as_deref(),
+            settle_from_ms: self.meta.settle_from_ms,
             records: &self.records,
             faults: &self.faults,
             logs: &self.logs,
@@ -169,6 +179,7 @@ fn check(input: &CheckInput) -> Report {
     overlap::check_o(&facts, &mut report);
     lost::check_l(&facts, &mut report);
     exits::check_e(&facts, &mut report);
+    notifications::check_n(&facts, &mut report);
     latency::measure_takeover(&facts, &mut report);
     latency::measure_abort(&facts, &mut report);
     phantoms::find_phantoms(&facts, &mut report);

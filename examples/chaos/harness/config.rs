@@ -13,12 +13,33 @@ use crate::common::toml_string;
 pub const KEY_PREFIX: &str = "chaos";
 
 /// The probe jobs: name, extra TOML lines, shell body between the lines.
-pub const JOBS: [(&str, &str, &str); 4] = [
+/// `flaky` fails on its own, so that notifications tell of failures, time
+/// outs and recoveries besides what the faults cause: in every ten seconds
+/// of ticks, two fail (exit 1, without the `end` line, as a crashed body),
+/// one runs past its timeout, the others succeed. Its `misfire = "skip"`
+/// records every tick an outage kept everyone from claiming as `missed`
+/// (the others' `run_once` runs the latest), so that `missed` is told too.
+pub const JOBS: [(&str, &str, &str); 5] = [
     ("quick", "", "true"),
     ("slow", "", "sleep 1.5"),
     ("allowed", "overlap = \"allow\"\n", "sleep 1.5"),
     ("rerun", "on_holder_lost = \"rerun\"\n", "sleep 0.5"),
+    (
+        "flaky",
+        "timeout = \"1s\"\nmisfire = \"skip\"\n",
+        "case $((CRONLEASE_TICK_MS / 1000 % 10)) in 0|1) exit 1 ;; 5) sleep 3 ;; *) sleep 0.2 ;; esac",
+    ),
 ];
+
+/// The name of the webhook channel every probe job notifies.
+pub const SINK_CHANNEL: &str = "sink";
+
+/// Every probe job's `repeat_every`, ms: every failure of a streak is told
+/// that was recorded at least this long after the last one told. The
+/// guide's `"0s"` ("tells every failure") is refused by the config's
+/// validation (zero is not a duration it takes), so the suite gives the
+/// shortest it takes, and the checker applies the scripts' rule with it.
+pub const REPEAT_EVERY_MS: i64 = 1;
 
 /// The job whose runs may overlap by design.
 pub const ALLOW_JOB: &str = "allowed";
@@ -49,12 +70,20 @@ impl Replica {
              metrics_listen = \"\"\n\
              dashboard_listen = \"\"\n\
              # Keep every outcome of a long run for the checker.\n\
-             history = 1000000\n",
+             history = 1000000\n\
+             \n\
+             [notify.{SINK_CHANNEL}]\n\
+             kind = \"webhook\"\n\
+             url = {url}\n\
+             timeout = \"2s\"\n",
             port = self.proxy_port,
             name = self.name,
             state_dir = toml_string(&state_dir.to_string_lossy()),
+            url = toml_string(&self.sink_url),
         );
         let file = shell_quote(&effects.to_string_lossy());
+        let rules =
+            format!("notify = [\"{SINK_CHANNEL}\"]\nrepeat_every = \"{REPEAT_EVERY_MS}ms\"\n");
         for (job, extra, body) in JOBS {
             let line = |what: &str| {
                 format!(
@@ -64,7 +93,8 @@ impl Replica {
             };
             let script = format!("{}; {body}; {}", line("start"), line("end"));
             text.push_str(&format!(
-                "\n[jobs.{job}]\nschedule = \"* * * * * *\"\nmisfire_grace = \"10s\"\n{extra}shell = {}\n",
+                "\n[jobs.{job}]\nschedule = \"* * * * * *\"\nmisfire_grace = \"10s\"\n{rules}{extra}\
+                 shell = {}\n",
                 toml_string(&script)
             ));
             if job == "quick" && self.quick_timeout {

@@ -55,6 +55,24 @@ impl Harness {
             .collect()
     }
 
+    /// How many notification events written before `before_ms` are still
+    /// in the jobs' events streams (None when Redis does not answer).
+    pub fn events_written_before(&self, before_ms: i64) -> Option<usize> {
+        let mut connection = self.redis.connect(Duration::from_millis(500)).ok()?;
+        let mut left = 0;
+        for (job, _, _) in JOBS {
+            let key = format!("{KEY_PREFIX}:{{{job}}}:events");
+            let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
+                .arg(&key)
+                .arg("-")
+                .arg(before_ms)
+                .query(&mut connection)
+                .ok()?;
+            left += entries.len();
+        }
+        Some(left)
+    }
+
     /// Every outcome record in the job streams.
     pub fn read_streams(&self, source: Source) -> Result<Vec<Record>> {
         let mut connection = self.redis.connect(Duration::from_secs(2))?;

@@ -23,6 +23,7 @@ use crate::faults::{Fault, FaultKind};
 use crate::proxy::{Mode, Proxy};
 use crate::records::Record;
 use crate::rng::Rng;
+use crate::sink::Sink;
 use crate::wall::{now_ms, rfc3339};
 
 pub use in_redis::held_json;
@@ -32,6 +33,10 @@ pub use replica::{Launcher, Replica, read_from};
 /// + `kill_grace` 1 s + slack).
 const STOP_TIMEOUT: Duration = Duration::from_secs(8);
 
+/// The longest wait, after the last fault, for the notification events
+/// written so far to be delivered: a first retry waits 5 s, a second 10 s.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub struct Harness {
     pub out: PathBuf,
     pub launcher: Launcher,
@@ -39,6 +44,8 @@ pub struct Harness {
     pub replicas: Vec<Replica>,
     pub redis: DurableRedis,
     pub proxies: Vec<Proxy>,
+    /// The receiver of the replicas' webhook channel.
+    pub sink: Sink,
     /// Dropped after the replicas, Redis and the proxies, so that it stops
     /// after the processes are gone.
     runtime: tokio::runtime::Runtime,
@@ -51,6 +58,9 @@ pub struct Harness {
     /// When every replica was first ready, and when the shutdown began.
     pub ready_ms: i64,
     pub shutdown_ms: i64,
+    /// When the wait for notifications to settle began: events written
+    /// before it had their chance to be delivered.
+    pub settle_from_ms: i64,
     /// Replicas that died by themselves, did not exit 0 on SIGTERM, or
     /// did not take a reload (E).
     pub exit_problems: Vec<String>,
@@ -88,6 +98,8 @@ impl Harness {
         File::create(&effects).context("cannot create effects.log")?;
         let fault_log =
             File::create(out.join("faults.jsonl")).context("cannot create faults.jsonl")?;
+        let sink = Sink::start(&runtime, &out.join("notifications.jsonl"))?;
+        println!("webhook sink: {}", sink.url());
         let mut harness = Harness {
             out: out.to_path_buf(),
             launcher,
@@ -95,6 +107,7 @@ impl Harness {
             replicas: Vec::new(),
             redis,
             proxies: Vec::new(),
+            sink,
             runtime,
             rng: Rng(seed),
             kinds,
@@ -103,6 +116,7 @@ impl Harness {
             snapshots: Vec::new(),
             ready_ms: 0,
             shutdown_ms: 0,
+            settle_from_ms: 0,
             exit_problems: Vec::new(),
             started: Instant::now(),
         };
@@ -127,6 +141,7 @@ impl Harness {
             dir,
             name: name.to_string(),
             proxy_port: proxy.port,
+            sink_url: self.sink.url(),
             skew: None,
             quick_timeout: false,
             process: None,
@@ -176,6 +191,35 @@ impl Harness {
             );
         }
         Ok(())
+    }
+
+    /// Waits, with the replicas running undisturbed, until every
+    /// notification event written so far has left Redis (an entry is
+    /// deleted once delivered), at most `SETTLE_TIMEOUT`.
+    fn settle_notifications(&mut self) {
+        let from = now_ms();
+        self.settle_from_ms = from;
+        println!("\nwaiting for the notifications written so far to be delivered…");
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let left = self.events_written_before(from);
+            if left == Some(0) {
+                let (received, _) = self.sink.progress();
+                println!(
+                    "  settled after {:.1} s ({received} requests received)",
+                    (now_ms() - from) as f64 / 1_000.0
+                );
+                return;
+            }
+            if Instant::now() >= deadline {
+                let left = left.map_or_else(|| "unknown".to_string(), |n| n.to_string());
+                println!("  still undelivered after {SETTLE_TIMEOUT:?}: {left} events");
+                return;
+            }
+            if !self.nap(Duration::from_millis(250)) {
+                return;
+            }
+        }
     }
 
     /// Seconds since every replica was first ready.
@@ -281,7 +325,8 @@ impl Harness {
         }
     }
 
-    /// The end: proxies restored, every replica stopped with SIGTERM.
+    /// The end: proxies restored, the notifications given their chance,
+    /// every replica stopped with SIGTERM.
     pub fn shutdown(&mut self) {
         for proxy in &self.proxies {
             proxy.set(Mode::Pass);
@@ -290,6 +335,7 @@ impl Harness {
             replica.signal(Signal::SIGCONT);
         }
         self.watch_replicas();
+        self.settle_notifications();
         self.shutdown_ms = now_ms();
         println!("\nstopping the replicas (SIGTERM)…");
         for replica in &self.replicas {

@@ -36,6 +36,8 @@ pub struct Replica {
     pub config: PathBuf,
     pub log: PathBuf,
     pub proxy_port: u16,
+    /// The webhook sink's URL, for the `[notify.sink]` channel.
+    pub sink_url: String,
     /// libfaketime's `FAKETIME` offset of this host's clock ("+5s"); kept
     /// across restarts.
     pub skew: Option<&'static str>,
