@@ -97,6 +97,17 @@ pub(crate) enum DurationValue {
 }
 
 impl DurationValue {
+    /// Whether it says zero ("0s", `Duration::ZERO`): for the settings
+    /// where zero means "every time".
+    pub(crate) fn is_zero(&self) -> bool {
+        match self {
+            DurationValue::Written(text) => {
+                humantime::parse_duration(text.trim()).is_ok_and(|d| d.is_zero())
+            }
+            DurationValue::Exact(duration) => duration.is_zero(),
+        }
+    }
+
     /// The duration, if it is one greater than zero and at most `max`;
     /// else what is wrong, worded as [`parse_duration`] words it.
     pub(crate) fn check(&self, max: Duration) -> Result<Duration, String> {

@@ -298,13 +298,13 @@ pub(super) fn daemon_rules(
         channels: channel_names(checker, S, raw.notify, channels),
         notify_on,
         late_after,
-        repeat_every: checker.duration(
-            S,
-            "repeat_every",
-            raw.repeat_every,
-            DEFAULT_REPEAT_EVERY,
-            max,
-        ),
+        // Zero: every failure of a streak is told.
+        repeat_every: match raw.repeat_every {
+            Some(text) if DurationValue::Written(text.get_ref().clone()).is_zero() => {
+                Duration::ZERO
+            }
+            text => checker.duration(S, "repeat_every", text, DEFAULT_REPEAT_EVERY, max),
+        },
         retry_for: checker.duration(S, "retry_for", raw.retry_for, DEFAULT_RETRY_FOR, max),
         dashboard_url: raw.dashboard_url.and_then(|url| {
             let text = url.get_ref().trim_end_matches('/');
@@ -375,13 +375,11 @@ pub(super) fn job_rules(
         Some(given) => channel_names(checker, section, Some(given), &context.channels),
         None => defaults.channels.clone(),
     };
-    let repeat_every = checker.duration_value(
-        section,
-        "repeat_every",
-        raw.repeat_every,
-        defaults.repeat_every,
-        max,
-    );
+    // Zero: every failure of a streak is told.
+    let repeat_every = match raw.repeat_every {
+        Some(given) if given.get().is_zero() => Duration::ZERO,
+        given => checker.duration_value(section, "repeat_every", given, defaults.repeat_every, max),
+    };
     NotifyRules {
         channels,
         on,

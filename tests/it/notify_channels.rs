@@ -865,3 +865,37 @@ fn an_embedded_scheduler_checks_its_channels_and_rules_like_a_job_table() {
     });
     fine.expect("a clean shutdown");
 }
+
+#[test]
+fn repeat_every_zero_tells_every_failure_and_is_accepted_everywhere() {
+    let text = format!(
+        "{REDIS_SECTION}[daemon]\nnotify = [\"ops\"]\nrepeat_every = \"0s\"\n\
+         [notify.ops]\nkind = \"slack\"\nurl = \"https://chat.example.com/hook\"\n\
+         {JOB}\
+         [jobs.own]\nschedule = \"0 3 * * *\"\ncommand = [\"true\"]\nrepeat_every = \"0ms\"\n"
+    );
+    let config = Config::parse(&text, Path::new("/etc/cronlease/jobs.toml")).expect("valid");
+    assert_eq!(config.daemon.notify.repeat_every, Duration::ZERO);
+    assert_eq!(config.jobs["noon"].notify.repeat_every, Duration::ZERO);
+    assert_eq!(config.jobs["own"].notify.repeat_every, Duration::ZERO);
+    let job = cronlease::JobBuilder::new("draw", "0 12 * * *")
+        .notify(&["ops"])
+        .repeat_every(Duration::ZERO)
+        .run(|_run: cronlease::Run| async { Ok::<(), std::io::Error>(()) });
+    let redis = crate::support::RedisServer::start();
+    runtime().block_on(async {
+        let cluster = cronlease::Cluster::connect(cronlease::RedisSettings::url(&redis.url()))
+            .await
+            .expect("Redis is up");
+        let scheduler = cluster
+            .scheduler()
+            .channel(
+                "ops",
+                cronlease::Channel::slack("https://chat.example.com/hook"),
+            )
+            .job(job)
+            .start()
+            .expect("a zero repeat_every is valid from code too");
+        scheduler.shutdown().await.expect("a clean shutdown");
+    });
+}

@@ -3,8 +3,8 @@
 //! the order Redis recorded them (their stream ids), with the rules the
 //! scripts apply: a `failed`, `timeout`, `lost_lease` or `abandoned`
 //! outcome starts or extends a failing streak; the first is told under its
-//! status, and each later one under its own once `repeat_every` (1 ms, see
-//! `REPEAT_EVERY_MS`) has passed since the last told; the first `ok` after a
+//! status, and each later one under its own once `repeat_every` (zero, see
+//! `REPEAT_EVERY_MS`: every one) has passed since the last told; the first `ok` after a
 //! streak is told `recovered`; every other status tells nothing and leaves
 //! the streak as it is; one call of the missed-ticks script (its records
 //! share `recorded_by` and `started_ms`) is one `missed` event for its

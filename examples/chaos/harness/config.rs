@@ -34,12 +34,9 @@ pub const JOBS: [(&str, &str, &str); 5] = [
 /// The name of the webhook channel every probe job notifies.
 pub const SINK_CHANNEL: &str = "sink";
 
-/// Every probe job's `repeat_every`, ms: every failure of a streak is told
-/// that was recorded at least this long after the last one told. The
-/// guide's `"0s"` ("tells every failure") is refused by the config's
-/// validation (zero is not a duration it takes), so the suite gives the
-/// shortest it takes, and the checker applies the scripts' rule with it.
-pub const REPEAT_EVERY_MS: i64 = 1;
+/// Every probe job's `repeat_every`, ms: zero, so every failure of a
+/// streak is told (the checker applies the scripts' rule with it).
+pub const REPEAT_EVERY_MS: i64 = 0;
 
 /// The job whose runs may overlap by design.
 pub const ALLOW_JOB: &str = "allowed";
