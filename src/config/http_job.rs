@@ -125,40 +125,7 @@ pub(super) fn job_http(
     let mut problem = |at, key: &str, message: String| {
         checker.problem(at, Some(section), Some(&format!("http.{key}")), message);
     };
-    let method = match &raw.method {
-        None => "GET".to_string(),
-        Some(m) => {
-            let upper = m.get().to_ascii_uppercase();
-            if !METHODS.contains(&upper.as_str()) {
-                problem(
-                    m.at(),
-                    "method",
-                    format!(
-                        "invalid method {:?}: expected one of {}",
-                        m.get(),
-                        METHODS.join(", ")
-                    ),
-                );
-            }
-            upper
-        }
-    };
-    let url = match &raw.url {
-        None => {
-            problem(
-                None,
-                "url",
-                "missing `url`: expected an http:// or https:// URL".into(),
-            );
-            String::new()
-        }
-        Some(url) => {
-            if let Some(message) = http_url_problem(url.get()) {
-                problem(url.at(), "url", message);
-            }
-            url.get().clone()
-        }
-    };
+    let (method, url) = method_and_url(&mut problem, &raw);
     let mut headers = Vec::new();
     for (name, value) in raw.headers {
         match header_problem(name.get(), value.get()) {
@@ -201,6 +168,49 @@ pub(super) fn job_http(
         redirects,
         ca_file,
     })
+}
+
+/// `method` (GET when unset) and `url` (required, http or https), as
+/// checked; what is wrong goes to `problem` (the key, the message).
+fn method_and_url(
+    problem: &mut impl FnMut(Option<std::ops::Range<usize>>, &str, String),
+    raw: &RawHttp,
+) -> (String, String) {
+    let method = match &raw.method {
+        None => "GET".to_string(),
+        Some(m) => {
+            let upper = m.get().to_ascii_uppercase();
+            if !METHODS.contains(&upper.as_str()) {
+                problem(
+                    m.at(),
+                    "method",
+                    format!(
+                        "invalid method {:?}: expected one of {}",
+                        m.get(),
+                        METHODS.join(", ")
+                    ),
+                );
+            }
+            upper
+        }
+    };
+    let url = match &raw.url {
+        None => {
+            problem(
+                None,
+                "url",
+                "missing `url`: expected an http:// or https:// URL".into(),
+            );
+            String::new()
+        }
+        Some(url) => {
+            if let Some(message) = http_url_problem(url.get()) {
+                problem(url.at(), "url", message);
+            }
+            url.get().clone()
+        }
+    };
+    (method, url)
 }
 
 /// `expect`: "2xx", 304, or a list of them (not empty).

@@ -248,22 +248,12 @@ fn validate_job(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
-    raw: JobSpec,
+    mut raw: JobSpec,
     context: &JobContext,
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let schedule = job_schedule(checker, section, name, &raw);
-    let command = match context.source {
-        Source::File => {
-            let work = Work {
-                command: raw.command,
-                shell: raw.shell,
-                http: raw.http,
-            };
-            job_command(checker, section, work, base_dir)
-        }
-        Source::Embedded => job_handler(checker, section, raw.command, raw.shell, raw.http),
-    };
+    let command = job_work(checker, section, &mut raw, context);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
     let inherit_env = run_env::inherit_env(checker, section, raw.inherit_env, secrets);
@@ -361,6 +351,28 @@ fn job_schedule(
             }
         },
         (Some(_), None) => None,
+    }
+}
+
+/// What the job does, taken out of `raw`: a command, a script or a
+/// request from a file, a handler when embedded.
+fn job_work(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &mut JobSpec,
+    context: &JobContext,
+) -> Option<Command> {
+    let (command, shell, http) = (raw.command.take(), raw.shell.take(), raw.http.take());
+    match context.source {
+        Source::File => {
+            let work = Work {
+                command,
+                shell,
+                http,
+            };
+            job_command(checker, section, work, &context.base_dir)
+        }
+        Source::Embedded => job_handler(checker, section, command, shell, http),
     }
 }
 
