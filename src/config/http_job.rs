@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::checker::{Checker, DurationValue, Given};
+use super::checker::{Checker, DurationValue, Given, Secrets};
+use super::environment::{MAX_PEM_FILE, read_bounded};
 use super::notify_rules::http_url_problem;
 
 /// The most a request may take, `http.timeout`'s upper bound.
@@ -122,6 +123,7 @@ pub(super) fn job_http(
     base_dir: &Path,
 ) -> Option<HttpRequest> {
     let before = checker.problems.len();
+    let read_files = checker.secrets == Secrets::Read;
     let mut problem = |at, key: &str, message: String| {
         checker.problem(at, Some(section), Some(&format!("http.{key}")), message);
     };
@@ -141,10 +143,18 @@ pub(super) fn job_http(
         }),
     };
     let ca_file = raw.ca_file.as_ref().map(|file| {
-        if file.get().trim().is_empty() {
-            problem(file.at(), "ca_file", "empty path: expected a PEM file of CA certificates, absolute or relative to the config file".into());
+        let path = base_dir.join(file.get());
+        let unusable = if file.get().trim().is_empty() {
+            Some("empty path".to_string())
+        } else if read_files {
+            pem_problem(&path)
+        } else {
+            None
+        };
+        if let Some(what) = unusable {
+            problem(file.at(), "ca_file", format!("{what}: expected a PEM file of CA certificates, absolute or relative to the config file"));
         }
-        base_dir.join(file.get())
+        path
     });
     let body = raw.body.map(Given::into_inner);
     let redirects = match raw.follow_redirects.map(Given::into_inner) {
@@ -211,6 +221,23 @@ fn method_and_url(
         }
     };
     (method, url)
+}
+
+/// What makes the file at `path` no PEM file of certificates, if
+/// anything: read now, so that `check` finds it, and again by the
+/// replica's client when it is built.
+fn pem_problem(path: &Path) -> Option<String> {
+    match read_bounded(path, MAX_PEM_FILE) {
+        Err(e) => Some(format!("cannot read {}: {e}", path.display())),
+        Ok(bytes)
+            if !bytes
+                .windows(27)
+                .any(|w| w == b"-----BEGIN CERTIFICATE-----") =>
+        {
+            Some(format!("no PEM certificate in {}", path.display()))
+        }
+        Ok(_) => None,
+    }
 }
 
 /// `expect`: "2xx", 304, or a list of them (not empty).

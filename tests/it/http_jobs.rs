@@ -4,7 +4,6 @@
 //! its body lands in the output; a hung server is left at the timeout
 //! and at a lost lease; `cronlease check` names what is wrong.
 
-use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -247,22 +246,26 @@ fn a_hung_server_is_left_at_the_timeout() {
     assert!(took(&slower) < 5_000, "{slower:?}");
 }
 
-/// The replica holding a run of `job`.
-fn holder(cluster: &Cluster, job: &str) -> String {
-    wait_until(Duration::from_secs(20), "a run in flight", || {
-        let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("cl:{{{job}}}:running"))
-            .query(&mut cluster.redis.client())
-            .expect("HGETALL of the runs in flight");
-        entries.values().next().map(|raw| {
-            let entry: serde_json::Value =
-                serde_json::from_str(raw).expect("a running entry is JSON");
-            entry["replica"]
-                .as_str()
-                .expect("a running entry names its replica")
-                .to_string()
-        })
-    })
+/// The replica holding the run of `job` whose request `receiver` got
+/// first: a run that is waiting for the answer, not one claimed ahead of
+/// its tick and not started yet.
+fn holder_of_a_request(cluster: &Cluster, receiver: &Receiver, job: &str) -> String {
+    let run_id = wait_until(Duration::from_secs(20), "a request of the job", || {
+        receiver
+            .requests()
+            .first()
+            .and_then(|r| r.header("cronlease-run-id").map(str::to_string))
+    });
+    let raw: String = redis::cmd("HGET")
+        .arg(format!("cl:{{{job}}}:running"))
+        .arg(&run_id)
+        .query(&mut cluster.redis.client())
+        .expect("the run waiting for its answer is in flight");
+    let entry: serde_json::Value = serde_json::from_str(&raw).expect("a running entry is JSON");
+    entry["replica"]
+        .as_str()
+        .expect("a running entry names its replica")
+        .to_string()
 }
 
 #[test]
@@ -275,7 +278,7 @@ fn a_lost_lease_aborts_the_request() {
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    let victim = holder(&cluster, "hung");
+    let victim = holder_of_a_request(&cluster, &receiver, "hung");
     let index = cluster.index_of(&victim);
     cluster.replicas[index].sigstop();
     // Past the lease (2 s) and the others' sweep of a silent replica.
@@ -328,6 +331,16 @@ fn check_names_the_file_line_job_and_field_of_a_bad_request() {
                 "jobs.toml:5:",
                 "field `http.expect`",
                 "expected a status class",
+            ],
+        ),
+        (
+            "missing ca_file",
+            "http = { url = \"https://example.com/\", ca_file = \"/nonexistent/ca.pem\" }",
+            vec![
+                "jobs.toml:5:",
+                "field `http.ca_file`",
+                "cannot read /nonexistent/ca.pem",
+                "PEM",
             ],
         ),
         (
