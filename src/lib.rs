@@ -137,6 +137,13 @@ pub mod http;
 #[cfg(feature = "http-server")]
 #[cfg(not(feature = "internals"))]
 mod http;
+#[cfg(feature = "http-jobs")]
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod http_job;
+#[cfg(feature = "http-jobs")]
+#[cfg(not(feature = "internals"))]
+mod http_job;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
 pub mod inert;

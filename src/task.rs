@@ -9,7 +9,7 @@
 //! output tail, and a panicking task turned into a `failed` attempt.
 //!
 //! Task kinds: a process ([`crate::runner::Process`], the job's command),
-//! and [`Noop`] (succeeds at once; the benchmark measures coordination with
+//! a request (`crate::http_job::HttpTask`, the job's `http`), and [`Noop`] (succeeds at once; the benchmark measures coordination with
 //! it). [`Tasks`] says which task runs which job.
 
 use std::collections::HashMap;

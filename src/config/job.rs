@@ -13,6 +13,7 @@ use serde::Deserialize;
 
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
+use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::run_env;
 use super::{
@@ -44,6 +45,7 @@ pub(crate) struct JobSpec {
     pub(crate) timezone: Option<Given<String>>,
     pub(crate) command: Option<Given<Vec<String>>>,
     pub(crate) shell: Option<Given<String>>,
+    pub(crate) http: Option<Given<RawHttp>>,
     pub(crate) workdir: Option<Given<String>>,
     #[serde(default)]
     pub(crate) env: BTreeMap<Given<String>, Given<String>>,
@@ -246,15 +248,12 @@ fn validate_job(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
-    raw: JobSpec,
+    mut raw: JobSpec,
     context: &JobContext,
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let schedule = job_schedule(checker, section, name, &raw);
-    let command = match context.source {
-        Source::File => job_command(checker, section, raw.command, raw.shell),
-        Source::Embedded => job_handler(checker, section, raw.command, raw.shell),
-    };
+    let command = job_work(checker, section, &mut raw, context);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
     let inherit_env = run_env::inherit_env(checker, section, raw.inherit_env, secrets);
@@ -355,24 +354,66 @@ fn job_schedule(
     }
 }
 
-/// Exactly one of `command` (an argv: a program, no NUL bytes) and `shell`
-/// (a script, not blank, no NUL bytes).
+/// What the job does, taken out of `raw`: a command, a script or a
+/// request from a file, a handler when embedded.
+fn job_work(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &mut JobSpec,
+    context: &JobContext,
+) -> Option<Command> {
+    let (command, shell, http) = (raw.command.take(), raw.shell.take(), raw.http.take());
+    match context.source {
+        Source::File => {
+            let work = Work {
+                command,
+                shell,
+                http,
+            };
+            job_command(checker, section, work, &context.base_dir)
+        }
+        Source::Embedded => job_handler(checker, section, command, shell, http),
+    }
+}
+
+/// What a job in a file does, as given: `command`, `shell` or `http`.
+struct Work {
+    command: Option<Given<Vec<String>>>,
+    shell: Option<Given<String>>,
+    http: Option<Given<RawHttp>>,
+}
+
+/// Exactly one of `command` (an argv: a program, no NUL bytes), `shell`
+/// (a script, not blank, no NUL bytes) and `http` (a request).
 fn job_command(
     checker: &mut Checker<'_>,
     section: &str,
-    command: Option<Given<Vec<String>>>,
-    shell: Option<Given<String>>,
+    work: Work,
+    base_dir: &Path,
 ) -> Option<Command> {
-    match (command, shell) {
-        (Some(_), Some(shell)) => {
-            checker.problem(shell.at(), Some(section), Some("shell"), "both `command` and `shell` are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c)".into());
+    let Work {
+        command,
+        shell,
+        http,
+    } = work;
+    let given = [
+        command.as_ref().map(|c| ("command", c.at())),
+        shell.as_ref().map(|s| ("shell", s.at())),
+        http.as_ref().map(|h| ("http", h.at())),
+    ];
+    let given: Vec<_> = given.into_iter().flatten().collect();
+    if let [_, (field, at), ..] = &given[..] {
+        let names: Vec<_> = given.iter().map(|(name, _)| format!("`{name}`")).collect();
+        let quantifier = if given.len() == 2 { "both" } else { "all of" };
+        checker.problem(at.clone(), Some(section), Some(field), format!("{quantifier} {} are set: expected exactly one (`command` runs an argv directly, `shell` runs /bin/sh -c, `http` sends a request)", names.join(" and ")));
+        return None;
+    }
+    match (command, shell, http) {
+        (None, None, None) => {
+            checker.problem(None, Some(section), Some("command"), "neither `command` nor `shell` nor `http` is set: expected `command = [\"program\", \"arg\"]`, `shell = \"script\"` or `http = { url = \"https://…\" }`".into());
             None
         }
-        (None, None) => {
-            checker.problem(None, Some(section), Some("command"), "neither `command` nor `shell` is set: expected `command = [\"program\", \"arg\"]` or `shell = \"script\"`".into());
-            None
-        }
-        (Some(argv), None) => {
+        (Some(argv), _, _) => {
             let span = argv.at();
             let argv = argv.into_inner();
             if argv.first().is_none_or(|program| program.trim().is_empty()) {
@@ -390,7 +431,7 @@ fn job_command(
                 Some(Command::Argv(argv))
             }
         }
-        (None, Some(script)) => {
+        (None, Some(script), _) => {
             if script.get().trim().is_empty() || script.get().contains('\0') {
                 checker.problem(script.at(), Some(section), Some("shell"), "empty shell script (or one with a NUL byte): expected e.g. shell = \"pg_dump db | gzip > /backup/db.gz\"".into());
                 None
@@ -398,26 +439,32 @@ fn job_command(
                 Some(Command::Shell(script.into_inner()))
             }
         }
+        (None, None, Some(http)) => job_http(checker, section, http.into_inner(), base_dir)
+            .map(|request| Command::Http(Box::new(request))),
     }
 }
 
-/// An embedded job's work: its handler; a `command` or `shell` has no
+/// An embedded job's work: its handler; a `command`, `shell` or `http` has no
 /// place there.
 fn job_handler(
     checker: &mut Checker<'_>,
     section: &str,
     command: Option<Given<Vec<String>>>,
     shell: Option<Given<String>>,
+    http: Option<Given<RawHttp>>,
 ) -> Option<Command> {
-    if command.is_none() && shell.is_none() {
+    if command.is_none() && shell.is_none() && http.is_none() {
         return Some(Command::Handler);
     }
-    let at = command.map(|c| c.at()).or_else(|| shell.map(|s| s.at()));
+    let at = command
+        .map(|c| c.at())
+        .or_else(|| shell.map(|s| s.at()))
+        .or_else(|| http.map(|h| h.at()));
     checker.problem(
         at.flatten(),
         Some(section),
         Some("command"),
-        "an embedded job runs its handler: `command` and `shell` have no place here".into(),
+        "an embedded job runs its handler: `command`, `shell` and `http` have no place here".into(),
     );
     None
 }

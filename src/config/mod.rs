@@ -44,6 +44,8 @@ mod document;
 mod duplicates;
 mod environment;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
+mod http_job;
+pub use http_job::{HttpRequest, Redirects};
 mod job;
 pub(crate) use job::{JobContext, JobSpec, validate_specs};
 mod notify_channels;
@@ -546,6 +548,9 @@ pub enum Command {
     Argv(Vec<String>),
     /// The explicit opt-in for a shell: `/bin/sh -c <script>`.
     Shell(String),
+    /// A request sent at each attempt (`http = { … }`): the run is `ok`
+    /// when the answer's status is one the job expects.
+    Http(Box<HttpRequest>),
     /// An async function registered in the program that embeds cronlease
     /// ([`crate::embed`]); a job table on disk cannot say this.
     Handler,

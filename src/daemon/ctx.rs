@@ -179,6 +179,10 @@ pub(super) struct Runs {
     /// (taken at start).
     #[cfg(feature = "process")]
     pub(super) replica_env: crate::runner::ReplicaEnv,
+    /// The HTTP jobs' clients, built once per TLS and redirect setting
+    /// and shared by their runs.
+    #[cfg(feature = "http-jobs")]
+    pub(super) http_clients: crate::http_job::HttpClients,
 }
 
 impl Runs {
@@ -355,6 +359,8 @@ impl Ctx {
                 containment: std::sync::OnceLock::new(),
                 #[cfg(feature = "process")]
                 replica_env: parts.replica_env,
+                #[cfg(feature = "http-jobs")]
+                http_clients: crate::http_job::HttpClients::default(),
             },
             config,
             store: parts.store,

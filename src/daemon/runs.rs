@@ -124,20 +124,30 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
     })
 }
 
-/// The job's command as a process task; a job without one (an embedded
-/// job whose handler this program lacks) fails and says so.
-#[cfg(feature = "process")]
+/// The job's command as a process task, or its request as an HTTP task;
+/// a job with neither (an embedded job whose handler this program lacks,
+/// or work this build cannot do) fails and says so.
+#[cfg_attr(
+    not(all(feature = "process", feature = "http-jobs")),
+    allow(unused_variables)
+)]
 fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
-    match runner::Process::argv(&job.command) {
-        Some(argv) => Arc::new(process(side, job, start, argv)),
-        None => Arc::new(task::Unregistered),
+    #[cfg(feature = "http-jobs")]
+    if let crate::config::Command::Http(request) = &job.command {
+        let request = (**request).clone();
+        return Arc::new(crate::http_job::HttpTask {
+            client: side
+                .runs
+                .http_clients
+                .client(request.ca_file.as_deref(), request.redirects),
+            request,
+            output_bytes: side.config.daemon.output_tail_bytes,
+        });
     }
-}
-
-/// Without the process runner (the `process` feature), only registered
-/// tasks run: a job with a command fails and says it has no handler.
-#[cfg(not(feature = "process"))]
-fn command_task(_side: &RunSide<'_>, _job: &Job, _start: &RunStart) -> Arc<dyn task::Task> {
+    #[cfg(feature = "process")]
+    if let Some(argv) = runner::Process::argv(&job.command) {
+        return Arc::new(process(side, job, start, argv));
+    }
     Arc::new(task::Unregistered)
 }
 

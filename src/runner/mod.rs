@@ -138,7 +138,7 @@ pub struct Process {
 
 impl Process {
     /// The argv of a job's command: itself, or `/bin/sh -c SCRIPT`; None
-    /// for a handler, which is no process.
+    /// for a handler or a request, which are no process.
     pub fn argv(command: &Command) -> Option<Vec<String>> {
         match command {
             Command::Argv(argv) => Some(argv.clone()),
@@ -147,7 +147,7 @@ impl Process {
                 "-c".to_string(),
                 script.clone(),
             ]),
-            Command::Handler => None,
+            Command::Http(_) | Command::Handler => None,
         }
     }
 }

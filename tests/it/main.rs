@@ -25,6 +25,7 @@ mod forged;
 mod guide;
 mod harness;
 mod hostile;
+mod http_jobs;
 mod locks;
 mod manual;
 mod metrics;
