@@ -209,7 +209,10 @@ async fn exchange(
     if let Some(body) = &request.body {
         builder = builder.body(body.clone());
     }
-    let mut response = builder.send().await.map_err(|e| error_chain(&e))?;
+    let mut response = builder
+        .send()
+        .await
+        .map_err(|e| crate::inert::error_chain(&e))?;
     let status = response.status();
     let status_line = format!(
         "HTTP {} {}",
@@ -233,17 +236,4 @@ async fn exchange(
         status_line,
         body,
     })
-}
-
-/// What failed, with its causes: reqwest's own message alone is "error
-/// sending request".
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
 }

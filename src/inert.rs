@@ -61,6 +61,21 @@ fn needs_escape(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
+/// What `e` says with each of its causes after it (`a: b: c`): the HTTP
+/// and SMTP clients' own messages name only the outermost step ("error
+/// sending request"). Not made inert: callers escape what they print.
+#[cfg(any(feature = "notify", feature = "http-jobs"))]
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -394,6 +394,22 @@ fn check_duration(d: Duration, text: &str, max: Duration) -> Result<Duration, St
     Ok(d)
 }
 
+/// Headers of the connection and the transfer itself, which the HTTP
+/// client writes: neither an HTTP job nor a webhook may give them.
+pub(super) const CONNECTION_HEADERS: [&str; 11] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "content-length",
+];
+
 /// `[A-Za-z0-9_.-]`, 1 to `max_len` characters.
 pub(crate) fn is_name(name: &str, max_len: usize) -> bool {
     !name.is_empty()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::checker::{Checker, DurationValue, Given, Secrets};
+use super::checker::{CONNECTION_HEADERS, Checker, DurationValue, Given, Secrets};
 use super::environment::{MAX_PEM_FILE, read_bounded};
 use super::notify_rules::http_url_problem;
 
@@ -28,22 +28,6 @@ const HTTP_JOB_HEADERS: [&str; 6] = [
     "cronlease-run-id",
     "idempotency-key",
     "user-agent",
-];
-
-/// Headers of the connection and the transfer itself, which the client
-/// writes: a job may not give them either.
-const CONNECTION_HEADERS: [&str; 11] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
 ];
 
 /// The methods a job may use.

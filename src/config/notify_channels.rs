@@ -13,7 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Secret;
-use super::checker::{Checker, Given, Secrets, is_name};
+use super::checker::{CONNECTION_HEADERS, Checker, Given, Secrets, is_name};
 use super::environment;
 use super::notify_rules::http_url_problem;
 
@@ -228,24 +228,9 @@ impl SmtpTls {
 /// The default `timeout` of every channel.
 pub const DEFAULT_CHANNEL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Headers a webhook may not set: hop-by-hop ones, those of the transfer
-/// itself, and those cronlease sets.
-const RESERVED_HEADERS: [&str; 14] = [
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "host",
-    "content-length",
-    "content-type",
-    "user-agent",
-    "idempotency-key",
-];
+/// Headers a webhook may not set besides the connection's
+/// ([`CONNECTION_HEADERS`]): those cronlease sets.
+const OWN_HEADERS: [&str; 3] = ["content-type", "user-agent", "idempotency-key"];
 
 /// The signature header, also reserved.
 pub const SIGNATURE_HEADER: &str = "Cronlease-Signature";
@@ -448,7 +433,8 @@ fn header_problem(name: &str, value: &str) -> Option<String> {
         Some(format!(
             "invalid header name {name:?}: expected letters, digits and -"
         ))
-    } else if RESERVED_HEADERS.contains(&lower.as_str())
+    } else if CONNECTION_HEADERS.contains(&lower.as_str())
+        || OWN_HEADERS.contains(&lower.as_str())
         || lower == SIGNATURE_HEADER.to_ascii_lowercase()
     {
         Some(format!(

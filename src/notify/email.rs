@@ -133,14 +133,7 @@ fn hello_name() -> ClientId {
 /// An SMTP failure, classified: a reply the server gave (4xx, 5xx), a
 /// timeout, or a connection that failed.
 fn error(e: &lettre::transport::smtp::Error, timeout: Duration) -> SendError {
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    let message = printable(&message);
+    let message = printable(&crate::inert::error_chain(e));
     if e.is_timeout() {
         SendError::Timeout(timeout)
     } else if let Some(code) = e.status() {

@@ -97,16 +97,8 @@ fn error(e: reqwest::Error, timeout: Duration) -> SendError {
     if e.is_timeout() {
         return SendError::Timeout(timeout);
     }
-    // The chain says what failed (refused, reset, DNS, TLS): reqwest's
-    // own message alone is "error sending request".
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    SendError::Connect(printable(&message))
+    // The chain says what failed (refused, reset, DNS, TLS).
+    SendError::Connect(printable(&crate::inert::error_chain(&e)))
 }
 
 /// `Idempotency-Key: <key>`; an error (permanent) when the key cannot be
