@@ -410,6 +410,37 @@ pub(super) const CONNECTION_HEADERS: [&str; 11] = [
     "content-length",
 ];
 
+/// What is wrong with a header an HTTP job or a webhook gives, if
+/// anything: a name that is not a token, one of `own` (lowercase: those
+/// cronlease sets, and `own_why` says which) or of the connection's, or a
+/// control character in its value.
+pub(super) fn header_problem(
+    name: &str,
+    value: &str,
+    own: &[&str],
+    own_why: &str,
+) -> Option<String> {
+    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    let lower = name.to_ascii_lowercase();
+    if name.is_empty() || !name.chars().all(token) {
+        Some(format!(
+            "invalid header name {name:?}: expected letters, digits and -"
+        ))
+    } else if own.contains(&lower.as_str()) {
+        Some(format!("header {name:?} is set by cronlease {own_why}"))
+    } else if CONNECTION_HEADERS.contains(&lower.as_str()) {
+        Some(format!(
+            "header {name:?} is set by the connection itself: expected another header, such as \"Authorization\""
+        ))
+    } else if value.chars().any(|c| c.is_control() && c != '\t') {
+        Some(format!(
+            "the value of header {name:?} holds a control character (a line break?)"
+        ))
+    } else {
+        None
+    }
+}
+
 /// `[A-Za-z0-9_.-]`, 1 to `max_len` characters.
 pub(crate) fn is_name(name: &str, max_len: usize) -> bool {
     !name.is_empty()

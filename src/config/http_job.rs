@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::checker::{CONNECTION_HEADERS, Checker, DurationValue, Given, Secrets};
+use super::checker::{Checker, DurationValue, Given, Secrets, header_problem};
 use super::environment::{MAX_PEM_FILE, read_bounded};
 use super::notify_rules::http_url_problem;
 
@@ -29,6 +29,9 @@ const HTTP_JOB_HEADERS: [&str; 6] = [
     "idempotency-key",
     "user-agent",
 ];
+
+/// Why a job may not give one of [`HTTP_JOB_HEADERS`].
+const HTTP_JOB_HEADERS_WHY: &str = "on every request of an HTTP job: expected another header (cronlease sends Cronlease-Job, Cronlease-Tick, Cronlease-Fence, Cronlease-Run-Id, Idempotency-Key and User-Agent)";
 
 /// The methods a job may use.
 const METHODS: [&str; 7] = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"];
@@ -114,7 +117,12 @@ pub(super) fn job_http(
     let (method, url) = method_and_url(&mut problem, &raw);
     let mut headers = Vec::new();
     for (name, value) in raw.headers {
-        match header_problem(name.get(), value.get()) {
+        match header_problem(
+            name.get(),
+            value.get(),
+            &HTTP_JOB_HEADERS,
+            HTTP_JOB_HEADERS_WHY,
+        ) {
             Some(message) => problem(name.at(), "headers", message),
             None => headers.push((name.into_inner(), value.into_inner())),
         }
@@ -257,31 +265,6 @@ fn expect(value: &toml::Value) -> Result<Vec<StatusMatch>, String> {
         _ => Err(format!(
             "invalid expect {value}: expected a status class or code from 100 to 599, or a list of them, such as \"2xx\" or [\"2xx\", 304]"
         )),
-    }
-}
-
-/// What is wrong with a header of `headers`, if anything.
-fn header_problem(name: &str, value: &str) -> Option<String> {
-    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    let lower = name.to_ascii_lowercase();
-    if name.is_empty() || !name.chars().all(token) {
-        Some(format!(
-            "invalid header name {name:?}: expected letters, digits and -"
-        ))
-    } else if HTTP_JOB_HEADERS.contains(&lower.as_str()) {
-        Some(format!(
-            "header {name:?} is set by cronlease on every request of an HTTP job: expected another header (cronlease sends Cronlease-Job, Cronlease-Tick, Cronlease-Fence, Cronlease-Run-Id, Idempotency-Key and User-Agent)"
-        ))
-    } else if CONNECTION_HEADERS.contains(&lower.as_str()) {
-        Some(format!(
-            "header {name:?} is set by the connection itself: expected another header, such as \"Authorization\""
-        ))
-    } else if value.chars().any(|c| c.is_control() && c != '\t') {
-        Some(format!(
-            "the value of header {name:?} holds a control character (a line break?)"
-        ))
-    } else {
-        None
     }
 }
 

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use super::Secret;
-use super::checker::{CONNECTION_HEADERS, Checker, Given, Secrets, is_name};
+use super::checker::{Checker, Given, Secrets, header_problem, is_name};
 use super::environment;
 use super::notify_rules::http_url_problem;
 
@@ -228,9 +228,14 @@ impl SmtpTls {
 /// The default `timeout` of every channel.
 pub const DEFAULT_CHANNEL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Headers a webhook may not set besides the connection's
-/// ([`CONNECTION_HEADERS`]): those cronlease sets.
-const OWN_HEADERS: [&str; 3] = ["content-type", "user-agent", "idempotency-key"];
+/// Headers a webhook may not set besides the connection's: those
+/// cronlease sets (lowercase).
+const OWN_HEADERS: [&str; 4] = [
+    "content-type",
+    "user-agent",
+    "idempotency-key",
+    "cronlease-signature",
+];
 
 /// The signature header, also reserved.
 pub const SIGNATURE_HEADER: &str = "Cronlease-Signature";
@@ -404,7 +409,12 @@ fn webhook(
     let url = url(checker, section, raw.url.as_ref());
     let mut headers = Vec::new();
     for (name, value) in raw.headers.map(Spanned::into_inner).unwrap_or_default() {
-        match header_problem(name.get(), value.get()) {
+        match header_problem(
+            name.get(),
+            value.get(),
+            &OWN_HEADERS,
+            "on every notification: expected another header, such as \"Authorization\"",
+        ) {
             Some(problem) => checker.problem(name.at(), Some(section), Some("headers"), problem),
             None => headers.push((name.into_inner(), value.into_inner())),
         }
@@ -423,30 +433,6 @@ fn webhook(
         secret: secret.ok()?,
         secret_env,
     })
-}
-
-/// What is wrong with a header of `headers`, if anything.
-fn header_problem(name: &str, value: &str) -> Option<String> {
-    let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
-    let lower = name.to_ascii_lowercase();
-    if name.is_empty() || !name.chars().all(token) {
-        Some(format!(
-            "invalid header name {name:?}: expected letters, digits and -"
-        ))
-    } else if CONNECTION_HEADERS.contains(&lower.as_str())
-        || OWN_HEADERS.contains(&lower.as_str())
-        || lower == SIGNATURE_HEADER.to_ascii_lowercase()
-    {
-        Some(format!(
-            "header {name:?} is set by cronlease or by the connection itself: expected another header, such as \"Authorization\""
-        ))
-    } else if value.chars().any(|c| c.is_control() && c != '\t') {
-        Some(format!(
-            "the value of header {name:?} holds a control character (a line break?)"
-        ))
-    } else {
-        None
-    }
 }
 
 /// A secret from `env` (a variable) or `file`, at most one of them; read

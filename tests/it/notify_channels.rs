@@ -899,3 +899,24 @@ fn repeat_every_zero_tells_every_failure_and_is_accepted_everywhere() {
         scheduler.shutdown().await.expect("a clean shutdown");
     });
 }
+
+#[test]
+fn a_webhook_may_set_neither_the_signature_nor_a_connection_header() {
+    for header in [
+        "Cronlease-Signature",
+        "cronlease-signature",
+        "Transfer-Encoding",
+    ] {
+        let text = format!(
+            "{REDIS_SECTION}[notify.ops]\nkind = \"webhook\"\nurl = \"https://hooks.example.com/x\"\n\
+             headers = {{ \"{header}\" = \"x\" }}\n{JOB}"
+        );
+        let error = Config::parse(&text, Path::new("/etc/cronlease/jobs.toml"))
+            .expect_err("a reserved header is refused")
+            .to_string();
+        assert!(
+            error.contains("field `headers`") && error.contains("is set by"),
+            "{header}: {error}"
+        );
+    }
+}
