@@ -14,7 +14,7 @@ use crate::outcome::Outcome;
 use crate::spool::Spool;
 use crate::spool::SpoolError;
 use crate::store::Attempt;
-use crate::store::{FinishReply, Recorded};
+use crate::store::{FinishReply, Recorded, StoreError};
 use crate::telemetry;
 use std::time::Duration;
 use tokio::time::sleep;
@@ -157,28 +157,11 @@ async fn deliver_held(side: &RunSide<'_>) {
     let mut redis_away = false;
     for outcome in held {
         if !redis_away {
-            match side
-                .store
-                .finish(
-                    &outcome,
-                    side.config.daemon.history,
-                    None,
-                    Attempt::Again,
-                    &side.notices_of(&outcome.job),
-                )
-                .await
-            {
-                Ok(reply) => {
-                    side.redis.answered();
-                    info!(job = %outcome.job, run_id = %outcome.run_id, "outcome held in memory delivered");
-                    log_finish(&outcome, &reply);
-                    continue;
-                }
-                Err(e) => {
-                    side.redis.failed(&e);
-                    redis_away = true;
-                }
+            if finish_again(side, &outcome).await.is_ok() {
+                info!(job = %outcome.job, run_id = %outcome.run_id, "outcome held in memory delivered");
+                continue;
             }
+            redis_away = true;
         }
         match save(side, &outcome).await {
             Ok(path) => {
@@ -236,29 +219,35 @@ pub(super) async fn deliver_spooled(side: &RunSide<'_>) {
                 continue;
             }
         };
-        match side
-            .store
-            .finish(
-                &outcome,
-                side.config.daemon.history,
-                None,
-                Attempt::Again,
-                &side.notices_of(&outcome.job),
-            )
-            .await
-        {
-            Ok(reply) => {
-                side.redis.answered();
-                info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");
-                log_finish(&outcome, &reply);
-                if let Err(e) = side.runs.spool.remove(&path) {
-                    error!(error = %e, "cannot remove a delivered outcome from the spool");
-                }
-            }
-            Err(e) => {
-                side.redis.failed(&e);
-                return;
-            }
+        if finish_again(side, &outcome).await.is_err() {
+            return;
+        }
+        info!(job = %outcome.job, run_id = %outcome.run_id, "spooled outcome delivered");
+        if let Err(e) = side.runs.spool.remove(&path) {
+            error!(error = %e, "cannot remove a delivered outcome from the spool");
+        }
+    }
+}
+
+/// Sends an outcome that was sent before (held in memory, or spooled) to
+/// the finish script again, with its job's notification rules, and notes
+/// whether Redis answered; logs how it was recorded.
+async fn finish_again(side: &RunSide<'_>, outcome: &Outcome) -> Result<(), StoreError> {
+    let notices = side.notices_of(&outcome.job);
+    let history = side.config.daemon.history;
+    match side
+        .store
+        .finish(outcome, history, None, Attempt::Again, &notices)
+        .await
+    {
+        Ok(reply) => {
+            side.redis.answered();
+            log_finish(outcome, &reply);
+            Ok(())
+        }
+        Err(e) => {
+            side.redis.failed(&e);
+            Err(e)
         }
     }
 }

@@ -4,7 +4,7 @@
 //! replicas to sweep, and replicas silent long enough to forget.
 
 use super::ctx::Ctx;
-use super::notices::replica_notices;
+use super::notices::{event_streams, replica_notices};
 use super::runs::{start_reruns, sweep};
 use super::table::JobTable;
 use crate::clock::local_now_us;
@@ -178,15 +178,8 @@ async fn forget_event_consumer(ctx: &Ctx, replica: &str) {
     if ctx.store.is_quorum() {
         return;
     }
-    let keys = ctx.store.keys();
     let table = ctx.jobs.borrow().clone();
-    let mut streams: Vec<String> = table
-        .values()
-        .filter(|job| !job.notify.channels.is_empty())
-        .map(|job| keys.events(&job.name))
-        .collect();
-    streams.push(keys.replica_events());
-    for stream in streams {
+    for stream in event_streams(ctx.store.keys(), &table, &ctx.config).into_keys() {
         if let Err(e) = ctx.store.drop_event_consumer(&stream, replica).await {
             debug!(%replica, %stream, error = %e, "cannot remove a forgotten replica's notification consumer");
         }

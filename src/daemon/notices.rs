@@ -1,8 +1,61 @@
 //! A job's notification rules as the scripts take them ([`Notices`]), and
 //! the replicas' own (`replica_dead`).
 
+use std::collections::BTreeMap;
+
 use crate::config::{Config, EventKind, Job};
 use crate::store::{Keys, NoticeRules, Notices};
+
+use super::table::JobTable;
+
+/// Whose events an events stream holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Subject {
+    Job(String),
+    Replicas,
+}
+
+impl Subject {
+    pub(super) fn as_str(&self) -> &str {
+        match self {
+            Subject::Job(job) => job,
+            Subject::Replicas => "replicas",
+        }
+    }
+}
+
+/// Every events stream of `table` and `config`, by key: each job's with
+/// channels, and the replicas' when `replica_dead` is told.
+pub(super) fn event_streams(
+    keys: &Keys,
+    table: &JobTable,
+    config: &Config,
+) -> BTreeMap<String, Subject> {
+    let mut streams: BTreeMap<String, Subject> = table
+        .values()
+        .filter(|job| !job.notify.channels.is_empty())
+        .map(|job| (keys.events(&job.name), Subject::Job(job.name.clone())))
+        .collect();
+    if !replica_notices(keys, config).is_none() {
+        streams.insert(keys.replica_events(), Subject::Replicas);
+    }
+    streams
+}
+
+/// The subject of `stream`, a key a wake-up named, when it is one of
+/// `table`'s and `config`'s (anyone may publish on the channel).
+pub(super) fn subject_of(
+    keys: &Keys,
+    table: &JobTable,
+    config: &Config,
+    stream: &str,
+) -> Option<Subject> {
+    if stream == keys.replica_events() {
+        return (!replica_notices(keys, config).is_none()).then_some(Subject::Replicas);
+    }
+    let job = table.get(keys.job_of_events(stream)?)?;
+    (!job.notify.channels.is_empty()).then(|| Subject::Job(job.name.clone()))
+}
 
 /// `job`'s rules for the scripts that record its outcomes and claims; none
 /// (no allocation) for a job without channels.

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::ctx::Ctx;
-use super::notices::{job_notices, replica_notices};
+use super::notices::{Subject, event_streams, job_notices, subject_of};
 use super::time::pause;
 use crate::config::EventKind;
 use crate::config::Job;
@@ -47,22 +47,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// How often a dead man's switch is looked at, at most.
 const OVERDUE_EVERY: Duration = Duration::from_secs(10);
-
-/// An events stream the notifier delivers from, and whose events it is.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Subject {
-    Job(String),
-    Replicas,
-}
-
-impl Subject {
-    fn as_str(&self) -> &str {
-        match self {
-            Subject::Job(job) => job,
-            Subject::Replicas => "replicas",
-        }
-    }
-}
 
 /// Delivers notification events until `cancel`; then one last pass over
 /// what was written meanwhile, within [`SWEEP_EVERY`].
@@ -156,26 +140,16 @@ impl Notifier {
         }
     }
 
-    /// Every stream this replica delivers from: its jobs' with rules, and
-    /// the replicas' when it tells of dead replicas.
+    /// Every stream this replica delivers from.
     fn streams(&self) -> BTreeMap<String, Subject> {
-        let keys = self.ctx.store.keys();
         let table = self.ctx.jobs.borrow().clone();
-        let mut streams: BTreeMap<String, Subject> = table
-            .values()
-            .filter(|job| !job.notify.channels.is_empty())
-            .map(|job| (keys.events(&job.name), Subject::Job(job.name.clone())))
-            .collect();
-        if !replica_notices(keys, &self.ctx.config).is_none() {
-            streams.insert(keys.replica_events(), Subject::Replicas);
-        }
-        streams
+        event_streams(self.ctx.store.keys(), &table, &self.ctx.config)
     }
 
-    /// The subject of `stream`, a key a wake-up named: only one of the
-    /// streams this replica knows (anyone may publish on the channel).
+    /// The subject of `stream`, a key a wake-up named.
     fn subject_of(&self, stream: &str) -> Option<Subject> {
-        self.streams().remove(stream)
+        let table = self.ctx.jobs.borrow().clone();
+        subject_of(self.ctx.store.keys(), &table, &self.ctx.config, stream)
     }
 
     async fn sweep(&self, visit: Visit) {

@@ -594,6 +594,15 @@ mod tests {
     }
 
     #[test]
+    fn an_events_key_names_its_job_and_no_other_key_does() {
+        let keys = Keys::new("cl");
+        assert_eq!(keys.job_of_events(&keys.events("draw")), Some("draw"));
+        assert_eq!(keys.job_of_events(&keys.runs("draw")), None);
+        assert_eq!(keys.job_of_events(&keys.replica_events()), None);
+        assert_eq!(keys.job_of_events("other:{draw}:events"), None);
+    }
+
+    #[test]
     fn rules_are_one_argument_and_none_without_channels_or_events() {
         let keys = Keys::new("cl");
         let ops = vec!["ops".to_string(), "mail".to_string()];

@@ -123,6 +123,15 @@ impl Keys {
         self.job_key(job, "events")
     }
 
+    /// The job whose [`Keys::events`] `key` is, if it is one (a job's name
+    /// has no `:`; the replicas' stream and locks' keys do).
+    pub fn job_of_events<'k>(&self, key: &'k str) -> Option<&'k str> {
+        key.strip_prefix(self.prefix.as_str())?
+            .strip_prefix(":{")?
+            .strip_suffix("}:events")
+            .filter(|job| !job.contains([':', '{', '}']))
+    }
+
     /// Sorted set: the name of every lock acquired lately → when (Redis
     /// ms) a process last registered it; how the dashboard finds locks
     /// without a keyspace scan.
