@@ -92,6 +92,9 @@ pub enum Trigger {
     /// An operator asked for it (`cronlease trigger`); not a tick of the
     /// schedule.
     Manual,
+    /// An upstream's outcome started it (`after`); its tick is when that
+    /// outcome was recorded.
+    Chain,
 }
 
 impl Trigger {
@@ -102,6 +105,7 @@ impl Trigger {
             Trigger::Misfire,
             Trigger::Rerun,
             Trigger::Manual,
+            Trigger::Chain,
         ]
         .into_iter()
         .find(|t| t.as_str() == text)
@@ -113,6 +117,7 @@ impl Trigger {
             Trigger::Misfire => "misfire",
             Trigger::Rerun => "rerun",
             Trigger::Manual => "manual",
+            Trigger::Chain => "chain",
         }
     }
 }
@@ -159,6 +164,11 @@ pub struct Outcome {
     /// Processes of the run the kernel's OOM killer killed (`memory_max`).
     #[serde(default)]
     pub oom_kills: Option<u64>,
+    /// A follower's run: the upstream runs it follows. Shared with the
+    /// run's context; none for every other run, and in spool files
+    /// written before chains existed.
+    #[serde(default)]
+    pub upstream: Option<std::sync::Arc<Upstream>>,
 }
 
 impl Outcome {
@@ -204,6 +214,216 @@ impl Outcome {
         }
         field("output", &self.output);
         field("trigger", &self.trigger.as_str());
+        if let Some(upstream) = &self.upstream {
+            upstream.each_stream_field(&mut field);
+        }
+    }
+}
+
+/// What started a follower's run (a job with `after`): the run or runs of
+/// its upstreams whose outcomes it follows, and the tick that began the
+/// chain ([`Run::upstream`](crate::Run::upstream)).
+///
+/// ```
+/// use cronlease::{JobBuilder, Run};
+///
+/// let job = JobBuilder::after("publish", ["draw"]).run(|run: Run| async move {
+///     if let Some(upstream) = run.upstream() {
+///         for up in upstream.runs() {
+///             println!("{} run {} ended {}", up.job(), up.run_id(), up.status());
+///         }
+///         println!("the chain began at {}", upstream.root_tick());
+///     }
+///     Ok::<(), std::io::Error>(())
+/// });
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upstream {
+    root_tick_ms: i64,
+    runs: Vec<UpstreamRun>,
+}
+
+/// One upstream run a follower's run follows ([`Upstream::runs`]).
+///
+/// ```
+/// use cronlease::Run;
+///
+/// fn caused_by(run: &Run) -> Vec<String> {
+///     run.upstream()
+///         .map(|u| u.runs().iter().map(|r| format!("{}/{}", r.job(), r.run_id())).collect())
+///         .unwrap_or_default()
+/// }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UpstreamRun {
+    job: String,
+    run_id: String,
+    status: Status,
+}
+
+impl Upstream {
+    /// The tick of the run that began the chain: the scheduled (or
+    /// triggered) run at its head, however many jobs lie between.
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn day_of(run: &Run) -> Option<jiff::civil::Date> {
+    ///     let root = run.upstream()?.root_tick();
+    ///     Some(root.to_zoned(jiff::tz::TimeZone::UTC).date())
+    /// }
+    /// ```
+    pub fn root_tick(&self) -> jiff::Timestamp {
+        jiff::Timestamp::from_millisecond(self.root_tick_ms).unwrap_or_default()
+    }
+
+    /// The root tick, ms since the epoch.
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn root_ms(run: &Run) -> Option<i64> {
+    ///     Some(run.upstream()?.root_tick_ms())
+    /// }
+    /// ```
+    pub fn root_tick_ms(&self) -> i64 {
+        self.root_tick_ms
+    }
+
+    /// The upstream runs: one, or with `after_all` one per upstream in the
+    /// order of the job's `after`.
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn all_ok(run: &Run) -> bool {
+    ///     run.upstream().is_some_and(|u| u.runs().iter().all(|r| r.status() == "ok"))
+    /// }
+    /// ```
+    pub fn runs(&self) -> &[UpstreamRun] {
+        &self.runs
+    }
+
+    /// From the outcome fields a script answered (`root_tick`,
+    /// `upstream_job`, `upstream_run_id`, `upstream_status`, the last three
+    /// comma-separated lists of the same length); None when they do not
+    /// read so.
+    pub(crate) fn from_fields<'a>(
+        fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Option<Upstream> {
+        let (mut root, mut jobs, mut run_ids, mut statuses) = (None, None, None, None);
+        for (name, value) in fields {
+            match name {
+                "root_tick" => root = value.parse::<i64>().ok(),
+                "upstream_job" => jobs = Some(value),
+                "upstream_run_id" => run_ids = Some(value),
+                "upstream_status" => statuses = Some(value),
+                _ => {}
+            }
+        }
+        let (jobs, run_ids, statuses) = (
+            jobs?.split(',').collect::<Vec<_>>(),
+            run_ids?.split(',').collect::<Vec<_>>(),
+            statuses?.split(',').collect::<Vec<_>>(),
+        );
+        if jobs.len() != run_ids.len() || jobs.len() != statuses.len() {
+            return None;
+        }
+        let runs = jobs
+            .iter()
+            .zip(&run_ids)
+            .zip(&statuses)
+            .map(|((job, run_id), status)| {
+                let valid = crate::config::is_name(job, 128) && crate::store::is_run_id(run_id);
+                valid.then_some(())?;
+                Some(UpstreamRun {
+                    job: job.to_string(),
+                    run_id: run_id.to_string(),
+                    status: Status::parse(status)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Upstream {
+            root_tick_ms: root?,
+            runs,
+        })
+    }
+
+    /// The outcome fields, as [`Upstream::from_fields`] reads them.
+    fn each_stream_field(&self, field: &mut impl FnMut(&'static str, &dyn std::fmt::Display)) {
+        let list = |part: fn(&UpstreamRun) -> &str| {
+            self.runs.iter().map(part).collect::<Vec<_>>().join(",")
+        };
+        field("root_tick", &self.root_tick_ms);
+        field("upstream_job", &list(|r| &r.job));
+        field("upstream_run_id", &list(|r| &r.run_id));
+        field("upstream_status", &list(|r| r.status.as_str()));
+    }
+
+    /// The run's `CRONLEASE_UPSTREAM_*` and `CRONLEASE_ROOT_TICK*`
+    /// variables (lists comma-separated, as in the outcome).
+    pub(crate) fn env(&self) -> Vec<(String, String)> {
+        let list = |part: fn(&UpstreamRun) -> &str| {
+            self.runs.iter().map(part).collect::<Vec<_>>().join(",")
+        };
+        let root = chrono::DateTime::from_timestamp_millis(self.root_tick_ms)
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .unwrap_or_default();
+        vec![
+            ("CRONLEASE_UPSTREAM_JOB".to_string(), list(|r| &r.job)),
+            ("CRONLEASE_UPSTREAM_RUN_ID".to_string(), list(|r| &r.run_id)),
+            (
+                "CRONLEASE_UPSTREAM_STATUS".to_string(),
+                list(|r| r.status.as_str()),
+            ),
+            ("CRONLEASE_ROOT_TICK".to_string(), root),
+            (
+                "CRONLEASE_ROOT_TICK_MS".to_string(),
+                self.root_tick_ms.to_string(),
+            ),
+        ]
+    }
+}
+
+impl UpstreamRun {
+    /// The upstream job's name.
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn first_upstream(run: &Run) -> Option<&str> {
+    ///     Some(run.upstream()?.runs().first()?.job())
+    /// }
+    /// ```
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The upstream run's id (its outcome in `cronlease history`).
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn caused_by(run: &Run) -> Option<&str> {
+    ///     Some(run.upstream()?.runs().first()?.run_id())
+    /// }
+    /// ```
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// How the upstream run ended: `ok`, `failed`, `timeout`,
+    /// `lost_lease`, `interrupted` or `abandoned`.
+    ///
+    /// ```
+    /// use cronlease::Run;
+    ///
+    /// fn upstream_failed(run: &Run) -> bool {
+    ///     run.upstream().is_some_and(|u| u.runs().iter().any(|r| r.status() != "ok"))
+    /// }
+    /// ```
+    pub fn status(&self) -> &str {
+        self.status.as_str()
     }
 }
 
@@ -313,6 +533,7 @@ mod tests {
             cpu_ms: None,
             peak_memory_kb: None,
             oom_kills: None,
+            upstream: None,
         };
         let names: Vec<&str> = outcome.stream_fields().iter().map(|(n, _)| *n).collect();
         assert_eq!(

@@ -120,6 +120,8 @@ pub struct RunContext {
     /// shutdown (`kill_grace`): a process then gets SIGKILL, a handler is
     /// dropped.
     pub grace: Duration,
+    /// A follower's run: the upstream runs it follows.
+    pub upstream: Option<std::sync::Arc<crate::outcome::Upstream>>,
 }
 
 impl RunContext {

@@ -6,7 +6,7 @@ use std::io::Write;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::CheckArgs;
-use crate::config::{Config, EventKind};
+use crate::config::{Config, EventKind, Join};
 use crate::exit::Exit;
 use crate::schedule::Timing;
 
@@ -45,29 +45,45 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
         .jobs
         .values()
         .map(|job| {
-            let next: Vec<String> = job
-                .schedule
-                .upcoming(from, count)
-                .into_iter()
-                .map(rfc3339_utc)
-                .collect();
-            let dst = job.schedule.dst();
-            serde_json::json!({
+            let mut entry = serde_json::json!({
                 "name": job.name,
-                "schedule": job.schedule.expression(),
-                "resolved": job.schedule.resolved(),
-                "timezone": job.schedule.timezone().name(),
-                "timing": job.schedule.timing().as_str(),
-                "dst_gap": dst.gap.as_str(),
-                "dst_repeat": dst.repeat.as_str(),
-                "next": next,
-                // No tick after `from` (count is at least 1): the schedule ended.
-                "ended": next.is_empty(),
+                "after": job.after.as_ref().map(|after| serde_json::json!({
+                    "jobs": after.upstreams,
+                    "on": after.on.as_str(),
+                    "all": after.join == Join::All,
+                })),
+                "followers": job.followers.iter().map(|f| serde_json::json!({
+                    "job": f.job,
+                    "on": f.on.as_str(),
+                })).collect::<Vec<_>>(),
                 "notify": {
                     "channels": job.notify.channels,
                     "on": job.notify.on.iter().map(EventKind::as_str).collect::<Vec<_>>(),
                 },
-            })
+            });
+            if let Some(schedule) = &job.schedule {
+                let next: Vec<String> = schedule
+                    .upcoming(from, count)
+                    .into_iter()
+                    .map(rfc3339_utc)
+                    .collect();
+                let dst = schedule.dst();
+                let fields = serde_json::json!({
+                    "schedule": schedule.expression(),
+                    "resolved": schedule.resolved(),
+                    "timezone": schedule.timezone().name(),
+                    "timing": schedule.timing().as_str(),
+                    "dst_gap": dst.gap.as_str(),
+                    "dst_repeat": dst.repeat.as_str(),
+                    // No tick after `from` (count is at least 1): the schedule ended.
+                    "ended": next.is_empty(),
+                    "next": next,
+                });
+                if let (Some(entry), serde_json::Value::Object(fields)) = (entry.as_object_mut(), fields) {
+                    entry.extend(fields);
+                }
+            }
+            entry
         })
         .collect();
     let warnings = config.warnings(from);
@@ -106,22 +122,48 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     }
     channels_text(&mut out, config);
     for job in config.jobs.values() {
-        let schedule = &job.schedule;
-        let zone = schedule.timezone();
-        let _ = write!(out, "\n{}  {:?}", job.name, schedule.expression());
-        if schedule.resolved() != schedule.expression() {
-            let _ = write!(out, " = {:?}", schedule.resolved());
+        let _ = write!(out, "\n{}", job.name);
+        match &job.schedule {
+            Some(schedule) => {
+                let _ = write!(out, "  {:?}", schedule.expression());
+                if schedule.resolved() != schedule.expression() {
+                    let _ = write!(out, " = {:?}", schedule.resolved());
+                }
+                let dst = schedule.dst();
+                let timing = match schedule.timing() {
+                    Timing::WallClock => "wall clock".to_string(),
+                    Timing::FixedTime => format!(
+                        "fixed time, dst_gap {}, dst_repeat {}",
+                        dst.gap.as_str(),
+                        dst.repeat.as_str()
+                    ),
+                };
+                let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
+            }
+            None => {
+                let _ = writeln!(out, "  (no schedule)");
+            }
         }
-        let dst = schedule.dst();
-        let timing = match schedule.timing() {
-            Timing::WallClock => "wall clock".to_string(),
-            Timing::FixedTime => format!(
-                "fixed time, dst_gap {}, dst_repeat {}",
-                dst.gap.as_str(),
-                dst.repeat.as_str()
-            ),
-        };
-        let _ = writeln!(out, "  ({}; {timing})", zone.name());
+        if let Some(after) = &job.after {
+            let join = match after.join {
+                Join::All => ", once all have one for the same root tick",
+                Join::Each => "",
+            };
+            let _ = writeln!(
+                out,
+                "  after {} (each {} outcome{join})",
+                after.upstreams.join(", "),
+                after.on.as_str()
+            );
+        }
+        if !job.followers.is_empty() {
+            let followers: Vec<String> = job
+                .followers
+                .iter()
+                .map(|f| format!("{} (on {})", f.job, f.on.as_str()))
+                .collect();
+            let _ = writeln!(out, "  then {}", followers.join(", "));
+        }
         let rules = &job.notify;
         if !rules.channels.is_empty() {
             let on: Vec<&str> = rules.on.iter().map(EventKind::as_str).collect();
@@ -132,6 +174,9 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 on.join(", ")
             );
         }
+        let Some(schedule) = &job.schedule else {
+            continue;
+        };
         let ticks = schedule.upcoming(from, count);
         if ticks.is_empty() {
             let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
@@ -140,7 +185,7 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
             let _ = writeln!(
                 out,
                 "  {}  =  {}",
-                zone.format_local(tick),
+                schedule.timezone().format_local(tick),
                 rfc3339_utc(tick)
             );
         }

@@ -10,6 +10,7 @@ use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, Error as TomlError};
 
+use super::chain::check_chains;
 use super::checker::{Checker, Secrets};
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
@@ -324,9 +325,14 @@ fn validate_jobs(
     context: &JobContext,
 ) -> Result<BTreeMap<String, Job>, ParseWhole> {
     let mut validated = BTreeMap::new();
+    // Where each job's `after` is, for the problems of the table's chains.
+    let mut after_at = BTreeMap::new();
     let mut each = |checker: &mut Checker<'_>, table: DeTable<'_>| {
         for (name, raw) in table {
-            if let Some((name, job)) = validate_entry(checker, name, &raw, context) {
+            if let Some((name, job, at)) = validate_entry(checker, name, &raw, context) {
+                if let Some(at) = at {
+                    after_at.insert(name.clone(), at);
+                }
                 validated.insert(name, job);
             }
         }
@@ -359,19 +365,21 @@ fn validate_jobs(
             }
         }
     }
+    check_chains(checker, &mut validated, &after_at);
     Ok(validated)
 }
 
 /// One `[jobs.<name>]`: its table read into a [`JobSpec`], then its name
-/// and definition validated.
+/// and definition validated; with where its `after` is, if it has one.
 fn validate_entry(
     checker: &mut Checker<'_>,
     name: Spanned<Cow<'_, str>>,
     raw: &Spanned<DeValue<'_>>,
     context: &JobContext,
-) -> Option<(String, Job)> {
+) -> Option<(String, Job, Option<Range<usize>>)> {
     let (name_span, name) = (name.span(), name.into_inner().into_owned());
     let spec = checker.deserialize_table::<JobSpec>(&format!("jobs.{name}"), raw);
+    let after_at = spec.as_ref().and_then(|s| s.after.as_ref()?.at());
     let job = validate_named_job(checker, &name, Some(name_span), spec, context)?;
-    Some((name, job))
+    Some((name, job, after_at))
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::chain::{AfterOn, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::http_job::{RawHttp, job_http};
@@ -71,6 +72,9 @@ pub(crate) struct JobSpec {
     pub(crate) late_after: Option<Given<DurationValue>>,
     pub(crate) expect_success_within: Option<Given<DurationValue>>,
     pub(crate) repeat_every: Option<Given<DurationValue>>,
+    pub(crate) after: Option<Given<Vec<Given<String>>>>,
+    pub(crate) after_on: Option<Given<AfterOn>>,
+    pub(crate) after_all: Option<Given<bool>>,
 }
 
 /// What every job of a table is validated against besides its own
@@ -191,6 +195,14 @@ pub(super) fn validate_named_job(
             "notifications are not available with `[redis] quorum` (each master would hold its own copy of every event): expected no notify channels".into(),
         );
     }
+    if context.quorum && job.after.is_some() {
+        checker.problem(
+            None,
+            Some(&section),
+            Some("after"),
+            "chains are not available with `[redis] quorum` (a follower's run would need its own quorum claim): expected no `after`".into(),
+        );
+    }
     Some(job)
 }
 
@@ -252,7 +264,17 @@ fn validate_job(
     context: &JobContext,
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
-    let schedule = job_schedule(checker, section, name, &raw);
+    let after = job_after(
+        checker,
+        section,
+        name,
+        RawAfter {
+            after: raw.after.as_ref(),
+            after_on: raw.after_on.as_ref(),
+            after_all: raw.after_all.as_ref(),
+        },
+    );
+    let schedule = job_schedule(checker, section, name, &raw, after.is_some());
     let command = job_work(checker, section, &mut raw, context);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
@@ -301,6 +323,8 @@ fn validate_job(
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
+        after,
+        followers: Vec::new(),
         command: command?,
         workdir,
         env,
@@ -321,13 +345,15 @@ fn validate_job(
 }
 
 /// `timezone` (UTC when unset) and `schedule` read in it, with the job's
-/// DST policy; the schedule is not checked when the zone is invalid.
+/// DST policy; the schedule is not checked when the zone is invalid. A job
+/// that follows others (`after`) may have none: `Some(None)`.
 fn job_schedule(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
     raw: &JobSpec,
-) -> Option<Schedule> {
+    follows: bool,
+) -> Option<Option<Schedule>> {
     let timezone = match &raw.timezone {
         None => Some(Zone::utc()),
         Some(tz) => match Zone::parse(tz.get()) {
@@ -339,12 +365,13 @@ fn job_schedule(
         },
     };
     match (&raw.schedule, timezone) {
+        (None, _) if follows => Some(None),
         (None, _) => {
-            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\"".into());
+            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\", or `after = [\"job\"]` to run after other jobs".into());
             None
         }
         (Some(expr), Some(tz)) => match checker.schedule(expr.get(), tz, name, dst_policy(raw)) {
-            Ok(schedule) => check_dst_policy(checker, section, raw, schedule),
+            Ok(schedule) => check_dst_policy(checker, section, raw, schedule).map(Some),
             Err(e) => {
                 checker.problem(expr.at(), Some(section), Some("schedule"), e.to_string());
                 None

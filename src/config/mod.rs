@@ -38,6 +38,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+mod chain;
+pub use chain::{After, AfterOn, Follower, Join};
+pub(crate) use chain::link_chains;
 mod checker;
 mod daemon_section;
 mod document;
@@ -437,7 +440,12 @@ pub enum LogFormat {
 pub struct Job {
     /// Also a Redis key part: `[A-Za-z0-9_.-]`, 1 to 128 characters.
     pub name: String,
-    pub schedule: Schedule,
+    /// None for a job that only follows others (`after`).
+    pub schedule: Option<Schedule>,
+    /// The jobs whose outcomes start this one's runs.
+    pub after: Option<After>,
+    /// The jobs this one's outcomes start (from the others' `after`).
+    pub followers: Vec<Follower>,
     pub command: Command,
     /// Absolute; relative paths in the file are resolved against the file's
     /// directory.
@@ -513,6 +521,12 @@ pub enum Leftovers {
 }
 
 impl Job {
+    /// The first tick of the job's schedule strictly after `after`; None
+    /// when it has no more, or no schedule (it only follows other jobs).
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.schedule.as_ref()?.next_after(after)
+    }
+
     /// A hash of the whole definition (FNV-1a of its debug form, so the same
     /// binary on every host computes the same value). Replicas publish it in
     /// their heartbeat; `cronlease status` names those that differ (drift).
@@ -520,6 +534,17 @@ impl Job {
         // A setting added after the first release counts only when set, so
         // replicas of two releases agree on the jobs that do not use it.
         let mut text = format!("{self:?}");
+        // The schedule as it was hashed before a job could go without one.
+        if let Some(schedule) = &self.schedule {
+            text = text.replacen(
+                &format!("schedule: Some({schedule:?})"),
+                &format!("schedule: {schedule:?}"),
+                1,
+            );
+        }
+        if self.after.is_none() && self.followers.is_empty() {
+            text = text.replacen(", after: None, followers: []", "", 1);
+        }
         if self.leftovers == Leftovers::default() {
             text = text.replace(", leftovers: Kill", "");
         }
@@ -756,17 +781,18 @@ impl Config {
 
 /// Why `job` will not run again, if it will not.
 pub fn job_warning(job: &Job, now: DateTime<Utc>) -> Option<String> {
-    if job.schedule.next_after(now).is_some() {
+    let schedule = job.schedule.as_ref()?;
+    if schedule.next_after(now).is_some() {
         return None;
     }
-    let years = match job.schedule.last_year() {
+    let years = match schedule.last_year() {
         Some(year) => format!(" (its year field ends at {year})"),
         None => String::new(),
     };
     Some(format!(
         "schedule {:?} has no fire time after {}{years}: the job will not run again; \
          remove it or change its years",
-        job.schedule.expression(),
+        schedule.expression(),
         now.format("%Y-%m-%d %H:%M:%S UTC"),
     ))
 }

@@ -115,7 +115,7 @@ pub(super) async fn claim(
     let run_id = Uuid::new_v4().to_string();
     let deadline_ms = match trigger {
         Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire | Trigger::Rerun | Trigger::Manual => {
+        Trigger::Misfire | Trigger::Rerun | Trigger::Manual | Trigger::Chain => {
             tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
         }
     };
@@ -274,6 +274,7 @@ fn answer(
                 trigger,
                 valid_from: sent,
                 not_before: not_before(started_ms, redis_now_us),
+                upstream: None,
             };
             let facts = WonFacts {
                 acked,
@@ -458,7 +459,7 @@ pub(super) async fn record_missed(side: &ClaimSide<'_>, job: &Job, previous: i64
     }
     let mut missed = Vec::new();
     let mut cursor = to_datetime(previous);
-    while let Some(next) = job.schedule.next_after(cursor) {
+    while let Some(next) = job.next_after(cursor) {
         let next_ms = next.timestamp_millis();
         if next_ms >= tick_ms || missed.len() >= MAX_MISSED_RECORDED {
             break;

@@ -71,6 +71,7 @@ mod claim;
 mod courier;
 mod ctx;
 mod error;
+mod follow;
 mod heartbeat;
 mod latency;
 mod meters;
@@ -120,9 +121,9 @@ pub struct World {
 
 /// The replica's background tasks but the watchdog: heartbeat, spool
 /// courier, marks keeper, claims listener and (but with `quorum`, which
-/// has no one stream all replicas read) the trigger consumer, owned by
-/// `background` and stopped by `service` (`claiming` for the consumer,
-/// which starts runs).
+/// has no one stream all replicas read) the trigger consumer and the
+/// chains' follower, owned by `background` and stopped by `service`
+/// (`claiming` for the consumer and the follower, which start runs).
 fn start_background(
     ctx: &Arc<Ctx>,
     background: &TaskTracker,
@@ -135,6 +136,7 @@ fn start_background(
     background.spawn(claims_listener(ctx.clone(), service.clone()));
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
+        background.spawn(follow::follower(ctx.clone(), claiming.clone()));
     }
 }
 

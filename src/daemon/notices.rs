@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::{Config, EventKind, Job};
-use crate::store::{Keys, NoticeRules, Notices};
+use crate::store::{Followers, Keys, NoticeRules, Notices};
 
 use super::table::JobTable;
 
@@ -57,9 +57,20 @@ pub(super) fn subject_of(
     (!job.notify.channels.is_empty()).then(|| Subject::Job(job.name.clone()))
 }
 
-/// `job`'s rules for the scripts that record its outcomes and claims; none
-/// (no allocation) for a job without channels.
+/// `job`'s rules and followers for the scripts that record its outcomes
+/// and claims; none (no allocation) for a job without channels or
+/// followers.
 pub(super) fn job_notices(keys: &Keys, job: &Job) -> Notices {
+    let notices = job_rules(keys, job);
+    if job.followers.is_empty() {
+        return notices;
+    }
+    let followers = job.followers.iter().map(|f| (f.job.as_str(), f.on.as_str()));
+    notices.with_followers(Followers::new(keys, &job.name, followers))
+}
+
+/// `job`'s notification rules; none for a job without channels.
+fn job_rules(keys: &Keys, job: &Job) -> Notices {
     let rules = &job.notify;
     if rules.channels.is_empty() {
         return Notices::none();

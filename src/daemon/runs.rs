@@ -15,6 +15,7 @@ use crate::config::Overlap;
 use crate::outcome::Outcome;
 use crate::outcome::Status;
 use crate::outcome::Trigger;
+use crate::outcome::Upstream;
 #[cfg(feature = "process")]
 use crate::runner;
 use crate::store::Attempt;
@@ -51,6 +52,8 @@ pub(super) struct RunStart {
     /// A tick claimed ahead: not started before this instant, which is
     /// the tick by Redis time (the lease holds meanwhile).
     pub(super) not_before: Option<Instant>,
+    /// A follower's run: the upstream runs it follows.
+    pub(super) upstream: Option<Arc<Upstream>>,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
@@ -83,6 +86,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         replica: side.identity.replica.clone(),
         attempt: 0,
         grace: side.config.daemon.kill_grace,
+        upstream: start.upstream.clone(),
     };
     let attempts = Attempts {
         timeout: job.timeout,
@@ -155,7 +159,7 @@ fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task
 /// `CRONLEASE_*` environment.
 #[cfg(feature = "process")]
 fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
-    let run = vec![
+    let mut run = vec![
         ("CRONLEASE_JOB".to_string(), job.name.clone()),
         (
             "CRONLEASE_TICK".to_string(),
@@ -169,6 +173,9 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
             side.identity.replica.clone(),
         ),
     ];
+    if let Some(upstream) = &start.upstream {
+        run.extend(upstream.env());
+    }
     let env = runner::RunEnv::new(
         &side.runs.replica_env,
         &side.config.daemon.inherit_env,
@@ -234,6 +241,7 @@ fn outcome(
         cpu_ms: result.usage.cpu_us.map(|us| us / 1000),
         oom_kills: result.usage.oom_kills.filter(|&n| n > 0),
         peak_memory_kb: result.usage.peak_memory_bytes.map(|b| b / 1024),
+        upstream: start.upstream,
     }
 }
 
@@ -331,6 +339,13 @@ fn rerun_start(
         trigger: Trigger::Rerun,
         valid_from: sent,
         not_before: None,
+        upstream: Upstream::from_fields(
+            rerun
+                .context
+                .iter()
+                .map(|(name, value)| (name.as_str(), value.as_str())),
+        )
+        .map(Arc::new),
     }
 }
 

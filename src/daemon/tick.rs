@@ -201,7 +201,11 @@ async fn job_step(
 /// The alarm of the first tick after `after`: a little ahead of it by
 /// Redis time. None when the schedule has no more ticks.
 fn next_alarm(ctx: &Ctx, job: &Job, after: i64) -> Option<(Instant, Step)> {
-    let Some(tick) = job.schedule.next_after(to_datetime(after)) else {
+    let Some(schedule) = &job.schedule else {
+        debug!(job = %job.name, "no schedule: runs only after the jobs it follows");
+        return None;
+    };
+    let Some(tick) = schedule.next_after(to_datetime(after)) else {
         info!(job = %job.name, "the schedule has no more ticks");
         return None;
     };
@@ -404,7 +408,7 @@ fn passed_ticks(job: &Job, last: i64, now: i64) -> (Vec<i64>, Vec<i64>) {
     let mut missed: Vec<i64> = Vec::new();
     let mut on_time: Vec<i64> = Vec::new();
     let mut cursor = to_datetime(horizon);
-    while let Some(tick) = job.schedule.next_after(cursor) {
+    while let Some(tick) = job.next_after(cursor) {
         let tick_ms = tick.timestamp_millis();
         if tick_ms > now {
             break;

@@ -210,6 +210,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     trigger: Trigger::Manual,
                     valid_from: sent,
                     not_before: None,
+                    upstream: None,
                 },
             );
             ctx.heartbeat_now.notify_one();

@@ -130,15 +130,16 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
 /// The job's next ticks, local and UTC, with a countdown.
 fn upcoming_ticks(definition: Option<&Job>, now_ms: i64) -> Markup {
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-    let upcoming = definition
-        .map(|d| d.schedule.upcoming(now, UPCOMING))
+    let schedule = definition.and_then(|d| d.schedule.as_ref());
+    let upcoming = schedule
+        .map(|s| s.upcoming(now, UPCOMING))
         .unwrap_or_default();
     html! {
         @if upcoming.is_empty() { p.muted { "None." } } @else {
             table.upcoming {
-                thead { tr { th scope="col" { "Local (" (definition.map(|d| d.schedule.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
+                thead { tr { th scope="col" { "Local (" (schedule.map(|s| s.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
                 tbody { @for tick in &upcoming {
-                    tr { td { (definition.map(|d| d.schedule.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } } }
+                    tr { td { (schedule.map(|s| s.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } } }
                 } }
             }
         }

@@ -398,14 +398,21 @@ fn job_row(
 
 pub(super) fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup {
     html! {
-        @match definition {
-            Some(def) => {
-                code { (def.schedule.expression()) }
-                @if def.schedule.resolved() != def.schedule.expression() {
-                    " " small.muted { "(" (def.schedule.describe()) ")" }
+        @match definition.map(|def| (def, &def.schedule)) {
+            Some((_, Some(schedule))) => {
+                code { (schedule.expression()) }
+                @if schedule.resolved() != schedule.expression() {
+                    " " small.muted { "(" (schedule.describe()) ")" }
                 }
                 br;
-                small { (def.schedule.describe()) ", " (def.schedule.timezone().name()) }
+                small { (schedule.describe()) ", " (schedule.timezone().name()) }
+            }
+            Some((def, None)) => {
+                @if let Some(after) = &def.after {
+                    "after " (after.upstreams.join(", "))
+                    br;
+                    small.muted { "each " (after.on.as_str()) " outcome" }
+                }
             }
             None => code { (job.schedule.as_deref().unwrap_or("–")) },
         }
@@ -414,11 +421,13 @@ pub(super) fn schedule_cell(job: &JobStatus, definition: Option<&Job>) -> Markup
 
 pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-    let next = definition.and_then(|d| Some((d, d.schedule.next_after(now)?)));
+    let next = definition
+        .and_then(|d| d.schedule.as_ref())
+        .and_then(|s| Some((s, s.next_after(now)?)));
     html! {
         @match next {
-            Some((def, tick)) => {
-                time datetime=(iso(tick.timestamp_millis())) { (def.schedule.timezone().format_local(tick)) }
+            Some((schedule, tick)) => {
+                time datetime=(iso(tick.timestamp_millis())) { (schedule.timezone().format_local(tick)) }
                 br;
                 small { (utc(tick.timestamp_millis())) " · " span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } }
             }

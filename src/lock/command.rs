@@ -143,6 +143,7 @@ async fn run_held(
         replica: guard.holder.holder().to_string(),
         attempt: 0,
         grace: options.kill_grace,
+        upstream: None,
     };
     let once = Attempts {
         timeout: None,

@@ -3,13 +3,15 @@
 -- it for the caller.
 -- KEYS: state, running, lease_key, runs, done (the previous release's dedup
 --       window, only read), lease (the job's base lease key), reruns, done_at,
---       events (see read_notices)
+--       events (see read_notices), then the followers' inboxes
+--       (read_followers)
 -- ARGV: run_id, maxlen, window_ms, window_count, may_rerun ('1'/'0'),
 --       overlap, lease_ms, new run id (for a rerun), min_fence, replica,
 --       host, delivery ('first': no earlier attempt sent this outcome, so
 --       the dedup window cannot hold it yet; 'again': a retry or a spooled
 --       copy), the job's notification rules (read_notices; '' for none),
---       then outcome field name/value pairs
+--       its followers (read_followers; '' for none), then outcome field
+--       name/value pairs
 -- The outcome is current when the run was still in `running`. When it was
 -- not, either someone recorded it (a sweep, abandoned; or this very
 -- outcome, delivered before the dedup window forgot it): it is appended
@@ -19,10 +21,11 @@
 -- delivery of the same outcome (a retry after a lost reply, a spooled copy)
 -- is a no-op.
 -- Returns {current|restored|stale|duplicate, stream id[, rerun tick, fence,
--- lease_key, started]}.
+-- lease_key, started, ctx]}.
 local state, running, lease_key, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local lease, reruns, done_at = KEYS[6], KEYS[7], KEYS[8]
 local notices = read_notices(KEYS[9], ARGV[13])
+local followers = read_followers(ARGV[14], KEYS, 10)
 local run_id, maxlen = ARGV[1], ARGV[2]
 local window_ms, window_count = tonumber(ARGV[3]), tonumber(ARGV[4])
 local may_rerun, overlap, lease_ms = ARGV[5] == '1', ARGV[6], tonumber(ARGV[7])
@@ -34,7 +37,7 @@ end
 local kind = 'current'
 if redis.call('HDEL', running, run_id) == 0 then
   kind = 'stale'
-  for i = 14, #ARGV - 1, 2 do
+  for i = 15, #ARGV - 1, 2 do
     if ARGV[i] == 'started_ms' then
       if lost_since(state, tonumber(ARGV[i + 1]) or 0) then kind = 'restored' end
       break
@@ -42,14 +45,17 @@ if redis.call('HDEL', running, run_id) == 0 then
   end
 end
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
-local fields = {unpack(ARGV, 14)}
+local fields = {unpack(ARGV, 15)}
 local id = record_outcome(state, runs, maxlen, fields, kind == 'stale')
-if kind ~= 'stale' and notices then outcome_events(notices, state, fields, id_ms(id)) end
+if kind ~= 'stale' then
+  if notices then outcome_events(notices, state, fields, id_ms(id)) end
+  tell_followers(followers, state, fields, id_ms(id))
+end
 -- Recorded when its stream entry was: no TIME for the window's clock.
 remember_done(done_at, run_id, id_ms(id), window_count, window_ms)
 if may_rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
     new_run_id, min_fence, now_ms())
-  if started then return {kind, id, started[1], started[2], started[3], started[4]} end
+  if started then return {kind, id, started[1], started[2], started[3], started[4], started[5]} end
 end
 return {kind, id}

@@ -179,25 +179,60 @@ local function lost_since(state, started_ms)
   return born ~= nil and born > started_ms
 end
 
+-- A run's context: what it carries besides its tick, as outcome fields
+-- (name, value pairs: `root_tick` and `upstream_*` for a follower's run,
+-- see after.lua; `param.<name>` for its parameters), kept in its `running`
+-- entry so that whoever records or reruns it has them. Nil when there is
+-- none, or when what is stored is not such a list.
+local function read_context(ctx)
+  if type(ctx) ~= 'table' or #ctx == 0 or #ctx % 2 ~= 0 then return nil end
+  for _, item in ipairs(ctx) do
+    if type(item) ~= 'string' then return nil end
+  end
+  return ctx
+end
+
+-- Appends the pairs of `ctx` (read_context) to the outcome fields `fields`.
+local function add_context(fields, ctx)
+  if not ctx then return fields end
+  for _, item in ipairs(ctx) do fields[#fields + 1] = item end
+  return fields
+end
+
 -- Starts a run with `fence` (the caller took it: next_fence, or the claim's
 -- own count): running entry, lease. Returns the lease key.
 -- `started`: when the run starts by Redis time (now, or the tick when it
 -- is claimed ahead of it, see claim.lua); the lease counts from now.
+-- `ctx`: the run's context (read_context), or nil.
 local function start_run(running, lease, run_id, tick, lease_ms, overlap,
-                         replica, host, trigger, rerun, fence, now, started)
+                         replica, host, trigger, rerun, fence, now, started, ctx)
   local lease_key = lease
   if overlap == 'allow' then lease_key = lease .. ':' .. run_id end
   redis.call('HSET', running, run_id, cjson.encode({
     tick = tick, fence = fence, replica = replica, host = host, started = started,
     expires = now + lease_ms, lease_key = lease_key, trigger = trigger, rerun = rerun,
+    ctx = ctx,
   }))
   redis.call('SET', lease_key, run_id, 'PX', lease_ms)
   return lease_key
 end
 
+-- A pending rerun of a tick run at `fence` with context `ctx` (sweep.lua):
+-- keyed by its tick, or with a context by its tick and run id (a
+-- follower's runs may share a tick), the fence or {fence, ctx} beside it.
+local function add_rerun(reruns, tick, run_id, fence, ctx)
+  if ctx then
+    redis.call('HSET', reruns, string.format('%d', tick) .. ':' .. run_id,
+      cjson.encode({fence = fence, ctx = ctx}))
+  else
+    redis.call('HSET', reruns, string.format('%d', tick), fence)
+  end
+end
+
 -- Starts the oldest pending rerun (see sweep.lua) when nothing holds the
 -- job's lease, or overlap does not care. Returns {tick, fence, lease_key,
--- started} for the caller to run, or nil.
+-- started, ctx} for the caller to run (ctx: the run's context, {} for
+-- none), or nil.
 local function take_rerun(state, running, lease, reruns, lease_ms, overlap, replica, host,
                           run_id, min_fence, now)
   local pending = redis.call('HKEYS', reruns)
@@ -205,16 +240,80 @@ local function take_rerun(state, running, lease, reruns, lease_ms, overlap, repl
   if overlap == 'skip' and redis.call('EXISTS', lease) == 1 then return nil end
   local oldest, oldest_key = nil, nil
   for _, key in ipairs(pending) do
-    local tick = tonumber(key)
+    local tick = tonumber(string.match(key, '^(%d+)$') or string.match(key, '^(%d+):[%w-]+$'))
     -- A key that is not a tick is not ours: left where it is.
     if tick and (oldest == nil or tick < oldest) then oldest, oldest_key = tick, key end
   end
   if oldest == nil then return nil end
+  local ctx = nil
+  if oldest_key ~= string.format('%d', oldest) then
+    local ok, saved = pcall(cjson.decode, redis.call('HGET', reruns, oldest_key) or '')
+    if ok and type(saved) == 'table' then ctx = read_context(saved.ctx) end
+  end
   redis.call('HDEL', reruns, oldest_key)
   local fence = next_fence(state, min_fence, now)
   local lease_key = start_run(running, lease, run_id, oldest, lease_ms, overlap,
-    replica, host, 'rerun', 1, fence, now, now)
-  return {oldest, fence, lease_key, now}
+    replica, host, 'rerun', 1, fence, now, now, ctx)
+  return {oldest, fence, lease_key, now, ctx or {}}
+end
+
+-- Chains. A job's followers (jobs whose `after` names it) are passed as
+-- one argument, 'job|wake channel|follower=on|…' (on: ok, failed or any),
+-- and each follower's inbox as a key, in the same order (the upstream's
+-- hash tag: `<prefix>:{job}:after:<follower>`); '' when it has none. Each
+-- current outcome of a run that a follower's `on` matches is added to that
+-- follower's inbox in the same call that records it, so no crash can lose
+-- it; the follower's replicas start its run from there (after.lua).
+local INBOX_MAXLEN = 10000
+local RAN = {ok = true, failed = true, timeout = true, lost_lease = true, interrupted = true,
+  abandoned = true}
+
+local function read_followers(raw, keys, first)
+  if not raw or raw == '' then return nil end
+  local parts = {}
+  for part in string.gmatch(raw, '[^|]+') do parts[#parts + 1] = part end
+  if #parts < 3 then return nil end
+  local followers = {job = parts[1], wake = parts[2], inboxes = {}}
+  for i = 3, #parts do
+    local job, on = string.match(parts[i], '^([^=]+)=(%a+)$')
+    local key = keys[first + i - 3]
+    if job and key then
+      followers.inboxes[#followers.inboxes + 1] = {key = key, job = job, on = on}
+    end
+  end
+  return followers
+end
+
+-- Tells the followers whose `on` matches of the outcome `fields` (name,
+-- value pairs), recorded at Redis ms `at`: a run that ended (never a tick
+-- skipped or missed), carrying its root tick (its own tick, unless it
+-- followed another run) and its parameters. An inbox at its cap drops its
+-- oldest entries, counted in `inbox_dropped` of the job's state.
+local function tell_followers(followers, state, fields, at)
+  if not followers then return end
+  local f = {}
+  for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
+  local status = f.status
+  if not RAN[status] then return end
+  local entry = {'run_id', f.run_id or '', 'status', status, 'tick', f.tick or '',
+    'fence', f.fence or '', 'root_tick', f.root_tick or f.tick or '', 'at', at}
+  for i = 1, #fields, 2 do
+    if string.sub(fields[i], 1, 6) == 'param.' then
+      entry[#entry + 1] = fields[i]
+      entry[#entry + 1] = fields[i + 1]
+    end
+  end
+  local told = false
+  for _, inbox in ipairs(followers.inboxes) do
+    if inbox.on == 'any' or (inbox.on == 'ok') == (status == 'ok') then
+      if redis.call('XLEN', inbox.key) >= INBOX_MAXLEN then
+        redis.call('HINCRBY', state, 'inbox_dropped', 1)
+      end
+      redis.call('XADD', inbox.key, 'MAXLEN', INBOX_MAXLEN, '*', unpack(entry))
+      told = true
+    end
+  end
+  if told then redis.call('PUBLISH', followers.wake, followers.job) end
 end
 
 -- Outcome fields for a tick that was not run (skipped_overlap).

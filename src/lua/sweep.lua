@@ -6,18 +6,20 @@
 -- An entry of `running` that is not one cronlease wrote (another writer, a
 -- bug, a partial restore) is moved to the job's quarantine hash as
 -- `running:<run id>` → the raw value, and named in the reply.
--- KEYS: state, running, lease, runs, reruns, quarantine, events
+-- KEYS: state, running, lease, runs, reruns, quarantine, events, then the
+--       followers' inboxes (read_followers)
 -- ARGV: recorder replica, host, maxlen, rerun ('1'/'0'), overlap, lease_ms,
 --       new run id (for a rerun), min_fence, notification rules
---       (read_notices; '' for none)
+--       (read_notices; '' for none), followers (read_followers; '' for none)
 -- Returns {n_abandoned, {quarantined run ids}, rerun_tick, fence, lease_key,
--- started} (the last four only when a rerun was started).
+-- started, ctx} (the last five only when a rerun was started).
 local state, running, lease, runs, reruns = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local quarantine = KEYS[6]
 local recorder, host, maxlen = ARGV[1], ARGV[2], ARGV[3]
 local rerun, overlap, lease_ms = ARGV[4] == '1', ARGV[5], tonumber(ARGV[6])
 local new_run_id, min_fence = ARGV[7], tonumber(ARGV[8])
 local notices = read_notices(KEYS[7], ARGV[9])
+local followers = read_followers(ARGV[10], KEYS, 8)
 local now = now_ms()
 local abandoned, quarantined = 0, {}
 local entries = redis.call('HGETALL', running)
@@ -33,22 +35,22 @@ for i = 1, #entries, 2 do
     abandoned = abandoned + 1
     redis.call('HDEL', running, run_id)
     if redis.call('GET', e.lease_key) == run_id then redis.call('DEL', e.lease_key) end
-    local fields = {'tick', e.tick, 'fence', e.fence, 'run_id', run_id,
+    local ctx = read_context(e.ctx)
+    local fields = add_context({'tick', e.tick, 'fence', e.fence, 'run_id', run_id,
       'replica', e.replica, 'host', e.host, 'started_ms', e.started, 'finished_ms', now,
       'duration_ms', now - e.started, 'status', 'abandoned', 'attempts', '0', 'output', '',
-      'trigger', e.trigger, 'recorded_by', recorder}
+      'trigger', e.trigger, 'recorded_by', recorder}, ctx)
     local id = record_outcome(state, runs, maxlen, fields, false)
     if notices then outcome_events(notices, state, fields, id_ms(id)) end
-    if rerun and e.rerun == 0 then
-      redis.call('HSET', reruns, string.format('%d', e.tick), e.fence)
-    end
+    tell_followers(followers, state, fields, id_ms(id))
+    if rerun and e.rerun == 0 then add_rerun(reruns, e.tick, run_id, e.fence, ctx) end
   end
 end
 if rerun then
   local started = take_rerun(state, running, lease, reruns, lease_ms, overlap, recorder, host,
     new_run_id, min_fence, now)
   if started then
-    return {abandoned, quarantined, started[1], started[2], started[3], started[4]}
+    return {abandoned, quarantined, started[1], started[2], started[3], started[4], started[5]}
   end
 end
 return {abandoned, quarantined}

@@ -27,6 +27,7 @@ use serde_json::json;
 
 use super::{OperatorError, ReplicaStatus, drift, read_replicas};
 use crate::config::Job;
+use crate::schedule::Schedule;
 use crate::store::{Store, StoreError};
 
 mod calendar;
@@ -54,7 +55,7 @@ pub enum ExplainError {
     UnknownJob { job: String, close: Vec<String> },
     /// No tick was given and there is no schedule to pick one from.
     #[error(
-        "job {0:?}: without the job table (--config) there is no schedule to pick its latest tick from; give --tick"
+        "job {0:?}: there is no schedule to pick its latest tick from (without the job table, --config, or for a job that only follows others); give --tick"
     )]
     NoSchedule(String),
     #[error(transparent)]
@@ -120,18 +121,19 @@ pub async fn explain<J: Borrow<Job>>(
     let replicas = read_replicas(store, now_ms).await?;
     let definition = jobs.and_then(|table| table.get(job)).map(Borrow::borrow);
     require_known(store, jobs, job, &replicas).await?;
-    let (tick_ms, tick_choice) = match (tick, definition) {
+    let schedule = definition.and_then(|def| def.schedule.as_ref());
+    let (tick_ms, tick_choice) = match (tick, schedule) {
         (Some(tick), _) => (tick, TickChoice::Given),
-        (None, Some(def)) => match latest_due(&def.schedule, now_ms) {
+        (None, Some(schedule)) => match latest_due(schedule, now_ms) {
             Some(tick) => (tick, TickChoice::LatestDue),
             None => (
-                next_after_ms(&def.schedule, now_ms).unwrap_or(now_ms),
+                next_after_ms(schedule, now_ms).unwrap_or(now_ms),
                 TickChoice::First,
             ),
         },
-        (None, None) => return Err(ExplainError::NoSchedule(job.to_string())),
+        (None, _) => return Err(ExplainError::NoSchedule(job.to_string())),
     };
-    let calendar = definition.map(|def| around(&def.schedule, tick_ms));
+    let calendar = schedule.map(|schedule| around(schedule, tick_ms));
     let mut explanation = Explanation {
         job: job.to_string(),
         tick: text_of(tick_ms),
@@ -140,17 +142,17 @@ pub async fn explain<J: Borrow<Job>>(
         now_ms,
         verdict: Verdict::NotRun,
         summary: String::new(),
-        schedule: definition
+        schedule: schedule
             .zip(calendar.as_ref())
-            .map(|(def, at)| schedule_facts(def, at, tick_ms)),
+            .map(|(schedule, at)| schedule_facts(schedule, at, tick_ms)),
         run: None,
         reasons: Vec::new(),
         replicas: replicas.iter().map(|r| seen(r, tick_ms)).collect(),
     };
-    if let (Some(at), Some(def)) = (&calendar, definition)
+    if let (Some(at), Some(schedule)) = (&calendar, schedule)
         && at.is_tick == IsTick::No
     {
-        verdicts::not_a_tick(&mut explanation, at, def);
+        verdicts::not_a_tick(&mut explanation, at, schedule);
         return Ok(explanation);
     }
     if tick_ms > now_ms {
@@ -183,10 +185,10 @@ pub async fn explain<J: Borrow<Job>>(
                 .push(verdicts::drift_reason(&drifted, "most replicas'"));
         }
     }
-    if let (Some(def), Some(at)) = (definition, &calendar)
+    if let (Some(schedule), Some(at)) = (schedule, &calendar)
         && at.next_ms.is_none()
     {
-        explanation.reasons.push(verdicts::ended_reason(def));
+        explanation.reasons.push(verdicts::ended_reason(schedule));
     }
     Ok(explanation)
 }
@@ -233,10 +235,10 @@ pub fn close_names(name: &str, names: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn schedule_facts(def: &Job, at: &Around, tick_ms: i64) -> ScheduleFacts {
-    let zone = def.schedule.timezone();
+fn schedule_facts(schedule: &Schedule, at: &Around, tick_ms: i64) -> ScheduleFacts {
+    let zone = schedule.timezone();
     ScheduleFacts {
-        expression: def.schedule.expression().to_string(),
+        expression: schedule.expression().to_string(),
         timezone: zone.name().to_string(),
         tick_local: zone.format_local(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
         previous_tick: at.previous_ms.map(text_of),

@@ -308,9 +308,13 @@ async fn job_status(
     let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     Ok(JobStatus {
-        schedule: job.map(|j| j.schedule.expression().to_string()),
-        timezone: job.map(|j| j.schedule.timezone().name().to_string()),
-        next_tick: job.and_then(|j| j.schedule.next_after(now)).map(rfc3339),
+        schedule: job
+            .and_then(|j| j.schedule.as_ref())
+            .map(|s| s.expression().to_string()),
+        timezone: job
+            .and_then(|j| j.schedule.as_ref())
+            .map(|s| s.timezone().name().to_string()),
+        next_tick: job.and_then(|j| j.next_after(now)).map(rfc3339),
         warning: job.and_then(|j| crate::config::job_warning(j, now)),
         paused: state.pause.is_some(),
         paused_by: state.pause.as_ref().and_then(|p| p.by.clone()),

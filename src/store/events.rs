@@ -7,7 +7,7 @@
 //! call as what causes them (prelude.lua, `emit`); this side only reads,
 //! takes over, acknowledges and counts.
 
-use super::{Keys, Store, StoreError, as_int, as_string, duration_ms, protocol};
+use super::{Followers, Keys, Store, StoreError, as_int, as_string, duration_ms, protocol};
 use redis::Value;
 use std::time::Duration;
 
@@ -18,13 +18,15 @@ const DELIVER_GROUP: &str = "deliver";
 /// back (a forged entry cannot make a replica hold more).
 const MAX_FIELD_BYTES: usize = 4096;
 
-/// One subject's notification rules as the scripts read them
-/// (prelude.lua's `read_notices`): the job (none for the replicas' own
-/// events), the wake-up channel, the events told, the channels, the
-/// reminder period and the lateness told.
+/// Who hears of one subject's recorded outcomes and claims: its
+/// notification rules as the scripts read them (prelude.lua's
+/// `read_notices`: the job, none for the replicas' own events, the wake-up
+/// channel, the events told, the channels, the reminder period and the
+/// lateness told), and a job's followers ([`Followers`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Notices {
     arg: String,
+    followers: Followers,
 }
 
 /// No rules, to lend where a [`Notices`] is borrowed (by the tests and
@@ -47,7 +49,10 @@ pub struct NoticeRules<'a> {
 
 impl Notices {
     /// No rules: the scripts write no event.
-    pub const NONE: Notices = Notices { arg: String::new() };
+    pub const NONE: Notices = Notices {
+        arg: String::new(),
+        followers: Followers::NONE,
+    };
 
     /// No rules: the scripts write no event.
     pub fn none() -> Notices {
@@ -69,7 +74,21 @@ impl Notices {
             duration_ms(rules.repeat_every),
             rules.late_after.map_or(0, duration_ms),
         );
-        Notices { arg }
+        Notices {
+            arg,
+            followers: Followers::NONE,
+        }
+    }
+
+    /// These rules, and `followers` told of each outcome besides.
+    pub fn with_followers(mut self, followers: Followers) -> Notices {
+        self.followers = followers;
+        self
+    }
+
+    /// The job's followers.
+    pub fn followers(&self) -> &Followers {
+        &self.followers
     }
 
     /// The script argument (`""`: none).
@@ -77,6 +96,7 @@ impl Notices {
         &self.arg
     }
 
+    /// Whether no notification is told (followers aside).
     pub fn is_none(&self) -> bool {
         self.arg.is_empty()
     }

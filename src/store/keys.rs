@@ -110,6 +110,28 @@ impl Keys {
         self.job_key(job, "reruns")
     }
 
+    /// Stream: the outcomes of `upstream`'s runs that `follower` is to
+    /// run after, not dealt with yet (in `upstream`'s hash tag: the script
+    /// that records an outcome writes here).
+    pub fn inbox(&self, upstream: &str, follower: &str) -> String {
+        let mut key = self.job_key(upstream, "after:");
+        key.push_str(follower);
+        key
+    }
+
+    /// Sorted set: `<upstream> <run id>` of each upstream run a follower's
+    /// run was started for (or recorded as not run), scored by when its
+    /// inbox entry was deleted; see after.lua.
+    pub fn caused(&self, job: &str) -> String {
+        self.job_key(job, "caused")
+    }
+
+    /// Hash: root tick → the upstream runs that ended for it, while an
+    /// `after_all` follower waits for the rest.
+    pub fn joins(&self, job: &str) -> String {
+        self.job_key(job, "joins")
+    }
+
     /// Stream: the operator actions on the job (pause, resume, trigger),
     /// who took them and how, newest last; capped.
     pub fn actions(&self, job: &str) -> String {
@@ -176,6 +198,12 @@ impl Keys {
     /// took, `<channel>:failed` → JSON of the last failed attempt.
     pub fn notify_health(&self) -> String {
         format!("{}:notify:health", self.prefix)
+    }
+
+    /// Pub/sub channel on which a script that filled a follower's inbox
+    /// publishes the upstream's name, to wake the followers' replicas.
+    pub fn after_channel(&self) -> String {
+        format!("{}:after", self.prefix)
     }
 
     /// String: a random id written once per Redis deployment; its loss or

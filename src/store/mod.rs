@@ -18,6 +18,7 @@ use crate::link::{Conn, Link};
 
 mod audit;
 mod batch;
+mod chain;
 mod claim;
 mod error;
 mod events;
@@ -30,6 +31,7 @@ mod reply;
 mod run;
 mod triggers;
 
+pub use chain::{FollowReply, FollowRequest, Followers, ForgedEntry, InboxEntry};
 pub use error::StoreError;
 use reply::{Reply, as_int, as_string, protocol};
 
@@ -92,6 +94,7 @@ struct Scripts {
     finish: Script,
     sweep: Script,
     manual: Script,
+    after: Script,
     lock_acquire: Script,
     lock_release: Script,
     lock_renew: Script,
@@ -118,6 +121,7 @@ impl Scripts {
             finish: script(include_str!("../lua/finish.lua")),
             sweep: script(include_str!("../lua/sweep.lua")),
             manual: script(include_str!("../lua/manual.lua")),
+            after: script(include_str!("../lua/after.lua")),
             lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
             lock_release: Script::new(include_str!("../lua/lock_release.lua")),
             lock_renew: Script::new(include_str!("../lua/lock_renew.lua")),

@@ -11,12 +11,12 @@ use std::time::Duration;
 use redis::{RedisWrite, Value};
 
 /// The finish script's keys: state, running, the run's lease, runs, done,
-/// the job's lease, reruns, done_at, events.
+/// the job's lease, reruns, done_at, events (then the followers' inboxes).
 const FINISH_KEYS: usize = 9;
 
-/// The finish script's arguments, at most: 13 before the outcome's fields,
-/// and up to 17 fields, name and value (`Outcome::each_stream_field`).
-const FINISH_ARGS: usize = 13 + 2 * 17;
+/// The finish script's arguments, at most: 14 before the outcome's fields,
+/// and up to 21 fields, name and value (`Outcome::each_stream_field`).
+const FINISH_ARGS: usize = 14 + 2 * 21;
 
 /// Room for the finish's numbers, words and field names beside the keys,
 /// ids, names and output counted one by one.
@@ -109,6 +109,9 @@ pub struct Rerun {
     pub fence: u64,
     pub lease_key: String,
     pub started_ms: i64,
+    /// What the first run carried besides its tick (outcome fields: a
+    /// follower's root tick and upstreams, parameters).
+    pub context: Vec<(String, String)>,
 }
 
 /// What a sweep found.
@@ -121,9 +124,8 @@ pub struct SweepReply {
     pub rerun: Option<Rerun>,
 }
 
-/// A rerun started by a script: four items from `from` on, if present.
-/// The rerun a finish or a sweep claimed for us: four items from `from`,
-/// or none.
+/// The rerun a finish or a sweep claimed for us: four items from `from`
+/// and its context, or none.
 pub(super) fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, StoreError> {
     if r.len() < from + 4 {
         return Ok(None);
@@ -133,6 +135,7 @@ pub(super) fn parse_rerun(r: &Reply, from: usize) -> Result<Option<Rerun>, Store
         fence: r.fence(from + 1)?,
         lease_key: r.string(from + 2)?,
         started_ms: r.int(from + 3)?,
+        context: super::chain::pairs(r, from + 4),
     }))
 }
 
@@ -260,14 +263,21 @@ impl Store {
             + outcome.host.len()
             + outcome.output.len()
             + notices.arg().len()
+            + notices.followers().arg().len()
+            + notices.followers().inboxes().iter().map(String::len).sum::<usize>()
             + FINISH_FIXED_BYTES;
-        let mut args = redis::Cmd::with_capacity(FINISH_KEYS + FINISH_ARGS, bytes);
+        let inboxes = notices.followers().inboxes();
+        let mut args =
+            redis::Cmd::with_capacity(FINISH_KEYS + inboxes.len() + FINISH_ARGS, bytes);
         for part in before {
             args.write_arg_fmt(keys.job_key_arg(job, part));
         }
         args.arg(&outcome.lease_key);
         for part in after {
             args.write_arg_fmt(keys.job_key_arg(job, part));
+        }
+        for inbox in inboxes {
+            args.arg(inbox);
         }
         args.arg(&outcome.run_id)
             .arg(history)
@@ -291,7 +301,9 @@ impl Store {
                 .arg("")
                 .arg(""),
         };
-        args.arg(attempt.as_arg()).arg(notices.arg());
+        args.arg(attempt.as_arg())
+            .arg(notices.arg())
+            .arg(notices.followers().arg());
         outcome.each_stream_field(|name, value| {
             args.arg(name).write_arg_fmt(value);
         });
@@ -311,10 +323,11 @@ impl Store {
         notices: &Notices,
     ) -> Result<FinishReply, StoreError> {
         let args = self.finish_args(outcome, history, rerun, attempt, notices);
+        let keys = FINISH_KEYS + notices.followers().inboxes().len();
         if !self.is_quorum() {
             let conn = self.single("finish").await?;
             if self.batches(&conn) {
-                let reply = self.scripts.finishes.call(conn, args, FINISH_KEYS).await?;
+                let reply = self.scripts.finishes.call(conn, args, keys).await?;
                 return parse_finish(reply);
             }
         }
@@ -325,7 +338,7 @@ impl Store {
                 let mut pipe = redis::pipe();
                 pipe.cmd("EVALSHA")
                     .arg(self.scripts.finish.get_hash())
-                    .arg(FINISH_KEYS);
+                    .arg(keys);
                 append(&mut pipe, args);
                 pipe
             };
@@ -360,7 +373,12 @@ impl Store {
             .key(keys.runs(request.job))
             .key(keys.reruns(request.job))
             .key(keys.quarantine(request.job))
-            .key(keys.events(request.job))
+            .key(keys.events(request.job));
+        let followers = request.claimant.notices.followers();
+        for inbox in followers.inboxes() {
+            invocation.key(inbox);
+        }
+        invocation
             .arg(request.claimant.replica)
             .arg(request.claimant.host)
             .arg(request.claimant.history)
@@ -369,7 +387,8 @@ impl Store {
             .arg(duration_ms(request.claimant.lease))
             .arg(request.rerun.unwrap_or(""))
             .arg(request.claimant.min_fence)
-            .arg(request.claimant.notices.arg());
+            .arg(request.claimant.notices.arg())
+            .arg(followers.arg());
         let invocation = &invocation;
         let answers = self
             .on_all(|mut conn| async move {

@@ -243,6 +243,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
                 cpu_ms: (attempts % 2 == 0).then_some(u64::from(attempts)),
                 peak_memory_kb: (fence % 3 == 0).then_some(fence),
                 oom_kills: (attempts % 5 == 0).then_some(1),
+                upstream: None,
             },
         )
 }
@@ -267,7 +268,7 @@ proptest! {
                 let now = DateTime::from_timestamp(1_767_225_600, 0).unwrap();
                 let _ = config.warnings(now);
                 for job in config.jobs.values() {
-                    let _ = job.schedule.describe();
+                    let _ = job.schedule.as_ref().map(|s| s.describe());
                 }
             }
             Err(error) => {

@@ -9,6 +9,7 @@ use super::records::{InFlight, Recorded, Records};
 use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason, span, text_of};
 use crate::config::{Job, Misfire};
 use crate::outcome::{Status, Trigger};
+use crate::schedule::Schedule;
 
 /// How long after its tick a tick with no record is still on its way:
 /// replicas claim at the tick, and a claim's answer takes a moment.
@@ -433,10 +434,10 @@ fn host_text(host: &str) -> String {
 }
 
 /// The verdict for an instant the schedule does not fire at.
-pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, def: &Job) {
+pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &Schedule) {
     explanation.verdict = Verdict::NotATick;
-    let expression = def.schedule.expression();
-    let zone = def.schedule.timezone().name();
+    let expression = schedule.expression();
+    let zone = schedule.timezone().name();
     let previous = at.previous_ms.map(text_of);
     let next = at.next_ms.map(text_of);
     let mut text = format!(
@@ -461,14 +462,14 @@ pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, def: &Job) 
         json!({ "previous_tick": previous, "next_tick": next, "dst": at.dst }),
     ));
     if at.next_ms.is_none() {
-        explanation.reasons.push(ended_reason(def));
+        explanation.reasons.push(ended_reason(schedule));
     }
 }
 
 /// The schedule has no tick after the one explained: its years passed.
-pub(super) fn ended_reason(def: &Job) -> Reason {
-    let last_year = def.schedule.last_year();
-    let last = last_year.and_then(|year| last_tick(&def.schedule, year));
+pub(super) fn ended_reason(schedule: &Schedule) -> Reason {
+    let last_year = schedule.last_year();
+    let last = last_year.and_then(|year| last_tick(schedule, year));
     reason(
         "schedule_ended",
         format!(

@@ -1,0 +1,231 @@
+//! The followers' side of chains: each replica reads the inboxes of the
+//! followers in its job table (one stream per upstream and follower,
+//! filled by the scripts that record the upstream's outcomes) and starts
+//! one run per entry through after.lua, which makes the run exactly once
+//! whichever replicas read the entry; then deletes the entry.
+//!
+//! A script that fills an inbox publishes the upstream's name: the
+//! replicas read its followers' inboxes at once. Every [`VISIT_EVERY`]
+//! they also read every inbox they know, for a wake-up missed (a replica
+//! that was not subscribed, a run that died between its claim and the
+//! deletion of its entry).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info};
+use uuid::Uuid;
+
+use super::ctx::Ctx;
+use super::notices::job_notices;
+use super::runs::{RunStart, start_run};
+use super::time::pause;
+use crate::config::{Job, Join, Misfire};
+use crate::inert::escape;
+use crate::outcome::{Trigger, Upstream};
+use crate::store::{FollowReply, FollowRequest, InboxEntry, StoreError};
+use crate::telemetry;
+
+/// How often every inbox is read (missed wake-ups, entries left behind).
+const VISIT_EVERY: Duration = Duration::from_secs(2);
+
+/// Entries read from one inbox at once.
+const BATCH: usize = 100;
+
+/// How long after reading an entry the script may still start its run:
+/// after.lua forgets a cause an hour after its entry was deleted, so a
+/// reader that stalled past this (a paused process) cannot start a second
+/// run for an entry another replica dealt with meanwhile.
+const FOLLOW_WITHIN_MS: i64 = 30_000;
+
+/// Starts followers' runs until `cancel`.
+pub(super) async fn follower(ctx: Arc<Ctx>, cancel: CancellationToken) {
+    use futures_util::StreamExt;
+    let mut next_visit = Instant::now();
+    loop {
+        let mut pubsub = match ctx.store.after_subscriber().await {
+            Ok(pubsub) => Some(pubsub),
+            Err(e) => {
+                debug!(error = %e, "cannot subscribe to chain wake-ups yet");
+                None
+            }
+        };
+        let mut messages = pubsub.as_mut().map(|p| p.on_message());
+        loop {
+            let woken = tokio::select! {
+                () = cancel.cancelled() => return,
+                () = tokio::time::sleep_until(next_visit) => None,
+                message = async {
+                    match messages.as_mut() {
+                        Some(messages) => messages.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match message {
+                    Some(message) => message.get_payload::<String>().ok(),
+                    // The subscription ended: subscribe again.
+                    None => break,
+                },
+            };
+            match woken {
+                Some(upstream) => visit(&ctx, Some(&upstream), &cancel).await,
+                None => {
+                    visit(&ctx, None, &cancel).await;
+                    next_visit = Instant::now() + VISIT_EVERY;
+                    if messages.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        if !pause(Duration::from_millis(200), &cancel).await {
+            return;
+        }
+    }
+}
+
+/// Reads the inboxes of the table's followers: of `upstream` only, or all.
+async fn visit(ctx: &Arc<Ctx>, upstream: Option<&str>, cancel: &CancellationToken) {
+    let table = ctx.jobs.borrow().clone();
+    for job in table.values() {
+        let Some(after) = &job.after else { continue };
+        for from in &after.upstreams {
+            if upstream.is_some_and(|u| u != from) {
+                continue;
+            }
+            if cancel.is_cancelled() {
+                return;
+            }
+            if let Err(e) = read_inbox(ctx, job, from).await {
+                ctx.redis.failed(&e);
+                debug!(job = %job.name, upstream = %from, error = %e, "cannot read a follower's inbox now");
+                return;
+            }
+        }
+    }
+}
+
+/// Deals with the entries of `job`'s inbox at `upstream`.
+async fn read_inbox(ctx: &Arc<Ctx>, job: &Arc<Job>, upstream: &str) -> Result<(), StoreError> {
+    loop {
+        let (entries, forged) = ctx.store.read_inbox(upstream, &job.name, BATCH).await?;
+        for bad in &forged {
+            metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "inbox").increment(1);
+            error!(
+                job = %job.name, upstream = %upstream, entry = %escape(&bad.id), why = bad.why,
+                key = %ctx.store.keys().inbox(upstream, &job.name),
+                "an entry of a follower's inbox is not one cronlease wrote: deleted, nothing run for it"
+            );
+            ctx.store
+                .inbox_done(&job.name, upstream, &bad.id, "", ctx.clock.now_ms())
+                .await?;
+        }
+        let full = entries.len() + forged.len() == BATCH;
+        for entry in &entries {
+            if !follow(ctx, job, upstream, entry).await? {
+                return Ok(());
+            }
+        }
+        if !full {
+            return Ok(());
+        }
+    }
+}
+
+/// Starts (or records why not) the run one entry asks for, then deletes
+/// the entry. False when the entry is left for later.
+async fn follow(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    upstream: &str,
+    entry: &InboxEntry,
+) -> Result<bool, StoreError> {
+    let Some(after) = &job.after else {
+        return Ok(false);
+    };
+    let run_id = Uuid::new_v4().to_string();
+    let join: &[String] = match after.join {
+        Join::All => &after.upstreams,
+        Join::Each => &[],
+    };
+    let skip_after = (job.misfire == Misfire::Skip).then_some(job.misfire_grace);
+    let notices = job_notices(ctx.store.keys(), job);
+    let sent = Instant::now();
+    let reply = ctx
+        .store
+        .follow(&FollowRequest {
+            job: &job.name,
+            upstream,
+            entry,
+            deadline_ms: ctx.clock.now_ms() + FOLLOW_WITHIN_MS,
+            run_id: &run_id,
+            claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
+            join,
+            skip_after,
+            params: &[],
+        })
+        .await?;
+    ctx.redis.answered();
+    let cause = &entry.upstream_run_id;
+    match reply {
+        FollowReply::Claimed {
+            fence,
+            started_ms,
+            lease_key,
+            context,
+        } => {
+            ctx.marks.note(&job.name, None, Some(fence));
+            let upstream_of = Upstream::from_fields(
+                context.iter().map(|(n, v)| (n.as_str(), v.as_str())),
+            );
+            info!(
+                job = %job.name, fence, %run_id, upstream = %upstream, upstream_run_id = %cause,
+                status = %entry.status, replica = %ctx.identity.replica, "claimed a follower's run"
+            );
+            start_run(
+                &ctx.run_side(),
+                job,
+                RunStart {
+                    tick_ms: entry.at_ms,
+                    run_id,
+                    fence,
+                    lease_key,
+                    started_ms,
+                    trigger: Trigger::Chain,
+                    valid_from: sent,
+                    not_before: None,
+                    upstream: upstream_of.map(Arc::new),
+                },
+            );
+            ctx.heartbeat_now.notify_one();
+        }
+        FollowReply::Waiting => {
+            debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "after_all: waiting for the other upstreams")
+        }
+        FollowReply::Busy { holder } => {
+            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, %holder, "follower's run recorded as skipped_overlap: a run is in flight")
+        }
+        FollowReply::Missed => {
+            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run recorded as missed: later than misfire_grace")
+        }
+        FollowReply::Paused => {
+            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run not started: the job is paused")
+        }
+        FollowReply::Duplicate => {
+            debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")
+        }
+        FollowReply::Expired => return Ok(false),
+        FollowReply::Corrupt { field, value } => {
+            error!(
+                job = %job.name, field, value, key = %ctx.store.keys().state(&job.name),
+                "follower's run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it"
+            );
+            return Ok(false);
+        }
+    }
+    ctx.store
+        .inbox_done(&job.name, upstream, &entry.id, cause, ctx.clock.now_ms())
+        .await?;
+    Ok(true)
+}

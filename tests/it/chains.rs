@@ -1,0 +1,158 @@
+//! Chains end to end: real replicas run a job's followers once per
+//! matching upstream outcome, started by the script that records it;
+//! fan-in (`after_all`), `after_on = "failed"`, a follower's context in
+//! its environment and outcome, a holder killed mid-chain, and `check`
+//! refusing cycles and unknown upstreams.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::support::{Cluster, ConfigFile, Outcome, RedisServer, cronlease, wait_until_or_show};
+
+/// Waits until `job` has at least `n` current outcomes, and returns them.
+fn wait_for(cluster: &Cluster, job: &str, n: usize) -> Vec<Outcome> {
+    wait_until_or_show(
+        Duration::from_secs(30),
+        &format!("{n} outcomes of {job}"),
+        || cluster.logs(),
+        || {
+            let current: Vec<Outcome> = cluster
+                .outcomes(job)
+                .into_iter()
+                .filter(|o| !o.stale())
+                .collect();
+            (current.len() >= n).then_some(current)
+        },
+    )
+}
+
+#[test]
+fn a_follower_runs_once_for_each_ok_outcome_with_its_upstream_in_the_environment() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let env_file = cluster.path("env");
+    let jobs = format!(
+        "[jobs.extract]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+         [jobs.load]\nafter = [\"extract\"]\n\
+         shell = \"echo $CRONLEASE_UPSTREAM_JOB $CRONLEASE_UPSTREAM_RUN_ID $CRONLEASE_UPSTREAM_STATUS $CRONLEASE_ROOT_TICK_MS $CRONLEASE_TICK_MS >> {}\"\n",
+        env_file.display()
+    );
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.start("c", &jobs);
+    cluster.wait_ready();
+    wait_for(&cluster, "load", 4);
+    cluster.stop_all();
+
+    let extracts: BTreeMap<String, Outcome> = cluster
+        .outcomes("extract")
+        .into_iter()
+        .filter(|o| !o.stale() && o.status() == "ok")
+        .map(|o| (o.run_id().to_string(), o))
+        .collect();
+    let loads: Vec<Outcome> = cluster
+        .outcomes("load")
+        .into_iter()
+        .filter(|o| !o.stale())
+        .collect();
+    let mut seen = BTreeMap::new();
+    for load in &loads {
+        assert_eq!(load.field("trigger"), Some("chain"), "{load:?}");
+        assert_eq!(load.field("upstream_job"), Some("extract"), "{load:?}");
+        let cause = load.field("upstream_run_id").expect("a follower's outcome names its cause");
+        let extract = extracts
+            .get(cause)
+            .unwrap_or_else(|| panic!("{load:?} follows no ok run of extract"));
+        assert_eq!(load.field("root_tick"), Some(extract.tick().to_string().as_str()));
+        *seen.entry(cause.to_string()).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|&n| n == 1), "a cause ran twice: {seen:?}");
+    // Every extract but the last few (whose followers the stop cut short)
+    // has its load.
+    let followed = extracts.keys().filter(|id| seen.contains_key(*id)).count();
+    assert!(followed >= loads.len() && loads.len() >= 4, "{seen:?}");
+    let lines = std::fs::read_to_string(&env_file).unwrap();
+    let first = lines.lines().next().expect("the follower wrote its environment");
+    let words: Vec<&str> = first.split(' ').collect();
+    assert_eq!(words.len(), 5, "{first}");
+    assert_eq!(words[0], "extract");
+    assert!(extracts.contains_key(words[1]), "{first}");
+    assert_eq!(words[2], "ok");
+}
+
+#[test]
+fn after_on_failed_follows_only_failures_and_after_all_waits_for_every_upstream() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = "[jobs.flaky]\nschedule = \"* * * * * *\"\nshell = \"test $(( $(date +%s) % 2 )) -eq 0\"\n\n\
+         [jobs.other]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+         [jobs.alert]\nafter = [\"flaky\"]\nafter_on = \"failed\"\ncommand = [\"true\"]\n\n\
+         [jobs.report]\nafter = [\"flaky\", \"other\"]\nafter_on = \"any\"\nafter_all = true\ncommand = [\"true\"]\n";
+    cluster.start("a", jobs);
+    cluster.start("b", jobs);
+    cluster.wait_ready();
+    wait_for(&cluster, "alert", 2);
+    wait_for(&cluster, "report", 3);
+    cluster.stop_all();
+
+    let flaky: BTreeMap<String, Outcome> = cluster
+        .outcomes("flaky")
+        .into_iter()
+        .filter(|o| !o.stale())
+        .map(|o| (o.run_id().to_string(), o))
+        .collect();
+    for alert in cluster.outcomes("alert").iter().filter(|o| !o.stale()) {
+        let cause = &flaky[alert.field("upstream_run_id").unwrap()];
+        assert_eq!(cause.status(), "failed", "{alert:?} follows {cause:?}");
+        assert_eq!(alert.field("upstream_status"), Some("failed"));
+    }
+    let other: BTreeMap<String, Outcome> = cluster
+        .outcomes("other")
+        .into_iter()
+        .map(|o| (o.run_id().to_string(), o))
+        .collect();
+    let mut roots = BTreeMap::new();
+    for report in cluster.outcomes("report").iter().filter(|o| !o.stale()) {
+        assert_eq!(report.field("upstream_job"), Some("flaky,other"), "{report:?}");
+        let ids: Vec<&str> = report.field("upstream_run_id").unwrap().split(',').collect();
+        let root: i64 = report.field("root_tick").unwrap().parse().unwrap();
+        assert_eq!(flaky[ids[0]].tick(), root, "{report:?}");
+        assert_eq!(other[ids[1]].tick(), root, "{report:?}");
+        *roots.entry(root).or_insert(0) += 1;
+    }
+    assert!(roots.values().all(|&n| n == 1), "a root tick reported twice: {roots:?}");
+}
+
+#[test]
+fn check_refuses_a_cycle_and_an_unknown_upstream() {
+    let cycle = ConfigFile::new(
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\n\n\
+         [jobs.a]\nschedule = \"@hourly\"\ncommand = [\"true\"]\n\n\
+         [jobs.b]\nafter = [\"a\", \"d\"]\ncommand = [\"true\"]\n\n\
+         [jobs.c]\nafter = [\"b\"]\ncommand = [\"true\"]\n\n\
+         [jobs.d]\nafter = [\"c\"]\ncommand = [\"true\"]\n",
+    );
+    let run = cronlease(["check", "--config", cycle.path().to_str().unwrap()]).expect_code(2);
+    let err = run.stderr();
+    assert!(err.contains("cycle: b → c → d → b"), "{err}");
+    assert!(err.contains("field `after`"), "{err}");
+
+    let unknown = ConfigFile::new(
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\n\n\
+         [jobs.load]\nafter = [\"extrct\"]\ncommand = [\"true\"]\n\n\
+         [jobs.extract]\nschedule = \"@hourly\"\ncommand = [\"true\"]\n",
+    );
+    let run = cronlease(["check", "--config", unknown.path().to_str().unwrap()]).expect_code(2);
+    let err = run.stderr();
+    assert!(err.contains("\"extrct\" in `after` is not a job of this table"), "{err}");
+    assert!(err.contains("jobs.toml:5:"), "{err}");
+
+    let fine = ConfigFile::new(
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\n\n\
+         [jobs.extract]\nschedule = \"@hourly\"\ncommand = [\"true\"]\n\n\
+         [jobs.load]\nafter = [\"extract\"]\nafter_on = \"any\"\ncommand = [\"true\"]\n",
+    );
+    let out = cronlease(["check", "--config", fine.path().to_str().unwrap()])
+        .expect_code(0)
+        .stdout();
+    assert!(out.contains("after extract (each any outcome)"), "{out}");
+    assert!(out.contains("then load (on any)"), "{out}");
+}
