@@ -233,7 +233,7 @@ pub mod watchdog;
 #[cfg(not(feature = "internals"))]
 mod watchdog;
 
-pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
+pub use config::{AfterOn, ConfigError, Join, Misfire, OnHolderLost, Overlap, Problem};
 #[cfg(feature = "notify")]
 pub use config::{EventKind, SmtpTls};
 pub use embed::{
@@ -243,6 +243,7 @@ pub use embed::{
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]
 pub use notify::Channel;
+pub use outcome::{Upstream, UpstreamRun};
 pub use schedule::{DstGap, DstRepeat};
 pub use store::LockHolder;
 pub use task::Stop;

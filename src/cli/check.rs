@@ -79,7 +79,9 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                     "ended": next.is_empty(),
                     "next": next,
                 });
-                if let (Some(entry), serde_json::Value::Object(fields)) = (entry.as_object_mut(), fields) {
+                if let (Some(entry), serde_json::Value::Object(fields)) =
+                    (entry.as_object_mut(), fields)
+                {
                     entry.extend(fields);
                 }
             }

@@ -8,8 +8,8 @@ use std::ops::Range;
 
 use serde::Deserialize;
 
-use super::checker::{Checker, Given, is_name};
 use super::Job;
+use super::checker::{Checker, Given, is_name};
 
 /// Which outcomes of its upstreams start a run of a job (`after_on`).
 ///
@@ -118,11 +118,30 @@ pub(super) fn job_after(
     for upstream in after.get() {
         let text = upstream.get();
         if !is_name(text, 128) {
-            checker.problem(upstream.at(), Some(section), Some("after"), format!("invalid job name {text:?} in `after`: expected the names of jobs of this table"));
+            checker.problem(
+                upstream.at(),
+                Some(section),
+                Some("after"),
+                format!(
+                    "invalid job name {text:?} in `after`: expected the names of jobs of this table"
+                ),
+            );
         } else if text == name {
-            checker.problem(upstream.at(), Some(section), Some("after"), format!("job {name:?} lists itself in `after`: a job cannot follow its own outcomes"));
+            checker.problem(
+                upstream.at(),
+                Some(section),
+                Some("after"),
+                format!(
+                    "job {name:?} lists itself in `after`: a job cannot follow its own outcomes"
+                ),
+            );
         } else if upstreams.iter().any(|u| u == text) {
-            checker.problem(upstream.at(), Some(section), Some("after"), format!("{text:?} is listed twice in `after`: expected each upstream once"));
+            checker.problem(
+                upstream.at(),
+                Some(section),
+                Some("after"),
+                format!("{text:?} is listed twice in `after`: expected each upstream once"),
+            );
         } else {
             upstreams.push(text.clone());
         }
@@ -151,11 +170,23 @@ pub(super) fn check_chains(
     jobs: &mut BTreeMap<String, Job>,
     at: &BTreeMap<String, Range<usize>>,
 ) {
+    check_chains_among(checker, jobs, at, &|_| false);
+}
+
+/// [`check_chains`], where an upstream may also be one of the table's
+/// jobs not among `jobs` (`other` says which names are), which follow
+/// none of them.
+fn check_chains_among(
+    checker: &mut Checker<'_>,
+    jobs: &mut BTreeMap<String, Job>,
+    at: &BTreeMap<String, Range<usize>>,
+    other: &dyn Fn(&str) -> bool,
+) {
     let mut broken = BTreeSet::new();
     for (name, job) in jobs.iter() {
         let Some(after) = &job.after else { continue };
         for upstream in &after.upstreams {
-            if !jobs.contains_key(upstream) {
+            if !jobs.contains_key(upstream) && !other(upstream) {
                 let known: Vec<&str> = jobs.keys().map(String::as_str).collect();
                 checker.problem(
                     at.get(name).cloned(),
@@ -187,6 +218,28 @@ pub(super) fn check_chains(
         jobs.remove(&name);
     }
     link_chains(jobs.values_mut());
+}
+
+/// Jobs given by code (an embedded scheduler's) checked as
+/// [`check_chains`] checks a table's, `other` saying which names are the
+/// table's other jobs; the valid ones, in the order given, and the
+/// problems.
+pub(crate) fn check_given_chains(
+    jobs: Vec<Job>,
+    other: &dyn Fn(&str) -> bool,
+) -> (Vec<Job>, Vec<super::Problem>) {
+    if jobs.iter().all(|job| job.after.is_none()) {
+        return (jobs, Vec::new());
+    }
+    let order: Vec<String> = jobs.iter().map(|job| job.name.clone()).collect();
+    let mut table: BTreeMap<String, Job> = jobs
+        .into_iter()
+        .map(|job| (job.name.clone(), job))
+        .collect();
+    let mut checker = Checker::new("", super::checker::Secrets::Read);
+    check_chains_among(&mut checker, &mut table, &BTreeMap::new(), other);
+    let valid = order.iter().filter_map(|name| table.remove(name)).collect();
+    (valid, checker.problems)
 }
 
 /// A cycle of `after` among `jobs`, as the jobs in the order each follows
@@ -224,8 +277,11 @@ fn find_cycle(jobs: &BTreeMap<String, Job>) -> Option<Vec<String>> {
                     // `upstream` is on the path: the cycle is from there on,
                     // read in the direction work flows (upstream first).
                     let from = path.iter().position(|(j, _)| *j == upstream)?;
-                    let mut cycle: Vec<String> =
-                        path[from..].iter().rev().map(|(j, _)| j.to_string()).collect();
+                    let mut cycle: Vec<String> = path[from..]
+                        .iter()
+                        .rev()
+                        .map(|(j, _)| j.to_string())
+                        .collect();
                     // From its first name, whichever job the search began at.
                     let first = (0..cycle.len()).min_by_key(|&i| &cycle[i]).unwrap_or(0);
                     cycle.rotate_left(first);
@@ -241,20 +297,31 @@ fn find_cycle(jobs: &BTreeMap<String, Job>) -> Option<Vec<String>> {
 
 /// Tells each job of `jobs` which of them follow it (every `after` names a
 /// job among them, or names one that is not there, which starts nothing).
-pub(crate) fn link_chains<'a>(jobs: impl IntoIterator<Item = &'a mut Job>) {
+fn link_chains<'a>(jobs: impl IntoIterator<Item = &'a mut Job>) {
     let mut jobs: Vec<&mut Job> = jobs.into_iter().collect();
-    let mut followers: BTreeMap<String, Vec<Follower>> = BTreeMap::new();
-    for job in &jobs {
-        if let Some(after) = &job.after {
-            for upstream in &after.upstreams {
-                followers.entry(upstream.clone()).or_default().push(Follower {
-                    job: job.name.clone(),
-                    on: after.on,
-                });
-            }
-        }
-    }
+    let mut followers = followers_of(jobs.iter().map(|job| &**job));
     for job in &mut jobs {
         job.followers = followers.remove(&job.name).unwrap_or_default();
     }
+}
+
+/// The followers of each job that has some, by the `after` of `jobs`.
+pub(crate) fn followers_of<'a>(
+    jobs: impl IntoIterator<Item = &'a Job>,
+) -> BTreeMap<String, Vec<Follower>> {
+    let mut followers: BTreeMap<String, Vec<Follower>> = BTreeMap::new();
+    for job in jobs {
+        if let Some(after) = &job.after {
+            for upstream in &after.upstreams {
+                followers
+                    .entry(upstream.clone())
+                    .or_default()
+                    .push(Follower {
+                        job: job.name.clone(),
+                        on: after.on,
+                    });
+            }
+        }
+    }
+    followers
 }

@@ -40,7 +40,7 @@ use serde::Deserialize;
 
 mod chain;
 pub use chain::{After, AfterOn, Follower, Join};
-pub(crate) use chain::link_chains;
+pub(crate) use chain::{check_given_chains, followers_of};
 mod checker;
 mod daemon_section;
 mod document;

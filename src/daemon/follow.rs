@@ -176,9 +176,8 @@ async fn follow(
             context,
         } => {
             ctx.marks.note(&job.name, None, Some(fence));
-            let upstream_of = Upstream::from_fields(
-                context.iter().map(|(n, v)| (n.as_str(), v.as_str())),
-            );
+            let upstream_of =
+                Upstream::from_fields(context.iter().map(|(n, v)| (n.as_str(), v.as_str())));
             info!(
                 job = %job.name, fence, %run_id, upstream = %upstream, upstream_run_id = %cause,
                 status = %entry.status, replica = %ctx.identity.replica, "claimed a follower's run"

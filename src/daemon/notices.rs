@@ -65,7 +65,10 @@ pub(super) fn job_notices(keys: &Keys, job: &Job) -> Notices {
     if job.followers.is_empty() {
         return notices;
     }
-    let followers = job.followers.iter().map(|f| (f.job.as_str(), f.on.as_str()));
+    let followers = job
+        .followers
+        .iter()
+        .map(|f| (f.job.as_str(), f.on.as_str()));
     notices.with_followers(Followers::new(keys, &job.name, followers))
 }
 

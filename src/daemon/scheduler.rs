@@ -9,6 +9,7 @@ use super::table::{JobTable, job_table};
 use super::time::to_datetime;
 use crate::config::Config;
 use crate::config::Job;
+use crate::config::followers_of;
 use crate::task::Tasks;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -201,13 +202,36 @@ fn edit_table(ctx: &Arc<Ctx>, scheduler: &mut Scheduler, edits: Vec<Reload>) {
             Reload::File | Reload::Table { .. } => {}
         }
     }
-    if !removed.is_empty() {
+    let relinked = relink(&mut table);
+    for name in &relinked {
+        scheduler.stop_loop(name);
+        scheduler.start_loop(ctx, table[name].clone());
+    }
+    if !removed.is_empty() || !relinked.is_empty() {
         ctx.timer.forget_cancelled();
     }
     ctx.jobs.send_replace(Arc::new(table));
     ctx.heartbeat_now.notify_one();
     info!(?added, ?removed, "job table changed");
     notify(&[Notice::Ready], ctx);
+}
+
+/// Tells each job of `table` its followers after jobs were added or
+/// removed (an added job may follow one that was there); the names of the
+/// jobs whose followers changed, whose loops run the old definition.
+fn relink(table: &mut JobTable) -> Vec<String> {
+    let mut followers = followers_of(table.values().map(|job| &**job));
+    let mut changed = Vec::new();
+    for (name, job) in table.iter_mut() {
+        let now = followers.remove(name).unwrap_or_default();
+        if job.followers != now {
+            let mut linked = (**job).clone();
+            linked.followers = now;
+            *job = Arc::new(linked);
+            changed.push(name.clone());
+        }
+    }
+    changed
 }
 
 /// Replaces the job table with the file's or the one `reload` carries:

@@ -78,6 +78,70 @@ impl JobBuilder {
         }
     }
 
+    /// A job named `name` without a schedule of its own: it runs once for
+    /// each outcome of a job of `upstreams` that [`JobBuilder::after_on`]
+    /// matches (`after`; by default each run that ended `ok`), or once all
+    /// of them ended for the same root tick with [`Join::All`](crate::Join::All). Each
+    /// upstream must be a job of the same scheduler, added before this
+    /// one, and no chain may lead back to the job. The run knows what
+    /// started it: [`Run::upstream`](crate::Run::upstream).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    ///
+    /// let draw = JobBuilder::new("lottery-draw", "0 12 * * *");
+    /// let publish = JobBuilder::after("publish-winners", ["lottery-draw"]);
+    /// ```
+    pub fn after<'a>(name: &str, upstreams: impl IntoIterator<Item = &'a str>) -> JobBuilder {
+        JobBuilder {
+            name: name.to_string(),
+            spec: JobSpec::default(),
+        }
+        .follows(upstreams)
+    }
+
+    /// Runs this job also once for each matching outcome of a job of
+    /// `upstreams` (`after`), besides its schedule; see
+    /// [`JobBuilder::after`].
+    ///
+    /// ```
+    /// use cronlease::JobBuilder;
+    ///
+    /// // Nightly, and after every import.
+    /// let job = JobBuilder::new("reindex", "0 3 * * *").follows(["import"]);
+    /// ```
+    pub fn follows<'a>(self, upstreams: impl IntoIterator<Item = &'a str>) -> JobBuilder {
+        let upstreams = upstreams
+            .into_iter()
+            .map(|name| Given::code(name.to_string()))
+            .collect();
+        self.set(|spec| spec.after = Some(Given::code(upstreams)))
+    }
+
+    /// Which outcomes of its upstreams start the job (`after_on`, default
+    /// [`AfterOn::Ok`](crate::AfterOn::Ok)).
+    ///
+    /// ```
+    /// use cronlease::{AfterOn, JobBuilder};
+    ///
+    /// let job = JobBuilder::after("page-on-call", ["settle"]).after_on(AfterOn::Failed);
+    /// ```
+    pub fn after_on(self, on: crate::AfterOn) -> JobBuilder {
+        self.set(|spec| spec.after_on = Some(Given::code(on)))
+    }
+
+    /// How the job waits for several upstreams (`after_all`, default
+    /// [`Join::Each`](crate::Join::Each): a run for each outcome).
+    ///
+    /// ```
+    /// use cronlease::{Join, JobBuilder};
+    ///
+    /// let job = JobBuilder::after("report", ["extract-eu", "extract-us"]).join(Join::All);
+    /// ```
+    pub fn join(self, join: crate::Join) -> JobBuilder {
+        self.set(|spec| spec.after_all = Some(Given::code(join == crate::Join::All)))
+    }
+
     /// The IANA time zone the schedule is read in (`timezone`, default
     /// UTC), in any letter case; a typo gets the nearest name suggested.
     /// The tz database is compiled in, so every instance of one release

@@ -448,11 +448,18 @@ fn job_context(redis: &RedisConfig) -> JobContext {
     JobContext::new(Some(redis), None, Path::new(SOURCE), Source::Embedded)
 }
 
-/// `jobs` validated one by one against `context`, in the order given; or
-/// every problem of those that are not valid.
-fn validate_jobs(jobs: &[Job], context: &JobContext) -> Result<Vec<config::Job>, ConfigError> {
-    let (valid, problems) =
+/// `jobs` validated one by one against `context`, then their chains
+/// among them and the table's other jobs (`other` says which names are),
+/// in the order given; or every problem of those that are not valid.
+fn validate_jobs(
+    jobs: &[Job],
+    other: &dyn Fn(&str) -> bool,
+    context: &JobContext,
+) -> Result<Vec<config::Job>, ConfigError> {
+    let (valid, mut problems) =
         validate_specs(jobs.iter().map(|j| (j.name.as_str(), &j.spec)), context);
+    let (valid, chain_problems) = config::check_given_chains(valid, other);
+    problems.extend(chain_problems);
     if problems.is_empty() {
         Ok(valid)
     } else {

@@ -68,6 +68,23 @@ impl Run {
         jiff::Timestamp::from_millisecond(self.context.tick_ms).unwrap_or_default()
     }
 
+    /// What started this run when the job follows others (`after`): the
+    /// upstream run or runs and the tick that began the chain; None for a
+    /// run of the job's own schedule or a manual one.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    ///
+    /// let job = JobBuilder::after("publish-winners", ["lottery-draw"]).run(|run: Run| async move {
+    ///     let upstream = run.upstream().expect("a follower's run has an upstream");
+    ///     println!("publishing the draw of {}", upstream.root_tick());
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn upstream(&self) -> Option<&crate::Upstream> {
+        self.context.upstream.as_deref()
+    }
+
     /// The fence: higher than every earlier run's of this job, and the same
     /// for every attempt of this run. Every write the run makes should
     /// carry it, and the store it writes to should refuse a fence lower

@@ -209,7 +209,7 @@ impl SchedulerBuilder {
         refuse_duplicates(&self.jobs)?;
         let settings = self.settings();
         let context = self.context(settings.as_ref().ok());
-        let jobs = validate_jobs(&self.jobs, &context);
+        let jobs = validate_jobs(&self.jobs, &|_| false, &context);
         let config = match (settings, jobs) {
             (Ok(mut config), Ok(jobs)) => {
                 config.jobs = jobs
@@ -365,7 +365,12 @@ impl Scheduler {
         if self.names.contains(&job.name) {
             return Err(SchedulerError::JobExists(job.name));
         }
-        let validated = validate_jobs(std::slice::from_ref(&job), &self.context)?;
+        let names = &self.names;
+        let validated = validate_jobs(
+            std::slice::from_ref(&job),
+            &|name| names.contains(name),
+            &self.context,
+        )?;
         let Some(validated) = validated.into_iter().next() else {
             unreachable!("a job with no problem is validated into one job");
         };
@@ -420,7 +425,7 @@ impl Scheduler {
     /// ```
     pub fn set_jobs(&mut self, jobs: Vec<Job>) -> Result<(), SchedulerError> {
         refuse_duplicates(&jobs)?;
-        let validated = validate_jobs(&jobs, &self.context)?;
+        let validated = validate_jobs(&jobs, &|_| false, &self.context)?;
         self.send(Reload::Table {
             jobs: validated,
             tasks: tasks(&jobs),

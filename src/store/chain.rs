@@ -26,7 +26,11 @@ impl Followers {
 
     /// `job`'s followers, each with the outcomes it follows (`ok`,
     /// `failed`, `any`); none when the list is empty.
-    pub fn new<'a>(keys: &Keys, job: &str, followers: impl IntoIterator<Item = (&'a str, &'a str)>) -> Followers {
+    pub fn new<'a>(
+        keys: &Keys,
+        job: &str,
+        followers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Followers {
         let mut arg = format!("{job}|{}", keys.after_channel());
         let mut inboxes = Vec::new();
         for (follower, on) in followers {
@@ -90,7 +94,10 @@ fn parse_entry(entry: &Value) -> Result<InboxEntry, ForgedEntry> {
         });
     };
     let id = parts.first().and_then(as_string).unwrap_or_default();
-    let forged = |why| ForgedEntry { id: id.clone(), why };
+    let forged = |why| ForgedEntry {
+        id: id.clone(),
+        why,
+    };
     let Some(Value::Array(fields)) = parts.get(1) else {
         return Err(forged("no fields"));
     };
@@ -110,8 +117,10 @@ fn parse_entry(entry: &Value) -> Result<InboxEntry, ForgedEntry> {
             "at" => at = value.parse::<i64>().ok(),
             "tick" | "fence" => {}
             _ => match name.strip_prefix("param.") {
-                Some(param) if is_name(param, 64) && value.len() <= MAX_PARAM_VALUE
-                    && !value.chars().any(char::is_control) =>
+                Some(param)
+                    if is_name(param, 64)
+                        && value.len() <= MAX_PARAM_VALUE
+                        && !value.chars().any(char::is_control) =>
                 {
                     params.push((param.to_string(), value));
                 }
@@ -120,7 +129,9 @@ fn parse_entry(entry: &Value) -> Result<InboxEntry, ForgedEntry> {
             },
         }
     }
-    let run_id = run_id.filter(|r| is_run_id(r)).ok_or_else(|| forged("no run id"))?;
+    let run_id = run_id
+        .filter(|r| is_run_id(r))
+        .ok_or_else(|| forged("no run id"))?;
     let status = status
         .filter(|s| crate::outcome::Status::parse(s).is_some())
         .ok_or_else(|| forged("no status"))?;
@@ -275,7 +286,11 @@ impl Store {
             .arg(request.claimant.history)
             .arg(request.claimant.min_fence)
             .arg(request.join.join(","))
-            .arg(if request.skip_after.is_some() { "skip" } else { "run" })
+            .arg(if request.skip_after.is_some() {
+                "skip"
+            } else {
+                "run"
+            })
             .arg(request.skip_after.map_or(0, duration_ms));
         for (name, value) in request.params {
             invocation.arg(format!("param.{name}")).arg(value);
@@ -361,7 +376,10 @@ mod tests {
                 .iter()
                 .map(|(n, v)| if *n == field { (*n, bad) } else { (*n, *v) })
                 .collect();
-            assert!(parse_entry(&entry(&fields)).is_err(), "{field} = {bad:?} was trusted");
+            assert!(
+                parse_entry(&entry(&fields)).is_err(),
+                "{field} = {bad:?} was trusted"
+            );
         }
     }
 }

@@ -264,11 +264,15 @@ impl Store {
             + outcome.output.len()
             + notices.arg().len()
             + notices.followers().arg().len()
-            + notices.followers().inboxes().iter().map(String::len).sum::<usize>()
+            + notices
+                .followers()
+                .inboxes()
+                .iter()
+                .map(String::len)
+                .sum::<usize>()
             + FINISH_FIXED_BYTES;
         let inboxes = notices.followers().inboxes();
-        let mut args =
-            redis::Cmd::with_capacity(FINISH_KEYS + inboxes.len() + FINISH_ARGS, bytes);
+        let mut args = redis::Cmd::with_capacity(FINISH_KEYS + inboxes.len() + FINISH_ARGS, bytes);
         for part in before {
             args.write_arg_fmt(keys.job_key_arg(job, part));
         }

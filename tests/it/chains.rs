@@ -58,20 +58,31 @@ fn a_follower_runs_once_for_each_ok_outcome_with_its_upstream_in_the_environment
     for load in &loads {
         assert_eq!(load.field("trigger"), Some("chain"), "{load:?}");
         assert_eq!(load.field("upstream_job"), Some("extract"), "{load:?}");
-        let cause = load.field("upstream_run_id").expect("a follower's outcome names its cause");
+        let cause = load
+            .field("upstream_run_id")
+            .expect("a follower's outcome names its cause");
         let extract = extracts
             .get(cause)
             .unwrap_or_else(|| panic!("{load:?} follows no ok run of extract"));
-        assert_eq!(load.field("root_tick"), Some(extract.tick().to_string().as_str()));
+        assert_eq!(
+            load.field("root_tick"),
+            Some(extract.tick().to_string().as_str())
+        );
         *seen.entry(cause.to_string()).or_insert(0) += 1;
     }
-    assert!(seen.values().all(|&n| n == 1), "a cause ran twice: {seen:?}");
+    assert!(
+        seen.values().all(|&n| n == 1),
+        "a cause ran twice: {seen:?}"
+    );
     // Every extract but the last few (whose followers the stop cut short)
     // has its load.
     let followed = extracts.keys().filter(|id| seen.contains_key(*id)).count();
     assert!(followed >= loads.len() && loads.len() >= 4, "{seen:?}");
     let lines = std::fs::read_to_string(&env_file).unwrap();
-    let first = lines.lines().next().expect("the follower wrote its environment");
+    let first = lines
+        .lines()
+        .next()
+        .expect("the follower wrote its environment");
     let words: Vec<&str> = first.split(' ').collect();
     assert_eq!(words.len(), 5, "{first}");
     assert_eq!(words[0], "extract");
@@ -111,14 +122,25 @@ fn after_on_failed_follows_only_failures_and_after_all_waits_for_every_upstream(
         .collect();
     let mut roots = BTreeMap::new();
     for report in cluster.outcomes("report").iter().filter(|o| !o.stale()) {
-        assert_eq!(report.field("upstream_job"), Some("flaky,other"), "{report:?}");
-        let ids: Vec<&str> = report.field("upstream_run_id").unwrap().split(',').collect();
+        assert_eq!(
+            report.field("upstream_job"),
+            Some("flaky,other"),
+            "{report:?}"
+        );
+        let ids: Vec<&str> = report
+            .field("upstream_run_id")
+            .unwrap()
+            .split(',')
+            .collect();
         let root: i64 = report.field("root_tick").unwrap().parse().unwrap();
         assert_eq!(flaky[ids[0]].tick(), root, "{report:?}");
         assert_eq!(other[ids[1]].tick(), root, "{report:?}");
         *roots.entry(root).or_insert(0) += 1;
     }
-    assert!(roots.values().all(|&n| n == 1), "a root tick reported twice: {roots:?}");
+    assert!(
+        roots.values().all(|&n| n == 1),
+        "a root tick reported twice: {roots:?}"
+    );
 }
 
 #[test]
@@ -142,7 +164,10 @@ fn check_refuses_a_cycle_and_an_unknown_upstream() {
     );
     let run = cronlease(["check", "--config", unknown.path().to_str().unwrap()]).expect_code(2);
     let err = run.stderr();
-    assert!(err.contains("\"extrct\" in `after` is not a job of this table"), "{err}");
+    assert!(
+        err.contains("\"extrct\" in `after` is not a job of this table"),
+        "{err}"
+    );
     assert!(err.contains("jobs.toml:5:"), "{err}");
 
     let fine = ConfigFile::new(
@@ -155,4 +180,111 @@ fn check_refuses_a_cycle_and_an_unknown_upstream() {
         .stdout();
     assert!(out.contains("after extract (each any outcome)"), "{out}");
     assert!(out.contains("then load (on any)"), "{out}");
+}
+
+/// The replica holding a run of `job` now.
+fn holder(cluster: &Cluster, job: &str) -> String {
+    crate::support::wait_until(Duration::from_secs(30), "a run in flight", || {
+        let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg(format!("cl:{{{job}}}:running"))
+            .query(&mut cluster.redis.client())
+            .unwrap();
+        entries.values().next().map(|raw| {
+            let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
+            entry["replica"].as_str().unwrap().to_string()
+        })
+    })
+}
+
+#[test]
+fn a_chain_survives_a_kill9_of_the_middle_jobs_holder() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let marker = cluster.path("marker");
+    // b sleeps through its first run only, so that it can be killed there.
+    let jobs = format!(
+        "[jobs.a]\nschedule = \"*/2 * * * * *\"\ncommand = [\"true\"]\n\n\
+         [jobs.b]\nafter = [\"a\"]\non_holder_lost = \"rerun\"\noverlap = \"allow\"\n\
+         shell = \"if [ ! -e {m} ]; then touch {m}; sleep 30; fi\"\n\n\
+         [jobs.c]\nafter = [\"b\"]\nafter_on = \"any\"\noverlap = \"allow\"\ncommand = [\"true\"]\n",
+        m = marker.display()
+    );
+    for name in ["r1", "r2", "r3"] {
+        cluster.start(name, &jobs);
+    }
+    cluster.wait_ready();
+    let victim = holder(&cluster, "b");
+    let index = cluster.index_of(&victim);
+    cluster.replicas[index].kill9();
+    wait_until_or_show(
+        Duration::from_secs(40),
+        "the killed run abandoned, rerun, and followed",
+        || cluster.logs(),
+        || {
+            let b = cluster.outcomes("b");
+            let rerun = b
+                .iter()
+                .find(|o| o.field("trigger") == Some("rerun") && o.status() == "ok")?;
+            let c = cluster.outcomes("c");
+            let followed = c
+                .iter()
+                .filter(|o| o.field("upstream_run_id") == Some(rerun.run_id()));
+            (followed.count() == 1 && c.len() >= 4).then_some(())
+        },
+    );
+    cluster.replicas.remove(index);
+    cluster.stop_all();
+
+    let current = |job: &str| -> Vec<Outcome> {
+        cluster
+            .outcomes(job)
+            .into_iter()
+            .filter(|o| !o.stale())
+            .collect()
+    };
+    let (a, b, c) = (current("a"), current("b"), current("c"));
+    // B: one run per ok outcome of A (a rerun goes on with the same cause).
+    let mut first_runs = BTreeMap::new();
+    for run in &b {
+        let cause = run.field("upstream_run_id").expect("b's runs follow a");
+        assert!(
+            a.iter().any(|o| o.run_id() == cause && o.status() == "ok"),
+            "{run:?} follows no ok run of a"
+        );
+        if run.field("trigger") == Some("chain") {
+            *first_runs.entry(cause.to_string()).or_insert(0) += 1;
+        } else {
+            assert_eq!(run.field("trigger"), Some("rerun"), "{run:?}");
+        }
+    }
+    assert!(
+        first_runs.values().all(|&n| n == 1),
+        "a's run started b twice: {first_runs:?}"
+    );
+    let abandoned: Vec<&Outcome> = b.iter().filter(|o| o.status() == "abandoned").collect();
+    assert_eq!(abandoned.len(), 1, "{b:#?}");
+    assert_eq!(abandoned[0].replica(), victim);
+    // C: one run per outcome of B, the abandoned one included.
+    let mut per_b = BTreeMap::new();
+    for run in &c {
+        let cause = run.field("upstream_run_id").expect("c's runs follow b");
+        let b_run = b
+            .iter()
+            .find(|o| o.run_id() == cause)
+            .unwrap_or_else(|| panic!("{run:?} follows no run of b"));
+        assert_eq!(run.field("upstream_status"), Some(b_run.status()));
+        assert_eq!(
+            run.field("root_tick"),
+            b_run.field("root_tick"),
+            "the root tick is carried down"
+        );
+        *per_b.entry(cause.to_string()).or_insert(0) += 1;
+    }
+    assert!(
+        per_b.values().all(|&n| n == 1),
+        "a run of b started c twice: {per_b:?}"
+    );
+    assert!(
+        per_b.contains_key(abandoned[0].run_id()),
+        "the abandoned run of b was not followed"
+    );
 }
