@@ -288,3 +288,87 @@ fn a_chain_survives_a_kill9_of_the_middle_jobs_holder() {
         "the abandoned run of b was not followed"
     );
 }
+
+#[test]
+fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refused() {
+    use cronlease::{AfterOn, JobBuilder, Run, SchedulerError};
+    use std::sync::{Arc, Mutex};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    // (upstream job, upstream run id, status, root tick ms) per run.
+    let seen: Arc<Mutex<Vec<(String, String, String, i64)>>> = Arc::default();
+    crate::support::multi_thread_runtime().block_on(async {
+        let draw = JobBuilder::new("draw", "* * * * * *")
+            .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+        let mut scheduler = crate::support::cluster(&redis)
+            .await
+            .scheduler()
+            .replica_id("shop-1")
+            .state_dir(&dir.path().join("shop-1"))
+            .lease(Duration::from_secs(2))
+            .heartbeat(Duration::from_secs(1))
+            .job(draw)
+            .start()
+            .expect("a valid job");
+        let recorder = seen.clone();
+        let publish = JobBuilder::after("publish", ["draw"])
+            .after_on(AfterOn::Any)
+            .run(move |run: Run| {
+                let recorder = recorder.clone();
+                async move {
+                    let upstream = run.upstream().expect("a follower's run has its upstream");
+                    let up = &upstream.runs()[0];
+                    recorder.lock().expect("not poisoned").push((
+                        up.job().to_string(),
+                        up.run_id().to_string(),
+                        up.status().to_string(),
+                        upstream.root_tick_ms(),
+                    ));
+                    Ok::<(), std::io::Error>(())
+                }
+            });
+        scheduler
+            .add(publish)
+            .expect("a follower of a job of the scheduler");
+        let unknown = JobBuilder::after("audit", ["drew"])
+            .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
+        match scheduler.add(unknown) {
+            Err(SchedulerError::Config(e)) => {
+                assert!(
+                    e.to_string().contains("\"drew\" in `after` is not a job"),
+                    "{e}"
+                )
+            }
+            other => panic!("an unknown upstream was taken: {other:?}"),
+        }
+        let cycle = vec![
+            JobBuilder::after("x", ["y"]).run(|_run: Run| async { Ok::<(), std::io::Error>(()) }),
+            JobBuilder::after("y", ["x"]).run(|_run: Run| async { Ok::<(), std::io::Error>(()) }),
+        ];
+        match scheduler.set_jobs(cycle) {
+            Err(SchedulerError::Config(e)) => {
+                assert!(e.to_string().contains("cycle: x → y → x"), "{e}")
+            }
+            other => panic!("a cycle was taken: {other:?}"),
+        }
+        let waited = tokio::time::timeout(Duration::from_secs(20), async {
+            while seen.lock().expect("not poisoned").len() < 3 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await;
+        scheduler.shutdown().await.expect("a clean shutdown");
+        waited.expect("publish ran after draw");
+    });
+    let mut outcomes = redis.client();
+    let draws = crate::support::read_outcomes(&mut outcomes, "cl", "draw");
+    for (job, run_id, status, root) in seen.lock().unwrap().iter() {
+        assert_eq!(job, "draw");
+        let draw = draws
+            .iter()
+            .find(|o| o.run_id() == run_id)
+            .unwrap_or_else(|| panic!("{run_id} is no run of draw"));
+        assert_eq!((draw.status(), draw.tick()), (status.as_str(), *root));
+    }
+}
