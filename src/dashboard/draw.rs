@@ -308,6 +308,7 @@ mod tests {
             signal: None,
             attempts: 1,
             trigger: crate::outcome::Trigger::Schedule,
+            upstream: None,
             stale: false,
             output: None,
         };

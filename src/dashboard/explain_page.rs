@@ -12,9 +12,9 @@ use axum::response::Response;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::Dashboard;
 use super::format::{ago, duration, iso, utc};
 use super::pages::{error_page, layout, looking, respond, unavailable};
+use super::{Dashboard, auth};
 use crate::operator::{self, ExplainError, Explanation, Verdict};
 
 /// The page's query: the tick, as `--tick` takes it.
@@ -115,6 +115,21 @@ fn page(e: &Explanation) -> Markup {
                 @if let Some(code) = run.exit_code { dt { "Exit code" } dd { (code) } }
                 @if let Some(signal) = run.signal { dt { "Signal" } dd { (signal) } }
                 @if let Some(left) = run.lease_left_ms { dt { "Lease" } dd { (duration(left)) " left unless renewed" } }
+            }
+        }
+        @if let Some(chain) = &e.chain {
+            h2 { "Chain" }
+            dl.facts {
+                @if !chain.after.is_empty() { dt { "After" } dd { @for (i, up) in chain.after.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", auth::percent_encode(up))) { (up) } } } }
+                @if !chain.followers.is_empty() { dt { "Then" } dd { @for (i, down) in chain.followers.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", auth::percent_encode(down))) { (down) } } } }
+                @if let Some(upstream) = &chain.caused_by {
+                    dt { "Followed" }
+                    dd { @for run in upstream.runs() { a href=(format!("/jobs/{}#run-{}", auth::percent_encode(run.job()), run.run_id())) { (run.job()) } " run " code { (run.run_id()) } " (" (run.status()) ") " } }
+                }
+                @if !chain.caused.is_empty() {
+                    dt { "Started" }
+                    dd { @for c in &chain.caused { a href=(format!("/jobs/{}#run-{}", auth::percent_encode(&c.job), c.run_id)) { (c.job) } " run " code { (c.run_id) } " (" (c.status) ") " } }
+                }
             }
         }
         @if !e.reasons.is_empty() {

@@ -11,6 +11,7 @@ use chrono::DateTime;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::auth::percent_encode;
 use super::format::{ago, iso, until, utc};
 use super::pages::{
     ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, error_page, history_table, job_actions, layout, looking,
@@ -120,6 +121,14 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
             @if let Some(def) = definition {
                 dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
                 dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
+            }
+            @if !job.after.is_empty() {
+                dt { "After" }
+                dd { @for (i, up) in job.after.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", percent_encode(up))) { (up) } } }
+            }
+            @if !job.followers.is_empty() {
+                dt { "Then" }
+                dd { @for (i, down) in job.followers.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", percent_encode(down))) { (down) } } }
             }
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }

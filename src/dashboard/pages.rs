@@ -478,7 +478,7 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                 thead { tr { th scope="col" { "Tick" } th scope="col" { "Status" } th scope="col" { "Replica" } th scope="col" { "Fence" } th scope="col" { "Duration" } th scope="col" { "CPU" } th scope="col" { "Exit" } th scope="col" { "Trigger" } th scope="col" { "Output" } } }
                 tbody {
                     @for e in history {
-                        tr data-run=(e.run_id) {
+                        tr id=(format!("run-{}", e.run_id)) data-run=(e.run_id) {
                             td {
                                 @if matches!(e.status, Status::Missed | Status::SkippedOverlap) {
                                     a.explain href=(explain_href(job, e.tick_ms)) title="why did this tick not run?" { (e.tick) }
@@ -490,7 +490,16 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                             td.num { (duration(e.duration_ms)) }
                             td.num title=(e.peak_memory_kb.map(|kb| format!("peak memory {kb} kB")).unwrap_or_default()) { (e.cpu_ms.map(|ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))).unwrap_or_else(|| "–".into())) }
                             td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
-                            td { (e.trigger.as_str()) }
+                            td {
+                                (e.trigger.as_str())
+                                @if let Some(upstream) = &e.upstream {
+                                    " after"
+                                    @for run in upstream.runs() {
+                                        " " a href=(format!("/jobs/{}#run-{}", auth::percent_encode(run.job()), run.run_id())) title=(format!("run {}", run.run_id())) { (run.job()) }
+                                        " " small { (run.status()) }
+                                    }
+                                }
+                            }
                             td {
                                 @match e.output.as_deref() {
                                     Some(output) if !output.is_empty() => {

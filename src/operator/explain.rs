@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use chrono::DateTime;
 use serde_json::json;
 
-use super::{OperatorError, ReplicaStatus, drift, read_replicas};
+use super::{OperatorError, OutputTail, ReplicaStatus, drift, history, read_replicas};
 use crate::config::Job;
 use crate::schedule::Schedule;
 use crate::store::{Store, StoreError};
@@ -39,8 +39,8 @@ mod verdicts;
 use calendar::{Around, IsTick, around, latest_due, next_after_ms};
 use records::Records;
 pub(crate) use report::span;
+use report::{CausedRun, ChainFacts, ReplicaSeen, ScheduleFacts, TickChoice};
 pub use report::{Explanation, Verdict};
-use report::{ReplicaSeen, ScheduleFacts, TickChoice};
 use report::{reason, text_of};
 pub use text::render_explanation;
 
@@ -146,6 +146,7 @@ pub async fn explain<J: Borrow<Job>>(
             .zip(calendar.as_ref())
             .map(|(schedule, at)| schedule_facts(schedule, at, tick_ms)),
         run: None,
+        chain: definition.and_then(chain_of),
         reasons: Vec::new(),
         replicas: replicas.iter().map(|r| seen(r, tick_ms)).collect(),
     };
@@ -170,6 +171,7 @@ pub async fn explain<J: Borrow<Job>>(
     }
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
+    follow_chain(store, &mut explanation, &records).await?;
     if let Some(def) = definition {
         let drifted = drift(job, Some(def.definition_hash()), &replicas);
         if !drifted.is_empty() {
@@ -192,6 +194,65 @@ pub async fn explain<J: Borrow<Job>>(
     }
     Ok(explanation)
 }
+
+/// The job's upstreams and followers; None when it has neither.
+fn chain_of(def: &Job) -> Option<ChainFacts> {
+    let after = def
+        .after
+        .as_ref()
+        .map(|a| a.upstreams.clone())
+        .unwrap_or_default();
+    let followers: Vec<String> = def.followers.iter().map(|f| f.job.clone()).collect();
+    (!after.is_empty() || !followers.is_empty()).then_some(ChainFacts {
+        after,
+        followers,
+        ..ChainFacts::default()
+    })
+}
+
+/// What the tick's run followed (its outcome's upstream fields), and the
+/// records of its followers that name it (read from the run's start on).
+async fn follow_chain(
+    store: &Store,
+    explanation: &mut Explanation,
+    records: &Records,
+) -> Result<(), StoreError> {
+    let (Some(run), Some(chain)) = (&explanation.run, explanation.chain.as_mut()) else {
+        return Ok(());
+    };
+    chain.caused_by = records
+        .outcomes
+        .iter()
+        .find(|r| r.entry.run_id == run.run_id)
+        .and_then(|r| r.entry.upstream.clone());
+    for follower in &chain.followers {
+        let entries = store
+            .history_since(follower, run.started_ms, FOLLOWER_RECORDS_READ)
+            .await?;
+        for (id, fields) in entries {
+            let Ok(entry) = history::history_entry(id, fields, OutputTail::Omit) else {
+                continue;
+            };
+            let caused = entry
+                .upstream
+                .as_ref()
+                .is_some_and(|u| u.runs().iter().any(|r| r.run_id() == run.run_id));
+            if caused && !entry.stale {
+                chain.caused.push(CausedRun {
+                    job: follower.clone(),
+                    run_id: entry.run_id,
+                    tick: entry.tick,
+                    status: entry.status,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The most records of each follower `explain` reads for the runs the
+/// tick's run started.
+const FOLLOWER_RECORDS_READ: usize = 1_000;
 
 /// Fails unless `job` is in the table (or, without one, known to Redis),
 /// naming the close names there are.

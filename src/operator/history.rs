@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::{OperatorError, READ_AHEAD, rfc3339};
 use crate::config::Config;
-use crate::outcome::{Status, Trigger};
+use crate::outcome::{Status, Trigger, Upstream};
 use crate::store::Store;
 
 /// One outcome as `history` shows it (also its `--json` schema).
@@ -40,6 +40,10 @@ pub struct HistoryEntry {
     pub signal: Option<i32>,
     pub attempts: u32,
     pub trigger: Trigger,
+    /// A follower's run: the upstream runs it followed and the chain's
+    /// root tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<Upstream>,
     pub stale: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -133,6 +137,7 @@ pub(super) fn history_entry(
             .and_then(|v| u32::try_from(v).ok())
             .unwrap_or(0),
         trigger,
+        upstream: Upstream::from_fields(fields.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
         stale: fields.get("stale").is_some_and(|s| s == "1"),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,

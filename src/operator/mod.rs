@@ -95,6 +95,12 @@ pub struct JobStatus {
     /// What a replica found in the job's state that no honest writer puts
     /// there, until `cronlease repair` clears it.
     pub needs_repair: Option<Repair>,
+    /// From the job table: the jobs whose outcomes start this one
+    /// (`after`), and the jobs this one's outcomes start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub followers: Vec<String>,
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -315,6 +321,13 @@ async fn job_status(
             .and_then(|j| j.schedule.as_ref())
             .map(|s| s.timezone().name().to_string()),
         next_tick: job.and_then(|j| j.next_after(now)).map(rfc3339),
+        after: job
+            .and_then(|j| j.after.as_ref())
+            .map(|a| a.upstreams.clone())
+            .unwrap_or_default(),
+        followers: job
+            .map(|j| j.followers.iter().map(|f| f.job.clone()).collect())
+            .unwrap_or_default(),
         warning: job.and_then(|j| crate::config::job_warning(j, now)),
         paused: state.pause.is_some(),
         paused_by: state.pause.as_ref().and_then(|p| p.by.clone()),

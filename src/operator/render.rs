@@ -271,7 +271,7 @@ fn job_rows(report: &StatusReport) -> Vec<Vec<String>> {
         let state = pause_state(j, report.now_ms);
         rows.push(vec![
             j.name.clone(),
-            j.schedule.clone().unwrap_or_else(|| "?".to_string()),
+            schedule_cell(j),
             j.timezone.clone().unwrap_or_else(|| "?".to_string()),
             match (&j.next_tick, &j.warning) {
                 (Some(tick), _) => tick.clone(),
@@ -293,6 +293,24 @@ fn job_rows(report: &StatusReport) -> Vec<Vec<String>> {
         ]);
     }
     rows
+}
+
+/// The job's schedule (`?` without the job table) and its place in
+/// chains: `after` its upstreams, `then` its followers.
+fn schedule_cell(j: &JobStatus) -> String {
+    let mut parts = Vec::new();
+    match &j.schedule {
+        Some(schedule) => parts.push(schedule.clone()),
+        None if j.after.is_empty() => parts.push("?".to_string()),
+        None => {}
+    }
+    if !j.after.is_empty() {
+        parts.push(format!("after {}", j.after.join(",")));
+    }
+    if !j.followers.is_empty() {
+        parts.push(format!("then {}", j.followers.join(",")));
+    }
+    parts.join("; ")
 }
 
 /// "active", or "paused by WHO AGO".
@@ -333,6 +351,23 @@ fn last_outcome(j: &JobStatus) -> String {
             duration(o.duration_ms)
         ),
     }
+}
+
+/// How a run came to be; for a follower's run, what it followed: `chain
+/// after extract ok 1b2c3d4e` (the upstream run id's first characters).
+fn trigger_cell(o: &super::HistoryEntry) -> String {
+    let Some(upstream) = &o.upstream else {
+        return o.trigger.as_str().to_string();
+    };
+    let runs: Vec<String> = upstream
+        .runs()
+        .iter()
+        .map(|r| {
+            let id: String = r.run_id().chars().take(8).collect();
+            format!("{} {} {id}", r.job(), r.status())
+        })
+        .collect();
+    format!("{} after {}", o.trigger.as_str(), runs.join(", "))
 }
 
 /// How a run's recorded output reaches a terminal.
@@ -387,7 +422,7 @@ pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) 
             ),
             o.peak_memory_kb.map_or_else(|| "-".to_string(), memory),
             exit,
-            o.trigger.as_str().to_string(),
+            trigger_cell(o),
             o.id.clone(),
         ]);
     }

@@ -88,6 +88,50 @@ fn a_follower_runs_once_for_each_ok_outcome_with_its_upstream_in_the_environment
     assert_eq!(words[0], "extract");
     assert!(extracts.contains_key(words[1]), "{first}");
     assert_eq!(words[2], "ok");
+
+    // The operator's views say which run caused which.
+    let config = cluster.config_path("a");
+    let config = config.to_str().unwrap();
+    let status = cronlease(["status", "--config", config])
+        .expect_code(0)
+        .stdout();
+    assert!(status.contains("* * * * * *; then load"), "{status}");
+    assert!(status.contains("after extract"), "{status}");
+    let load = &loads[0];
+    let cause = load.field("upstream_run_id").unwrap();
+    let history = cronlease(["history", "load", "--config", config])
+        .expect_code(0)
+        .stdout();
+    assert!(
+        history.contains(&format!("chain after extract ok {}", &cause[..8])),
+        "{history}"
+    );
+    let tick = extracts[cause].tick().to_string();
+    let explained = cronlease(["explain", "extract", "--tick", &tick, "--config", config])
+        .expect_code(0)
+        .stdout();
+    assert!(explained.contains("  then       load"), "{explained}");
+    assert!(
+        explained.contains(&format!("  started    load run {}", load.run_id())),
+        "{explained}"
+    );
+    let json = cronlease([
+        "explain",
+        "load",
+        "--tick",
+        &load.tick().to_string(),
+        "--config",
+        config,
+        "--json",
+    ])
+    .expect_code(0)
+    .stdout();
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(json["chain"]["after"][0], "extract", "{json}");
+    assert_eq!(
+        json["chain"]["caused_by"]["runs"][0]["run_id"], cause,
+        "{json}"
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ use chrono::DateTime;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::outcome::{Status, Trigger};
+use crate::outcome::{Status, Trigger, Upstream};
 
 /// What happened to a tick, in one word (`verdict` in the JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -118,8 +118,35 @@ pub struct Explanation {
     /// `None` without the job table.
     pub schedule: Option<ScheduleFacts>,
     pub run: Option<RunFacts>,
+    /// The job's place in chains, and what its run followed or started;
+    /// `None` for a job in none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chain: Option<ChainFacts>,
     pub reasons: Vec<Reason>,
     pub replicas: Vec<ReplicaSeen>,
+}
+
+/// Chains around the tick's run (`chain` in the JSON).
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+pub struct ChainFacts {
+    /// The jobs whose outcomes start this one (`after`).
+    pub after: Vec<String>,
+    /// The jobs this one's outcomes start.
+    pub followers: Vec<String>,
+    /// The run is a follower's: the upstream runs it followed.
+    pub caused_by: Option<Upstream>,
+    /// What the run's outcome started: each follower's record that names
+    /// it (a run, or a run not made and why).
+    pub caused: Vec<CausedRun>,
+}
+
+/// A follower's record caused by the tick's run.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CausedRun {
+    pub job: String,
+    pub run_id: String,
+    pub tick: String,
+    pub status: Status,
 }
 
 pub(super) fn reason(kind: &'static str, text: String, evidence: Value) -> Reason {

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::report::{Explanation, RunFacts, span, text_of};
+use super::report::{ChainFacts, Explanation, RunFacts, span, text_of};
 use crate::inert::escape;
 
 /// The explanation as lines of text for a terminal.
@@ -44,6 +44,9 @@ pub fn render_explanation(explanation: &Explanation) -> String {
     if let Some(run) = &e.run {
         render_run(&mut out, run);
     }
+    if let Some(chain) = &e.chain {
+        render_chain(&mut out, chain);
+    }
     if !e.reasons.is_empty() {
         let _ = writeln!(out, "why:");
         for reason in &e.reasons {
@@ -66,6 +69,39 @@ pub fn render_explanation(explanation: &Explanation) -> String {
         }
     }
     out
+}
+
+/// The chain's lines: upstreams and followers, what the run followed and
+/// what it started.
+fn render_chain(out: &mut String, chain: &ChainFacts) {
+    if !chain.after.is_empty() {
+        let _ = writeln!(out, "  after      {}", escape(&chain.after.join(", ")));
+    }
+    if !chain.followers.is_empty() {
+        let _ = writeln!(out, "  then       {}", escape(&chain.followers.join(", ")));
+    }
+    if let Some(upstream) = &chain.caused_by {
+        for run in upstream.runs() {
+            let _ = writeln!(
+                out,
+                "  followed   {} run {} ({}), chain begun at tick {}",
+                escape(run.job()),
+                escape(run.run_id()),
+                run.status(),
+                text_of(upstream.root_tick_ms())
+            );
+        }
+    }
+    for caused in &chain.caused {
+        let _ = writeln!(
+            out,
+            "  started    {} run {} ({}, tick {})",
+            escape(&caused.job),
+            escape(&caused.run_id),
+            caused.status,
+            caused.tick
+        );
+    }
 }
 
 /// The run's lines: who, when, how late, and how it ended or its lease.
