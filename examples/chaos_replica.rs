@@ -298,9 +298,24 @@ fn embedded_jobs(config: &Config) -> Result<Vec<Job>> {
 
 fn embedded_job(job: &config::Job) -> Result<Job> {
     let probe = Probe::parse(job)?;
-    let dst = job.schedule.dst();
-    let mut builder = JobBuilder::new(&job.name, job.schedule.expression())
-        .timezone(job.schedule.timezone().name())
+    let upstreams = job
+        .after
+        .iter()
+        .flat_map(|a| a.upstreams.iter().map(String::as_str));
+    let mut builder = match &job.schedule {
+        Some(schedule) => {
+            JobBuilder::new(&job.name, schedule.expression()).timezone(schedule.timezone().name())
+        }
+        None => JobBuilder::after(&job.name, upstreams.clone()),
+    };
+    if let Some(after) = &job.after {
+        if job.schedule.is_some() {
+            builder = builder.follows(upstreams);
+        }
+        builder = builder.after_on(after.on).join(after.join);
+    }
+    let dst = job.schedule.as_ref().map(|s| s.dst()).unwrap_or_default();
+    let mut builder = builder
         .overlap(job.overlap)
         .misfire(job.misfire)
         .misfire_grace(job.misfire_grace)

@@ -6,7 +6,7 @@ use std::io::Write;
 use chrono::{DateTime, SecondsFormat, Utc};
 
 use super::CheckArgs;
-use crate::config::{Config, EventKind, Join};
+use crate::config::{Config, EventKind, Job, Join};
 use crate::exit::Exit;
 use crate::schedule::Timing;
 
@@ -124,75 +124,82 @@ fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     }
     channels_text(&mut out, config);
     for job in config.jobs.values() {
-        let _ = write!(out, "\n{}", job.name);
-        match &job.schedule {
-            Some(schedule) => {
-                let _ = write!(out, "  {:?}", schedule.expression());
-                if schedule.resolved() != schedule.expression() {
-                    let _ = write!(out, " = {:?}", schedule.resolved());
-                }
-                let dst = schedule.dst();
-                let timing = match schedule.timing() {
-                    Timing::WallClock => "wall clock".to_string(),
-                    Timing::FixedTime => format!(
-                        "fixed time, dst_gap {}, dst_repeat {}",
-                        dst.gap.as_str(),
-                        dst.repeat.as_str()
-                    ),
-                };
-                let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
-            }
-            None => {
-                let _ = writeln!(out, "  (no schedule)");
-            }
-        }
-        if let Some(after) = &job.after {
-            let join = match after.join {
-                Join::All => ", once all have one for the same root tick",
-                Join::Each => "",
-            };
-            let _ = writeln!(
-                out,
-                "  after {} (each {} outcome{join})",
-                after.upstreams.join(", "),
-                after.on.as_str()
-            );
-        }
-        if !job.followers.is_empty() {
-            let followers: Vec<String> = job
-                .followers
-                .iter()
-                .map(|f| format!("{} (on {})", f.job, f.on.as_str()))
-                .collect();
-            let _ = writeln!(out, "  then {}", followers.join(", "));
-        }
-        let rules = &job.notify;
-        if !rules.channels.is_empty() {
-            let on: Vec<&str> = rules.on.iter().map(EventKind::as_str).collect();
-            let _ = writeln!(
-                out,
-                "  notify {} on {}",
-                rules.channels.join(", "),
-                on.join(", ")
-            );
-        }
-        let Some(schedule) = &job.schedule else {
-            continue;
-        };
-        let ticks = schedule.upcoming(from, count);
-        if ticks.is_empty() {
-            let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
-        }
-        for tick in ticks {
-            let _ = writeln!(
-                out,
-                "  {}  =  {}",
-                schedule.timezone().format_local(tick),
-                rfc3339_utc(tick)
-            );
-        }
+        job_text(&mut out, job, from, count);
     }
     out
+}
+
+/// One job's lines of `check`'s text: its schedule, its place in chains,
+/// its notifications and its next fire times.
+fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
+    use std::fmt::Write as _;
+    let _ = write!(out, "\n{}", job.name);
+    match &job.schedule {
+        Some(schedule) => {
+            let _ = write!(out, "  {:?}", schedule.expression());
+            if schedule.resolved() != schedule.expression() {
+                let _ = write!(out, " = {:?}", schedule.resolved());
+            }
+            let dst = schedule.dst();
+            let timing = match schedule.timing() {
+                Timing::WallClock => "wall clock".to_string(),
+                Timing::FixedTime => format!(
+                    "fixed time, dst_gap {}, dst_repeat {}",
+                    dst.gap.as_str(),
+                    dst.repeat.as_str()
+                ),
+            };
+            let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
+        }
+        None => {
+            let _ = writeln!(out, "  (no schedule)");
+        }
+    }
+    if let Some(after) = &job.after {
+        let join = match after.join {
+            Join::All => ", once all have one for the same root tick",
+            Join::Each => "",
+        };
+        let _ = writeln!(
+            out,
+            "  after {} (each {} outcome{join})",
+            after.upstreams.join(", "),
+            after.on.as_str()
+        );
+    }
+    if !job.followers.is_empty() {
+        let followers: Vec<String> = job
+            .followers
+            .iter()
+            .map(|f| format!("{} (on {})", f.job, f.on.as_str()))
+            .collect();
+        let _ = writeln!(out, "  then {}", followers.join(", "));
+    }
+    let rules = &job.notify;
+    if !rules.channels.is_empty() {
+        let on: Vec<&str> = rules.on.iter().map(EventKind::as_str).collect();
+        let _ = writeln!(
+            out,
+            "  notify {} on {}",
+            rules.channels.join(", "),
+            on.join(", ")
+        );
+    }
+    let Some(schedule) = &job.schedule else {
+        return;
+    };
+    let ticks = schedule.upcoming(from, count);
+    if ticks.is_empty() {
+        let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
+    }
+    for tick in ticks {
+        let _ = writeln!(
+            out,
+            "  {}  =  {}",
+            schedule.timezone().format_local(tick),
+            rfc3339_utc(tick)
+        );
+    }
 }
 
 /// The notification channels, one line each and never a secret, and

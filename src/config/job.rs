@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::chain::{AfterOn, RawAfter, job_after};
+use super::chain::{After, AfterOn, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::http_job::{RawHttp, job_http};
@@ -75,6 +75,17 @@ pub(crate) struct JobSpec {
     pub(crate) after: Option<Given<Vec<Given<String>>>>,
     pub(crate) after_on: Option<Given<AfterOn>>,
     pub(crate) after_all: Option<Given<bool>>,
+}
+
+impl JobSpec {
+    /// The chain settings, for [`job_after`].
+    fn chain(&self) -> RawAfter<'_> {
+        RawAfter {
+            after: self.after.as_ref(),
+            after_on: self.after_on.as_ref(),
+            after_all: self.after_all.as_ref(),
+        }
+    }
 }
 
 /// What every job of a table is validated against besides its own
@@ -264,17 +275,8 @@ fn validate_job(
     context: &JobContext,
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
-    let after = job_after(
-        checker,
-        section,
-        name,
-        RawAfter {
-            after: raw.after.as_ref(),
-            after_on: raw.after_on.as_ref(),
-            after_all: raw.after_all.as_ref(),
-        },
-    );
-    let schedule = job_schedule(checker, section, name, &raw, after.is_some());
+    let after = job_after(checker, section, name, raw.chain());
+    let schedule = job_schedule(checker, section, name, &raw, after.as_ref());
     let command = job_work(checker, section, &mut raw, context);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
@@ -352,7 +354,7 @@ fn job_schedule(
     section: &str,
     name: &str,
     raw: &JobSpec,
-    follows: bool,
+    after: Option<&After>,
 ) -> Option<Option<Schedule>> {
     let timezone = match &raw.timezone {
         None => Some(Zone::utc()),
@@ -365,7 +367,7 @@ fn job_schedule(
         },
     };
     match (&raw.schedule, timezone) {
-        (None, _) if follows => Some(None),
+        (None, _) if after.is_some() => Some(None),
         (None, _) => {
             checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\", or `after = [\"job\"]` to run after other jobs".into());
             None

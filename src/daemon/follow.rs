@@ -167,6 +167,33 @@ async fn follow(
         })
         .await?;
     ctx.redis.answered();
+    if !act_on(ctx, job, upstream, entry, run_id, sent, reply) {
+        return Ok(false);
+    }
+    ctx.store
+        .inbox_done(
+            &job.name,
+            upstream,
+            &entry.id,
+            &entry.upstream_run_id,
+            ctx.clock.now_ms(),
+        )
+        .await?;
+    Ok(true)
+}
+
+/// Starts the run `reply` claimed, or logs why there is none; false when
+/// the entry is to be read again (past its deadline, or the job's state
+/// not readable).
+fn act_on(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    upstream: &str,
+    entry: &InboxEntry,
+    run_id: String,
+    sent: Instant,
+    reply: FollowReply,
+) -> bool {
     let cause = &entry.upstream_run_id;
     match reply {
         FollowReply::Claimed {
@@ -214,17 +241,14 @@ async fn follow(
         FollowReply::Duplicate => {
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")
         }
-        FollowReply::Expired => return Ok(false),
+        FollowReply::Expired => return false,
         FollowReply::Corrupt { field, value } => {
             error!(
                 job = %job.name, field, value, key = %ctx.store.keys().state(&job.name),
                 "follower's run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it"
             );
-            return Ok(false);
+            return false;
         }
     }
-    ctx.store
-        .inbox_done(&job.name, upstream, &entry.id, cause, ctx.clock.now_ms())
-        .await?;
-    Ok(true)
+    true
 }

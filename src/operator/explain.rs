@@ -172,20 +172,15 @@ pub async fn explain<J: Borrow<Job>>(
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
     follow_chain(store, &mut explanation, &records).await?;
-    if let Some(def) = definition {
-        let drifted = drift(job, Some(def.definition_hash()), &replicas);
-        if !drifted.is_empty() {
-            explanation
-                .reasons
-                .push(verdicts::drift_reason(&drifted, "this job table's"));
-        }
-    } else {
-        let drifted = drift(job, None, &replicas);
-        if !drifted.is_empty() {
-            explanation
-                .reasons
-                .push(verdicts::drift_reason(&drifted, "most replicas'"));
-        }
+    let (hash, whose) = match definition {
+        Some(def) => (Some(def.definition_hash()), "this job table's"),
+        None => (None, "most replicas'"),
+    };
+    let drifted = drift(job, hash, &replicas);
+    if !drifted.is_empty() {
+        explanation
+            .reasons
+            .push(verdicts::drift_reason(&drifted, whose));
     }
     if let (Some(schedule), Some(at)) = (schedule, &calendar)
         && at.next_ms.is_none()

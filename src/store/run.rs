@@ -172,6 +172,14 @@ pub(super) fn parse_renewals(replies: &[Value]) -> Vec<bool> {
     replies.iter().map(|r| as_int(r) == Some(1)).collect()
 }
 
+/// The bytes of `notices`' arguments and keys in a finish.
+fn notices_bytes(notices: &Notices) -> usize {
+    let followers = notices.followers();
+    notices.arg().len()
+        + followers.arg().len()
+        + followers.inboxes().iter().map(String::len).sum::<usize>()
+}
+
 impl Store {
     /// Sends `build`'s pipeline (one `script` call per lease, `count` of
     /// them) to every node; for each lease, whether a majority of the nodes
@@ -262,14 +270,7 @@ impl Store {
             + outcome.replica.len()
             + outcome.host.len()
             + outcome.output.len()
-            + notices.arg().len()
-            + notices.followers().arg().len()
-            + notices
-                .followers()
-                .inboxes()
-                .iter()
-                .map(String::len)
-                .sum::<usize>()
+            + notices_bytes(notices)
             + FINISH_FIXED_BYTES;
         let inboxes = notices.followers().inboxes();
         let mut args = redis::Cmd::with_capacity(FINISH_KEYS + inboxes.len() + FINISH_ARGS, bytes);

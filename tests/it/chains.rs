@@ -341,7 +341,8 @@ fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refuse
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     // (upstream job, upstream run id, status, root tick ms) per run.
-    let seen: Arc<Mutex<Vec<(String, String, String, i64)>>> = Arc::default();
+    type Seen = Arc<Mutex<Vec<(String, String, String, i64)>>>;
+    let seen: Seen = Arc::default();
     crate::support::multi_thread_runtime().block_on(async {
         let draw = JobBuilder::new("draw", "* * * * * *")
             .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
