@@ -270,7 +270,7 @@ impl Upstream {
     ///
     /// fn day_of(run: &Run) -> Option<jiff::civil::Date> {
     ///     let root = run.upstream()?.root_tick();
-    ///     Some(root.to_zoned(jiff::tz::TimeZone::UTC).date())
+    ///     Some(root.to_zoned_datetime(jiff::tz::TimeZone::UTC).date())
     /// }
     /// ```
     pub fn root_tick(&self) -> jiff::Timestamp {
