@@ -15,6 +15,7 @@ use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
+use super::params::{RawParam, check_http_templates, job_params};
 use super::run_env;
 use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
@@ -71,6 +72,8 @@ pub(crate) struct JobSpec {
     pub(crate) late_after: Option<Given<DurationValue>>,
     pub(crate) expect_success_within: Option<Given<DurationValue>>,
     pub(crate) repeat_every: Option<Given<DurationValue>>,
+    #[serde(default)]
+    pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
 }
 
 /// What every job of a table is validated against besides its own
@@ -298,6 +301,10 @@ fn validate_job(
         repeat_every: raw.repeat_every.as_ref(),
     };
     let notify = job_rules(checker, section, rules, &context.notify);
+    let params = job_params(checker, section, std::mem::take(&mut raw.params));
+    if let Some(Command::Http(request)) = &command {
+        check_http_templates(checker, section, request, &params);
+    }
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -317,6 +324,7 @@ fn validate_job(
         leftovers: raw.leftovers.unwrap_or_default(),
         limits,
         notify,
+        params,
     })
 }
 

@@ -58,6 +58,11 @@ mod notify_rules;
 #[allow(unused_imports)]
 pub use notify_rules::{DaemonNotify, EventKind, EventSet, NotifyRules};
 mod outline;
+mod params;
+pub use params::{
+    Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, Param, ParamError, ParamValues, Params,
+    env_name as param_env_name, is_param_name, substitute, value_problem as param_value_problem,
+};
 mod redis_section;
 mod run_env;
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
@@ -469,6 +474,9 @@ pub struct Job {
     pub limits: Limits,
     /// Which events of the job go to which channels.
     pub notify: NotifyRules,
+    /// The inputs a run may be given (`params`); ticks of the schedule
+    /// run with the defaults.
+    pub params: Params,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each
@@ -531,6 +539,9 @@ impl Job {
         }
         if self.notify == NotifyRules::default() {
             text = text.replace(&format!(", notify: {:?}", NotifyRules::default()), "");
+        }
+        if self.params.is_empty() {
+            text = text.replace(", params: Params({})", "");
         }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
