@@ -99,6 +99,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         cpu_ms: None,
         peak_memory_kb: None,
         oom_kills: None,
+        params: Default::default(),
     };
     store
         .finish(

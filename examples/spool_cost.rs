@@ -37,6 +37,7 @@ fn outcome(run_id: String) -> Outcome {
         cpu_ms: None,
         peak_memory_kb: None,
         oom_kills: None,
+        params: Default::default(),
     }
 }
 

@@ -233,12 +233,12 @@ pub mod watchdog;
 #[cfg(not(feature = "internals"))]
 mod watchdog;
 
-pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, Problem};
+pub use config::{ConfigError, Misfire, OnHolderLost, Overlap, ParamError, Problem};
 #[cfg(feature = "notify")]
 pub use config::{EventKind, SmtpTls};
 pub use embed::{
-    Cluster, ConnectionError, Job, JobBuilder, RedisSettings, RefusedError, Run, Scheduler,
-    SchedulerBuilder, SchedulerError,
+    Cluster, ConnectionError, Job, JobBuilder, ParamSpec, RedisSettings, RefusedError, Run,
+    Scheduler, SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]

@@ -120,6 +120,9 @@ pub struct RunContext {
     /// shutdown (`kill_grace`): a process then gets SIGKILL, a handler is
     /// dropped.
     pub grace: Duration,
+    /// The values of the run's parameters (the job's `params`), by name:
+    /// checked, defaults included; empty for a job without any.
+    pub params: crate::config::ParamValues,
 }
 
 impl RunContext {

@@ -48,6 +48,7 @@ mod http_job;
 pub use http_job::{HttpRequest, Redirects};
 mod job;
 pub(crate) use job::{JobContext, JobSpec, validate_specs};
+pub(crate) use params::RawParam;
 mod notify_channels;
 pub(crate) use notify_channels::is_channel_name;
 pub use notify_channels::{

@@ -94,7 +94,10 @@ pub enum ParamError {
         declared: Vec<String>,
     },
     /// The parameter has an `allowed` list without this value.
-    #[error("{value:?} is not an allowed value of parameter {name}: expected one of {}", quoted(allowed))]
+    #[error(
+        "{value:?} is not an allowed value of parameter {name}: expected one of {}",
+        quoted(allowed)
+    )]
     NotAllowed {
         /// The parameter.
         name: String,
@@ -241,10 +244,7 @@ pub(super) fn job_params(
             at,
             Some(section),
             Some("params"),
-            format!(
-                "{} parameters: expected at most {MAX_PARAMS}",
-                raw.len()
-            ),
+            format!("{} parameters: expected at most {MAX_PARAMS}", raw.len()),
         );
     }
     let mut params = BTreeMap::new();
@@ -396,10 +396,9 @@ pub(super) fn check_http_templates(
             }
         }
     }
-    let authority = request
-        .url
-        .split_once("://")
-        .map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+    let authority = request.url.split_once("://").map_or("", |(_, rest)| {
+        rest.split(['/', '?', '#']).next().unwrap_or("")
+    });
     if authority.contains("{param.") {
         checker.problem(
             None,
@@ -507,7 +506,16 @@ mod tests {
         check(&[("note", "a\nb")], Err("control character"));
         check(&[("note", &"x".repeat(1025))], Err("longer than 1024"));
         check(&[("note", "a"), ("note", "b")], Err("given twice"));
-        let required = Params([("x".into(), Param { default: None, allowed: None })].into());
+        let required = Params(
+            [(
+                "x".into(),
+                Param {
+                    default: None,
+                    allowed: None,
+                },
+            )]
+            .into(),
+        );
         assert_eq!(
             required.resolve(Vec::new()),
             Err(ParamError::Missing { name: "x".into() })
@@ -550,7 +558,11 @@ mod tests {
             Encoding::Verbatim,
             "{\"region\": \"us east/1?&\"}",
         );
-        check("{param.other} {param.", Encoding::Verbatim, "{param.other} {param.");
+        check(
+            "{param.other} {param.",
+            Encoding::Verbatim,
+            "{param.other} {param.",
+        );
         check("no templates", Encoding::Percent, "no templates");
         assert_eq!(template_names("a{param.x}b{param.y}"), Ok(vec!["x", "y"]));
         assert!(template_names("a{param.x").is_err());

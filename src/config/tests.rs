@@ -231,7 +231,10 @@ fn params_are_checked_with_the_job_and_field_that_is_wrong() {
     )
     .expect("valid");
     let params = &config.jobs["report"].params;
-    assert_eq!(params.defaults().get("region").map(String::as_str), Some("eu"));
+    assert_eq!(
+        params.defaults().get("region").map(String::as_str),
+        Some("eu")
+    );
     assert_eq!(params.0.len(), 2);
 }
 

@@ -274,6 +274,7 @@ fn answer(
                 trigger,
                 valid_from: sent,
                 not_before: not_before(started_ms, redis_now_us),
+                params: job.params.defaults(),
             };
             let facts = WonFacts {
                 acked,

@@ -51,6 +51,11 @@ pub(super) struct RunStart {
     /// A tick claimed ahead: not started before this instant, which is
     /// the tick by Redis time (the lease holds meanwhile).
     pub(super) not_before: Option<Instant>,
+    /// The values of the job's parameters the run is given, checked: the
+    /// defaults for a tick of the schedule (and, for now, a rerun), those
+    /// of the request for a manual run. They go to its task and its
+    /// outcome, never into Redis's record of the run in flight.
+    pub(super) params: crate::config::ParamValues,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
@@ -83,6 +88,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         replica: side.identity.replica.clone(),
         attempt: 0,
         grace: side.config.daemon.kill_grace,
+        params: start.params.clone(),
     };
     let attempts = Attempts {
         timeout: job.timeout,
@@ -169,6 +175,11 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
             side.identity.replica.clone(),
         ),
     ];
+    let params = start.params.iter();
+    let run = run
+        .into_iter()
+        .chain(params.map(|(name, value)| (crate::config::param_env_name(name), value.clone())))
+        .collect();
     let env = runner::RunEnv::new(
         &side.runs.replica_env,
         &side.config.daemon.inherit_env,
@@ -234,6 +245,7 @@ fn outcome(
         cpu_ms: result.usage.cpu_us.map(|us| us / 1000),
         oom_kills: result.usage.oom_kills.filter(|&n| n > 0),
         peak_memory_kb: result.usage.peak_memory_bytes.map(|b| b / 1024),
+        params: start.params,
     }
 }
 
@@ -331,6 +343,9 @@ fn rerun_start(
         trigger: Trigger::Rerun,
         valid_from: sent,
         not_before: None,
+        // Redis's record of the run in flight does not carry its values:
+        // a rerun runs with the defaults.
+        params: job.params.defaults(),
     }
 }
 

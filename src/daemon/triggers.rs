@@ -178,6 +178,25 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         not_ours(ctx, &request).await;
         return;
     };
+    // What a request says is evidence: its values are checked against
+    // this replica's job, and one that does not fit runs nothing.
+    let params = match job.params.resolve(request.params.iter().cloned()) {
+        Ok(params) => params,
+        Err(e) => {
+            metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "trigger").increment(1);
+            error!(
+                job = %job.name,
+                run_id = %crate::inert::escape(&request.run_id),
+                requested_by = %crate::inert::escape(&request.requested_by),
+                error = %e,
+                "refusing a trigger request whose parameters do not fit the job's (the job tables differ, or the request was not written by cronlease): not run"
+            );
+            if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+                debug!(error = %e, "cannot acknowledge a refused trigger; it is refused again");
+            }
+            return;
+        }
+    };
     let sent = Instant::now();
     let notices = job_notices(ctx.store.keys(), &job);
     let reply = ctx
@@ -210,6 +229,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     trigger: Trigger::Manual,
                     valid_from: sent,
                     not_before: None,
+                    params,
                 },
             );
             ctx.heartbeat_now.notify_one();

@@ -309,6 +309,7 @@ mod tests {
             attempts: 1,
             trigger: crate::outcome::Trigger::Schedule,
             stale: false,
+            params: Default::default(),
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();

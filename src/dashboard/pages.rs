@@ -430,7 +430,14 @@ pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: 
 }
 
 /// The job's action buttons for an operator, or what another visitor may do.
-pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
+/// `run_now_fields`: the Run now form's fields besides its CSRF token
+/// (the job's parameters).
+pub(super) fn job_actions(
+    visitor: &Visitor,
+    job: &JobStatus,
+    csrf: &str,
+    run_now_fields: Markup,
+) -> Markup {
     let name = &job.name;
     html! {
         section.actions aria-label="actions" {
@@ -438,6 +445,7 @@ pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Mar
                 Visitor::Operator(_) => {
                     form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
                         input type="hidden" name="csrf" value=(csrf);
+                        (run_now_fields)
                         button #run-now type="submit" disabled[job.paused] { "Run now" }
                     }
                     @if job.paused {
@@ -481,7 +489,7 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                             td.num { (duration(e.duration_ms)) }
                             td.num title=(e.peak_memory_kb.map(|kb| format!("peak memory {kb} kB")).unwrap_or_default()) { (e.cpu_ms.map(|ms| duration(i64::try_from(ms).unwrap_or(i64::MAX))).unwrap_or_else(|| "–".into())) }
                             td { @if let Some(code) = e.exit_code { (code) } @else if let Some(signal) = e.signal { "signal " (signal) } @else { "–" } @if e.attempts > 1 { " " small { "(" (e.attempts) " attempts)" } } }
-                            td { (e.trigger.as_str()) }
+                            td { (e.trigger.as_str()) @for (name, value) in &e.params { br; small.param { (name) "=" (value) } } }
                             td {
                                 @match e.output.as_deref() {
                                     Some(output) if !output.is_empty() => {

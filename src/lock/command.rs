@@ -143,6 +143,7 @@ async fn run_held(
         replica: guard.holder.holder().to_string(),
         attempt: 0,
         grace: options.kill_grace,
+        params: Default::default(),
     };
     let once = Attempts {
         timeout: None,

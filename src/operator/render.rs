@@ -391,6 +391,14 @@ pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) 
             o.id.clone(),
         ]);
     }
+    // A column of the runs' parameters only for a job that has some.
+    if report.outcomes.iter().any(|o| !o.params.is_empty()) {
+        rows[0].push("params".to_string());
+        for (row, o) in rows[1..].iter_mut().zip(&report.outcomes) {
+            let params: Vec<String> = o.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
+            row.push(params.join(" "));
+        }
+    }
     for bad in &report.unreadable {
         let _ = writeln!(
             out,

@@ -29,6 +29,7 @@ fn context() -> RunContext {
         replica: "test".into(),
         attempt: 0,
         grace: Duration::from_millis(200),
+        params: Default::default(),
     }
 }
 

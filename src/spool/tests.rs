@@ -21,6 +21,7 @@ fn outcome() -> Outcome {
         cpu_ms: None,
         peak_memory_kb: None,
         oom_kills: None,
+        params: Default::default(),
     }
 }
 

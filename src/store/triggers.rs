@@ -22,6 +22,10 @@ pub struct TriggerRequest {
     pub job: String,
     pub run_id: String,
     pub requested_by: String,
+    /// The parameters given (`param.<name>` fields), name and value, in
+    /// the entry's order: as read, not checked (the replica checks them
+    /// against its job before it runs anything).
+    pub params: Vec<(String, String)>,
 }
 
 impl TriggerRequest {
@@ -103,6 +107,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
     let mut job = String::new();
     let mut run_id = String::new();
     let mut requested_by = String::new();
+    let mut params = Vec::new();
     for pair in fields.chunks(2) {
         let (Some(name), Some(value)) = (
             pair.first().and_then(as_string),
@@ -114,7 +119,11 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
             "job" => job = value,
             "run_id" => run_id = value,
             "requested_by" => requested_by = value,
-            _ => {}
+            other => {
+                if let Some(param) = other.strip_prefix(crate::config::PARAM_FIELD_PREFIX) {
+                    params.push((param.to_string(), value));
+                }
+            }
         }
     }
     Some(TriggerRequest {
@@ -122,6 +131,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
         job,
         run_id,
         requested_by,
+        params,
     })
 }
 
@@ -255,15 +265,18 @@ impl Store {
         Ok(())
     }
 
-    /// Queues a manual run request; returns its stream id.
+    /// Queues a manual run request with the parameters given for it (each
+    /// a field `param.<name>`); returns its stream id.
     pub async fn enqueue_trigger(
         &self,
         job: &str,
         run_id: &str,
         requested_by: &str,
+        params: &[(String, String)],
     ) -> Result<String, StoreError> {
         let mut conn = self.single("`cronlease trigger`").await?;
-        let id: String = redis::cmd("XADD")
+        let mut command = redis::cmd("XADD");
+        command
             .arg(self.keys.triggers())
             .arg("MAXLEN")
             .arg("~")
@@ -274,9 +287,13 @@ impl Store {
             .arg("run_id")
             .arg(run_id)
             .arg("requested_by")
-            .arg(requested_by)
-            .query_async(&mut conn)
-            .await?;
+            .arg(requested_by);
+        for (name, value) in params {
+            command
+                .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))
+                .arg(value);
+        }
+        let id: String = command.query_async(&mut conn).await?;
         Ok(id)
     }
 
@@ -336,8 +353,13 @@ impl Store {
     /// it runs it; should the acknowledgement fail, the run id still makes
     /// the copy run at most once.
     pub async fn requeue_trigger(&self, request: &TriggerRequest) -> Result<(), StoreError> {
-        self.enqueue_trigger(&request.job, &request.run_id, &request.requested_by)
-            .await?;
+        self.enqueue_trigger(
+            &request.job,
+            &request.run_id,
+            &request.requested_by,
+            &request.params,
+        )
+        .await?;
         self.ack_trigger(&request.id).await
     }
 }

@@ -243,6 +243,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
                 cpu_ms: (attempts % 2 == 0).then_some(u64::from(attempts)),
                 peak_memory_kb: (fence % 3 == 0).then_some(fence),
                 oom_kills: (attempts % 5 == 0).then_some(1),
+                params: Default::default(),
             },
         )
 }

@@ -255,6 +255,7 @@ pub fn ok_outcome(
         cpu_ms: None,
         peak_memory_kb: None,
         oom_kills: None,
+        params: Default::default(),
     }
 }
 
