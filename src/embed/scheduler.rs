@@ -417,6 +417,9 @@ impl Scheduler {
             return Err(SchedulerError::Paused(job.to_string()));
         }
         let run_id = uuid::Uuid::new_v4().to_string();
+        // The replicas' group reads from its creation on: made now if no
+        // replica made it yet, so the request is not queued before it.
+        self.store.ensure_trigger_group().await?;
         self.store
             .enqueue_trigger(job, &run_id, &self.requested_by, &given)
             .await?;
