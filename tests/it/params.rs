@@ -345,11 +345,14 @@ fn an_http_job_takes_its_values_into_its_url_and_body() {
     cluster.stop_all();
 }
 
+/// What the handler saw: (run id, region, note).
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
+
 #[test]
 fn a_handler_reads_the_values_it_was_triggered_with() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let seen: Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let recorded = seen.clone();
     let job = JobBuilder::new("export", YEARLY)
         .param("region", ParamSpec::new("eu").allowed(&["eu", "us"]))
