@@ -15,7 +15,8 @@ use redis::{RedisWrite, Value};
 const FINISH_KEYS: usize = 9;
 
 /// The finish script's arguments, at most: 13 before the outcome's fields,
-/// and up to 17 fields, name and value (`Outcome::each_stream_field`).
+/// and up to 17 fields, name and value (`Outcome::each_stream_field`),
+/// besides one per parameter of a job that has some.
 const FINISH_ARGS: usize = 13 + 2 * 17;
 
 /// Room for the finish's numbers, words and field names beside the keys,
