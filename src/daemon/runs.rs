@@ -276,7 +276,7 @@ pub(super) fn not_durable_outcome(
 /// Returns the job's pending rerun when the finish hands one over (its
 /// claim is made: the caller starts it). The outcome is borrowed: a run's
 /// task keeps it once while the finish waits for its batch, not also in
-/// this future (248 bytes each, thousands of runs at once under load).
+/// this future (272 bytes each, thousands of runs at once under load).
 #[must_use = "a rerun handed over is claimed in Redis and must be started"]
 pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) -> Option<RunStart> {
     // A rerun's id and offer only for a job whose lost runs are rerun: the
