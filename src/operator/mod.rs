@@ -497,6 +497,32 @@ mod tests {
     }
 
     #[test]
+    fn only_parameters_a_job_could_have_are_read_from_an_outcome() {
+        let long = "x".repeat(1025);
+        let fields = [
+            ("tick", "1700000000000"),
+            ("status", "ok"),
+            ("param.region", "us"),
+            ("param.note", "a b=c"),
+            ("param.Bad", "x"),
+            ("param.", "x"),
+            ("param.escape", "a\u{1b}[31mred"),
+            ("param.long", long.as_str()),
+            ("paramz", "x"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        let entry =
+            history::history_entry("1-0".into(), fields, OutputTail::Omit).expect("readable");
+        let params: Vec<(&str, &str)> = entry
+            .params
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(params, [("note", "a b=c"), ("region", "us")]);
+    }
+
+    #[test]
     fn drift_names_the_odd_one_out() {
         let replica = |id: &str, hash: &str| ReplicaStatus {
             id: id.into(),
