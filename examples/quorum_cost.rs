@@ -100,6 +100,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         peak_memory_kb: None,
         oom_kills: None,
         upstream: None,
+        params: Default::default(),
     };
     store
         .finish(

@@ -38,6 +38,7 @@ fn outcome(run_id: String) -> Outcome {
         peak_memory_kb: None,
         oom_kills: None,
         upstream: None,
+        params: Default::default(),
     }
 }
 

@@ -219,6 +219,11 @@ pub struct TriggerArgs {
     pub connect: ConnectArgs,
     /// The job.
     pub job: String,
+    /// A value for one of the job's parameters (`params`), checked
+    /// against the job table before anything is queued; repeatable. The
+    /// others take their defaults.
+    #[arg(long = "param", value_name = "NAME=VALUE", value_parser = operator::parse_param)]
+    pub params: Vec<(String, String)>,
     /// Wait for the outcome; exit 0 on `ok`, 1 otherwise.
     #[arg(long)]
     pub wait: bool,
@@ -410,7 +415,9 @@ enum Failure {
 impl From<OperatorError> for Failure {
     fn from(e: OperatorError) -> Failure {
         match e {
-            OperatorError::UnknownJob(_) => Failure::Invalid(e.to_string()),
+            OperatorError::UnknownJob(_)
+            | OperatorError::Params { .. }
+            | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_) | OperatorError::Unreadable { .. } => {
                 Failure::Runtime(e.to_string())
@@ -543,8 +550,10 @@ fn explain(args: &ExplainArgs) -> Exit {
 fn trigger(args: &TriggerArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
-        let run_id =
-            operator::trigger(&target.store, &args.job, &operator::operator_identity()).await?;
+        let definition = target.config.as_ref().and_then(|c| c.jobs.get(&args.job));
+        operator::check_params(definition, &args.job, &args.params)?;
+        let who = operator::operator_identity();
+        let run_id = operator::trigger(&target.store, &args.job, &who, &args.params).await?;
         println!("{run_id}");
         if !args.wait {
             return Ok(String::new());

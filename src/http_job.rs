@@ -21,7 +21,7 @@ use chrono::SecondsFormat;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-use crate::config::{HttpRequest, MAX_PEM_FILE, Redirects, read_bounded};
+use crate::config::{Encoding, HttpRequest, MAX_PEM_FILE, Redirects, read_bounded, substitute};
 use crate::outcome::{Status, Tail};
 use crate::task::{Attempt, AttemptEnd, RunContext, StopSignal, Task};
 
@@ -196,8 +196,11 @@ async fn exchange(
     let tick = chrono::DateTime::from_timestamp_millis(run.tick_ms)
         .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
         .unwrap_or_default();
+    // The run's parameters in `{param.<name>}`: percent-encoded in the
+    // URL (the config allows none in its host), as they are in the body.
+    let url = substitute(&request.url, &run.params, Encoding::Percent);
     let mut builder = client
-        .request(method, &request.url)
+        .request(method, &url)
         .header("Cronlease-Job", &run.job)
         .header("Cronlease-Tick", tick)
         .header("Cronlease-Fence", run.fence.to_string())
@@ -207,7 +210,7 @@ async fn exchange(
         builder = builder.header(name, value);
     }
     if let Some(body) = &request.body {
-        builder = builder.body(body.clone());
+        builder = builder.body(substitute(body, &run.params, Encoding::Verbatim));
     }
     let mut response = builder
         .send()

@@ -233,12 +233,14 @@ pub mod watchdog;
 #[cfg(not(feature = "internals"))]
 mod watchdog;
 
-pub use config::{AfterOn, ConfigError, Join, Misfire, OnHolderLost, Overlap, Problem};
+pub use config::{
+    AfterOn, AfterParams, ConfigError, Join, Misfire, OnHolderLost, Overlap, ParamError, Problem,
+};
 #[cfg(feature = "notify")]
 pub use config::{EventKind, SmtpTls};
 pub use embed::{
-    Cluster, ConnectionError, Job, JobBuilder, RedisSettings, RefusedError, Run, Scheduler,
-    SchedulerBuilder, SchedulerError,
+    Cluster, ConnectionError, Job, JobBuilder, ParamSpec, RedisSettings, RefusedError, Run,
+    Scheduler, SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]

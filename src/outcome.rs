@@ -5,6 +5,7 @@
 //! serde-serializable) when Redis cannot take it now. The stream's field names
 //! are defined here once, in [`Outcome::stream_fields`].
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -169,21 +170,28 @@ pub struct Outcome {
     /// written before chains existed.
     #[serde(default)]
     pub upstream: Option<std::sync::Arc<Upstream>>,
+    /// The values of the run's parameters (the job's `params`) by name:
+    /// every parameter of its job, defaults included. Empty for a job
+    /// without any, and in spool files written before they existed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
 }
 
 impl Outcome {
     /// The stream entry's fields, in order (the finish script adds `stale`).
     #[cfg(any(test, feature = "internals"))]
-    pub fn stream_fields(&self) -> Vec<(&'static str, String)> {
+    pub fn stream_fields(&self) -> Vec<(String, String)> {
         let mut fields = Vec::with_capacity(16);
-        self.each_stream_field(|name, value| fields.push((name, value.to_string())));
+        self.each_stream_field(|name, value| fields.push((name.to_string(), value.to_string())));
         fields
     }
 
     /// Hands `field` each of [`Outcome::stream_fields`], name and value,
     /// without a `String` per value: the finish writes them straight into
-    /// its command.
-    pub fn each_stream_field(&self, mut field: impl FnMut(&'static str, &dyn std::fmt::Display)) {
+    /// its command. Each parameter is a field `param.<name>`, last; one
+    /// whose name or value is not one a job could have (a spool file is
+    /// read from disk) is left out.
+    pub fn each_stream_field(&self, mut field: impl FnMut(&str, &dyn std::fmt::Display)) {
         field("tick", &self.tick_ms);
         field("fence", &self.fence);
         field("run_id", &self.run_id);
@@ -216,6 +224,16 @@ impl Outcome {
         field("trigger", &self.trigger.as_str());
         if let Some(upstream) = &self.upstream {
             upstream.each_stream_field(&mut field);
+        }
+        for (name, value) in &self.params {
+            if crate::config::is_param_name(name)
+                && crate::config::param_value_problem(value).is_none()
+            {
+                field(
+                    &format!("{}{name}", crate::config::PARAM_FIELD_PREFIX),
+                    value,
+                );
+            }
         }
     }
 }
@@ -350,7 +368,7 @@ impl Upstream {
     }
 
     /// The outcome fields, as [`Upstream::from_fields`] reads them.
-    fn each_stream_field(&self, field: &mut impl FnMut(&'static str, &dyn std::fmt::Display)) {
+    fn each_stream_field(&self, field: &mut impl FnMut(&str, &dyn std::fmt::Display)) {
         let list = |part: fn(&UpstreamRun) -> &str| {
             self.runs.iter().map(part).collect::<Vec<_>>().join(",")
         };
@@ -500,7 +518,7 @@ mod tests {
         let json = r#"{"job":"draw","tick_ms":0,"fence":18446744073709551615,"run_id":"r","replica":"r","host":"h","started_ms":-9223372036854775808,"finished_ms":9223372036854775807,"status":"timeout","exit_code":null,"signal":9,"attempts":4294967295,"output":"","trigger":"manual","lease_key":""}"#;
         let outcome: Outcome = serde_json::from_str(json).unwrap();
         let fields = outcome.stream_fields();
-        let duration = fields.iter().find(|(name, _)| *name == "duration_ms");
+        let duration = fields.iter().find(|(name, _)| name == "duration_ms");
         assert_eq!(duration.unwrap().1, i64::MAX.to_string());
         let backwards = Outcome {
             started_ms: i64::MAX,
@@ -508,7 +526,7 @@ mod tests {
             ..outcome
         };
         let fields = backwards.stream_fields();
-        let duration = fields.iter().find(|(name, _)| *name == "duration_ms");
+        let duration = fields.iter().find(|(name, _)| name == "duration_ms");
         assert_eq!(duration.unwrap().1, "0");
     }
 
@@ -534,8 +552,12 @@ mod tests {
             peak_memory_kb: None,
             oom_kills: None,
             upstream: None,
+            params: [("region", "us"), ("Bad", "x"), ("note", "a\nb")]
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .into(),
         };
-        let names: Vec<&str> = outcome.stream_fields().iter().map(|(n, _)| *n).collect();
+        let fields = outcome.stream_fields();
+        let names: Vec<&str> = fields.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(
             names,
             [
@@ -551,13 +573,10 @@ mod tests {
                 "exit_code",
                 "attempts",
                 "output",
-                "trigger"
+                "trigger",
+                "param.region"
             ]
         );
-        assert!(
-            outcome
-                .stream_fields()
-                .contains(&("duration_ms", "490".into()))
-        );
+        assert!(fields.contains(&("duration_ms".into(), "490".into())));
     }
 }

@@ -122,6 +122,9 @@ pub struct RunContext {
     pub grace: Duration,
     /// A follower's run: the upstream runs it follows.
     pub upstream: Option<std::sync::Arc<crate::outcome::Upstream>>,
+    /// The values of the run's parameters (the job's `params`), by name:
+    /// checked, defaults included; empty for a job without any.
+    pub params: crate::config::ParamValues,
 }
 
 impl RunContext {

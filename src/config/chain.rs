@@ -70,6 +70,31 @@ pub enum Join {
     All,
 }
 
+/// What a follower's run is given for its parameters (`after_params`).
+///
+/// A job's [`JobBuilder::after_params`](crate::JobBuilder::after_params),
+/// default `Defaults`.
+///
+/// ```
+/// use cronlease::{AfterParams, JobBuilder};
+///
+/// let job = JobBuilder::after("publish", ["draw"]).after_params(AfterParams::Pass);
+/// assert_eq!(AfterParams::default(), AfterParams::Defaults);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AfterParams {
+    /// Its own defaults.
+    #[default]
+    Defaults,
+    /// The upstream run's values of the parameters both jobs declare (with
+    /// `after_all`, the first upstream's in the order of `after` that has
+    /// one), its own defaults for the others; a value it does not allow
+    /// gives way to its default, with a warning in the log.
+    Pass,
+}
+
 /// A job's place in chains: the jobs whose outcomes start its runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct After {
@@ -77,6 +102,7 @@ pub struct After {
     pub upstreams: Vec<String>,
     pub on: AfterOn,
     pub join: Join,
+    pub params: AfterParams,
 }
 
 /// A job that follows this one: each of this job's outcomes that `on`
@@ -92,6 +118,7 @@ pub(super) struct RawAfter<'a> {
     pub(super) after: Option<&'a Given<Vec<Given<String>>>>,
     pub(super) after_on: Option<&'a Given<AfterOn>>,
     pub(super) after_all: Option<&'a Given<bool>>,
+    pub(super) after_params: Option<&'a Given<AfterParams>>,
 }
 
 /// The job's `after` (None without one); `after_on` and `after_all` need
@@ -107,6 +134,7 @@ pub(super) fn job_after(
         for (field, at) in [
             ("after_on", raw.after_on.map(Given::at)),
             ("after_all", raw.after_all.map(Given::at)),
+            ("after_params", raw.after_params.map(Given::at)),
         ] {
             if let Some(at) = at {
                 checker.problem(at, Some(section), Some(field), format!("`{field}` without `after`: expected `after = [\"upstream job\", …]` beside it"));
@@ -158,6 +186,7 @@ pub(super) fn job_after(
         upstreams,
         on: raw.after_on.map(|on| *on.get()).unwrap_or_default(),
         join,
+        params: raw.after_params.map(|p| *p.get()).unwrap_or_default(),
     })
 }
 

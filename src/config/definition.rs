@@ -27,6 +27,9 @@ impl Job {
                 1,
             );
         }
+        if self.params.is_empty() {
+            text = text.replace(", params: Params({})", "");
+        }
         if self.after.is_none() && self.followers.is_empty() {
             text = text.replacen(", after: None, followers: []", "", 1);
         }

@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::chain::{After, AfterOn, RawAfter, job_after};
+use super::chain::{After, AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
+use super::params::{RawParam, check_http_templates, job_params};
 use super::run_env;
 use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
@@ -75,15 +76,30 @@ pub(crate) struct JobSpec {
     pub(crate) after: Option<Given<Vec<Given<String>>>>,
     pub(crate) after_on: Option<Given<AfterOn>>,
     pub(crate) after_all: Option<Given<bool>>,
+    pub(crate) after_params: Option<Given<AfterParams>>,
+    #[serde(default)]
+    pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
 }
 
 impl JobSpec {
+    /// The notification settings, for [`job_rules`].
+    fn notify_rules(&self) -> RawJobRules<'_> {
+        RawJobRules {
+            notify: self.notify.as_ref(),
+            notify_on: self.notify_on.as_ref(),
+            late_after: self.late_after.as_ref(),
+            expect_success_within: self.expect_success_within.as_ref(),
+            repeat_every: self.repeat_every.as_ref(),
+        }
+    }
+
     /// The chain settings, for [`job_after`].
     fn chain(&self) -> RawAfter<'_> {
         RawAfter {
             after: self.after.as_ref(),
             after_on: self.after_on.as_ref(),
             after_all: self.after_all.as_ref(),
+            after_params: self.after_params.as_ref(),
         }
     }
 }
@@ -278,6 +294,9 @@ fn validate_job(
     let after = job_after(checker, section, name, raw.chain());
     let schedule = job_schedule(checker, section, name, &raw, after.as_ref());
     let command = job_work(checker, section, &mut raw, context);
+    // Read before the fields below are taken out of `raw`.
+    let rules = raw.notify_rules();
+    let notify = job_rules(checker, section, rules, &context.notify);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
     let env = job_env(checker, section, raw.env);
     let inherit_env = run_env::inherit_env(checker, section, raw.inherit_env, secrets);
@@ -314,14 +333,10 @@ fn validate_job(
         &raw.cpu_max,
         &raw.tasks_max,
     );
-    let rules = RawJobRules {
-        notify: raw.notify.as_ref(),
-        notify_on: raw.notify_on.as_ref(),
-        late_after: raw.late_after.as_ref(),
-        expect_success_within: raw.expect_success_within.as_ref(),
-        repeat_every: raw.repeat_every.as_ref(),
-    };
-    let notify = job_rules(checker, section, rules, &context.notify);
+    let params = job_params(checker, section, std::mem::take(&mut raw.params));
+    if let Some(Command::Http(request)) = &command {
+        check_http_templates(checker, section, request, &params);
+    }
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -343,6 +358,7 @@ fn validate_job(
         leftovers: raw.leftovers.unwrap_or_default(),
         limits,
         notify,
+        params,
     })
 }
 

@@ -39,7 +39,7 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 mod chain;
-pub use chain::{After, AfterOn, Follower, Join};
+pub use chain::{After, AfterOn, AfterParams, Follower, Join};
 pub(crate) use chain::{check_given_chains, followers_of};
 mod checker;
 mod daemon_section;
@@ -52,6 +52,7 @@ mod http_job;
 pub use http_job::{HttpRequest, Redirects};
 mod job;
 pub(crate) use job::{JobContext, JobSpec, validate_specs};
+pub(crate) use params::RawParam;
 mod notify_channels;
 pub(crate) use notify_channels::is_channel_name;
 pub use notify_channels::{
@@ -62,6 +63,11 @@ mod notify_rules;
 #[allow(unused_imports)]
 pub use notify_rules::{DaemonNotify, EventKind, EventSet, NotifyRules};
 mod outline;
+mod params;
+pub use params::{
+    Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, Param, ParamError, ParamValues, Params,
+    env_name as param_env_name, is_param_name, substitute, value_problem as param_value_problem,
+};
 mod redis_section;
 mod run_env;
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
@@ -478,6 +484,9 @@ pub struct Job {
     pub limits: Limits,
     /// Which events of the job go to which channels.
     pub notify: NotifyRules,
+    /// The inputs a run may be given (`params`); ticks of the schedule
+    /// run with the defaults.
+    pub params: Params,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each

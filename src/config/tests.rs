@@ -176,3 +176,81 @@ fn a_reload_of_the_same_file_changes_no_restart_setting_whatever_the_command_lin
     assert!(!running.restart_settings_differ(&parse(&text("5s")).expect("valid")));
     assert!(running.restart_settings_differ(&parse(&text("7s")).expect("valid")));
 }
+
+#[test]
+fn params_are_checked_with_the_job_and_field_that_is_wrong() {
+    let job = |settings: &str| {
+        let text = format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n[jobs.report]\nschedule = \"@daily\"\n{settings}\n"
+        );
+        parse(&text).map_err(|e| e.to_string())
+    };
+    let expect_error = |settings: &str, fragment: &str| {
+        let err = job(settings).expect_err(settings);
+        assert!(err.contains(fragment), "{settings}: {err}");
+    };
+    expect_error(
+        "command = [\"x\"]\nparams = { Region = { default = \"eu\" } }",
+        "jobs.toml:6:12: job \"report\", field `params`: invalid parameter name \"Region\": expected 1 to 64 characters from a-z 0-9 _",
+    );
+    expect_error(
+        "command = [\"x\"]\nparams = { region = { allowed = [\"eu\"] } }",
+        "field `params.region`: no `default`: every tick of the job's schedule runs with the defaults",
+    );
+    expect_error(
+        "command = [\"x\"]\nparams = { region = { default = \"mars\", allowed = [\"eu\", \"us\"] } }",
+        "field `params.region`: the default \"mars\" is not in `allowed`: expected one of \"eu\", \"us\"",
+    );
+    expect_error(
+        "command = [\"x\"]\nparams = { region = { default = \"eu\", allowed = [] } }",
+        "empty `allowed`",
+    );
+    expect_error(
+        "command = [\"x\"]\nparams = { note = { default = \"a\\nb\" } }",
+        "field `params.note`: the default holds a control character",
+    );
+    expect_error(
+        "command = [\"x\"]\nparams = { note = { default = \"a\", choices = [] } }",
+        "unknown field `choices`, expected `default` or `allowed`",
+    );
+    expect_error(
+        "http = { url = \"https://example.com/{param.region}\" }",
+        "field `http.url`: {param.region} names no parameter of the job: the job declares no parameters",
+    );
+    expect_error(
+        "http = { url = \"https://example.com/\", body = \"{param.size}\" }\nparams = { region = { default = \"eu\" } }",
+        "field `http.body`: {param.size} names no parameter of the job: expected one of region",
+    );
+    expect_error(
+        "http = { url = \"https://{param.region}.example.com/\" }\nparams = { region = { default = \"eu\" } }",
+        "a {param.<name>} in the URL's host",
+    );
+    let config = job(
+        "http = { url = \"https://example.com/r/{param.region}\", body = \"{param.region}\" }\n\
+         params = { region = { default = \"eu\", allowed = [\"eu\", \"us\"] }, note = { default = \"\" } }",
+    )
+    .expect("valid");
+    let params = &config.jobs["report"].params;
+    assert_eq!(
+        params.defaults().get("region").map(String::as_str),
+        Some("eu")
+    );
+    assert_eq!(params.0.len(), 2);
+}
+
+#[test]
+fn a_job_without_params_keeps_its_definition_hash() {
+    let text = |params: &str| {
+        format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n{params}\n"
+        )
+    };
+    let plain = parse(&text("")).expect("valid");
+    let job = &plain.jobs["a"];
+    // The hash reads the Debug form with this part taken out: what it was
+    // before params existed, so replicas of both releases agree.
+    let debug = format!("{job:?}");
+    assert!(debug.contains(", params: Params({})"), "{debug}");
+    let with = parse(&text("params = { region = { default = \"eu\" } }")).expect("valid");
+    assert_ne!(job.definition_hash(), with.jobs["a"].definition_hash());
+}

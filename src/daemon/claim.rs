@@ -275,6 +275,7 @@ fn answer(
                 valid_from: sent,
                 not_before: not_before(started_ms, redis_now_us),
                 upstream: None,
+                params: job.params.defaults(),
             };
             let facts = WonFacts {
                 acked,

@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use super::ctx::Ctx;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
-use crate::config::{Job, Join, Misfire};
+use crate::config::{AfterParams, Job, Join, Misfire, ParamValues};
 use crate::inert::escape;
 use crate::outcome::{Trigger, Upstream};
 use crate::store::{FollowReply, FollowRequest, InboxEntry, StoreError};
@@ -150,6 +150,8 @@ async fn follow(
         Join::Each => &[],
     };
     let skip_after = (job.misfire == Misfire::Skip).then_some(job.misfire_grace);
+    let params = follower_params(job, after.params, entry);
+    let given: Vec<(String, String)> = params.clone().into_iter().collect();
     let notices = job_notices(ctx.store.keys(), job);
     let sent = Instant::now();
     let reply = ctx
@@ -163,11 +165,22 @@ async fn follow(
             claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
             join,
             skip_after,
-            params: &[],
+            params: &given,
         })
         .await?;
     ctx.redis.answered();
-    if !act_on(ctx, job, upstream, entry, run_id, sent, reply) {
+    if !act_on(
+        ctx,
+        job,
+        upstream,
+        entry,
+        Started {
+            run_id,
+            sent,
+            params,
+        },
+        reply,
+    ) {
         return Ok(false);
     }
     ctx.store
@@ -182,6 +195,40 @@ async fn follow(
     Ok(true)
 }
 
+/// The values of a follower's parameters: its defaults, and with
+/// `after_params = "pass"` the upstream run's values of the parameters it
+/// declares (one it does not allow gives way to its default, logged).
+fn follower_params(job: &Job, pass: AfterParams, entry: &InboxEntry) -> ParamValues {
+    let mut values = job.params.defaults();
+    if pass != AfterParams::Pass {
+        return values;
+    }
+    for (name, value) in &entry.params {
+        if !values.contains_key(name) {
+            continue;
+        }
+        match job.params.resolve([(name.clone(), value.clone())]) {
+            Ok(mut resolved) => {
+                if let Some(value) = resolved.remove(name) {
+                    values.insert(name.clone(), value);
+                }
+            }
+            Err(e) => warn!(
+                job = %job.name, param = %name, error = %e,
+                "the upstream's value of a parameter does not fit this job: its default is used"
+            ),
+        }
+    }
+    values
+}
+
+/// What a follower's run is started with once claimed.
+struct Started {
+    run_id: String,
+    sent: Instant,
+    params: ParamValues,
+}
+
 /// Starts the run `reply` claimed, or logs why there is none; false when
 /// the entry is to be read again (past its deadline, or the job's state
 /// not readable).
@@ -190,10 +237,14 @@ fn act_on(
     job: &Arc<Job>,
     upstream: &str,
     entry: &InboxEntry,
-    run_id: String,
-    sent: Instant,
+    started: Started,
     reply: FollowReply,
 ) -> bool {
+    let Started {
+        run_id,
+        sent,
+        params,
+    } = started;
     let cause = &entry.upstream_run_id;
     match reply {
         FollowReply::Claimed {
@@ -222,6 +273,7 @@ fn act_on(
                     valid_from: sent,
                     not_before: None,
                     upstream: upstream_of.map(Arc::new),
+                    params,
                 },
             );
             ctx.heartbeat_now.notify_one();

@@ -54,6 +54,11 @@ pub(super) struct RunStart {
     pub(super) not_before: Option<Instant>,
     /// A follower's run: the upstream runs it follows.
     pub(super) upstream: Option<Arc<Upstream>>,
+    /// The values of the job's parameters the run is given, checked: the
+    /// defaults for a tick of the schedule (and, for now, a rerun), those
+    /// of the request for a manual run. They go to its task and its
+    /// outcome, never into Redis's record of the run in flight.
+    pub(super) params: crate::config::ParamValues,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
@@ -87,6 +92,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         attempt: 0,
         grace: side.config.daemon.kill_grace,
         upstream: start.upstream.clone(),
+        params: start.params.clone(),
     };
     let attempts = Attempts {
         timeout: job.timeout,
@@ -176,6 +182,8 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
     if let Some(upstream) = &start.upstream {
         run.extend(upstream.env());
     }
+    let params = start.params.iter();
+    run.extend(params.map(|(name, value)| (crate::config::param_env_name(name), value.clone())));
     let env = runner::RunEnv::new(
         &side.runs.replica_env,
         &side.config.daemon.inherit_env,
@@ -242,6 +250,7 @@ fn outcome(
         oom_kills: result.usage.oom_kills.filter(|&n| n > 0),
         peak_memory_kb: result.usage.peak_memory_bytes.map(|b| b / 1024),
         upstream: start.upstream,
+        params: start.params,
     }
 }
 
@@ -272,7 +281,7 @@ pub(super) fn not_durable_outcome(
 /// Returns the job's pending rerun when the finish hands one over (its
 /// claim is made: the caller starts it). The outcome is borrowed: a run's
 /// task keeps it once while the finish waits for its batch, not also in
-/// this future (248 bytes each, thousands of runs at once under load).
+/// this future (272 bytes each, thousands of runs at once under load).
 #[must_use = "a rerun handed over is claimed in Redis and must be started"]
 pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) -> Option<RunStart> {
     // A rerun's id and offer only for a job whose lost runs are rerun: the
@@ -346,7 +355,21 @@ fn rerun_start(
                 .map(|(name, value)| (name.as_str(), value.as_str())),
         )
         .map(Arc::new),
+        params: rerun_params(job, &rerun.context),
     }
+}
+
+/// The parameters of a rerun: the first run's, which Redis kept with it
+/// (checked again: they are read back), else the job's defaults.
+fn rerun_params(job: &Job, context: &[(String, String)]) -> crate::config::ParamValues {
+    let given = context.iter().filter_map(|(name, value)| {
+        let name = name.strip_prefix(crate::config::PARAM_FIELD_PREFIX)?;
+        Some((name.to_string(), value.clone()))
+    });
+    job.params.resolve(given).unwrap_or_else(|e| {
+        warn!(job = %job.name, error = %e, "a rerun's parameters read back from Redis do not fit the job: it runs with the defaults");
+        job.params.defaults()
+    })
 }
 
 /// Starts reruns handed over by a finish or a sweep, and wakes the

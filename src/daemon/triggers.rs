@@ -6,6 +6,7 @@ use super::ctx::Ctx;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
+use crate::config::Job;
 use crate::membership::Heartbeat;
 use crate::outcome::Trigger;
 use crate::store::ManualReply;
@@ -157,25 +158,62 @@ async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
     }
 }
 
+/// Refuses (logs and acknowledges) a request whose run id cronlease did
+/// not make.
+async fn refuse_run_id(ctx: &Ctx, request: &TriggerRequest) {
+    metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "trigger").increment(1);
+    error!(
+        entry = %crate::inert::escape(&request.id),
+        job = %crate::inert::escape(&request.job),
+        run_id = %crate::inert::escape(&request.run_id),
+        requested_by = %crate::inert::escape(&request.requested_by),
+        "refusing a trigger request whose run id cronlease did not make (expected 1 to 64 letters, digits and -): dropped"
+    );
+    if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+        debug!(error = %e, "cannot acknowledge a refused trigger; it is refused again");
+    }
+}
+
+/// The values of `job`'s parameters for `request`: what it gives, checked
+/// against this replica's job (what a request says is evidence), and the
+/// defaults. `None` when they do not fit: the request is refused, logged
+/// and acknowledged, and nothing runs.
+async fn request_params(
+    ctx: &Ctx,
+    job: &Job,
+    request: &TriggerRequest,
+) -> Option<crate::config::ParamValues> {
+    match job.params.resolve(request.params.iter().cloned()) {
+        Ok(params) => Some(params),
+        Err(e) => {
+            metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "trigger").increment(1);
+            error!(
+                job = %job.name,
+                run_id = %crate::inert::escape(&request.run_id),
+                requested_by = %crate::inert::escape(&request.requested_by),
+                error = %e,
+                "refusing a trigger request whose parameters do not fit the job's (the job tables differ, or the request was not written by cronlease): not run"
+            );
+            if let Err(e) = ctx.store.ack_trigger(&request.id).await {
+                debug!(error = %e, "cannot acknowledge a refused trigger; it is refused again");
+            }
+            None
+        }
+    }
+}
+
 /// Starts one manual run (or records why not) and acknowledges the request.
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     if !crate::store::is_run_id(&request.run_id) {
-        metrics::counter!(telemetry::UNTRUSTED_DATA, "source" => "trigger").increment(1);
-        error!(
-            entry = %crate::inert::escape(&request.id),
-            job = %crate::inert::escape(&request.job),
-            run_id = %crate::inert::escape(&request.run_id),
-            requested_by = %crate::inert::escape(&request.requested_by),
-            "refusing a trigger request whose run id cronlease did not make (expected 1 to 64 letters, digits and -): dropped"
-        );
-        if let Err(e) = ctx.store.ack_trigger(&request.id).await {
-            debug!(error = %e, "cannot acknowledge a refused trigger; it is refused again");
-        }
+        refuse_run_id(ctx, &request).await;
         return;
     }
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
         not_ours(ctx, &request).await;
+        return;
+    };
+    let Some(params) = request_params(ctx, &job, &request).await else {
         return;
     };
     let sent = Instant::now();
@@ -185,6 +223,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         .manual_claim(&ManualRequest {
             request: &request,
             claimant: ctx.claimant(&job, ctx.marks.get(&job.name).min_fence(), &notices),
+            params: &params,
         })
         .await;
     match reply {
@@ -211,6 +250,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     valid_from: sent,
                     not_before: None,
                     upstream: None,
+                    params,
                 },
             );
             ctx.heartbeat_now.notify_one();

@@ -2,6 +2,7 @@
 //! out: every action through `auth::authorize` and then `operator`, as
 //! the command line takes them.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +19,26 @@ use super::pages::{error_page, layout, respond};
 use super::{Dashboard, Fresh};
 use crate::operator::{self, OperatorError};
 
-/// An action form: only its CSRF token.
+/// An action form: its CSRF token and, for a run now, the values of the
+/// job's parameters (`param.<name>` fields; any other field is ignored).
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct ActionForm {
     #[serde(default)]
     csrf: Option<String>,
+    #[serde(flatten)]
+    fields: BTreeMap<String, String>,
+}
+
+impl ActionForm {
+    /// The parameters given: each `param.<name>` field, name and value.
+    fn params(&self) -> Vec<(String, String)> {
+        let prefix = crate::config::PARAM_FIELD_PREFIX;
+        let given = self.fields.iter().filter_map(|(field, value)| {
+            let name = field.strip_prefix(prefix)?;
+            Some((name.to_string(), value.clone()))
+        });
+        given.collect()
+    }
 }
 
 /// What an action does.
@@ -105,7 +121,14 @@ pub(super) async fn act(
         Err(response) => return response,
     };
     let result = match action {
-        Action::Trigger => operator::trigger(&dashboard.store, &name, &who).await,
+        Action::Trigger => {
+            let params = form.params();
+            let table = dashboard.job_table();
+            match operator::check_params(table.get(&name).map(|j| &**j), &name, &params) {
+                Ok(()) => operator::trigger(&dashboard.store, &name, &who, &params).await,
+                Err(e) => Err(e),
+            }
+        }
         Action::Pause => operator::pause(&dashboard.store, &name, &who)
             .await
             .map(|_| String::new()),
@@ -182,6 +205,12 @@ async fn answer(
             visitor,
             StatusCode::CONFLICT,
             &format!("{job} is paused: resume it first"),
+        ),
+        Err(e @ (OperatorError::Params { .. } | OperatorError::ParamsWithoutTable)) => error_page(
+            dashboard,
+            visitor,
+            StatusCode::BAD_REQUEST,
+            &format!("Run now refused: {e}."),
         ),
         Err(e) => error_page(
             dashboard,

@@ -310,6 +310,7 @@ mod tests {
             trigger: crate::outcome::Trigger::Schedule,
             upstream: None,
             stale: false,
+            params: Default::default(),
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();

@@ -73,7 +73,7 @@ pub(super) async fn job(
         h1 { (name) }
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
-        (job_actions(&visitor, job, &csrf))
+        (job_actions(&visitor, job, &csrf, param_fields(definition)))
         p { a.explain href=(format!("/jobs/{}/explain", super::auth::percent_encode(&name))) { "Explain the latest tick" } " — what happened to it and why" }
         @if !job.running.is_empty() {
             h2 { "In flight" }
@@ -107,6 +107,28 @@ fn done_notice(query: &JobQuery) -> Markup {
                     other => (other),
                 }
             }
+        }
+    }
+}
+
+/// The Run now form's field of each of the job's parameters: a choice
+/// among its allowed values, else a text field, each holding its default.
+fn param_fields(definition: Option<&Job>) -> Markup {
+    let params = definition.map(|d| &d.params.0);
+    html! {
+        @for (name, param) in params.into_iter().flatten() {
+            @let field = format!("{}{name}", crate::config::PARAM_FIELD_PREFIX);
+            @let default = param.default.as_deref().unwrap_or_default();
+            label.param {
+                (name) " "
+                @match &param.allowed {
+                    Some(allowed) => select id=(format!("param-{name}")) name=(field) {
+                        @for value in allowed { option value=(value) selected[value == default] { (value) } }
+                    },
+                    None => input id=(format!("param-{name}")) type="text" name=(field) value=(default) maxlength=(crate::config::MAX_PARAM_VALUE_BYTES);,
+                }
+            }
+            " "
         }
     }
 }

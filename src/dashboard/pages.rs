@@ -439,7 +439,14 @@ pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: 
 }
 
 /// The job's action buttons for an operator, or what another visitor may do.
-pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Markup {
+/// `run_now_fields`: the Run now form's fields besides its CSRF token
+/// (the job's parameters).
+pub(super) fn job_actions(
+    visitor: &Visitor,
+    job: &JobStatus,
+    csrf: &str,
+    run_now_fields: Markup,
+) -> Markup {
     let name = &job.name;
     html! {
         section.actions aria-label="actions" {
@@ -447,6 +454,7 @@ pub(super) fn job_actions(visitor: &Visitor, job: &JobStatus, csrf: &str) -> Mar
                 Visitor::Operator(_) => {
                     form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
                         input type="hidden" name="csrf" value=(csrf);
+                        (run_now_fields)
                         button #run-now type="submit" disabled[job.paused] { "Run now" }
                     }
                     @if job.paused {
@@ -499,6 +507,7 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                                         " " small { (run.status()) }
                                     }
                                 }
+                                @for (name, value) in &e.params { br; small.param { (name) "=" (value) } }
                             }
                             td {
                                 @match e.output.as_deref() {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::run::Handler;
-use crate::config::{DurationValue, Given, JobSpec};
+use crate::config::{DurationValue, Given, JobSpec, RawParam};
 
 /// A job of an embedded scheduler, before its handler: name, schedule and
 /// the settings of a `[jobs.<name>]` table.
@@ -128,6 +128,22 @@ impl JobBuilder {
     /// ```
     pub fn after_on(self, on: crate::AfterOn) -> JobBuilder {
         self.set(|spec| spec.after_on = Some(Given::code(on)))
+    }
+
+    /// What a run of the job is given for its parameters (`after_params`,
+    /// default [`AfterParams::Defaults`](crate::AfterParams::Defaults)):
+    /// with [`AfterParams::Pass`](crate::AfterParams::Pass), the upstream
+    /// run's values of the parameters both declare.
+    ///
+    /// ```
+    /// use cronlease::{AfterParams, JobBuilder, ParamSpec};
+    ///
+    /// let job = JobBuilder::after("publish", ["draw"])
+    ///     .param("region", ParamSpec::new("eu"))
+    ///     .after_params(AfterParams::Pass);
+    /// ```
+    pub fn after_params(self, params: crate::AfterParams) -> JobBuilder {
+        self.set(|spec| spec.after_params = Some(Given::code(params)))
     }
 
     /// How the job waits for several upstreams (`after_all`, default
@@ -381,8 +397,83 @@ impl JobBuilder {
         }
     }
 
+    /// Declares a parameter of the job (`params`): an input a manual run
+    /// may give ([`Scheduler::trigger`](crate::Scheduler::trigger),
+    /// `cronlease trigger --param name=value`, the dashboard's Run now
+    /// form) and the handler reads with [`Run::param`](crate::Run::param).
+    /// Every tick of the schedule runs with the default. The name is 1 to
+    /// 64 characters from `a-z 0-9 _`; declaring a name again replaces
+    /// it. Checked with the job, as a job table's `params` is.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, ParamSpec, Run};
+    ///
+    /// let job = JobBuilder::new("reindex", "0 4 * * *")
+    ///     .param("index", ParamSpec::new("products").allowed(&["products", "orders"]))
+    ///     .param("batch", ParamSpec::new("500"))
+    ///     .run(|run: Run| async move {
+    ///         println!("reindexing {:?} in batches of {:?}", run.param("index"), run.param("batch"));
+    ///         Ok::<(), std::io::Error>(())
+    ///     });
+    /// ```
+    pub fn param(self, name: &str, param: ParamSpec) -> JobBuilder {
+        self.set(|spec| {
+            spec.params
+                .insert(Given::code(name.to_string()), Given::code(param.raw));
+        })
+    }
+
     fn set(mut self, setting: impl FnOnce(&mut JobSpec)) -> JobBuilder {
         setting(&mut self.spec);
+        self
+    }
+}
+
+/// A parameter of a job ([`JobBuilder::param`](crate::JobBuilder::param)):
+/// its default, and the values it may take.
+///
+/// Values are strings of at most 1024 bytes without control characters.
+/// Nothing is checked here: the job is checked when it is scheduled, as a
+/// job table's `params` is (a default not in `allowed` is a problem of the
+/// job's field `params.<name>`).
+///
+/// ```
+/// use cronlease::ParamSpec;
+///
+/// let any_note = ParamSpec::new("");
+/// let region = ParamSpec::new("eu").allowed(&["eu", "us", "ap"]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct ParamSpec {
+    raw: RawParam,
+}
+
+impl ParamSpec {
+    /// A parameter whose default is `default`: what every tick of the
+    /// schedule, and a manual run that does not give the parameter, runs
+    /// with.
+    ///
+    /// ```
+    /// let batch = cronlease::ParamSpec::new("500");
+    /// ```
+    pub fn new(default: &str) -> ParamSpec {
+        ParamSpec {
+            raw: RawParam {
+                default: Some(Given::code(default.to_string())),
+                allowed: None,
+            },
+        }
+    }
+
+    /// The only values a run may give the parameter; the default must be
+    /// one of them. Without it, any value.
+    ///
+    /// ```
+    /// let region = cronlease::ParamSpec::new("eu").allowed(&["eu", "us"]);
+    /// ```
+    pub fn allowed(mut self, values: &[&str]) -> ParamSpec {
+        let values = values.iter().map(|v| Given::code(v.to_string())).collect();
+        self.raw.allowed = Some(Given::code(values));
         self
     }
 }

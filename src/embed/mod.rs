@@ -61,7 +61,7 @@ mod notify;
 mod run;
 mod scheduler;
 
-pub use job::{Job, JobBuilder};
+pub use job::{Job, JobBuilder, ParamSpec};
 pub use run::Run;
 pub use scheduler::{Scheduler, SchedulerBuilder};
 
@@ -125,6 +125,20 @@ pub enum SchedulerError {
     /// of the same name.
     #[error("two jobs are named {0:?}")]
     DuplicateJob(String),
+    /// [`Scheduler::trigger`](crate::Scheduler::trigger) with parameters
+    /// that do not fit the job's: nothing was queued.
+    #[error("job {job:?}: {error}")]
+    Params {
+        /// The job.
+        job: String,
+        /// What does not fit.
+        #[source]
+        error: crate::ParamError,
+    },
+    /// [`Scheduler::trigger`](crate::Scheduler::trigger) of a paused job
+    /// (`cronlease pause`): nothing was queued.
+    #[error("job {0:?} is paused")]
+    Paused(String),
     /// The scheduler's task is gone: it refused to run (then
     /// [`Scheduler::ready`](crate::Scheduler::ready) and [`Scheduler::shutdown`](crate::Scheduler::shutdown) say why), panicked,
     /// or its runtime shut down.

@@ -147,6 +147,28 @@ impl Run {
         &self.context.replica
     }
 
+    /// The value of the job's parameter `name` for this run (see
+    /// [`JobBuilder::param`](crate::JobBuilder::param)): the one given to
+    /// the manual run that asked for it (`cronlease trigger --param`, the
+    /// dashboard, [`Scheduler::trigger`](crate::Scheduler::trigger)), else
+    /// the parameter's default, which is what every tick of the schedule
+    /// runs with. `None` for a name the job does not declare.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, ParamSpec, Run};
+    ///
+    /// # async fn export(region: &str) -> Result<(), std::io::Error> { Ok(()) }
+    /// let job = JobBuilder::new("export", "0 3 * * *")
+    ///     .param("region", ParamSpec::new("eu").allowed(&["eu", "us"]))
+    ///     .run(|run: Run| async move {
+    ///         let region = run.param("region").unwrap_or("eu");
+    ///         export(region).await
+    ///     });
+    /// ```
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.context.params.get(name).map(String::as_str)
+    }
+
     /// Resolves when the run must stop, with the reason: the lease is lost
     /// ([`Stop::LostLease`](crate::Stop::LostLease)), the job's timeout passed ([`Stop::Timeout`](crate::Stop::Timeout)),
     /// or the scheduler is shutting down ([`Stop::Shutdown`](crate::Stop::Shutdown)). From then

@@ -238,6 +238,8 @@ impl SchedulerBuilder {
         };
         let replica = tokio::spawn(daemon::run(config, world, shutdown.clone(), reload_rx));
         Ok(Scheduler {
+            store: self.cluster.store.clone(),
+            requested_by: format!("embedded@{}", self.cluster.holder.holder()),
             context,
             names: self.jobs.iter().map(|j| j.name.clone()).collect(),
             jobs: self.jobs,
@@ -343,9 +345,95 @@ pub struct Scheduler {
     /// Answered once the replica claims; None once that was seen.
     ready: Option<oneshot::Receiver<()>>,
     replica: Option<JoinHandle<Result<(), DaemonError>>>,
+    /// The cluster's store, where [`Scheduler::trigger`] queues requests.
+    store: crate::store::Store,
+    /// Who a request of [`Scheduler::trigger`] says asked for it:
+    /// `embedded@<host>-<pid>`.
+    requested_by: String,
 }
 
 impl Scheduler {
+    /// Asks the cluster to run `job` once now, with `params` (name,
+    /// value) for some of its parameters and the defaults for the others
+    /// ([`JobBuilder::param`](crate::JobBuilder::param)); returns the
+    /// run's id, as `cronlease history` shows it. The request is queued
+    /// in Redis as `cronlease trigger` queues one: exactly one live
+    /// instance that has the job runs it, under the job's overlap policy,
+    /// and the schedule is not affected. The handler reads the values with
+    /// [`Run::param`](crate::Run::param).
+    ///
+    /// The values are checked first, and nothing is queued if one does
+    /// not fit ([`SchedulerError::Params`](crate::SchedulerError::Params):
+    /// a name the job does not declare, a value not in its `allowed`
+    /// list, too long or with a control character). Errors too, and
+    /// nothing queued, for a job this scheduler does not have
+    /// ([`SchedulerError::NoSuchJob`](crate::SchedulerError::NoSuchJob)),
+    /// a paused one ([`SchedulerError::Paused`](crate::SchedulerError::Paused))
+    /// and Redis failing, or a quorum, which has no queue of requests
+    /// ([`SchedulerError::Redis`](crate::SchedulerError::Redis)).
+    ///
+    /// ```no_run
+    /// use cronlease::{JobBuilder, ParamError, ParamSpec, Run, SchedulerError};
+    ///
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
+    /// let job = JobBuilder::new("export", "0 3 * * *")
+    ///     .param("region", ParamSpec::new("eu").allowed(&["eu", "us"]))
+    ///     .run(|run: Run| async move {
+    ///         println!("exporting {:?}", run.param("region"));
+    ///         Ok::<(), std::io::Error>(())
+    ///     });
+    /// let scheduler = cluster.scheduler().job(job).start()?;
+    /// let run_id = scheduler.trigger("export", &[("region", "us")]).await?;
+    /// println!("queued run {run_id}");
+    /// match scheduler.trigger("export", &[("region", "mars")]).await {
+    ///     Err(SchedulerError::Params { error: ParamError::NotAllowed { .. }, .. }) => {}
+    ///     other => panic!("mars is not allowed: {other:?}"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn trigger(
+        &self,
+        job: &str,
+        params: &[(&str, &str)],
+    ) -> Result<String, SchedulerError> {
+        let Some(declared) = self.jobs.iter().find(|j| j.name == job) else {
+            return Err(SchedulerError::NoSuchJob(job.to_string()));
+        };
+        // Its upstreams, if any, are the scheduler's: it was added.
+        let validated = validate_jobs(std::slice::from_ref(declared), &|_| true, &self.context)?;
+        let given: Vec<(String, String)> = params
+            .iter()
+            .map(|(name, value)| (name.to_string(), value.to_string()))
+            .collect();
+        if let Some(definition) = validated.first() {
+            definition
+                .params
+                .resolve(given.iter().cloned())
+                .map_err(|error| SchedulerError::Params {
+                    job: job.to_string(),
+                    error,
+                })?;
+        }
+        if self.store.job_state(job).await?.pause.is_some() {
+            return Err(SchedulerError::Paused(job.to_string()));
+        }
+        let run_id = uuid::Uuid::new_v4().to_string();
+        // The replicas' group reads from its creation on: made now if no
+        // replica made it yet, so the request is not queued before it.
+        self.store.ensure_trigger_group().await?;
+        self.store
+            .enqueue_trigger(job, &run_id, &self.requested_by, &given)
+            .await?;
+        if let Err(e) = self
+            .store
+            .record_action(job, "trigger", &self.requested_by, &run_id)
+            .await
+        {
+            tracing::warn!(job, error = %e, "the run was queued but could not be recorded in the job's actions");
+        }
+        Ok(run_id)
+    }
+
     /// Adds a job while running: it claims from its next tick on. An error,
     /// and no change, if it is not valid ([`SchedulerError::Config`](crate::SchedulerError::Config)), its name
     /// is taken ([`SchedulerError::JobExists`](crate::SchedulerError::JobExists)) or the scheduler's task is gone

@@ -6,7 +6,9 @@
 -- KEYS: state, running, lease, runs, done_at (the dedup window, see
 --       remember_done)
 -- ARGV: tick_ms (the request's time), run_id, lease_ms, overlap, replica,
---       host, maxlen, min_fence, window_ms, window_count
+--       host, maxlen, min_fence, window_ms, window_count, then the run's
+--       parameters as outcome fields, name/value pairs (its context, see
+--       read_context)
 local state, running, lease, runs, done_at = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local tick, run_id, lease_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local overlap, replica, host = ARGV[4], ARGV[5], ARGV[6]
@@ -21,13 +23,13 @@ local now = now_ms()
 if overlap == 'skip' then
   local holder = redis.call('GET', lease)
   if holder then
-    local id = record_outcome(state, runs, maxlen,
-      skip_fields(tick, run_id, replica, host, now, 'manual'), false)
+    local id = record_outcome(state, runs, maxlen, add_context(
+      skip_fields(tick, run_id, replica, host, now, 'manual'), read_context({unpack(ARGV, 11)})), false)
     remember_done(done_at, run_id, id_ms(id), window_count, window_ms)
     return {'busy', holder}
   end
 end
 local fence = next_fence(state, min_fence, now)
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, 'manual', 0, fence, now, now)
+  replica, host, 'manual', 0, fence, now, now, read_context({unpack(ARGV, 11)}))
 return {'claimed', fence, now, lease_key}

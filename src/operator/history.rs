@@ -45,6 +45,10 @@ pub struct HistoryEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<Upstream>,
     pub stale: bool,
+    /// The values of the run's parameters (`param.<name>` fields), by
+    /// name; a field whose name or value no job could have is left out.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
@@ -139,9 +143,31 @@ pub(super) fn history_entry(
         trigger,
         upstream: Upstream::from_fields(fields.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
         stale: fields.get("stale").is_some_and(|s| s == "1"),
+        params: params(&id, &fields),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// The `param.<name>` fields of an outcome, those a job could have: a
+/// name of `a-z 0-9 _`, a value of at most 1024 bytes without control
+/// characters. Others are evidence of another writer: named in the log
+/// (escaped) and left out.
+fn params(id: &str, fields: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let prefix = crate::config::PARAM_FIELD_PREFIX;
+    let mut params = BTreeMap::new();
+    for (field, value) in fields.range(prefix.to_string()..) {
+        let Some(name) = field.strip_prefix(prefix) else {
+            break;
+        };
+        if crate::config::is_param_name(name) && crate::config::param_value_problem(value).is_none()
+        {
+            params.insert(name.to_string(), value.clone());
+        } else {
+            tracing::warn!(id, field = %crate::inert::escape(field), "a parameter of an outcome that no job could have; left out");
+        }
+    }
+    params
 }
 
 /// Fails unless `job` is in the config or known to Redis.

@@ -47,6 +47,16 @@ pub enum OperatorError {
     },
     #[error("job {0:?} is paused (cronlease resume {0} first)")]
     Paused(String),
+    /// The parameters given for a manual run do not fit the job's.
+    #[error("job {job:?}: {error}; nothing queued")]
+    Params {
+        job: String,
+        #[source]
+        error: crate::config::ParamError,
+    },
+    /// Parameters were given with no job table to check them against.
+    #[error("parameters need the job table to be checked against (--config): nothing queued")]
+    ParamsWithoutTable,
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -410,13 +420,56 @@ pub async fn actions(store: &Store, job: &str, count: usize) -> Result<Vec<Actio
     Ok(store.actions(job, count).await?)
 }
 
-/// Queues a manual run of `job`; returns its run id.
-pub async fn trigger(store: &Store, job: &str, who: &str) -> Result<String, OperatorError> {
+/// `--param NAME=VALUE`: the name and the value (which may hold `=`).
+pub fn parse_param(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err(format!(
+            "{text:?} is not NAME=VALUE: expected e.g. --param region=us"
+        )),
+    }
+}
+
+/// Checks the parameters `given` for a manual run of `job` (name, value)
+/// against `definition`, the job as the caller's job table has it: every
+/// name declared, given once, every value valid and allowed. None given
+/// is always valid (the replica uses the defaults); some given with no
+/// definition (no table, or a job not in it) cannot be checked and are
+/// refused.
+pub fn check_params(
+    definition: Option<&Job>,
+    job: &str,
+    given: &[(String, String)],
+) -> Result<(), OperatorError> {
+    if given.is_empty() {
+        return Ok(());
+    }
+    let Some(definition) = definition else {
+        return Err(OperatorError::ParamsWithoutTable);
+    };
+    definition
+        .params
+        .resolve(given.iter().cloned())
+        .map(|_| ())
+        .map_err(|error| OperatorError::Params {
+            job: job.to_string(),
+            error,
+        })
+}
+
+/// Queues a manual run of `job` with the parameters `params` (checked by
+/// [`check_params`]: the replica checks them again); returns its run id.
+pub async fn trigger(
+    store: &Store,
+    job: &str,
+    who: &str,
+    params: &[(String, String)],
+) -> Result<String, OperatorError> {
     if store.job_state(job).await?.pause.is_some() {
         return Err(OperatorError::Paused(job.to_string()));
     }
     let run_id = uuid::Uuid::new_v4().to_string();
-    store.enqueue_trigger(job, &run_id, who).await?;
+    store.enqueue_trigger(job, &run_id, who, params).await?;
     record(store, job, "trigger", who, &run_id).await;
     Ok(run_id)
 }
@@ -458,6 +511,32 @@ mod tests {
         let entry =
             history::history_entry("1-0".into(), fields, OutputTail::Omit).expect("readable");
         assert_eq!(entry.status, Status::Missed);
+    }
+
+    #[test]
+    fn only_parameters_a_job_could_have_are_read_from_an_outcome() {
+        let long = "x".repeat(1025);
+        let fields = [
+            ("tick", "1700000000000"),
+            ("status", "ok"),
+            ("param.region", "us"),
+            ("param.note", "a b=c"),
+            ("param.Bad", "x"),
+            ("param.", "x"),
+            ("param.escape", "a\u{1b}[31mred"),
+            ("param.long", long.as_str()),
+            ("paramz", "x"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec();
+        let entry =
+            history::history_entry("1-0".into(), fields, OutputTail::Omit).expect("readable");
+        let params: Vec<(&str, &str)> = entry
+            .params
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(params, [("note", "a b=c"), ("region", "us")]);
     }
 
     #[test]

@@ -380,6 +380,21 @@ pub enum OutputText {
     Raw,
 }
 
+/// A last column of the runs' parameters (`name=value …`), only for a
+/// job whose runs had some. `rows`: the header, then a row per outcome.
+fn params_column(rows: &mut [Vec<String>], report: &HistoryReport) {
+    if report.outcomes.iter().all(|o| o.params.is_empty()) {
+        return;
+    }
+    if let Some(header) = rows.first_mut() {
+        header.push("params".to_string());
+    }
+    for (row, o) in rows.iter_mut().skip(1).zip(&report.outcomes) {
+        let params: Vec<String> = o.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
+        row.push(params.join(" "));
+    }
+}
+
 /// The text of `cronlease history`.
 pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) -> String {
     let mut out = String::new();
@@ -426,6 +441,7 @@ pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) 
             o.id.clone(),
         ]);
     }
+    params_column(&mut rows, report);
     for bad in &report.unreadable {
         let _ = writeln!(
             out,

@@ -22,6 +22,7 @@ fn outcome() -> Outcome {
         peak_memory_kb: None,
         oom_kills: None,
         upstream: None,
+        params: Default::default(),
     }
 }
 

@@ -15,7 +15,8 @@ use redis::{RedisWrite, Value};
 const FINISH_KEYS: usize = 9;
 
 /// The finish script's arguments, at most: 14 before the outcome's fields,
-/// and up to 21 fields, name and value (`Outcome::each_stream_field`).
+/// and up to 21 fields, name and value (`Outcome::each_stream_field`),
+/// besides one per parameter of a job that has some.
 const FINISH_ARGS: usize = 14 + 2 * 21;
 
 /// Room for the finish's numbers, words and field names beside the keys,

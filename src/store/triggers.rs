@@ -22,6 +22,10 @@ pub struct TriggerRequest {
     pub job: String,
     pub run_id: String,
     pub requested_by: String,
+    /// The parameters given (`param.<name>` fields), name and value, in
+    /// the entry's order: as read, not checked (the replica checks them
+    /// against its job before it runs anything).
+    pub params: Vec<(String, String)>,
 }
 
 impl TriggerRequest {
@@ -40,6 +44,9 @@ impl TriggerRequest {
 pub struct ManualRequest<'a> {
     pub request: &'a TriggerRequest,
     pub claimant: Claimant<'a>,
+    /// The run's parameters, checked: kept with the run in flight, so
+    /// that its `abandoned` record and a rerun have them.
+    pub params: &'a crate::config::ParamValues,
 }
 
 /// What the manual-run script did.
@@ -103,6 +110,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
     let mut job = String::new();
     let mut run_id = String::new();
     let mut requested_by = String::new();
+    let mut params = Vec::new();
     for pair in fields.chunks(2) {
         let (Some(name), Some(value)) = (
             pair.first().and_then(as_string),
@@ -114,7 +122,11 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
             "job" => job = value,
             "run_id" => run_id = value,
             "requested_by" => requested_by = value,
-            _ => {}
+            other => {
+                if let Some(param) = other.strip_prefix(crate::config::PARAM_FIELD_PREFIX) {
+                    params.push((param.to_string(), value));
+                }
+            }
         }
     }
     Some(TriggerRequest {
@@ -122,6 +134,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
         job,
         run_id,
         requested_by,
+        params,
     })
 }
 
@@ -255,15 +268,18 @@ impl Store {
         Ok(())
     }
 
-    /// Queues a manual run request; returns its stream id.
+    /// Queues a manual run request with the parameters given for it (each
+    /// a field `param.<name>`); returns its stream id.
     pub async fn enqueue_trigger(
         &self,
         job: &str,
         run_id: &str,
         requested_by: &str,
+        params: &[(String, String)],
     ) -> Result<String, StoreError> {
         let mut conn = self.single("`cronlease trigger`").await?;
-        let id: String = redis::cmd("XADD")
+        let mut command = redis::cmd("XADD");
+        command
             .arg(self.keys.triggers())
             .arg("MAXLEN")
             .arg("~")
@@ -274,9 +290,13 @@ impl Store {
             .arg("run_id")
             .arg(run_id)
             .arg("requested_by")
-            .arg(requested_by)
-            .query_async(&mut conn)
-            .await?;
+            .arg(requested_by);
+        for (name, value) in params {
+            command
+                .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))
+                .arg(value);
+        }
+        let id: String = command.query_async(&mut conn).await?;
         Ok(id)
     }
 
@@ -289,9 +309,8 @@ impl Store {
         let keys = &self.keys;
         let job = request.job.as_str();
         let mut conn = self.single("`cronlease trigger`").await?;
-        let reply: Value = self
-            .scripts
-            .manual
+        let mut invocation = self.scripts.manual.prepare_invoke();
+        invocation
             .key(keys.state(job))
             .key(keys.running(job))
             .key(keys.lease(job))
@@ -306,9 +325,14 @@ impl Store {
             .arg(manual.claimant.history)
             .arg(manual.claimant.min_fence)
             .arg(duration_ms(DEDUP_WINDOW))
-            .arg(dedup_entries(manual.claimant.history))
-            .invoke_async(&mut conn)
-            .await?;
+            .arg(dedup_entries(manual.claimant.history));
+        let mut invocation = invocation;
+        for (name, value) in manual.params {
+            invocation
+                .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))
+                .arg(value);
+        }
+        let reply: Value = invocation.invoke_async(&mut conn).await?;
         parse_manual(reply)
     }
 
@@ -336,8 +360,13 @@ impl Store {
     /// it runs it; should the acknowledgement fail, the run id still makes
     /// the copy run at most once.
     pub async fn requeue_trigger(&self, request: &TriggerRequest) -> Result<(), StoreError> {
-        self.enqueue_trigger(&request.job, &request.run_id, &request.requested_by)
-            .await?;
+        self.enqueue_trigger(
+            &request.job,
+            &request.run_id,
+            &request.requested_by,
+            &request.params,
+        )
+        .await?;
         self.ack_trigger(&request.id).await
     }
 }

@@ -417,3 +417,44 @@ fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refuse
         assert_eq!((draw.status(), draw.tick()), (status.as_str(), *root));
     }
 }
+
+#[test]
+fn a_follower_with_after_params_pass_gets_the_triggered_runs_values() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let seen = cluster.path("seen");
+    let jobs = format!(
+        "[jobs.draw]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n\
+         params = {{ region = {{ default = \"eu\", allowed = [\"eu\", \"us\"] }}, note = {{ default = \"-\" }} }}\n\n\
+         [jobs.publish]\nafter = [\"draw\"]\nafter_params = \"pass\"\n\
+         params = {{ region = {{ default = \"eu\", allowed = [\"eu\", \"us\", \"cn\"] }} }}\n\
+         shell = \"echo $CRONLEASE_PARAM_REGION $CRONLEASE_UPSTREAM_JOB >> {}\"\n\n\
+         [jobs.tally]\nafter = [\"draw\"]\n\
+         params = {{ region = {{ default = \"cn\" }} }}\n\
+         shell = \"echo tally $CRONLEASE_PARAM_REGION >> {}\"\n",
+        seen.display(),
+        seen.display()
+    );
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    let config = cluster.config_path("a");
+    cronlease([
+        "trigger",
+        "draw",
+        "--param",
+        "region=us",
+        "--config",
+        config.to_str().unwrap(),
+    ])
+    .expect_code(0);
+    wait_for(&cluster, "publish", 1);
+    wait_for(&cluster, "tally", 1);
+    cluster.stop_all();
+
+    let lines = std::fs::read_to_string(&seen).unwrap();
+    assert!(lines.lines().any(|l| l == "us draw"), "{lines}");
+    assert!(lines.lines().any(|l| l == "tally cn"), "{lines}");
+    let publish = &cluster.outcomes("publish")[0];
+    assert_eq!(publish.field("param.region"), Some("us"), "{publish:?}");
+    assert_eq!(publish.field("param.note"), None, "{publish:?}");
+}

@@ -277,6 +277,7 @@ fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
             job: "draw".into(),
             run_id: "manual-run".into(),
             requested_by: "test".into(),
+            params: Vec::new(),
         };
         let claimant = cronlease::store::Claimant {
             min_fence: 6,
@@ -286,6 +287,7 @@ fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
             .manual_claim(&ManualRequest {
                 request: &request,
                 claimant,
+                params: &Default::default(),
             })
             .await
             .expect("manual claim");

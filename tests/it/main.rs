@@ -34,6 +34,7 @@ mod notify_channels;
 mod notify_delivery;
 mod notify_events;
 mod operator;
+mod params;
 mod pid_one;
 mod properties;
 mod quorum;

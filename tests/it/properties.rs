@@ -244,6 +244,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
                 peak_memory_kb: (fence % 3 == 0).then_some(fence),
                 oom_kills: (attempts % 5 == 0).then_some(1),
                 upstream: None,
+                params: Default::default(),
             },
         )
 }

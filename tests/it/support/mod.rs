@@ -256,6 +256,7 @@ pub fn ok_outcome(
         peak_memory_kb: None,
         oom_kills: None,
         upstream: None,
+        params: Default::default(),
     }
 }
 
