@@ -326,7 +326,6 @@ impl Store {
             .arg(manual.claimant.min_fence)
             .arg(duration_ms(DEDUP_WINDOW))
             .arg(dedup_entries(manual.claimant.history));
-        let mut invocation = invocation;
         for (name, value) in manual.params {
             invocation
                 .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))
