@@ -36,11 +36,37 @@ fn a_follower_runs_once_for_each_ok_outcome_with_its_upstream_in_the_environment
          shell = \"echo $CRONLEASE_UPSTREAM_JOB $CRONLEASE_UPSTREAM_RUN_ID $CRONLEASE_UPSTREAM_STATUS $CRONLEASE_ROOT_TICK_MS $CRONLEASE_TICK_MS >> {}\"\n",
         env_file.display()
     );
-    cluster.start("a", &jobs);
+    cluster.start_with("a", "dashboard_listen = \"127.0.0.1:0\"\n", &jobs, None);
     cluster.start("b", &jobs);
     cluster.start("c", &jobs);
     cluster.wait_ready();
     wait_for(&cluster, "load", 4);
+    // The dashboard's job page links the upstream, and each run to the run
+    // it followed.
+    let dashboard =
+        cluster.replicas[0].logged_address("dashboard on http://", Duration::from_secs(10));
+    let page = crate::support::http::get(&dashboard, &dashboard, "/jobs/load", "");
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body
+            .contains("<dt>After</dt><dd><a href=\"/jobs/extract\">extract</a>"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("chain after <a href=\"/jobs/extract#run-"),
+        "{}",
+        page.body
+    );
+    let upstream_page = crate::support::http::get(&dashboard, &dashboard, "/jobs/extract", "");
+    assert!(
+        upstream_page
+            .body
+            .contains("<dt>Then</dt><dd><a href=\"/jobs/load\">load</a>"),
+        "{}",
+        upstream_page.body
+    );
     cluster.stop_all();
 
     let extracts: BTreeMap<String, Outcome> = cluster
