@@ -583,3 +583,74 @@ fn the_dashboards_run_now_form_gives_the_values_and_refuses_others() {
     cluster.stop_all();
     assert_eq!(lines_of(&file), ["us|from the browser"]);
 }
+
+#[test]
+fn a_triggered_run_whose_holder_dies_is_recorded_and_rerun_with_its_values() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("export.log");
+    let marker = cluster.path("marker");
+    // The first run sleeps until it is killed; the rerun writes its values.
+    let jobs = format!(
+        "[jobs.export]\nschedule = \"{YEARLY}\"\non_holder_lost = \"rerun\"\n\
+         params = {{ region = {{ default = \"eu\", allowed = [\"eu\", \"us\"] }} }}\n\
+         shell = '''if [ ! -e {m} ]; then touch {m}; sleep 30; fi; echo \"$CRONLEASE_PARAM_REGION\" >> {f}'''\n",
+        m = marker.display(),
+        f = file.display()
+    );
+    for name in ["a", "b", "c"] {
+        cluster.start(name, &jobs);
+    }
+    cluster.wait_ready();
+    let config = cluster.config_path("a").display().to_string();
+    cronlease([
+        "trigger",
+        "export",
+        "--param",
+        "region=us",
+        "--config",
+        &config,
+    ])
+    .expect_code(0);
+    let holder = support::wait_until(Duration::from_secs(20), "the run in flight", || {
+        let entries: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
+            .arg("cl:{export}:running")
+            .query(&mut cluster.redis.client())
+            .unwrap();
+        entries.values().next().map(|raw| {
+            let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
+            entry["replica"].as_str().unwrap().to_string()
+        })
+    });
+    support::wait_until(Duration::from_secs(20), "the first run under way", || {
+        marker.exists().then_some(())
+    });
+    let index = cluster.index_of(&holder);
+    cluster.replicas[index].kill9();
+    wait_until_or_show(
+        Duration::from_secs(30),
+        "the abandoned run and its rerun",
+        || cluster.logs(),
+        || {
+            let outcomes = cluster.outcomes("export");
+            let rerun = outcomes
+                .iter()
+                .any(|o| o.field("trigger") == Some("rerun") && o.status() == "ok");
+            rerun.then_some(())
+        },
+    );
+    cluster.replicas.remove(index);
+    cluster.stop_all();
+
+    let outcomes = cluster.outcomes("export");
+    let abandoned = outcomes
+        .iter()
+        .find(|o| o.status() == "abandoned")
+        .expect("the killed run");
+    assert_eq!(abandoned.field("param.region"), Some("us"), "{abandoned:?}");
+    let rerun = outcomes
+        .iter()
+        .find(|o| o.field("trigger") == Some("rerun"))
+        .unwrap();
+    assert_eq!(rerun.field("param.region"), Some("us"), "{rerun:?}");
+    assert_eq!(lines_of(&file), ["us"]);
+}
