@@ -55,9 +55,11 @@ pub(super) struct RunStart {
     /// A follower's run: the upstream runs it follows.
     pub(super) upstream: Option<Arc<Upstream>>,
     /// The values of the job's parameters the run is given, checked: the
-    /// defaults for a tick of the schedule (and, for now, a rerun), those
-    /// of the request for a manual run. They go to its task and its
-    /// outcome, never into Redis's record of the run in flight.
+    /// defaults for a tick of the schedule, those of the request for a
+    /// manual run, the upstream's or the defaults for a follower's, the
+    /// first run's for a rerun. They go to its task and its outcome (and,
+    /// but for a tick of the schedule, into Redis's record of the run in
+    /// flight, for its `abandoned` record and its rerun).
     pub(super) params: crate::config::ParamValues,
 }
 
