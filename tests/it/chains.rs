@@ -252,20 +252,6 @@ fn check_refuses_a_cycle_and_an_unknown_upstream() {
     assert!(out.contains("then load (on any)"), "{out}");
 }
 
-/// The replica holding a run of `job` now.
-fn holder(cluster: &Cluster, job: &str) -> String {
-    crate::support::wait_until(Duration::from_secs(30), "a run in flight", || {
-        let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("cl:{{{job}}}:running"))
-            .query(&mut cluster.redis.client())
-            .unwrap();
-        entries.values().next().map(|raw| {
-            let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
-            entry["replica"].as_str().unwrap().to_string()
-        })
-    })
-}
-
 #[test]
 fn a_chain_survives_a_kill9_of_the_middle_jobs_holder() {
     let mut cluster = Cluster::new(RedisServer::start());
@@ -282,7 +268,7 @@ fn a_chain_survives_a_kill9_of_the_middle_jobs_holder() {
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    let victim = holder(&cluster, "b");
+    let victim = cluster.holder("b");
     let index = cluster.index_of(&victim);
     cluster.replicas[index].kill9();
     wait_until_or_show(

@@ -117,20 +117,6 @@ fn clock_skew_keeps_exactly_once_and_never_starts_early() {
     }
 }
 
-/// The replica named in the job's `running` hash, once a run is in flight.
-fn holder(cluster: &Cluster, job: &str) -> String {
-    wait_until(Duration::from_secs(20), "a run in flight", || {
-        let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("cl:{{{job}}}:running"))
-            .query(&mut cluster.redis.client())
-            .unwrap();
-        entries.values().next().map(|raw| {
-            let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
-            entry["replica"].as_str().unwrap().to_string()
-        })
-    })
-}
-
 /// A job that sleeps on its first run only (a marker file remembers it).
 fn long_first_run(name: &str, file: &Path, marker: &Path, extra: &str) -> String {
     probe_job(
@@ -159,7 +145,7 @@ fn holder_lost(on_holder_lost: &str) {
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    let victim = holder(&cluster, "long");
+    let victim = cluster.holder("long");
     let first = wait_until(Duration::from_secs(5), "the first run's start line", || {
         starts(&file).first().cloned()
     });
@@ -264,7 +250,7 @@ fn a_holder_paused_past_its_lease_kills_its_run_and_records_a_stale_lost_lease()
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    let victim = holder(&cluster, "long");
+    let victim = cluster.holder("long");
     let first = wait_until(Duration::from_secs(5), "the first run's pid", || {
         std::fs::read_to_string(&pid_file)
             .ok()
@@ -684,7 +670,7 @@ fn a_redis_restart_with_aof_loses_no_outcome_and_delivers_spooled_ones_once() {
         (cluster.outcomes("steady").len() >= 2).then_some(())
     });
     // Kill Redis under a run in flight: its outcome has nowhere to go.
-    holder(&cluster, "steady");
+    cluster.holder("steady");
     cluster.redis.kill9();
     cluster.replicas[0].wait_for_log("outcome spooled", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(2));

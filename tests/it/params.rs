@@ -611,16 +611,7 @@ fn a_triggered_run_whose_holder_dies_is_recorded_and_rerun_with_its_values() {
         &config,
     ])
     .expect_code(0);
-    let holder = support::wait_until(Duration::from_secs(20), "the run in flight", || {
-        let entries: std::collections::BTreeMap<String, String> = redis::cmd("HGETALL")
-            .arg("cl:{export}:running")
-            .query(&mut cluster.redis.client())
-            .unwrap();
-        entries.values().next().map(|raw| {
-            let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
-            entry["replica"].as_str().unwrap().to_string()
-        })
-    });
+    let holder = cluster.holder("export");
     support::wait_until(Duration::from_secs(20), "the first run under way", || {
         marker.exists().then_some(())
     });

@@ -144,6 +144,21 @@ impl Cluster<RedisServer> {
     pub fn outcomes(&self, job: &str) -> Vec<Outcome> {
         read_outcomes(&mut self.redis.client(), "cl", job)
     }
+
+    /// The replica holding a run of `job`, once one is in flight (20 s at
+    /// most).
+    pub fn holder(&self, job: &str) -> String {
+        super::wait_until(Duration::from_secs(20), "a run in flight", || {
+            let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
+                .arg(format!("cl:{{{job}}}:running"))
+                .query(&mut self.redis.client())
+                .unwrap();
+            entries.values().next().map(|raw| {
+                let entry: serde_json::Value = serde_json::from_str(raw).unwrap();
+                entry["replica"].as_str().unwrap().to_string()
+            })
+        })
+    }
 }
 
 /// A job that appends `start <tick_ms> <fence> <replica>` to FILE, runs
