@@ -22,6 +22,7 @@ use super::ctx::Ctx;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
+use super::wake::{Woken, wait};
 use crate::config::{AfterParams, Job, Join, Misfire, ParamValues};
 use crate::inert::escape;
 use crate::outcome::{Trigger, Upstream};
@@ -42,7 +43,6 @@ const FOLLOW_WITHIN_MS: i64 = 30_000;
 
 /// Starts followers' runs until `cancel`.
 pub(super) async fn follower(ctx: Arc<Ctx>, cancel: CancellationToken) {
-    use futures_util::StreamExt;
     let mut next_visit = Instant::now();
     loop {
         let mut pubsub = match ctx.store.after_subscriber().await {
@@ -54,26 +54,20 @@ pub(super) async fn follower(ctx: Arc<Ctx>, cancel: CancellationToken) {
         };
         let mut messages = pubsub.as_mut().map(|p| p.on_message());
         loop {
-            let woken = tokio::select! {
-                () = cancel.cancelled() => return,
-                () = tokio::time::sleep_until(next_visit) => None,
-                message = async {
-                    match messages.as_mut() {
-                        Some(messages) => messages.next().await,
-                        None => std::future::pending().await,
+            match wait(messages.as_mut(), next_visit, &cancel).await {
+                Woken::Cancelled => return,
+                Woken::Unsubscribed => break,
+                Woken::Message(upstream) => {
+                    if let Some(upstream) = upstream {
+                        visit(&ctx, Some(&upstream), &cancel).await;
                     }
-                } => match message {
-                    Some(message) => message.get_payload::<String>().ok(),
-                    // The subscription ended: subscribe again.
-                    None => break,
-                },
-            };
-            match woken {
-                Some(upstream) => visit(&ctx, Some(&upstream), &cancel).await,
-                None => {
+                }
+                Woken::Due => {
                     visit(&ctx, None, &cancel).await;
                     next_visit = Instant::now() + VISIT_EVERY;
                     if messages.is_none() {
+                        // Not subscribed: try again; the visits meanwhile
+                        // find what wake-ups would have.
                         break;
                     }
                 }

@@ -90,6 +90,7 @@ mod tick;
 mod time;
 mod timer;
 mod triggers;
+mod wake;
 
 use courier::spool_courier;
 pub use ctx::Identity;

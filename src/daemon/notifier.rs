@@ -24,6 +24,7 @@ use tracing::{debug, info, warn};
 use super::ctx::Ctx;
 use super::notices::{Subject, event_streams, job_notices, subject_of};
 use super::time::pause;
+use super::wake::{Woken, wait};
 use crate::config::EventKind;
 use crate::config::Job;
 use crate::inert::escape;
@@ -51,7 +52,6 @@ const OVERDUE_EVERY: Duration = Duration::from_secs(10);
 /// Delivers notification events until `cancel`; then one last pass over
 /// what was written meanwhile, within [`SWEEP_EVERY`].
 pub(super) async fn notifier(ctx: Arc<Ctx>, channels: Arc<Channels>, cancel: CancellationToken) {
-    use futures_util::StreamExt;
     let notifier = Notifier::new(ctx, channels);
     let mut next_sweep = Instant::now();
     let mut next_overdue = Instant::now();
@@ -65,29 +65,22 @@ pub(super) async fn notifier(ctx: Arc<Ctx>, channels: Arc<Channels>, cancel: Can
         };
         let mut messages = pubsub.as_mut().map(|p| p.on_message());
         loop {
-            let woken = tokio::select! {
-                () = cancel.cancelled() => {
+            match wait(messages.as_mut(), next_sweep.min(next_overdue), &cancel).await {
+                Woken::Cancelled => {
                     let last = notifier.sweep(Visit::NewOnly);
                     let _ = tokio::time::timeout(SWEEP_EVERY, last).await;
                     return;
                 }
-                () = tokio::time::sleep_until(next_sweep.min(next_overdue)) => None,
-                message = async {
-                    match messages.as_mut() {
-                        Some(messages) => messages.next().await,
-                        None => std::future::pending().await,
+                Woken::Unsubscribed => break,
+                Woken::Message(stream) => {
+                    if let Some(stream) = stream
+                        && let Some(subject) = notifier.subject_of(&stream)
+                    {
+                        notifier.visit(&stream, &subject, Visit::NewOnly).await;
                     }
-                } => match message {
-                    Some(message) => message.get_payload::<String>().ok(),
-                    // The subscription ended: subscribe again.
-                    None => break,
-                },
-            };
-            if let Some(stream) = woken {
-                if let Some(subject) = notifier.subject_of(&stream) {
-                    notifier.visit(&stream, &subject, Visit::NewOnly).await;
+                    continue;
                 }
-                continue;
+                Woken::Due => {}
             }
             let now = Instant::now();
             if now >= next_overdue {
