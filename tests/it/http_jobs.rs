@@ -372,3 +372,41 @@ fn check_names_the_file_line_job_and_field_of_a_bad_request() {
         }
     }
 }
+
+#[test]
+fn a_redirect_is_followed_only_when_the_job_says_so() {
+    let target = Receiver::start(200, "moved here");
+    let origin = Receiver::start(200, "");
+    origin.redirect(&target.url("/new"));
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = http_job(
+        "follows",
+        &format!("url = \"{}\", follow_redirects = true", origin.url("/old")),
+        "",
+    ) + &http_job("stays", &format!("url = \"{}\"", origin.url("/old")), "");
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    let followed = first_with(&cluster, "follows", "ok");
+    let kept = first_with(&cluster, "stays", "failed");
+    cluster.stop_all();
+
+    assert!(output(&followed).starts_with("HTTP 200"), "{followed:?}");
+    assert!(output(&followed).contains("moved here"), "{followed:?}");
+    let at_target = target.requests();
+    let request = at_target
+        .iter()
+        .find(|r| r.header("cronlease-run-id") == Some(followed.run_id()))
+        .unwrap_or_else(|| panic!("the redirect was not followed: {at_target:#?}"));
+    assert_eq!(request.path, "/new");
+    assert_eq!(
+        output(&kept).lines().next(),
+        Some("HTTP 302 Found"),
+        "{kept:?}"
+    );
+    assert!(
+        !at_target
+            .iter()
+            .any(|r| r.header("cronlease-run-id") == Some(kept.run_id())),
+        "a job without follow_redirects followed one"
+    );
+}

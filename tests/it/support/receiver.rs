@@ -109,6 +109,16 @@ impl Receiver {
             .text = answer_text(status, body);
     }
 
+    /// Answers the next requests with `302 Found` to `location`.
+    pub fn redirect(&self, location: &str) {
+        self.answer
+            .lock()
+            .expect("no holder of the lock panics")
+            .text = format!(
+            "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        );
+    }
+
     /// Holds each next request this long (recorded at once) before it
     /// answers: a slow receiver, or one a sender dies waiting for.
     pub fn hold(&self, hold: Duration) {
