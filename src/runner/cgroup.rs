@@ -202,7 +202,13 @@ impl Drop for Cgroups {
 /// left: a replica killed with -9 takes its commands with it
 /// (`PR_SET_PDEATHSIG`), but not what they moved out of their group.
 /// (Under systemd, the unit's own stop does this for the delegated cgroup.)
+/// A replica that is PID 1 (a container's init, in a PID namespace of its
+/// own) sees no process outside its namespace, so it cannot tell a live
+/// replica's cgroup from a dead one's: it leaves them all alone.
 fn remove_stale(mount: &Path) {
+    if std::process::id() == 1 {
+        return;
+    }
     let Ok(entries) = fs::read_dir(mount) else {
         return;
     };

@@ -82,3 +82,53 @@ fn as_pid_1_the_replica_reaps_orphans_and_runs_keep_their_exit_status() {
         .wait_exit(Duration::from_secs(30))
         .expect("the replica stops");
 }
+
+#[test]
+fn a_replica_that_is_pid_1_leaves_other_replicas_runs_alone() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let host_dir = dir.path().join("host");
+    let boxed_dir = dir.path().join("boxed");
+    let marker = dir.path().join("long-ended");
+    // The host's replica runs a long job in its runs' cgroup; the boxed
+    // replica, PID 1 of its own namespace, starts while that run is in
+    // flight and must not take its cgroup for a dead replica's.
+    let host = write_config(
+        &host_dir,
+        &redis.url(),
+        "replica_id = \"host\"\nmetrics_listen = \"\"\ndashboard_listen = \"\"",
+        &format!(
+            "[jobs.long]\nschedule = \"0 0 1 1 *\"\nshell = \"sleep 4; touch {}\"\n",
+            marker.display()
+        ),
+    );
+    let boxed = write_config(
+        &boxed_dir,
+        &redis.url(),
+        "replica_id = \"boxed\"\nmetrics_listen = \"\"\ndashboard_listen = \"\"",
+        "[jobs.other]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n",
+    );
+    let host_replica = Replica::start(&host, "host");
+    host_replica.wait_for_log("ready", Duration::from_secs(20));
+    crate::support::cronlease(["trigger", "long", "--config", host.to_str().unwrap()])
+        .expect_code(0);
+    host_replica.wait_for_log("started job=long", Duration::from_secs(20));
+    let wrapper = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+        .map(String::from)
+        .to_vec();
+    let boxed_replica = Replica::start_with(&boxed, "boxed", &[], Some(wrapper));
+    boxed_replica.wait_for_log("ready", Duration::from_secs(20));
+    let mut conn = redis.client();
+    let outcome = wait_until(Duration::from_secs(20), "the long run's outcome", || {
+        read_outcomes(&mut conn, "cl", "long").into_iter().next()
+    });
+    assert_eq!(
+        outcome.status(),
+        "ok",
+        "{outcome:?}\n{}",
+        host_replica.log()
+    );
+    assert!(marker.exists(), "the long run was cut short");
+    drop(boxed_replica);
+    drop(host_replica);
+}
