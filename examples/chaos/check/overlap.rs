@@ -15,7 +15,7 @@ use super::facts::Facts;
 use super::{Excuse, Report, Violation};
 use crate::ReplicaKind;
 use crate::faults::FaultKind;
-use crate::harness::config::{ALLOW_JOB, JOBS};
+use crate::harness::config::{ALLOW_JOB, all_jobs};
 use crate::records::Effect;
 use crate::wall::{clock, rfc3339};
 
@@ -23,7 +23,7 @@ use crate::wall::{clock, rfc3339};
 type Interval<'a> = (i64, i64, &'a Effect);
 
 pub fn check_o(facts: &Facts, report: &mut Report) {
-    for (job, _, _) in JOBS {
+    for job in all_jobs() {
         if job == ALLOW_JOB {
             continue;
         }
