@@ -291,7 +291,9 @@ impl Store {
             } else {
                 "run"
             })
-            .arg(request.skip_after.map_or(0, duration_ms));
+            .arg(request.skip_after.map_or(0, duration_ms))
+            .arg(keys.claims_channel())
+            .arg(job);
         for (name, value) in request.params {
             invocation.arg(format!("param.{name}")).arg(value);
         }

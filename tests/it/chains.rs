@@ -416,3 +416,47 @@ fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refuse
         assert_eq!((draw.status(), draw.tick()), (status.as_str(), *root));
     }
 }
+
+#[test]
+fn a_followers_fences_keep_rising_after_redis_loses_its_data_whichever_replica_claims() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    let chain = "[jobs.up]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+                 [jobs.down]\nafter = [\"up\"]\ncommand = [\"true\"]\n";
+    // b has the follower too, so it hears of its claims, but after a job
+    // that does not run today: a claims every run of `down`.
+    let idle = "[jobs.never]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"never\"]\ncommand = [\"true\"]\n";
+    let a = cluster.start("a", chain);
+    let b = cluster.start("b", idle);
+    cluster.wait_ready();
+    wait_for(&cluster, "down", 4);
+    cluster.replicas[a].sigterm();
+    let status = cluster.replicas[a].wait_exit(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let before = cluster.outcomes("down");
+    assert!(before.iter().all(|o| o.replica() == "a"), "{before:#?}");
+    let highest = before.iter().map(Outcome::fence).max().unwrap();
+
+    // Redis loses everything; b is handed the chain and claims from now on.
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    cluster.config("b", "", chain);
+    let pid = Pid::from_raw(cluster.replicas[b].pid() as i32);
+    kill(pid, Signal::SIGHUP).unwrap();
+    cluster.replicas[b].wait_for_log("job table reloaded", Duration::from_secs(10));
+    let after = wait_for(&cluster, "down", 2);
+    for outcome in &after {
+        assert_eq!(outcome.replica(), "b", "{outcome:?}");
+        assert!(
+            outcome.fence() > highest,
+            "fence {} handed out again after the state loss (a's highest was {highest}): {outcome:?}",
+            outcome.fence()
+        );
+    }
+    cluster.replicas.remove(a);
+    cluster.stop_all();
+}
