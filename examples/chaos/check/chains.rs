@@ -11,10 +11,9 @@
 //!
 //! - **D**: two runs for one upstream outcome (distinct run ids among its
 //!   `chain` records and the `start` lines naming it, reruns apart), or two
-//!   reruns; excused when the outcome was recorded in a state-loss window;
+//!   reruns;
 //! - **M**: an upstream outcome recorded in the checked window with no
-//!   trace downstream (no follower record and no `start` line names it);
-//!   excused in a state-loss window (the inbox entry went with the data).
+//!   trace downstream (no follower record and no `start` line names it).
 //!   The window ends `CHECK_MARGIN_MS` before the shutdown, as for the
 //!   ticks: a later outcome's follower may not have run yet;
 //! - **C** (its own letter): a follower record or `start` line that names
@@ -23,7 +22,12 @@
 //!   when its cause was recorded, or whose `upstream_status` or
 //!   `root_tick` differ from its cause's; a trigger other than `chain` or
 //!   `rerun`; a current `rerun` without an `abandoned` `chain` record.
-//!   Excused in a state-loss window, where an upstream record may be gone.
+//!
+//! Excused: a record in a state-loss window (an upstream record may be
+//! gone); an outcome recorded in one, or whose run spans one (the inbox
+//! entry or the follower's `caused` went with the data, and a holder's
+//! finish after a wipe is current again, `restored`, beside the
+//! `abandoned` a sweep recorded before it).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -145,7 +149,13 @@ pub fn check_c(facts: &Facts, report: &mut Report) {
         let (runs, reruns) = run_ids(facts, records, starts);
         let mut ids: Vec<&str> = runs.iter().chain(&reruns).copied().collect();
         ids.push(cause.run_id());
-        let excuse = facts.in_state_loss(at).then_some(Excuse::Window);
+        // Redis may have forgotten the run, the inbox entry or `caused`
+        // between the upstream run's start and the follower's claim: a
+        // holder's finish after a wipe is current again (`restored`),
+        // beside the `abandoned` a sweep recorded before it.
+        let excuse = (facts.in_state_loss(at)
+            || facts.state_loss_between(cause.number("started_ms"), at))
+        .then_some(Excuse::Window);
         for (what, group) in [("runs", &runs), ("reruns", &reruns)] {
             if group.len() > 1 {
                 if checked && what == "runs" {
