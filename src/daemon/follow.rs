@@ -97,7 +97,7 @@ async fn visit(ctx: &Arc<Ctx>, upstream: Option<&str>, cancel: &CancellationToke
             if cancel.is_cancelled() {
                 return;
             }
-            if let Err(e) = read_inbox(ctx, job, from).await {
+            if let Err(e) = read_inbox(ctx, job, from, cancel).await {
                 ctx.redis.failed(&e);
                 debug!(job = %job.name, upstream = %from, error = %e, "cannot read a follower's inbox now");
                 return;
@@ -106,8 +106,15 @@ async fn visit(ctx: &Arc<Ctx>, upstream: Option<&str>, cancel: &CancellationToke
     }
 }
 
-/// Deals with the entries of `job`'s inbox at `upstream`.
-async fn read_inbox(ctx: &Arc<Ctx>, job: &Arc<Job>, upstream: &str) -> Result<(), StoreError> {
+/// Deals with the entries of `job`'s inbox at `upstream`, until `cancel`
+/// (the shutdown: no more claims; the entries left are read by the other
+/// replicas, or by this one when it is back).
+async fn read_inbox(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    upstream: &str,
+    cancel: &CancellationToken,
+) -> Result<(), StoreError> {
     loop {
         let (entries, forged) = ctx.store.read_inbox(upstream, &job.name, BATCH).await?;
         for bad in &forged {
@@ -123,7 +130,7 @@ async fn read_inbox(ctx: &Arc<Ctx>, job: &Arc<Job>, upstream: &str) -> Result<()
         }
         let full = entries.len() + forged.len() == BATCH;
         for entry in &entries {
-            if !follow(ctx, job, upstream, entry).await? {
+            if cancel.is_cancelled() || !follow(ctx, job, upstream, entry).await? {
                 return Ok(());
             }
         }

@@ -136,7 +136,6 @@ fn start_background(
     background.spawn(claims_listener(ctx.clone(), service.clone()));
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
-        background.spawn(follow::follower(ctx.clone(), claiming.clone()));
     }
 }
 
@@ -244,6 +243,14 @@ pub async fn run(
     #[cfg(feature = "notify")]
     start_notifier(&ctx, &background, &service)?;
     let mut scheduler = Scheduler::new(&ctx, claiming.clone());
+    // Beside the job loops, which the drain waits for before the runs: a
+    // follower's run it claims as the shutdown begins is then waited for
+    // (or interrupted) and recorded like theirs.
+    if !ctx.store.is_quorum() {
+        scheduler
+            .tracker
+            .spawn(follow::follower(ctx.clone(), claiming.clone()));
+    }
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);
     info!(replica = %ctx.identity.replica, "ready");

@@ -460,3 +460,68 @@ fn a_followers_fences_keep_rising_after_redis_loses_its_data_whichever_replica_c
     cluster.replicas.remove(a);
     cluster.stop_all();
 }
+
+#[test]
+fn a_replica_told_to_stop_claims_no_more_followers_runs_and_records_every_one_it_claimed() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    // A backlog in down's inbox, as up's outcomes leave it while no
+    // replica runs down.
+    let now = crate::support::now_ms();
+    let mut redis = cluster.redis.client();
+    for n in 0..500 {
+        let _: String = redis::cmd("XADD")
+            .arg("cl:{up}:after:down")
+            .arg("*")
+            .arg("run_id")
+            .arg(format!("backlog-{n}"))
+            .arg("status")
+            .arg("ok")
+            .arg("tick")
+            .arg(now)
+            .arg("fence")
+            .arg(n + 1)
+            .arg("root_tick")
+            .arg(now)
+            .arg("at")
+            .arg(now)
+            .query(&mut redis)
+            .unwrap();
+    }
+    let jobs = "[jobs.up]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"up\"]\noverlap = \"allow\"\ncommand = [\"true\"]\n";
+    let a = cluster.start("a", jobs);
+    // SIGTERM while it works through the backlog.
+    cluster.replicas[a].wait_for_log("claimed a follower's run", Duration::from_secs(20));
+    cluster.stop_all();
+
+    // Once told to stop it claims nothing: at most the claim on its way
+    // then comes back after.
+    let log = cluster.replicas[a].log();
+    let (_, after_stop) = log
+        .split_once("shutting down: no more claims")
+        .expect("the replica logs its shutdown");
+    let late = after_stop.matches("claimed a follower's run").count();
+    assert!(
+        late <= 1,
+        "{late} follower's runs claimed after the shutdown began\n{log}"
+    );
+    // Every run it claimed ran and was recorded before it exited: none is
+    // left in flight for a sweep to find abandoned.
+    let running: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg("cl:{down}:running")
+        .query(&mut redis)
+        .unwrap();
+    assert!(
+        running.is_empty(),
+        "runs claimed but never recorded: {running:#?}\n{}",
+        cluster.logs()
+    );
+    let outcomes = cluster.outcomes("down");
+    assert!(!outcomes.is_empty());
+    for outcome in &outcomes {
+        assert!(
+            !outcome.stale() && matches!(outcome.status(), "ok" | "interrupted"),
+            "{outcome:?}"
+        );
+    }
+}
