@@ -338,10 +338,12 @@ fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refuse
     use cronlease::{AfterOn, JobBuilder, Run, SchedulerError};
     use std::sync::{Arc, Mutex};
 
+    /// (upstream job, upstream run id, status, root tick ms) per run.
+    type Seen = (String, String, String, i64);
+
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    // (upstream job, upstream run id, status, root tick ms) per run.
-    let seen: Arc<Mutex<Vec<(String, String, String, i64)>>> = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     crate::support::multi_thread_runtime().block_on(async {
         let draw = JobBuilder::new("draw", "* * * * * *")
             .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
