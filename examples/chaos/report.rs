@@ -418,7 +418,7 @@ fn findings(report: &Report) -> String {
     for (name, list) in groups {
         for violation in list {
             let label = match violation.excuse {
-                Some(Excuse::FrozenHolder) => format!("{name} (excused: a frozen embedded holder)"),
+                Some(Excuse::FrozenHolder) => format!("{name} (excused: a frozen holder)"),
                 Some(Excuse::Window) => format!("{name} (inside the declared state-loss window)"),
                 None => name.to_string(),
             };

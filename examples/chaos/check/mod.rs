@@ -51,8 +51,9 @@ pub enum Excuse {
     /// Inside a declared window: a state-loss window, and for M also a
     /// Redis outage.
     Window,
-    /// O of an embedded replica frozen (SIGSTOP) while it held the run:
-    /// its handler ran on after SIGCONT, the fence's case.
+    /// O of a replica frozen (SIGSTOP) while it held the run: an embedded
+    /// replica's handler ran on after SIGCONT, a daemon's child process
+    /// while it was frozen; the fence's case.
     FrozenHolder,
 }
 
