@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::ctx::Ctx;
 use super::notices::job_notices;
-use super::runs::{RunStart, start_run};
+use super::runs::{RunStart, start_reruns, start_run, sweep};
 use super::time::pause;
 use crate::config::{Job, Join, Misfire};
 use crate::inert::escape;
@@ -181,6 +181,7 @@ async fn follow(
             started_ms,
             lease_key,
             context,
+            expired,
         } => {
             ctx.marks.note(&job.name, None, Some(fence));
             let upstream_of =
@@ -205,6 +206,10 @@ async fn follow(
                 },
             );
             ctx.heartbeat_now.notify_one();
+            if expired > 0 {
+                let side = ctx.run_side();
+                start_reruns(&side, job, sweep(&side, job).await);
+            }
         }
         FollowReply::Waiting => {
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "after_all: waiting for the other upstreams")

@@ -24,7 +24,7 @@
 --       upstreams, comma-separated), misfire ('skip' or 'run'), misfire
 --       grace (ms), claims channel, the follower's name, then the run's
 --       parameters, name/value pairs
--- Returns {claimed, fence, started, lease_key, ctx} | {waiting} | {busy,
+-- Returns {claimed, fence, started, lease_key, ctx, expired} | {waiting} | {busy,
 -- holder} | {missed} | {paused} | {duplicate} | {expired} | {corrupt, …}.
 local CAUSED_KEEP_MS = 3600 * 1000
 -- The score of a cause whose inbox entry may still be there.
@@ -120,8 +120,14 @@ if overlap == 'skip' then
     return {'busy', holder}
   end
 end
+-- Runs in flight whose holder stopped renewing (count_expired): a
+-- follower has no ticks whose claims would notice them, so its claims
+-- tell the caller, who sweeps them (abandoned; a rerun if asked for), as
+-- claim.lua's do; a holder restarted at once under its name would
+-- otherwise leave them in flight for good.
+local expired = count_expired(running, now)
 local fence = next_fence(state, min_fence, now)
 local lease_key = start_run(running, lease, run_id, at, lease_ms, overlap, replica, host,
   'chain', 0, fence, now, now, ctx)
 announce_claim(channel, job .. ' 0 ' .. string.format('%d', fence))
-return {'claimed', fence, now, lease_key, ctx}
+return {'claimed', fence, now, lease_key, ctx, expired}

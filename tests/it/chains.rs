@@ -527,3 +527,36 @@ fn a_replica_told_to_stop_claims_no_more_followers_runs_and_records_every_one_it
         );
     }
 }
+
+#[test]
+fn a_followers_run_whose_holder_is_killed_and_restarted_at_once_is_recorded_abandoned() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = "[jobs.up]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"up\"]\nshell = \"sleep 3\"\n";
+    let a = cluster.start("a", jobs);
+    cluster.wait_ready();
+    let victim = holder(&cluster, "down");
+    assert_eq!(victim, "a");
+    let running: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg("cl:{down}:running")
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    let killed = running.keys().next().unwrap().clone();
+    cluster.replicas[a].kill9();
+    cluster.replicas.remove(a);
+    // Back under the same name before anyone finds it silent: only the
+    // follower's next claims can notice the run it left in flight.
+    cluster.start("a", jobs);
+    wait_until_or_show(
+        Duration::from_secs(30),
+        "the killed run recorded abandoned",
+        || cluster.logs(),
+        || {
+            cluster
+                .outcomes("down")
+                .into_iter()
+                .find(|o| o.run_id() == killed && o.status() == "abandoned")
+        },
+    );
+    cluster.stop_all();
+}
