@@ -13,7 +13,9 @@
 //!   `[daemon]` the scheduler's settings (`replica_id`, `lease`,
 //!   `heartbeat`, `shutdown_grace`, `kill_grace`, `state_dir`, `history`),
 //!   and every `[jobs.NAME]` a [`JobBuilder`] with the job's schedule, time
-//!   zone, overlap, misfire, grace, retries, `on_holder_lost` and timeout.
+//!   zone, overlap, misfire, grace, retries, `on_holder_lost` and timeout;
+//!   a job with `after` (and no schedule: a pure follower) gets
+//!   [`JobBuilder::after`], its `after_on` and `after_all`.
 //! - **Notifications.** Each `[notify.NAME]` webhook channel (`url`,
 //!   `timeout`) becomes a [`Channel`] given to
 //!   [`SchedulerBuilder::channel`](cronlease::SchedulerBuilder::channel),
@@ -30,7 +32,7 @@
 //!   another shape is refused, like an invalid config), so the config file
 //!   stays the one source of truth. The handler does what the shell would:
 //!   appends the `start` line (`start JOB TICK_MS FENCE REPLICA RUN_ID
-//!   WALL_MS`), takes the tick's step (waits, or fails without the `end`
+//!   WALL_MS`, then the upstream run id for a follower's run), takes the tick's step (waits, or fails without the `end`
 //!   line), appends the `end` line. Told to stop (lost lease, timeout,
 //!   shutdown) it returns at once without the `end` line, as the killed
 //!   shell would.
@@ -298,37 +300,39 @@ fn embedded_jobs(config: &Config) -> Result<Vec<Job>> {
 
 fn embedded_job(job: &config::Job) -> Result<Job> {
     let probe = Probe::parse(job)?;
-    let upstreams = job
-        .after
-        .iter()
-        .flat_map(|a| a.upstreams.iter().map(String::as_str));
-    let mut builder = match &job.schedule {
-        Some(schedule) => {
-            JobBuilder::new(&job.name, schedule.expression()).timezone(schedule.timezone().name())
+    let mut builder = match (&job.schedule, &job.after) {
+        (Some(schedule), _) => {
+            let mut builder = JobBuilder::new(&job.name, schedule.expression())
+                .timezone(schedule.timezone().name());
+            // Only when set: the defaults are not valid on every schedule.
+            let dst = schedule.dst();
+            if dst.gap != DstGap::default() {
+                builder = builder.dst_gap(dst.gap);
+            }
+            if dst.repeat != DstRepeat::default() {
+                builder = builder.dst_repeat(dst.repeat);
+            }
+            builder
         }
-        None => JobBuilder::after(&job.name, upstreams.clone()),
+        // A pure follower: its runs come from its upstreams' outcomes.
+        (None, Some(after)) => {
+            JobBuilder::after(&job.name, after.upstreams.iter().map(String::as_str))
+        }
+        (None, None) => bail!("job {}: neither a schedule nor `after`", job.name),
     };
     if let Some(after) = &job.after {
-        if job.schedule.is_some() {
-            builder = builder.follows(upstreams);
-        }
-        builder = builder.after_on(after.on).join(after.join);
+        builder = builder
+            .follows(after.upstreams.iter().map(String::as_str))
+            .after_on(after.on)
+            .join(after.join);
     }
-    let dst = job.schedule.as_ref().map(|s| s.dst()).unwrap_or_default();
-    let mut builder = builder
+    builder = builder
         .overlap(job.overlap)
         .misfire(job.misfire)
         .misfire_grace(job.misfire_grace)
         .retries(job.retries)
         .retry_backoff(job.retry_backoff)
         .on_holder_lost(job.on_holder_lost);
-    // Only when set: the defaults are not valid on every schedule.
-    if dst.gap != DstGap::default() {
-        builder = builder.dst_gap(dst.gap);
-    }
-    if dst.repeat != DstRepeat::default() {
-        builder = builder.dst_repeat(dst.repeat);
-    }
     if let Some(timeout) = job.timeout {
         builder = builder.timeout(timeout);
     }
@@ -466,10 +470,16 @@ impl Probe {
         self.append(&run, "end").await
     }
 
-    /// Appends `WHAT JOB TICK_MS FENCE REPLICA RUN_ID WALL_MS` (one write).
+    /// Appends `WHAT JOB TICK_MS FENCE REPLICA RUN_ID WALL_MS`, and for a
+    /// follower's run ` UPSTREAM_RUN_ID` (`$CRONLEASE_UPSTREAM_RUN_ID`: the
+    /// upstream runs' ids, comma-separated), in one write.
     async fn append(&self, run: &Run, what: &str) -> Result<()> {
+        let cause = run.upstream().map_or_else(String::new, |upstream| {
+            let ids: Vec<&str> = upstream.runs().iter().map(|r| r.run_id()).collect();
+            format!(" {}", ids.join(","))
+        });
         let line = format!(
-            "{what} {} {} {} {} {} {}\n",
+            "{what} {} {} {} {} {} {}{cause}\n",
             run.job(),
             run.tick().as_millisecond(),
             run.fence(),

@@ -1,8 +1,8 @@
 //! The chaos suite, in the spirit of Jepsen: several `cronlease run`
 //! replicas share one private Redis, each through its own fault-injecting
-//! TCP proxy, and run probe jobs every second while the suite kills, stops,
-//! partitions, slows, skews, restarts and reloads them, and restarts, pauses
-//! and wipes Redis. Afterwards a checker reads what the jobs did (one
+//! TCP proxy, and run probe jobs every second (and one that follows two of
+//! them: a chain) while the suite kills, stops, partitions, slows, skews,
+//! restarts and reloads them, and restarts, pauses and wipes Redis. Afterwards a checker reads what the jobs did (one
 //! append-only file of `start`/`end` lines, outside Redis), what the replicas
 //! recorded (the outcome streams) and what was injected (the fault log), and
 //! reports every breach of the promise in DESIGN.md.
@@ -51,6 +51,12 @@
 //!   records call for and the sink never got, one event under two keys, a
 //!   key delivered twice with no replica killed or frozen, or a delivery
 //!   no outcome calls for (outside state-loss windows);
+//! - **C** chains: the follower `chained` (`after = ["slow", "rerun"]`,
+//!   `after_on = "any"`, no schedule) runs exactly once per current
+//!   outcome of those jobs' runs: two runs for one outcome count under D,
+//!   none under M (outside state-loss windows), and a follower record that
+//!   names no such outcome, or carries the wrong context, under C; the
+//!   per-second tick properties (D, M, S by tick) leave the follower out;
 //! - takeover time after a holder is killed, and abort latency after a
 //!   frozen holder's lease lapses.
 //!
@@ -70,7 +76,7 @@
 //! TCP proxy in front of Redis), `sink` (the webhook receiver), `faults` (the kinds of fault, one module
 //! each, and the seeded schedule that injects them), `evidence` (what a run
 //! leaves in the output directory, and `--recheck`'s input), `check` (one
-//! module per property D/M/F/S/O/L/E/N, plus takeover and abort latency and
+//! module per property D/M/F/S/O/L/E/N/C, plus takeover and abort latency and
 //! phantom claims) and `report` (the summary, `checker.txt` and
 //! `summary.json`). An example cannot import `tests/it/support`: the helpers
 //! the examples share (a private Redis, child spawn options, Ctrl-C) are in

@@ -66,10 +66,36 @@ impl Record {
         self.get("trigger") == "rerun"
     }
 
+    pub fn trigger(&self) -> &str {
+        self.get("trigger")
+    }
+
+    /// The upstream run a follower's run was started for (empty for a
+    /// scheduled job's).
+    pub fn upstream_run_id(&self) -> &str {
+        self.get("upstream_run_id")
+    }
+
+    /// When Redis recorded it: the ms of its stream id.
+    pub fn recorded_ms(&self) -> i64 {
+        self.id
+            .split_once('-')
+            .map_or(self.id.as_str(), |(ms, _)| ms)
+            .parse()
+            .unwrap_or(0)
+    }
+
     pub fn describe(&self) -> String {
         let mut extra = String::new();
         if let Some(by) = self.fields.get("recorded_by") {
             extra.push_str(&format!(" recorded_by={by}"));
+        }
+        if let Some(cause) = self.fields.get("upstream_run_id") {
+            extra.push_str(&format!(
+                " upstream={} {cause} {}",
+                self.get("upstream_job"),
+                self.get("upstream_status")
+            ));
         }
         if self.source != Source::Final {
             extra.push_str(&format!(" (from the {} before a wipe)", self.source.name()));
@@ -92,7 +118,9 @@ impl Record {
     }
 }
 
-/// One `start`/`end` line of effects.log.
+/// One `start`/`end` line of effects.log:
+/// `start|end JOB TICK_MS FENCE REPLICA RUN_ID WALL_MS [UPSTREAM_RUN_ID]`,
+/// the last word only for a follower's run.
 #[derive(Clone, Debug)]
 pub struct Effect {
     pub start: bool,
@@ -101,6 +129,8 @@ pub struct Effect {
     pub replica: String,
     pub run_id: String,
     pub wall: i64,
+    /// The upstream run a follower's run was started for.
+    pub cause: Option<String>,
     pub line: String,
 }
 
@@ -109,7 +139,8 @@ pub fn parse_effects(text: &str, warnings: &mut Vec<String>) -> Vec<Effect> {
     let mut effects = Vec::new();
     for line in text.lines() {
         let parts: Vec<&str> = line.split_whitespace().collect();
-        let parsed = (parts.len() == 7 && (parts[0] == "start" || parts[0] == "end"))
+        let shaped = matches!(parts.len(), 7 | 8) && (parts[0] == "start" || parts[0] == "end");
+        let parsed = shaped
             .then(|| {
                 Some(Effect {
                     start: parts[0] == "start",
@@ -118,6 +149,7 @@ pub fn parse_effects(text: &str, warnings: &mut Vec<String>) -> Vec<Effect> {
                     replica: parts[4].to_string(),
                     run_id: parts[5].to_string(),
                     wall: parts[6].parse().ok()?,
+                    cause: parts.get(7).map(|c| c.to_string()),
                     line: line.to_string(),
                 })
             })

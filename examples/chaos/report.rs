@@ -41,6 +41,7 @@ impl Verdict {
             ("L", outside(&report.l) > 0),
             ("E", !report.e.is_empty()),
             ("N", outside(&report.n) > 0),
+            ("C", outside(&report.c) > 0),
         ]
         .into_iter()
         .filter_map(|(name, failed)| failed.then_some(name))
@@ -151,6 +152,7 @@ impl Evidence {
             ("L  outcomes lost", counted(&report.l)),
             ("E  replica exits", report.e.len().to_string()),
             ("N  notifications", notifications_row(report)),
+            ("C  chains", chain_row(report)),
         ];
         rows.extend(information_rows(report));
         let width = rows
@@ -214,6 +216,9 @@ impl Evidence {
             "N": outside(&report.n),
             "N_in_state_loss_window": inside(&report.n),
             "notifications": notifications_json(report),
+            "C": outside(&report.c),
+            "C_in_state_loss_window": inside(&report.c),
+            "chain": report.chain.to_json(),
         });
         let more = json!({
             "claimed_not_started": report.claimed_not_started.len(),
@@ -251,6 +256,38 @@ fn notifications_row(report: &Report) -> String {
         counted(&report.n),
         notifications.deliveries,
         notifications.keys
+    )
+}
+
+/// C's line in the summary: the follower's runs against its upstreams'
+/// outcomes (its duplicates and misses are in D and M).
+fn chain_row(report: &Report) -> String {
+    let chain = &report.chain;
+    let triggers = chain
+        .by_trigger
+        .iter()
+        .map(|(trigger, n)| format!("{trigger} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let statuses = chain
+        .by_status
+        .iter()
+        .map(|(status, n)| format!("{status} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{} ({} upstream outcomes of {} in the window: {} followed once, {} more than once (D), \
+         {} never (M) + {} excused; {} current {} records ({triggers}; {statuses}), {} started)",
+        counted(&report.c),
+        chain.upstream_outcomes,
+        crate::harness::config::FOLLOWER_UPSTREAMS.join(" and "),
+        chain.followed,
+        chain.duplicated,
+        chain.missing,
+        chain.missing_excused,
+        chain.records,
+        crate::harness::config::FOLLOWER.0,
+        chain.starts
     )
 }
 
@@ -369,18 +406,19 @@ fn explanation(report: &Report) -> String {
 /// Every violation with its evidence, then the information and warnings.
 fn findings(report: &Report) -> String {
     let mut text = String::new();
-    let groups: [(&str, &Vec<Violation>); 6] = [
+    let groups: [(&str, &Vec<Violation>); 7] = [
         ("D", &report.d),
         ("F", &report.f),
         ("S", &report.s),
         ("L", &report.l),
         ("O", &report.o),
         ("N", &report.n),
+        ("C", &report.c),
     ];
     for (name, list) in groups {
         for violation in list {
             let label = match violation.excuse {
-                Some(Excuse::FrozenHolder) => format!("{name} (excused: a frozen embedded holder)"),
+                Some(Excuse::FrozenHolder) => format!("{name} (excused: a frozen holder)"),
                 Some(Excuse::Window) => format!("{name} (inside the declared state-loss window)"),
                 None => name.to_string(),
             };
@@ -430,6 +468,7 @@ fn violations_json(report: &Report) -> Vec<Value> {
         ("O", &report.o),
         ("L", &report.l),
         ("N", &report.n),
+        ("C", &report.c),
     ] {
         violations.extend(
             list.iter()

@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::ctx::Ctx;
 use super::notices::job_notices;
-use super::runs::{RunStart, start_run};
+use super::runs::{RunStart, start_reruns, start_run, sweep};
 use super::time::pause;
 use super::wake::{Woken, wait};
 use crate::config::{AfterParams, Job, Join, Misfire, ParamValues};
@@ -91,7 +91,7 @@ async fn visit(ctx: &Arc<Ctx>, upstream: Option<&str>, cancel: &CancellationToke
             if cancel.is_cancelled() {
                 return;
             }
-            if let Err(e) = read_inbox(ctx, job, from).await {
+            if let Err(e) = read_inbox(ctx, job, from, cancel).await {
                 ctx.redis.failed(&e);
                 debug!(job = %job.name, upstream = %from, error = %e, "cannot read a follower's inbox now");
                 return;
@@ -100,8 +100,15 @@ async fn visit(ctx: &Arc<Ctx>, upstream: Option<&str>, cancel: &CancellationToke
     }
 }
 
-/// Deals with the entries of `job`'s inbox at `upstream`.
-async fn read_inbox(ctx: &Arc<Ctx>, job: &Arc<Job>, upstream: &str) -> Result<(), StoreError> {
+/// Deals with the entries of `job`'s inbox at `upstream`, until `cancel`
+/// (the shutdown: no more claims; the entries left are read by the other
+/// replicas, or by this one when it is back).
+async fn read_inbox(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    upstream: &str,
+    cancel: &CancellationToken,
+) -> Result<(), StoreError> {
     loop {
         let (entries, forged) = ctx.store.read_inbox(upstream, &job.name, BATCH).await?;
         for bad in &forged {
@@ -117,7 +124,7 @@ async fn read_inbox(ctx: &Arc<Ctx>, job: &Arc<Job>, upstream: &str) -> Result<()
         }
         let full = entries.len() + forged.len() == BATCH;
         for entry in &entries {
-            if !follow(ctx, job, upstream, entry).await? {
+            if cancel.is_cancelled() || !follow(ctx, job, upstream, entry).await? {
                 return Ok(());
             }
         }
@@ -174,7 +181,9 @@ async fn follow(
             params,
         },
         reply,
-    ) {
+    )
+    .await
+    {
         return Ok(false);
     }
     ctx.store
@@ -223,10 +232,11 @@ struct Started {
     params: ParamValues,
 }
 
-/// Starts the run `reply` claimed, or logs why there is none; false when
-/// the entry is to be read again (past its deadline, or the job's state
-/// not readable).
-fn act_on(
+/// Starts the run `reply` claimed (and sweeps the job when the claim saw
+/// runs whose lease lapsed), or logs why there is none; false when the
+/// entry is to be read again (past its deadline, or the job's state not
+/// readable).
+async fn act_on(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
     upstream: &str,
@@ -246,6 +256,7 @@ fn act_on(
             started_ms,
             lease_key,
             context,
+            expired,
         } => {
             ctx.marks.note(&job.name, None, Some(fence));
             let upstream_of =
@@ -271,6 +282,10 @@ fn act_on(
                 },
             );
             ctx.heartbeat_now.notify_one();
+            if expired > 0 {
+                let side = ctx.run_side();
+                start_reruns(&side, job, sweep(&side, job).await);
+            }
         }
         FollowReply::Waiting => {
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "after_all: waiting for the other upstreams")

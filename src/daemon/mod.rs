@@ -122,9 +122,9 @@ pub struct World {
 
 /// The replica's background tasks but the watchdog: heartbeat, spool
 /// courier, marks keeper, claims listener and (but with `quorum`, which
-/// has no one stream all replicas read) the trigger consumer and the
-/// chains' follower, owned by `background` and stopped by `service`
-/// (`claiming` for the consumer and the follower, which start runs).
+/// has no one stream all replicas read) the trigger consumer, owned by
+/// `background` and stopped by `service` (`claiming` for the consumer,
+/// which starts runs). The chains' follower is the scheduler's.
 fn start_background(
     ctx: &Arc<Ctx>,
     background: &TaskTracker,
@@ -137,7 +137,6 @@ fn start_background(
     background.spawn(claims_listener(ctx.clone(), service.clone()));
     if !ctx.store.is_quorum() {
         background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
-        background.spawn(follow::follower(ctx.clone(), claiming.clone()));
     }
 }
 

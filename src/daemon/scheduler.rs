@@ -32,11 +32,18 @@ pub(super) struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler without jobs, its timer running until `claiming` is
-    /// cancelled.
+    /// A scheduler without jobs, its timer and the chains' follower
+    /// running until `claiming` is cancelled.
     pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
         let tracker = TaskTracker::new();
         tracker.spawn(tick::ring(ctx.clone(), tracker.clone(), claiming.clone()));
+        // Beside the job loops, which the drain waits for before the runs:
+        // a follower's run it claims as the shutdown begins is then waited
+        // for (or interrupted) and recorded like theirs. Quorum mode has no
+        // chains.
+        if !ctx.store.is_quorum() {
+            tracker.spawn(super::follow::follower(ctx.clone(), claiming.clone()));
+        }
         Scheduler {
             loops: HashMap::new(),
             tracker,

@@ -6,7 +6,11 @@
 -- duplicate. With `after_all`, the arrivals of one root tick wait in
 -- `joins` until every upstream has one, and the last starts the run.
 -- The run is the follower's like any other: its own fence and lease, and
--- its overlap and misfire policies.
+-- its overlap and misfire policies. Its claim is announced on the claims
+-- channel as claim.lua's are, so that every replica hears its fence and
+-- asks a Redis that lost its data to stay above it (MarkBook::hear); with
+-- tick 0, since a follower's run is for no tick of a schedule, and a tick
+-- heard ends a replica's wait for its turn at the job's scheduled ticks.
 -- `caused` forgets an upstream run once the caller deleted the inbox entry
 -- (it re-scores the member then, see store/chain.rs) and CAUSED_KEEP_MS
 -- passed: a reader of the entry that had not deleted it yet holds a
@@ -18,8 +22,9 @@
 --       deadline (Redis ms), run id, lease_ms, overlap, replica, host,
 --       maxlen, min_fence, join ('' for each outcome; for after_all, the
 --       upstreams, comma-separated), misfire ('skip' or 'run'), misfire
---       grace (ms), then the run's parameters, name/value pairs
--- Returns {claimed, fence, started, lease_key, ctx} | {waiting} | {busy,
+--       grace (ms), claims channel, the follower's name, then the run's
+--       parameters, name/value pairs
+-- Returns {claimed, fence, started, lease_key, ctx, expired} | {waiting} | {busy,
 -- holder} | {missed} | {paused} | {duplicate} | {expired} | {corrupt, …}.
 local CAUSED_KEEP_MS = 3600 * 1000
 -- The score of a cause whose inbox entry may still be there.
@@ -35,6 +40,7 @@ local at, deadline, run_id = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local lease_ms, overlap, replica, host = tonumber(ARGV[8]), ARGV[9], ARGV[10], ARGV[11]
 local maxlen, min_fence, join = ARGV[12], tonumber(ARGV[13]), ARGV[14]
 local misfire, grace = ARGV[15], tonumber(ARGV[16])
+local channel, job = ARGV[17], ARGV[18]
 
 local now = now_ms()
 if now > deadline then return {'expired'} end
@@ -46,7 +52,7 @@ redis.call('ZREMRANGEBYSCORE', caused, '-inf', now - CAUSED_KEEP_MS)
 redis.call('ZADD', caused, PENDING, cause)
 
 local function params(ctx)
-  for i = 17, #ARGV - 1, 2 do
+  for i = 19, #ARGV - 1, 2 do
     ctx[#ctx + 1] = ARGV[i]
     ctx[#ctx + 1] = ARGV[i + 1]
   end
@@ -114,7 +120,14 @@ if overlap == 'skip' then
     return {'busy', holder}
   end
 end
+-- Runs in flight whose holder stopped renewing (count_expired): a
+-- follower has no ticks whose claims would notice them, so its claims
+-- tell the caller, who sweeps them (abandoned; a rerun if asked for), as
+-- claim.lua's do; a holder restarted at once under its name would
+-- otherwise leave them in flight for good.
+local expired = count_expired(running, now)
 local fence = next_fence(state, min_fence, now)
 local lease_key = start_run(running, lease, run_id, at, lease_ms, overlap, replica, host,
   'chain', 0, fence, now, now, ctx)
-return {'claimed', fence, now, lease_key, ctx}
+announce_claim(channel, job .. ' 0 ' .. string.format('%d', fence))
+return {'claimed', fence, now, lease_key, ctx, expired}

@@ -177,6 +177,9 @@ pub enum FollowReply {
         started_ms: i64,
         lease_key: String,
         context: Vec<(String, String)>,
+        /// Other runs of the job in flight whose lease lapsed: the caller
+        /// sweeps them.
+        expired: u32,
     },
     /// `after_all`: recorded; the run starts when every upstream ended.
     Waiting,
@@ -213,6 +216,7 @@ fn parse_follow(reply: Value) -> Result<FollowReply, StoreError> {
             started_ms: r.int(2)?,
             lease_key: r.string(3)?,
             context: pairs(&r, 4),
+            expired: u32::try_from(r.int_or(5, 0)).unwrap_or(0),
         },
         "waiting" => FollowReply::Waiting,
         "busy" => FollowReply::Busy {
@@ -291,7 +295,9 @@ impl Store {
             } else {
                 "run"
             })
-            .arg(request.skip_after.map_or(0, duration_ms));
+            .arg(request.skip_after.map_or(0, duration_ms))
+            .arg(keys.claims_channel())
+            .arg(job);
         for (name, value) in request.params {
             invocation.arg(format!("param.{name}")).arg(value);
         }

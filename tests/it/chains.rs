@@ -350,11 +350,12 @@ fn an_embedded_follower_added_at_runtime_sees_its_upstream_and_a_cycle_is_refuse
     use cronlease::{AfterOn, JobBuilder, Run, SchedulerError};
     use std::sync::{Arc, Mutex};
 
+    /// (upstream job, upstream run id, status, root tick ms) per run.
+    type Seen = (String, String, String, i64);
+
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    // (upstream job, upstream run id, status, root tick ms) per run.
-    type Seen = Arc<Mutex<Vec<(String, String, String, i64)>>>;
-    let seen: Seen = Arc::default();
+    let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
     crate::support::multi_thread_runtime().block_on(async {
         let draw = JobBuilder::new("draw", "* * * * * *")
             .run(|_run: Run| async { Ok::<(), std::io::Error>(()) });
@@ -469,4 +470,146 @@ fn a_follower_with_after_params_pass_gets_the_triggered_runs_values() {
     let publish = &cluster.outcomes("publish")[0];
     assert_eq!(publish.field("param.region"), Some("us"), "{publish:?}");
     assert_eq!(publish.field("param.note"), None, "{publish:?}");
+}
+
+#[test]
+fn a_followers_fences_keep_rising_after_redis_loses_its_data_whichever_replica_claims() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    let chain = "[jobs.up]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+                 [jobs.down]\nafter = [\"up\"]\ncommand = [\"true\"]\n";
+    // b has the follower too, so it hears of its claims, but after a job
+    // that does not run today: a claims every run of `down`.
+    let idle = "[jobs.never]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"never\"]\ncommand = [\"true\"]\n";
+    let a = cluster.start("a", chain);
+    let b = cluster.start("b", idle);
+    cluster.wait_ready();
+    wait_for(&cluster, "down", 4);
+    cluster.replicas[a].sigterm();
+    let status = cluster.replicas[a].wait_exit(Duration::from_secs(20));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let before = cluster.outcomes("down");
+    assert!(before.iter().all(|o| o.replica() == "a"), "{before:#?}");
+    let highest = before.iter().map(Outcome::fence).max().unwrap();
+
+    // Redis loses everything; b is handed the chain and claims from now on.
+    let _: () = redis::cmd("FLUSHALL")
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    cluster.config("b", "", chain);
+    let pid = Pid::from_raw(cluster.replicas[b].pid() as i32);
+    kill(pid, Signal::SIGHUP).unwrap();
+    cluster.replicas[b].wait_for_log("job table reloaded", Duration::from_secs(10));
+    let after = wait_for(&cluster, "down", 2);
+    for outcome in &after {
+        assert_eq!(outcome.replica(), "b", "{outcome:?}");
+        assert!(
+            outcome.fence() > highest,
+            "fence {} handed out again after the state loss (a's highest was {highest}): {outcome:?}",
+            outcome.fence()
+        );
+    }
+    cluster.replicas.remove(a);
+    cluster.stop_all();
+}
+
+#[test]
+fn a_replica_told_to_stop_claims_no_more_followers_runs_and_records_every_one_it_claimed() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    // A backlog in down's inbox, as up's outcomes leave it while no
+    // replica runs down.
+    let now = crate::support::now_ms();
+    let mut redis = cluster.redis.client();
+    for n in 0..500 {
+        let _: String = redis::cmd("XADD")
+            .arg("cl:{up}:after:down")
+            .arg("*")
+            .arg("run_id")
+            .arg(format!("backlog-{n}"))
+            .arg("status")
+            .arg("ok")
+            .arg("tick")
+            .arg(now)
+            .arg("fence")
+            .arg(n + 1)
+            .arg("root_tick")
+            .arg(now)
+            .arg("at")
+            .arg(now)
+            .query(&mut redis)
+            .unwrap();
+    }
+    let jobs = "[jobs.up]\nschedule = \"@yearly\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"up\"]\noverlap = \"allow\"\ncommand = [\"true\"]\n";
+    let a = cluster.start("a", jobs);
+    // SIGTERM while it works through the backlog.
+    cluster.replicas[a].wait_for_log("claimed a follower's run", Duration::from_secs(20));
+    cluster.stop_all();
+
+    // Once told to stop it claims nothing: at most the claim on its way
+    // then comes back after.
+    let log = cluster.replicas[a].log();
+    let (_, after_stop) = log
+        .split_once("shutting down: no more claims")
+        .expect("the replica logs its shutdown");
+    let late = after_stop.matches("claimed a follower's run").count();
+    assert!(
+        late <= 1,
+        "{late} follower's runs claimed after the shutdown began\n{log}"
+    );
+    // Every run it claimed ran and was recorded before it exited: none is
+    // left in flight for a sweep to find abandoned.
+    let running: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg("cl:{down}:running")
+        .query(&mut redis)
+        .unwrap();
+    assert!(
+        running.is_empty(),
+        "runs claimed but never recorded: {running:#?}\n{}",
+        cluster.logs()
+    );
+    let outcomes = cluster.outcomes("down");
+    assert!(!outcomes.is_empty());
+    for outcome in &outcomes {
+        assert!(
+            !outcome.stale() && matches!(outcome.status(), "ok" | "interrupted"),
+            "{outcome:?}"
+        );
+    }
+}
+
+#[test]
+fn a_followers_run_whose_holder_is_killed_and_restarted_at_once_is_recorded_abandoned() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = "[jobs.up]\nschedule = \"* * * * * *\"\ncommand = [\"true\"]\n\n\
+                [jobs.down]\nafter = [\"up\"]\nshell = \"sleep 3\"\n";
+    let a = cluster.start("a", jobs);
+    cluster.wait_ready();
+    let victim = cluster.holder("down");
+    assert_eq!(victim, "a");
+    let running: BTreeMap<String, String> = redis::cmd("HGETALL")
+        .arg("cl:{down}:running")
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    let killed = running.keys().next().unwrap().clone();
+    cluster.replicas[a].kill9();
+    cluster.replicas.remove(a);
+    // Back under the same name before anyone finds it silent: only the
+    // follower's next claims can notice the run it left in flight.
+    cluster.start("a", jobs);
+    wait_until_or_show(
+        Duration::from_secs(30),
+        "the killed run recorded abandoned",
+        || cluster.logs(),
+        || {
+            cluster
+                .outcomes("down")
+                .into_iter()
+                .find(|o| o.run_id() == killed && o.status() == "abandoned")
+        },
+    );
+    cluster.stop_all();
 }

@@ -1,9 +1,12 @@
 //! The checker: from what the jobs did, what the replicas recorded and what
 //! was injected, every breach of the promise, one module per property:
 //! D `duplicates`, M `missed`, F `fences`, S `one_outcome`, O `overlap`,
-//! L `lost`, E `exits`, N `notifications`; then `latency` (takeover and abort) and `phantoms`
+//! L `lost`, E `exits`, N `notifications`, C `chains` (the follower's runs
+//! against its upstreams' outcomes: its duplicates and misses are added
+//! to D and M); then `latency` (takeover and abort) and `phantoms`
 //! (information). `facts` indexes the evidence and the declared windows.
 
+mod chains;
 mod duplicates;
 mod exits;
 mod facts;
@@ -24,6 +27,7 @@ use crate::evidence::Evidence;
 use crate::faults::Fault;
 use crate::records::{Record, parse_effects};
 use crate::wall::rfc3339;
+pub use chains::ChainFigures;
 use facts::Facts;
 pub use notifications::{KindFigures, Notifications};
 
@@ -47,8 +51,9 @@ pub enum Excuse {
     /// Inside a declared window: a state-loss window, and for M also a
     /// Redis outage.
     Window,
-    /// O of an embedded replica frozen (SIGSTOP) while it held the run:
-    /// its handler ran on after SIGCONT, the fence's case.
+    /// O of a replica frozen (SIGSTOP) while it held the run: an embedded
+    /// replica's handler ran on after SIGCONT, a daemon's child process
+    /// while it was frozen; the fence's case.
     FrozenHolder,
 }
 
@@ -118,6 +123,9 @@ pub struct Report {
     pub e: Vec<String>,
     pub n: Vec<Violation>,
     pub notifications: Notifications,
+    /// Chain findings that are neither D nor M, and the chain figures.
+    pub c: Vec<Violation>,
+    pub chain: ChainFigures,
     pub claimed_not_started: Vec<String>,
     /// Claims that landed in Redis after their replica had given up on them
     /// (information), and how many ticks were skipped behind them.
@@ -180,6 +188,7 @@ fn check(input: &CheckInput) -> Report {
     lost::check_l(&facts, &mut report);
     exits::check_e(&facts, &mut report);
     notifications::check_n(&facts, &mut report);
+    chains::check_c(&facts, &mut report);
     latency::measure_takeover(&facts, &mut report);
     latency::measure_abort(&facts, &mut report);
     phantoms::find_phantoms(&facts, &mut report);

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 use super::facts::Facts;
 use super::{Excuse, Report, Violation};
 use crate::faults::FaultKind;
-use crate::harness::config::{JOBS, REPEAT_EVERY_MS};
+use crate::harness::config::{REPEAT_EVERY_MS, all_jobs};
 use crate::records::Record;
 use crate::sink::{Delivery, parse_deliveries};
 
@@ -184,7 +184,7 @@ pub fn check_n(facts: &Facts, report: &mut Report) {
 /// The events every job's current records call for.
 fn expected_events<'a>(facts: &Facts<'a>) -> Vec<Expected<'a>> {
     let mut expected = Vec::new();
-    for (job, _, _) in JOBS {
+    for job in all_jobs() {
         let mut current: Vec<&Record> = facts
             .input
             .records

@@ -4,10 +4,12 @@
 //! embedded replicas also when its replica was frozen (SIGSTOP freezes the
 //! handler with it, where a daemon's child process runs on). Each episode
 //! of overlapping runs is a finding, excused in a state-loss window (a
-//! Redis that forgot a lease lets a second run start) and, for embedded
-//! replicas, when a run's replica was frozen while it held it (a paused
-//! process: the fence's case, not the lease's); the figure outside those
-//! windows is the largest episode not excused (1: none).
+//! Redis that forgot a lease lets a second run start) and when a run's
+//! replica was frozen while it held it (a paused process: the fence's
+//! case, not the lease's): for a daemon, whose child process runs on while
+//! it is frozen, as long as the run ended by the time the woken daemon's
+//! kill lands (`FROZEN_DAEMON_KILL_MS` after SIGCONT); the figure outside
+//! those windows is the largest episode not excused (1: none).
 
 use std::collections::BTreeSet;
 
@@ -15,15 +17,20 @@ use super::facts::Facts;
 use super::{Excuse, Report, Violation};
 use crate::ReplicaKind;
 use crate::faults::FaultKind;
-use crate::harness::config::{ALLOW_JOB, JOBS};
+use crate::harness::config::{ALLOW_JOB, all_jobs};
 use crate::records::Effect;
 use crate::wall::{clock, rfc3339};
+
+/// How long after SIGCONT a frozen daemon's run may go on: the daemon
+/// stops its runs at once when it wakes (SIGTERM, SIGKILL after its
+/// `kill_grace` of 1 s), plus slack.
+const FROZEN_DAEMON_KILL_MS: i64 = 1_500;
 
 /// A run's start and end (wall ms) and its start line.
 type Interval<'a> = (i64, i64, &'a Effect);
 
 pub fn check_o(facts: &Facts, report: &mut Report) {
-    for (job, _, _) in JOBS {
+    for job in all_jobs() {
         if job == ALLOW_JOB {
             continue;
         }
@@ -128,11 +135,15 @@ fn overlap(
     // An embedded replica frozen past its lease freezes its handler with
     // it: the handler goes on for a moment after SIGCONT, before its stop
     // signal lands — a paused process, which only the fence can answer
-    // (the store refusing the stale writer), not the lease.
-    let frozen = facts.input.replica_kind == ReplicaKind::Embedded
-        && runs
-            .iter()
-            .any(|&i| held_at_sigstop(facts, &intervals[i].2.run_id));
+    // (the store refusing the stale writer), not the lease. A frozen
+    // daemon's child process runs on meanwhile (guarantees.md: "a replica
+    // is frozen past its lease"), until it ends or the woken daemon kills it.
+    let frozen = runs.iter().any(|&i| {
+        let (_, to, start) = intervals[i];
+        sigcont_of_holder(facts, &start.run_id).is_some_and(|cont| {
+            facts.input.replica_kind == ReplicaKind::Embedded || to <= cont + FROZEN_DAEMON_KILL_MS
+        })
+    });
     let excuse = if state_loss {
         Some(Excuse::Window)
     } else if frozen {
@@ -149,15 +160,22 @@ fn overlap(
     }
 }
 
-/// Whether `run_id` was running on a replica when the suite froze it.
-fn held_at_sigstop(facts: &Facts, run_id: &str) -> bool {
+/// When the suite woke (SIGCONT) the replica it froze while `run_id` was
+/// running there, if it did.
+fn sigcont_of_holder(facts: &Facts, run_id: &str) -> Option<i64> {
     facts
         .input
         .faults
         .iter()
         .filter(|f| f.kind == FaultKind::Sigstop)
-        .flat_map(|f| f.detail["held"].as_array().into_iter().flatten())
-        .any(|held| held["run_id"].as_str() == Some(run_id))
+        .find(|f| {
+            f.detail["held"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|held| held["run_id"].as_str() == Some(run_id))
+        })
+        .map(|f| f.end_ms)
 }
 
 /// When a run without an `end` line ended: its own outcome's finish, or the

@@ -12,7 +12,9 @@ use crate::common::toml_string;
 /// Key prefix of the suite's cluster in its private Redis.
 pub const KEY_PREFIX: &str = "chaos";
 
-/// The probe jobs: name, extra TOML lines, shell body between the lines.
+/// The scheduled probe jobs, every second: name, extra TOML lines, shell
+/// body between the lines. The follower (`FOLLOWER`) is apart: it has no
+/// ticks of its own.
 /// `flaky` fails on its own, so that notifications tell of failures, time
 /// outs and recoveries besides what the faults cause: in every ten seconds
 /// of ticks, two fail (exit 1, without the `end` line, as a crashed body),
@@ -30,6 +32,39 @@ pub const JOBS: [(&str, &str, &str); 5] = [
         "case $((CRONLEASE_TICK_MS / 1000 % 10)) in 0|1) exit 1 ;; 5) sleep 3 ;; *) sleep 0.2 ;; esac",
     ),
 ];
+
+/// The follower probe: no schedule of its own (a pure follower), one run
+/// for each outcome of a run of `slow` or `rerun`, whatever its status
+/// (`after_on = "any"`). `slow` runs past the next tick, so a kill -9 often
+/// lands mid-run and the sweep's `abandoned` is what it follows; `rerun`
+/// adds the outcomes of reruns (trigger `rerun`) to follow. Its own runs
+/// are rerun when their holder is lost, and `overlap` is the default
+/// (`skip`): an outcome that arrives while one of its runs is in flight is
+/// recorded `skipped_overlap` for that cause. Its `start`/`end` lines
+/// carry the upstream run id as an eighth word.
+pub const FOLLOWER: (&str, &str, &str) = (
+    "chained",
+    "after = [\"slow\", \"rerun\"]\nafter_on = \"any\"\non_holder_lost = \"rerun\"\n",
+    "sleep 0.5",
+);
+
+/// The jobs the follower's `after` names.
+pub const FOLLOWER_UPSTREAMS: [&str; 2] = ["slow", "rerun"];
+
+/// Whether an upstream outcome of `status` starts a run of the follower:
+/// every status of a run that ended (its `after_on = "any"`), never a tick
+/// skipped or missed (prelude.lua's `RAN`).
+pub fn follower_follows(status: &str) -> bool {
+    matches!(
+        status,
+        "ok" | "failed" | "timeout" | "lost_lease" | "interrupted" | "abandoned"
+    )
+}
+
+/// Every probe job's name: the scheduled ones (`JOBS`), then the follower.
+pub fn all_jobs() -> impl Iterator<Item = &'static str> {
+    JOBS.iter().map(|(job, _, _)| *job).chain([FOLLOWER.0])
+}
 
 /// The name of the webhook channel every probe job notifies.
 pub const SINK_CHANNEL: &str = "sink";
@@ -81,16 +116,22 @@ impl Replica {
         let file = shell_quote(&effects.to_string_lossy());
         let rules =
             format!("notify = [\"{SINK_CHANNEL}\"]\nrepeat_every = \"{REPEAT_EVERY_MS}ms\"\n");
-        for (job, extra, body) in JOBS {
+        for &(job, extra, body) in JOBS.iter().chain([&FOLLOWER]) {
+            // The upstream run id is empty but for the follower's runs.
             let line = |what: &str| {
                 format!(
                     "echo \"{what} {job} $CRONLEASE_TICK_MS $CRONLEASE_FENCE $CRONLEASE_REPLICA \
-                     $CRONLEASE_RUN_ID $(LD_PRELOAD= date +%s%3N)\" >> {file}"
+                     $CRONLEASE_RUN_ID $(LD_PRELOAD= date +%s%3N) $CRONLEASE_UPSTREAM_RUN_ID\" \
+                     >> {file}"
                 )
             };
             let script = format!("{}; {body}; {}", line("start"), line("end"));
+            let schedule = match job == FOLLOWER.0 {
+                true => "",
+                false => "schedule = \"* * * * * *\"\n",
+            };
             text.push_str(&format!(
-                "\n[jobs.{job}]\nschedule = \"* * * * * *\"\nmisfire_grace = \"10s\"\n{rules}{extra}\
+                "\n[jobs.{job}]\n{schedule}misfire_grace = \"10s\"\n{rules}{extra}\
                  shell = {}\n",
                 toml_string(&script)
             ));

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
 use super::Harness;
-use super::config::{JOBS, KEY_PREFIX};
+use super::config::{KEY_PREFIX, all_jobs};
 use crate::records::{Record, Source};
 
 /// A run in flight, as the job's `running` hash in Redis shows it.
@@ -27,7 +27,7 @@ impl Harness {
             return Vec::new();
         };
         let mut held = Vec::new();
-        for (job, _, _) in JOBS {
+        for job in all_jobs() {
             let key = format!("{KEY_PREFIX}:{{{job}}}:running");
             let entries: BTreeMap<String, String> = redis::cmd("HGETALL")
                 .arg(&key)
@@ -60,7 +60,7 @@ impl Harness {
     pub fn events_written_before(&self, before_ms: i64) -> Option<usize> {
         let mut connection = self.redis.connect(Duration::from_millis(500)).ok()?;
         let mut left = 0;
-        for (job, _, _) in JOBS {
+        for job in all_jobs() {
             let key = format!("{KEY_PREFIX}:{{{job}}}:events");
             let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
                 .arg(&key)
@@ -77,7 +77,7 @@ impl Harness {
     pub fn read_streams(&self, source: Source) -> Result<Vec<Record>> {
         let mut connection = self.redis.connect(Duration::from_secs(2))?;
         let mut records = Vec::new();
-        for (job, _, _) in JOBS {
+        for job in all_jobs() {
             let key = format!("{KEY_PREFIX}:{{{job}}}:runs");
             let entries: Vec<(String, Vec<String>)> = redis::cmd("XRANGE")
                 .arg(&key)
