@@ -104,7 +104,6 @@ pub use scheduler::Reload;
 use scheduler::{Scheduler, notify, reload_jobs};
 use serve::{dashboard_token, start_dashboard, start_metrics};
 use table::job_table;
-use triggers::trigger_consumer;
 
 /// What a replica is handed instead of building it: its connection to
 /// Redis ([`connect`]), its clock, and what its jobs run.
@@ -121,23 +120,14 @@ pub struct World {
 }
 
 /// The replica's background tasks but the watchdog: heartbeat, spool
-/// courier, marks keeper, claims listener and (but with `quorum`, which
-/// has no one stream all replicas read) the trigger consumer, owned by
-/// `background` and stopped by `service` (`claiming` for the consumer,
-/// which starts runs). The chains' follower is the scheduler's.
-fn start_background(
-    ctx: &Arc<Ctx>,
-    background: &TaskTracker,
-    service: &CancellationToken,
-    claiming: &CancellationToken,
-) {
+/// courier, marks keeper and claims listener, owned by `background` and
+/// stopped by `service`. The trigger consumer
+/// and the chains' follower, which start runs, are the scheduler's.
+fn start_background(ctx: &Arc<Ctx>, background: &TaskTracker, service: &CancellationToken) {
     background.spawn(heartbeat_loop(ctx.clone(), service.clone()));
     background.spawn(spool_courier(ctx.run_side().handle(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
-    if !ctx.store.is_quorum() {
-        background.spawn(trigger_consumer(ctx.clone(), claiming.clone()));
-    }
 }
 
 /// Starts delivering notifications when the config has channels (the
@@ -240,7 +230,7 @@ pub async fn run(
         start_dashboard(addr, &ctx, dashboard_token, &background, &service).await;
     }
     background.spawn(watchdog_task);
-    start_background(&ctx, &background, &service, &claiming);
+    start_background(&ctx, &background, &service);
     #[cfg(feature = "notify")]
     start_notifier(&ctx, &background, &service)?;
     let mut scheduler = Scheduler::new(&ctx, claiming.clone());

@@ -32,16 +32,20 @@ pub(super) struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler without jobs, its timer and the chains' follower
-    /// running until `claiming` is cancelled.
+    /// A scheduler without jobs, its timer, the trigger consumer and the
+    /// chains' follower running until `claiming` is cancelled.
     pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
         let tracker = TaskTracker::new();
         tracker.spawn(tick::ring(ctx.clone(), tracker.clone(), claiming.clone()));
         // Beside the job loops, which the drain waits for before the runs:
-        // a follower's run it claims as the shutdown begins is then waited
-        // for (or interrupted) and recorded like theirs. Quorum mode has no
-        // chains.
+        // a manual or a follower's run claimed as the shutdown begins is
+        // then waited for (or interrupted) and recorded like theirs. Quorum
+        // mode has neither (no one stream all replicas read).
         if !ctx.store.is_quorum() {
+            tracker.spawn(super::triggers::trigger_consumer(
+                ctx.clone(),
+                claiming.clone(),
+            ));
             tracker.spawn(super::follow::follower(ctx.clone(), claiming.clone()));
         }
         Scheduler {
