@@ -17,7 +17,8 @@ fn spool() -> &'static (PathBuf, Spool) {
     SPOOL.get_or_init(|| {
         let state =
             std::env::temp_dir().join(format!("cronlease-fuzz-spool-{}", std::process::id()));
-        let spool = Spool::open(&state, DEFAULT_MAX_BYTES).expect("a spool in the temporary directory");
+        let spool =
+            Spool::open(&state, DEFAULT_MAX_BYTES).expect("a spool in the temporary directory");
         (state.join("spool"), spool)
     })
 }
