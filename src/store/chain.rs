@@ -7,7 +7,7 @@
 use redis::Value;
 
 use super::{Claimant, Keys, Reply, Store, StoreError, as_string, duration_ms, is_run_id};
-use crate::config::is_name;
+use crate::config::{PARAM_FIELD_PREFIX, is_param_name, param_value_problem};
 
 /// A job's followers as the finish and sweep scripts take them
 /// (prelude.lua's `read_followers`): one argument and the inbox of each.
@@ -82,9 +82,6 @@ pub struct ForgedEntry {
     pub why: &'static str,
 }
 
-/// Longest parameter value an inbox entry may carry.
-const MAX_PARAM_VALUE: usize = 1024;
-
 /// `[id, [field, value, …]]` as an inbox entry.
 fn parse_entry(entry: &Value) -> Result<InboxEntry, ForgedEntry> {
     let Value::Array(parts) = entry else {
@@ -116,12 +113,8 @@ fn parse_entry(entry: &Value) -> Result<InboxEntry, ForgedEntry> {
             "root_tick" => root = value.parse::<i64>().ok(),
             "at" => at = value.parse::<i64>().ok(),
             "tick" | "fence" => {}
-            _ => match name.strip_prefix("param.") {
-                Some(param)
-                    if is_name(param, 64)
-                        && value.len() <= MAX_PARAM_VALUE
-                        && !value.chars().any(char::is_control) =>
-                {
+            _ => match name.strip_prefix(PARAM_FIELD_PREFIX) {
+                Some(param) if is_param_name(param) && param_value_problem(&value).is_none() => {
                     params.push((param.to_string(), value));
                 }
                 Some(_) => return Err(forged("a parameter that is not one")),
@@ -299,7 +292,9 @@ impl Store {
             .arg(keys.claims_channel())
             .arg(job);
         for (name, value) in request.params {
-            invocation.arg(format!("param.{name}")).arg(value);
+            invocation
+                .arg(format!("{PARAM_FIELD_PREFIX}{name}"))
+                .arg(value);
         }
         let mut conn = self.single("chains (`after`)").await?;
         let reply: Value = invocation.invoke_async(&mut conn).await?;
