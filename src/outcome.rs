@@ -367,11 +367,14 @@ impl Upstream {
         })
     }
 
+    /// One part of every upstream run, comma-separated in their order.
+    fn list(&self, part: fn(&UpstreamRun) -> &str) -> String {
+        self.runs.iter().map(part).collect::<Vec<_>>().join(",")
+    }
+
     /// The outcome fields, as [`Upstream::from_fields`] reads them.
     fn each_stream_field(&self, field: &mut impl FnMut(&str, &dyn std::fmt::Display)) {
-        let list = |part: fn(&UpstreamRun) -> &str| {
-            self.runs.iter().map(part).collect::<Vec<_>>().join(",")
-        };
+        let list = |part| self.list(part);
         field("root_tick", &self.root_tick_ms);
         field("upstream_job", &list(|r| &r.job));
         field("upstream_run_id", &list(|r| &r.run_id));
@@ -381,9 +384,7 @@ impl Upstream {
     /// The run's `CRONLEASE_UPSTREAM_*` and `CRONLEASE_ROOT_TICK*`
     /// variables (lists comma-separated, as in the outcome).
     pub(crate) fn env(&self) -> Vec<(String, String)> {
-        let list = |part: fn(&UpstreamRun) -> &str| {
-            self.runs.iter().map(part).collect::<Vec<_>>().join(",")
-        };
+        let list = |part| self.list(part);
         let root = chrono::DateTime::from_timestamp_millis(self.root_tick_ms)
             .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
             .unwrap_or_default();
