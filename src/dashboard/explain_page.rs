@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::format::{ago, duration, iso, utc};
-use super::pages::{error_page, layout, looking, respond, unavailable};
+use super::pages::{chain_facts, error_page, layout, looking, respond, unavailable};
 use super::{Dashboard, auth};
 use crate::operator::{self, ExplainError, Explanation, Verdict};
 
@@ -120,8 +120,7 @@ fn page(e: &Explanation) -> Markup {
         @if let Some(chain) = &e.chain {
             h2 { "Chain" }
             dl.facts {
-                @if !chain.after.is_empty() { dt { "After" } dd { @for (i, up) in chain.after.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", auth::percent_encode(up))) { (up) } } } }
-                @if !chain.followers.is_empty() { dt { "Then" } dd { @for (i, down) in chain.followers.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", auth::percent_encode(down))) { (down) } } } }
+                (chain_facts(&chain.after, &chain.followers))
                 @if let Some(upstream) = &chain.caused_by {
                     dt { "Followed" }
                     dd { @for run in upstream.runs() { a href=(format!("/jobs/{}#run-{}", auth::percent_encode(run.job()), run.run_id())) { (run.job()) } " run " code { (run.run_id()) } " (" (run.status()) ") " } }

@@ -11,11 +11,10 @@ use chrono::DateTime;
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::auth::percent_encode;
 use super::format::{ago, iso, until, utc};
 use super::pages::{
-    ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, error_page, history_table, job_actions, layout, looking,
-    next_tick_cell, respond, schedule_cell, state_cell, unavailable,
+    ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, chain_facts, error_page, history_table, job_actions,
+    layout, looking, next_tick_cell, respond, schedule_cell, state_cell, unavailable,
 };
 use super::{Dashboard, draw};
 use crate::config::Job;
@@ -144,14 +143,7 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
                 dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
                 dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
             }
-            @if !job.after.is_empty() {
-                dt { "After" }
-                dd { @for (i, up) in job.after.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", percent_encode(up))) { (up) } } }
-            }
-            @if !job.followers.is_empty() {
-                dt { "Then" }
-                dd { @for (i, down) in job.followers.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", percent_encode(down))) { (down) } } }
-            }
+            (chain_facts(&job.after, &job.followers))
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
         }

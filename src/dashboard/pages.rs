@@ -528,6 +528,19 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
     }
 }
 
+/// A job's upstreams (`After`) and followers (`Then`) as facts, each a
+/// link to its page; nothing for a job in no chain.
+pub(super) fn chain_facts(after: &[String], followers: &[String]) -> Markup {
+    html! {
+        @for (label, jobs) in [("After", after), ("Then", followers)] {
+            @if !jobs.is_empty() {
+                dt { (label) }
+                dd { @for (i, job) in jobs.iter().enumerate() { @if i > 0 { ", " } a href=(format!("/jobs/{}", auth::percent_encode(job))) { (job) } } }
+            }
+        }
+    }
+}
+
 /// The explain page of `job`'s tick `tick_ms`.
 pub(super) fn explain_href(job: &str, tick_ms: i64) -> String {
     format!("/jobs/{}/explain?tick={tick_ms}", auth::percent_encode(job))
