@@ -301,11 +301,18 @@ fn embedded_jobs(config: &Config) -> Result<Vec<Job>> {
 fn embedded_job(job: &config::Job) -> Result<Job> {
     let probe = Probe::parse(job)?;
     let mut builder = match (&job.schedule, &job.after) {
-        (Some(schedule), _) => {
-            let mut builder = JobBuilder::new(&job.name, schedule.expression())
-                .timezone(schedule.timezone().name());
+        (Some(timetable), _) => {
+            let (first, more) = timetable
+                .schedules()
+                .split_first()
+                .expect("a timetable has at least one schedule");
+            let mut builder = JobBuilder::new(&job.name, first.expression())
+                .timezone(timetable.timezone().name());
+            for schedule in more {
+                builder = builder.also_at(schedule.expression());
+            }
             // Only when set: the defaults are not valid on every schedule.
-            let dst = schedule.dst();
+            let dst = first.dst();
             if dst.gap != DstGap::default() {
                 builder = builder.dst_gap(dst.gap);
             }

@@ -67,14 +67,24 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                     .into_iter()
                     .map(rfc3339_utc)
                     .collect();
-                let dst = schedule.dst();
+                let first = schedule.first();
+                let dst = first.dst();
+                let window = schedule.window();
                 let fields = serde_json::json!({
                     "schedule": schedule.expression(),
                     "resolved": schedule.resolved(),
+                    "schedules": schedule.schedules().iter().map(|s| serde_json::json!({
+                        "expression": s.expression(),
+                        "resolved": s.resolved(),
+                        "timing": s.timing().as_str(),
+                    })).collect::<Vec<_>>(),
                     "timezone": schedule.timezone().name(),
-                    "timing": schedule.timing().as_str(),
+                    "timing": first.timing().as_str(),
                     "dst_gap": dst.gap.as_str(),
                     "dst_repeat": dst.repeat.as_str(),
+                    "active_from": window.from.map(rfc3339_utc),
+                    "active_until": window.until.map(rfc3339_utc),
+                    "max_runs": job.max_runs,
                     // No tick after `from` (count is at least 1): the schedule ended.
                     "ended": next.is_empty(),
                     "next": next,
@@ -135,21 +145,31 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
     use std::fmt::Write as _;
     let _ = write!(out, "\n{}", job.name);
     match &job.schedule {
-        Some(schedule) => {
-            let _ = write!(out, "  {:?}", schedule.expression());
-            if schedule.resolved() != schedule.expression() {
-                let _ = write!(out, " = {:?}", schedule.resolved());
+        Some(timetable) => {
+            // Each expression on a line of its own, under the first.
+            let indent = " ".repeat(job.name.chars().count());
+            for (i, schedule) in timetable.schedules().iter().enumerate() {
+                if i > 0 {
+                    let _ = write!(out, "{indent}");
+                }
+                let _ = write!(out, "  {:?}", schedule.expression());
+                if schedule.resolved() != schedule.expression() {
+                    let _ = write!(out, " = {:?}", schedule.resolved());
+                }
+                let dst = schedule.dst();
+                let timing = match schedule.timing() {
+                    Timing::WallClock => "wall clock".to_string(),
+                    Timing::FixedTime => format!(
+                        "fixed time, dst_gap {}, dst_repeat {}",
+                        dst.gap.as_str(),
+                        dst.repeat.as_str()
+                    ),
+                };
+                let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
             }
-            let dst = schedule.dst();
-            let timing = match schedule.timing() {
-                Timing::WallClock => "wall clock".to_string(),
-                Timing::FixedTime => format!(
-                    "fixed time, dst_gap {}, dst_repeat {}",
-                    dst.gap.as_str(),
-                    dst.repeat.as_str()
-                ),
-            };
-            let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
+            if let Some(bounds) = bounds_text(job) {
+                let _ = writeln!(out, "  {bounds}");
+            }
         }
         None => {
             let _ = writeln!(out, "  (no schedule)");
@@ -200,6 +220,31 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
             rfc3339_utc(tick)
         );
     }
+}
+
+/// When the job's ticks start and end (`active_from`, `active_until`)
+/// and how many may run (`max_runs`), on one line; None when unbounded.
+pub(crate) fn bounds_text(job: &Job) -> Option<String> {
+    let window = job.schedule.as_ref().map(|t| t.window()).unwrap_or_default();
+    let zone = job.schedule.as_ref().map(|t| t.timezone());
+    let local = |t: DateTime<Utc>| match zone {
+        Some(zone) => format!("{} ({})", zone.format_local(t), rfc3339_utc(t)),
+        None => rfc3339_utc(t),
+    };
+    let mut parts = Vec::new();
+    if let Some(from) = window.from {
+        parts.push(format!("active from {}", local(from)));
+    }
+    if let Some(until) = window.until {
+        parts.push(format!("until {} (not included)", local(until)));
+    }
+    if let Some(n) = job.max_runs {
+        parts.push(format!(
+            "at most {n} run{} of the schedule",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join(", "))
 }
 
 /// The notification channels, one line each and never a secret, and

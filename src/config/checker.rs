@@ -43,6 +43,11 @@ impl<T> Given<T> {
         self.at.clone()
     }
 
+    /// The value, to change in place.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        &mut self.value
+    }
+
     /// The value, its place dropped.
     pub(crate) fn into_inner(self) -> T {
         self.value

@@ -27,6 +27,9 @@ impl Job {
                 1,
             );
         }
+        if self.max_runs.is_none() {
+            text = text.replacen(", max_runs: None", "", 1);
+        }
         if self.params.is_empty() {
             text = text.replace(", params: Params({})", "");
         }

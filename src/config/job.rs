@@ -11,18 +11,19 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::chain::{After, AfterOn, AfterParams, RawAfter, job_after};
+use super::chain::{AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
 use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::params::{RawParam, check_http_templates, job_params};
 use super::run_env;
+use super::timetable::{Expressions, Moment, job_max_runs, job_timetable};
 use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
     Problem, RedisConfig, TokenSource, Topology,
 };
-use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
+use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing};
 
 /// Where a job table comes from, which says what its jobs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +44,10 @@ pub(crate) enum Source {
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct JobSpec {
-    pub(crate) schedule: Option<Given<String>>,
+    pub(crate) schedule: Option<Given<Expressions>>,
+    pub(crate) active_from: Option<Given<Moment>>,
+    pub(crate) active_until: Option<Given<Moment>>,
+    pub(crate) max_runs: Option<Given<i64>>,
     pub(crate) timezone: Option<Given<String>>,
     pub(crate) command: Option<Given<Vec<String>>>,
     pub(crate) shell: Option<Given<String>>,
@@ -292,7 +296,8 @@ fn validate_job(
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let after = job_after(checker, section, name, raw.chain());
-    let schedule = job_schedule(checker, section, name, &raw, after.as_ref());
+    let schedule = job_timetable(checker, section, name, &raw, after.as_ref());
+    let max_runs = job_max_runs(checker, section, &raw);
     let command = job_work(checker, section, &mut raw, context);
     // Read before the fields below are taken out of `raw`.
     let rules = raw.notify_rules();
@@ -340,6 +345,7 @@ fn validate_job(
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
+        max_runs,
         after,
         followers: Vec::new(),
         command: command?,
@@ -360,43 +366,6 @@ fn validate_job(
         notify,
         params,
     })
-}
-
-/// `timezone` (UTC when unset) and `schedule` read in it, with the job's
-/// DST policy; the schedule is not checked when the zone is invalid. A job
-/// that follows others (`after`) may have none: `Some(None)`.
-fn job_schedule(
-    checker: &mut Checker<'_>,
-    section: &str,
-    name: &str,
-    raw: &JobSpec,
-    after: Option<&After>,
-) -> Option<Option<Schedule>> {
-    let timezone = match &raw.timezone {
-        None => Some(Zone::utc()),
-        Some(tz) => match Zone::parse(tz.get()) {
-            Ok(tz) => Some(tz),
-            Err(e) => {
-                checker.problem(tz.at(), Some(section), Some("timezone"), e.to_string());
-                None
-            }
-        },
-    };
-    match (&raw.schedule, timezone) {
-        (None, _) if after.is_some() => Some(None),
-        (None, _) => {
-            checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\", or `after = [\"job\"]` to run after other jobs".into());
-            None
-        }
-        (Some(expr), Some(tz)) => match checker.schedule(expr.get(), tz, name, dst_policy(raw)) {
-            Ok(schedule) => check_dst_policy(checker, section, raw, schedule).map(Some),
-            Err(e) => {
-                checker.problem(expr.at(), Some(section), Some("schedule"), e.to_string());
-                None
-            }
-        },
-        (Some(_), None) => None,
-    }
 }
 
 /// What the job does, taken out of `raw`: a command, a script or a
@@ -671,7 +640,7 @@ mod tests {
         let code = |value: &str| Some(Given::code(value.to_string()));
         let exact = |d: Duration| Some(Given::code(DurationValue::Exact(d)));
         let bad_name = JobSpec {
-            schedule: code("0 12 * * *"),
+            schedule: Some(Given::code(Expressions(vec!["0 12 * * *".into()]))),
             timeout: exact(Duration::from_micros(900)),
             misfire_grace: exact(Duration::from_secs(8 * 24 * 3600)),
             retries: Some(Given::code(101)),
@@ -679,18 +648,18 @@ mod tests {
             ..JobSpec::default()
         };
         let wall = JobSpec {
-            schedule: code("*/5 * * * *"),
+            schedule: Some(Given::code(Expressions(vec!["*/5 * * * *".into()]))),
             dst_gap: Some(Given::code(DstGap::Skip)),
             dst_repeat: Some(Given::code(DstRepeat::Both)),
             ..JobSpec::default()
         };
         let typo = JobSpec {
-            schedule: code("0 12 * * *"),
+            schedule: Some(Given::code(Expressions(vec!["0 12 * * *".into()]))),
             timezone: code("Europe/Berlim"),
             ..JobSpec::default()
         };
         let february = JobSpec {
-            schedule: code("0 12 31 2 *"),
+            schedule: Some(Given::code(Expressions(vec!["0 12 31 2 *".into()]))),
             ..JobSpec::default()
         };
         let context = JobContext::new(None, None, path, Source::Embedded);

@@ -70,6 +70,8 @@ pub use params::{
 };
 mod redis_section;
 mod run_env;
+mod timetable;
+pub(crate) use timetable::{Expressions, Moment};
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
 
 pub(crate) use checker::{DurationValue, Given, is_name};
@@ -77,7 +79,7 @@ pub use checker::{parse_duration, redact_url};
 pub(crate) use daemon_section::{MAX_LEASE, MIN_LEASE, renewable};
 pub(crate) use job::Source;
 
-use crate::schedule::Schedule;
+use crate::schedule::Timetable;
 
 /// Files larger than this are refused before parsing: a job table is a few
 /// kilobytes, 100,000 jobs about 6 MB, and a file of 64 MiB is a mistake
@@ -447,8 +449,12 @@ pub enum LogFormat {
 pub struct Job {
     /// Also a Redis key part: `[A-Za-z0-9_.-]`, 1 to 128 characters.
     pub name: String,
-    /// None for a job that only follows others (`after`).
-    pub schedule: Option<Schedule>,
+    /// Its schedules and active window; None for a job that only
+    /// follows others (`after`).
+    pub schedule: Option<Timetable>,
+    /// How many ticks of the schedule may start a run, counted across the
+    /// cluster in the job's state (`max_runs`); None: no limit.
+    pub max_runs: Option<u32>,
     /// The jobs whose outcomes start this one's runs.
     pub after: Option<After>,
     /// The jobs this one's outcomes start (from the others' `after`).
@@ -748,6 +754,14 @@ pub fn job_warning(job: &Job, now: DateTime<Utc>) -> Option<String> {
     let schedule = job.schedule.as_ref()?;
     if schedule.next_after(now).is_some() {
         return None;
+    }
+    if let Some(until) = schedule.window().until
+        && until <= now
+    {
+        return Some(format!(
+            "active_until {} has passed: the job will not run again; remove it or move active_until",
+            until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
     }
     let years = match schedule.last_year() {
         Some(year) => format!(" (its year field ends at {year})"),

@@ -60,6 +60,9 @@ pub(super) enum ClaimEnd {
     Busy {
         previous: i64,
     },
+    /// The job has started its `max_runs` runs of the schedule: it has no
+    /// more ticks.
+    Ended,
     /// The tick was not claimed in time (Redis was unreachable, or answered
     /// only after the deadline): the misfire policy decides.
     Late,
@@ -308,6 +311,15 @@ fn answer(
         }
         ClaimReply::Paused { .. } | ClaimReply::Busy { .. } => {
             ControlFlow::Break(skipped(side, job, tick_ms, reply))
+        }
+        ClaimReply::Ended {
+            runs_started,
+            fence,
+        } => {
+            side.meters.count_claim(&job.name, ClaimCount::Ended);
+            side.marks.note(&job.name, None, Some(fence));
+            info!(job = %job.name, %tick, runs_started, max_runs = job.max_runs, "the job has started its max_runs runs; it has no more ticks");
+            ControlFlow::Break(ClaimEnd::Ended)
         }
     }
 }

@@ -318,6 +318,7 @@ fn claimant<'a>(
         history: config.daemon.history,
         min_fence,
         notices,
+        max_runs: job.max_runs,
     }
 }
 

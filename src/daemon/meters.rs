@@ -30,6 +30,8 @@ pub(super) enum ClaimCount {
     Busy,
     NotDurable,
     Claimed,
+    /// Not claimed: the job has started its `max_runs` runs.
+    Ended,
 }
 
 impl ClaimCount {
@@ -47,6 +49,7 @@ impl ClaimCount {
             ClaimCount::Busy => "busy",
             ClaimCount::NotDurable => "not_durable",
             ClaimCount::Claimed => "claimed",
+            ClaimCount::Ended => "ended",
         }
     }
 }

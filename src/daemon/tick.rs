@@ -265,7 +265,9 @@ async fn claim_and_follow(
         let claims = ctx.claim_side();
         match claim(&claims, job, tick_ms, Trigger::Schedule, ahead, cancel).await {
             ClaimEnd::Late => Some((Instant::now(), Step::CatchUp)),
-            ClaimEnd::Cancelled => None,
+            // `max_runs` reached: the job's loop ends here, as when its
+            // schedule has no more ticks.
+            ClaimEnd::Ended | ClaimEnd::Cancelled => None,
             end => {
                 follow(ctx, job, tick_ms, end).await;
                 next_alarm(ctx, job, tick_ms)
@@ -316,7 +318,7 @@ async fn follow(
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             None
         }
-        ClaimEnd::Taken | ClaimEnd::Refused => None,
+        ClaimEnd::Taken | ClaimEnd::Refused | ClaimEnd::Ended => None,
         // Not claimed in time, or not at all: what the job does next is
         // for its loop to say (a catch-up, or its end).
         ClaimEnd::Late | ClaimEnd::Cancelled => None,
@@ -355,8 +357,11 @@ async fn catch_up(
     };
     for tick_ms in to_claim {
         let end = claim(&claims, job, tick_ms, Trigger::Misfire, Ahead::No, cancel).await;
-        if let ClaimEnd::Cancelled = end {
-            return None;
+        match end {
+            ClaimEnd::Cancelled => return None,
+            // The next tick's claim hears it again and ends the loop.
+            ClaimEnd::Ended => return Some(now),
+            _ => {}
         }
         // run_all runs missed ticks one after another.
         if let Some(run) = follow(ctx, job, tick_ms, end).await
@@ -370,8 +375,10 @@ async fn catch_up(
     }
     for tick_ms in on_time {
         let end = claim(&claims, job, tick_ms, Trigger::Schedule, Ahead::No, cancel).await;
-        if let ClaimEnd::Cancelled = end {
-            return None;
+        match end {
+            ClaimEnd::Cancelled => return None,
+            ClaimEnd::Ended => return Some(now),
+            _ => {}
         }
         follow(ctx, job, tick_ms, end).await;
     }

@@ -3,6 +3,7 @@
 
 use super::StdError;
 use crate::Run;
+use crate::config::{Expressions, Moment};
 use crate::config::Misfire;
 use crate::config::OnHolderLost;
 use crate::config::Overlap;
@@ -72,7 +73,7 @@ impl JobBuilder {
         JobBuilder {
             name: name.to_string(),
             spec: JobSpec {
-                schedule: Some(Given::code(schedule.to_string())),
+                schedule: Some(Given::code(Expressions(vec![schedule.to_string()]))),
                 ..JobSpec::default()
             },
         }
@@ -168,6 +169,63 @@ impl JobBuilder {
     /// ```
     pub fn timezone(self, zone: &str) -> JobBuilder {
         self.set(|spec| spec.timezone = Some(Given::code(zone.to_string())))
+    }
+
+    /// Another cron expression the job also fires at (`schedule = [...]`):
+    /// its ticks are the union of its expressions, and an instant two of
+    /// them share is one tick. Each keeps its own `H` and daylight-saving
+    /// reading; all are read in the job's [`timezone`](JobBuilder::timezone).
+    /// On a job made with [`JobBuilder::after`], the first expression
+    /// gives it a schedule besides its upstreams.
+    ///
+    /// ```
+    /// // Noon on weekdays and 20:00 on Saturdays.
+    /// let draw = cronlease::JobBuilder::new("lottery-draw", "0 12 * * 1-5")
+    ///     .also_at("0 20 * * 6")
+    ///     .timezone("Asia/Shanghai");
+    /// ```
+    pub fn also_at(self, expression: &str) -> JobBuilder {
+        self.set(|spec| match &mut spec.schedule {
+            Some(given) => given.get_mut().0.push(expression.to_string()),
+            None => spec.schedule = Some(Given::code(Expressions(vec![expression.to_string()]))),
+        })
+    }
+
+    /// The first instant the job's schedule may fire at (`active_from`):
+    /// earlier ticks are not ticks of the job.
+    ///
+    /// ```
+    /// let start: jiff::Timestamp = "2026-12-01T00:00:00+08:00".parse().unwrap();
+    /// let promotion = cronlease::JobBuilder::new("lottery-draw", "0 12 * * *").active_from(start);
+    /// ```
+    pub fn active_from(self, from: jiff::Timestamp) -> JobBuilder {
+        self.set(|spec| spec.active_from = Some(Given::code(Moment::at(from))))
+    }
+
+    /// The instant the job's schedule stops firing (`active_until`, not
+    /// included): ticks at or after it are not ticks of the job. Must be
+    /// after [`active_from`](JobBuilder::active_from).
+    ///
+    /// ```
+    /// let end: jiff::Timestamp = "2027-01-01T00:00:00+08:00".parse().unwrap();
+    /// let promotion = cronlease::JobBuilder::new("lottery-draw", "0 12 * * *").active_until(end);
+    /// ```
+    pub fn active_until(self, until: jiff::Timestamp) -> JobBuilder {
+        self.set(|spec| spec.active_until = Some(Given::code(Moment::at(until))))
+    }
+
+    /// How many ticks of the schedule may start a run in the job's whole
+    /// life across the cluster (`max_runs`, 1 to 1,000,000,000). The count
+    /// is kept in Redis by the claim itself, so however many instances run
+    /// the job, the run after the last one allowed never starts; the job's
+    /// loop then ends. Manual triggers and runs started by upstreams are
+    /// not counted.
+    ///
+    /// ```
+    /// let trial = cronlease::JobBuilder::new("trial-report", "0 9 * * *").max_runs(30);
+    /// ```
+    pub fn max_runs(self, runs: u32) -> JobBuilder {
+        self.set(|spec| spec.max_runs = Some(Given::code(i64::from(runs))))
     }
 
     /// What a tick does while a run of the job is in flight (`overlap`,

@@ -13,9 +13,11 @@
 --       heard, and remember: daemon/rendezvous.rs),
 --       deadline_ms (Redis time after which this claim must not take effect;
 --       -1: none), attempt ('first': no earlier attempt of this run id was
---       sent, so none can have won; 'again': a retry), and, when the job is
---       to be told of late starts, its notification rules (read_notices)
---       with the events stream as KEYS[5]
+--       sent, so none can have won; 'again': a retry), max_runs (how many
+--       ticks may start a run, counted in the state's `runs_started`; -1:
+--       no limit, and nothing counted), and, when the job is to be told of
+--       late starts, its notification rules (read_notices) with the events
+--       stream as KEYS[5]
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -31,6 +33,7 @@ local trigger, wait_if_busy = ARGV[11], ARGV[12] == '1'
 local channel, job = ARGV[13], ARGV[14]
 local deadline = tonumber(ARGV[15])
 local retry = ARGV[16] ~= 'first'
+local max_runs = tonumber(ARGV[17])
 local function announce(fence)
   announce_claim(channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
@@ -58,10 +61,18 @@ if tick > now + lead then return {'early', tick - now} end
 local ahead = tick > now
 -- The job's state in one read. Every answer carries its fence, so each
 -- replica knows the highest fence handed out even for ticks it did not win.
-local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused')
+local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused', 'runs_started')
 local corrupt = corrupt_values(fields[1], fields[2])
 if corrupt then return corrupt end
 local current_fence = tonumber(fields[2] or '0')
+-- `max_runs` reached: the job has no more ticks. Nothing is claimed or
+-- recorded; every replica that asks hears it and stops the job's loop.
+-- A count that is not a count is taken as none (at worst the job runs
+-- its max_runs again, never more than that at once).
+local runs_started = tonumber(fields[4] or '0') or 0
+if max_runs >= 0 and runs_started >= max_runs then
+  return {'ended', runs_started, current_fence}
+end
 
 local stored = tonumber(fields[1] or '-1')
 -- State no honest writer produces (a high-water mark later than any claim
@@ -143,10 +154,13 @@ if lineage_begins(not forged_fence and fields[2] and current_fence, min_fence) t
 else
   redis.call('HSET', state, 'fence', string.format('%d', fence), 'last_tick', ARGV[1])
 end
+if max_runs >= 0 then
+  redis.call('HSET', state, 'runs_started', runs_started + 1)
+end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, fence, now, started)
 announce(fence)
-local notices = read_notices(KEYS[5], ARGV[17])
+local notices = read_notices(KEYS[5], ARGV[18])
 if notices and notices.late_ms > 0 and started - tick > notices.late_ms then
   emit(notices, state, 'late', {'tick', ARGV[1], 'run_id', run_id, 'fence', fence,
     'replica', replica, 'status', 'running', 'attempt', '1',

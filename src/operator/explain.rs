@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::{OperatorError, OutputTail, ReplicaStatus, drift, history, read_replicas};
 use crate::config::Job;
-use crate::schedule::Schedule;
+use crate::schedule::Timetable;
 use crate::store::{Store, StoreError};
 
 mod calendar;
@@ -291,10 +291,10 @@ pub fn close_names(name: &str, names: &[String]) -> Vec<String> {
         .collect()
 }
 
-fn schedule_facts(schedule: &Schedule, at: &Around, tick_ms: i64) -> ScheduleFacts {
+fn schedule_facts(schedule: &Timetable, at: &Around, tick_ms: i64) -> ScheduleFacts {
     let zone = schedule.timezone();
     ScheduleFacts {
-        expression: schedule.expression().to_string(),
+        expression: schedule.expression(),
         timezone: zone.name().to_string(),
         tick_local: zone.format_local(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
         previous_tick: at.previous_ms.map(text_of),

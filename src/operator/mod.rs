@@ -111,6 +111,13 @@ pub struct JobStatus {
     pub after: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub followers: Vec<String>,
+    /// From the job table: when its ticks start and end (`active_from`,
+    /// `active_until`, RFC 3339 UTC) and how many may run (`max_runs`).
+    pub active_from: Option<String>,
+    pub active_until: Option<String>,
+    pub max_runs: Option<u32>,
+    /// Runs of the schedule started while the job had `max_runs`.
+    pub runs_started: u64,
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -323,6 +330,10 @@ async fn job_status(
     let running = store.running_runs(&name).await?;
     let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
+    let window = job
+        .and_then(|j| j.schedule.as_ref())
+        .map(|t| t.window())
+        .unwrap_or_default();
     Ok(JobStatus {
         schedule: job
             .and_then(|j| j.schedule.as_ref())
@@ -330,7 +341,10 @@ async fn job_status(
         timezone: job
             .and_then(|j| j.schedule.as_ref())
             .map(|s| s.timezone().name().to_string()),
-        next_tick: job.and_then(|j| j.next_after(now)).map(rfc3339),
+        next_tick: job
+            .filter(|j| !runs_spent(j, state.runs_started))
+            .and_then(|j| j.next_after(now))
+            .map(rfc3339),
         after: job
             .and_then(|j| j.after.as_ref())
             .map(|a| a.upstreams.clone())
@@ -338,7 +352,13 @@ async fn job_status(
         followers: job
             .map(|j| j.followers.iter().map(|f| f.job.clone()).collect())
             .unwrap_or_default(),
-        warning: job.and_then(|j| crate::config::job_warning(j, now)),
+        warning: job.and_then(|j| {
+            crate::config::job_warning(j, now).or_else(|| runs_warning(j, state.runs_started))
+        }),
+        active_from: window.from.map(rfc3339),
+        active_until: window.until.map(rfc3339),
+        max_runs: job.and_then(|j| j.max_runs),
+        runs_started: state.runs_started,
         paused: state.pause.is_some(),
         paused_by: state.pause.as_ref().and_then(|p| p.by.clone()),
         paused_at_ms: state.pause.as_ref().and_then(|p| p.at_ms),
@@ -348,6 +368,22 @@ async fn job_status(
         config_drift,
         needs_repair: state.needs_repair,
         name,
+    })
+}
+
+/// Whether `job` has started every run its `max_runs` allows.
+fn runs_spent(job: &Job, runs_started: u64) -> bool {
+    job.max_runs
+        .is_some_and(|max| runs_started >= u64::from(max))
+}
+
+/// Why `job` will not run again when it has started its `max_runs` runs.
+fn runs_warning(job: &Job, runs_started: u64) -> Option<String> {
+    let max = job.max_runs?;
+    runs_spent(job, runs_started).then(|| {
+        format!(
+            "the job has started {runs_started} runs of its schedule and max_runs is {max}: it will not run again; raise max_runs to let it run more"
+        )
     })
 }
 

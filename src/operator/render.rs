@@ -310,6 +310,15 @@ fn schedule_cell(j: &JobStatus) -> String {
     if !j.followers.is_empty() {
         parts.push(format!("then {}", j.followers.join(",")));
     }
+    match (&j.active_from, &j.active_until) {
+        (Some(from), Some(until)) => parts.push(format!("active {from} to {until}")),
+        (Some(from), None) => parts.push(format!("active from {from}")),
+        (None, Some(until)) => parts.push(format!("active until {until}")),
+        (None, None) => {}
+    }
+    if let Some(max) = j.max_runs {
+        parts.push(format!("{} of {max} runs", j.runs_started));
+    }
     parts.join("; ")
 }
 

@@ -17,7 +17,8 @@
 //! `sets` holds the day-of-month, day-of-week and year value sets and how a
 //! date matches them; `calendar` is the integer date arithmetic both use;
 //! `words` reads a parsed expression back in plain English
-//! ([`Schedule::describe`]). `tests.rs` holds the
+//! ([`Schedule::describe`]); `timetable` is a job's ticks: the union of
+//! its schedules inside its active window ([`Timetable`]). `tests.rs` holds the
 //! DST and day-rule vectors, one `check(expression, zone, from, expected)`
 //! helper for all of them.
 
@@ -25,6 +26,7 @@ mod calendar;
 mod expr;
 mod search;
 mod sets;
+mod timetable;
 mod words;
 
 use std::fmt;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone as _, Utc};
 
 pub use expr::Timing;
+pub use timetable::{EXPRESSION_SEPARATOR, Timetable, Window};
 use expr::{EXPECTED_FORM, Expr};
 
 /// Why an expression was rejected. The message is meant for the operator and
@@ -157,6 +160,11 @@ impl Zone {
                 )))
             }
         }
+    }
+
+    /// The zone's rules.
+    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
+        &self.tz
     }
 
     /// The canonical IANA name.

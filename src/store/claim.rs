@@ -16,7 +16,7 @@ use std::time::Instant;
 const CLAIM_KEYS: usize = 4;
 
 /// The claim script's arguments (`claim.lua`).
-const CLAIM_ARGS: usize = 16;
+const CLAIM_ARGS: usize = 17;
 
 /// Room for the claim's numbers and words (tick, lease, overlap, …): at
 /// most 20 digits for each of six numbers, and short words.
@@ -157,6 +157,9 @@ pub enum ClaimReply {
     /// (`last_tick` or `fence`: another writer, a bug, a partial restore):
     /// nothing was claimed, since which ticks ran cannot be known.
     Corrupt { field: String, value: String },
+    /// The job has started its `max_runs` runs of the schedule: it has no
+    /// more ticks. Nothing was claimed.
+    Ended { runs_started: u64, fence: u64 },
 }
 
 pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
@@ -198,6 +201,10 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             field: r.string(1)?,
             value: r.string_or_empty(2),
         },
+        "ended" => ClaimReply::Ended {
+            runs_started: u64::try_from(r.int(1)?).unwrap_or(0),
+            fence: r.fence_or_zero(2)?,
+        },
         _ => return Err(r.bad()),
     })
 }
@@ -226,6 +233,7 @@ impl ClaimReply {
             ClaimReply::Expired { .. } => "expired",
             ClaimReply::Lapsed => "lapsed",
             ClaimReply::Corrupt { .. } => "corrupt",
+            ClaimReply::Ended { .. } => "ended",
         }
     }
 }
@@ -566,7 +574,8 @@ impl Store {
             .arg(keys.claims_channel())
             .arg(request.job)
             .arg(request.deadline_ms)
-            .arg(request.attempt.as_arg());
+            .arg(request.attempt.as_arg())
+            .arg(request.claimant.max_runs.map_or(-1, i64::from));
         if !notices.is_none() {
             args.arg(notices.arg());
         }

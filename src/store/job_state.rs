@@ -12,8 +12,9 @@ use super::{Store, StoreError};
 use crate::outcome::Status;
 
 /// The state fields that hold numbers.
-const NUMBERS: [&str; 9] = [
+const NUMBERS: [&str; 10] = [
     "last_tick",
+    "runs_started",
     "fence",
     "missed_total",
     "missed_until",
@@ -35,6 +36,8 @@ pub struct JobState {
     pub missed_ticks: u64,
     /// What a replica found that no honest writer puts there.
     pub needs_repair: Option<Repair>,
+    /// Runs of the schedule started while the job had `max_runs`.
+    pub runs_started: u64,
 }
 
 /// Who paused a job, and when.
@@ -124,6 +127,7 @@ impl JobState {
             last_outcome: last_outcome(state),
             missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
             needs_repair: needs_repair(state),
+            runs_started: int("runs_started").unwrap_or(0).max(0) as u64,
         }
     }
 }

@@ -184,6 +184,9 @@ pub struct Claimant<'a> {
     /// The job's notification rules: a claim tells a late start, a sweep
     /// an abandoned run.
     pub notices: &'a Notices,
+    /// The job's `max_runs`: a claim that finds the job has started that
+    /// many runs of its schedule answers `Ended`. None: no limit.
+    pub max_runs: Option<u32>,
 }
 
 /// What the eviction and persistence settings of the server are.

@@ -9,7 +9,7 @@
 use chrono::DateTime;
 
 use super::report::{DstFacts, text_of};
-use crate::schedule::{DstGap, DstRepeat, Schedule, Timing};
+use crate::schedule::{DstGap, DstRepeat, Schedule, Timetable, Timing};
 
 /// The largest window searched backwards for a previous tick (~400 years):
 /// a schedule with no tick in it has none the operator cares about.
@@ -48,7 +48,7 @@ pub(super) enum IsTick {
 }
 
 /// Where `at_ms` stands in `schedule`.
-pub(super) fn around(schedule: &Schedule, at_ms: i64) -> Around {
+pub(super) fn around(schedule: &Timetable, at_ms: i64) -> Around {
     let next_ms = next_after_ms(schedule, at_ms);
     let is_tick = if at_ms % 1000 == 0 && next_after_ms(schedule, at_ms - 1000) == Some(at_ms) {
         IsTick::Yes
@@ -65,12 +65,12 @@ pub(super) fn around(schedule: &Schedule, at_ms: i64) -> Around {
 
 /// The latest tick at or before `now_ms` (the tick `explain` explains by
 /// default), if the schedule has had one.
-pub(super) fn latest_due(schedule: &Schedule, now_ms: i64) -> Option<i64> {
+pub(super) fn latest_due(schedule: &Timetable, now_ms: i64) -> Option<i64> {
     previous_tick(schedule, now_ms.saturating_add(1))
 }
 
 /// The first tick strictly after `at_ms`.
-pub(super) fn next_after_ms(schedule: &Schedule, at_ms: i64) -> Option<i64> {
+pub(super) fn next_after_ms(schedule: &Timetable, at_ms: i64) -> Option<i64> {
     // `next_after` counts in whole seconds: the second holding `at_ms`
     // is "at or before", so a tick at that very second is not after it.
     let after = DateTime::from_timestamp_millis(at_ms.div_euclid(1000) * 1000)?;
@@ -89,7 +89,7 @@ pub(super) fn next_after_ms(schedule: &Schedule, at_ms: i64) -> Option<i64> {
 /// tick; the last quarter of a larger one holds none, so the search goes
 /// on from its start, until a 60-second window holds the tick, stepped
 /// through. The gap shrinks by a quarter at least each round.
-fn previous_tick(schedule: &Schedule, before_ms: i64) -> Option<i64> {
+fn previous_tick(schedule: &Timetable, before_ms: i64) -> Option<i64> {
     let mut before = before_ms;
     for _ in 0..MOST_ROUNDS {
         let mut window = SMALLEST_WINDOW_MS;
@@ -118,7 +118,7 @@ fn previous_tick(schedule: &Schedule, before_ms: i64) -> Option<i64> {
 }
 
 /// The last tick of a schedule whose year field ends at `last_year`.
-pub(super) fn last_tick(schedule: &Schedule, last_year: u32) -> Option<i64> {
+pub(super) fn last_tick(schedule: &Timetable, last_year: u32) -> Option<i64> {
     let after =
         chrono::NaiveDate::from_ymd_opt(i32::try_from(last_year).ok()?.checked_add(1)?, 1, 2)?
             .and_hms_opt(0, 0, 0)?
@@ -129,7 +129,12 @@ pub(super) fn last_tick(schedule: &Schedule, last_year: u32) -> Option<i64> {
 
 /// The daylight-saving change of the job's zone within a day of `at_ms`,
 /// and the rule the schedule applies to it.
-fn dst_near(schedule: &Schedule, at_ms: i64) -> Option<DstFacts> {
+fn dst_near(timetable: &Timetable, at_ms: i64) -> Option<DstFacts> {
+    // The rule of the expression that fires at the instant (the first
+    // one's when none does).
+    let schedule = DateTime::from_timestamp_millis(at_ms)
+        .and_then(|at| timetable.firing_at(at).first().copied())
+        .unwrap_or_else(|| timetable.first());
     let tz = jiff::tz::TimeZone::get(schedule.timezone().name()).ok()?;
     let at = jiff::Timestamp::from_second(at_ms.div_euclid(1000)).ok()?;
     let window = jiff::SignedDuration::from_secs(DST_NEIGHBOURHOOD_S);
@@ -224,9 +229,11 @@ mod tests {
             .timestamp_millis()
     }
 
-    fn berlin(expression: &str) -> Schedule {
+    fn berlin(expression: &str) -> Timetable {
         let zone = Zone::parse("Europe/Berlin").expect("a known zone");
-        Schedule::parse(expression, zone, "j", DstPolicy::default()).expect("a valid schedule")
+        Schedule::parse(expression, zone, "j", DstPolicy::default())
+            .expect("a valid schedule")
+            .into()
     }
 
     #[test]

@@ -9,7 +9,7 @@ use super::records::{InFlight, Recorded, Records};
 use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason, span, text_of};
 use crate::config::{Job, Misfire};
 use crate::outcome::{Status, Trigger};
-use crate::schedule::Schedule;
+use crate::schedule::Timetable;
 
 /// How long after its tick a tick with no record is still on its way:
 /// replicas claim at the tick, and a claim's answer takes a moment.
@@ -434,7 +434,7 @@ fn host_text(host: &str) -> String {
 }
 
 /// The verdict for an instant the schedule does not fire at.
-pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &Schedule) {
+pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &Timetable) {
     explanation.verdict = Verdict::NotATick;
     let expression = schedule.expression();
     let zone = schedule.timezone().name();
@@ -467,7 +467,7 @@ pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &
 }
 
 /// The schedule has no tick after the one explained: its years passed.
-pub(super) fn ended_reason(schedule: &Schedule) -> Reason {
+pub(super) fn ended_reason(schedule: &Timetable) -> Reason {
     let last_year = schedule.last_year();
     let last = last_year.and_then(|year| last_tick(schedule, year));
     reason(
