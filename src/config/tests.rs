@@ -254,3 +254,85 @@ fn a_job_without_params_keeps_its_definition_hash() {
     let with = parse(&text("params = { region = { default = \"eu\" } }")).expect("valid");
     assert_ne!(job.definition_hash(), with.jobs["a"].definition_hash());
 }
+
+#[test]
+fn several_schedules_a_window_and_max_runs_are_read_and_checked() {
+    let job = |settings: &str| {
+        let text = format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n[jobs.draw]\ncommand = [\"x\"]\ntimezone = \"Asia/Shanghai\"\n{settings}\n"
+        );
+        parse(&text).map_err(|e| e.to_string())
+    };
+    let config = job(
+        "schedule = [\"0 12 * * 1-5\", \"0 20 * * 6\"]\n\
+         active_from = 2026-12-01\nactive_until = \"2027-01-01T00:00:00+08:00\"\nmax_runs = 30",
+    )
+    .expect("valid");
+    let draw = &config.jobs["draw"];
+    let timetable = draw.schedule.as_ref().expect("a schedule");
+    assert_eq!(timetable.schedules().len(), 2);
+    let window = timetable.window();
+    // A date is its midnight in the job's zone.
+    assert_eq!(
+        window.from.map(|t| t.to_rfc3339()),
+        Some("2026-11-30T16:00:00+00:00".to_string())
+    );
+    assert_eq!(
+        window.until.map(|t| t.to_rfc3339()),
+        Some("2026-12-31T16:00:00+00:00".to_string())
+    );
+    assert_eq!(draw.max_runs, Some(30));
+    // A local date-time, in the job's zone, as a TOML value.
+    let local = job("schedule = \"@daily\"\nactive_from = 2026-12-01T08:00:00").expect("valid");
+    let from = local.jobs["draw"].schedule.as_ref().and_then(|t| t.window().from);
+    assert_eq!(from.map(|t| t.to_rfc3339()), Some("2026-12-01T00:00:00+00:00".to_string()));
+
+    let expect_error = |settings: &str, fragment: &str| {
+        let err = job(settings).expect_err(settings);
+        assert!(err.contains(fragment), "{settings}: {err}");
+    };
+    expect_error(
+        "schedule = []",
+        "field `schedule`: an empty list: expected at least one cron expression",
+    );
+    expect_error(
+        "schedule = [\"@daily\", \"0 0 31 2 *\"]",
+        "job \"draw\", field `schedule[1]`: \"0 0 31 2 *\" never fires",
+    );
+    expect_error(
+        "schedule = [\"@daily\", \"@daily\"]",
+        "field `schedule[1]`: \"@daily\" is listed twice",
+    );
+    expect_error(
+        "schedule = [\"@daily\", 5]",
+        "invalid type: integer `5`, expected a string",
+    );
+    expect_error(
+        "schedule = \"@daily\"\nactive_from = 2027-01-01\nactive_until = 2026-12-01",
+        "field `active_until`: 2026-11-30T16:00:00+00:00 is not after active_from 2026-12-31T16:00:00+00:00",
+    );
+    expect_error(
+        "schedule = \"@daily\"\nactive_from = \"soon\"",
+        "field `active_from`: \"soon\" is not a date-time: expected a date-time such as",
+    );
+    expect_error(
+        "schedule = \"@daily\"\nactive_until = 12:00:00",
+        "field `active_until`: \"12:00:00\" has no date",
+    );
+    expect_error(
+        "schedule = \"@daily\"\nmax_runs = 0",
+        "field `max_runs`: 0 is out of range: expected 1 to 1000000000",
+    );
+}
+
+#[test]
+fn a_job_without_the_new_timing_settings_keeps_its_definition_hash() {
+    let plain = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\n",
+    )
+    .expect("valid");
+    let debug = format!("{:?}", plain.jobs["a"]);
+    // What `definition_hash` takes out, so that replicas of releases
+    // before these settings agree on the jobs that do not use them.
+    assert!(debug.contains("schedule: Some(Schedule(\"@daily\" in UTC)), max_runs: None,"), "{debug}");
+}

@@ -191,3 +191,99 @@ impl fmt::Debug for Timetable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schedule::{DstPolicy, Schedule, Zone};
+
+    fn at(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text)
+            .expect("a valid instant")
+            .with_timezone(&Utc)
+    }
+
+    fn berlin(expressions: &[&str], window: Window) -> Timetable {
+        let zone = Zone::parse("Europe/Berlin").expect("a known zone");
+        let schedules = expressions
+            .iter()
+            .map(|e| Schedule::parse(e, zone.clone(), "j", DstPolicy::default()).expect("valid"))
+            .collect();
+        Timetable::new(schedules, window).expect("at least one")
+    }
+
+    fn texts(ticks: Vec<DateTime<Utc>>) -> Vec<String> {
+        ticks
+            .into_iter()
+            .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            .collect()
+    }
+
+    #[test]
+    fn the_union_across_the_spring_gap_is_one_tick_per_instant() {
+        // 2026-03-29: 02:00 CET becomes 03:00 CEST at 01:00 UTC. The
+        // hourly wall-clock expression has no 02:00; the fixed-time 02:30
+        // runs at the end of the gap, 03:00 CEST, which the hourly one
+        // fires at too: one tick.
+        let timetable = berlin(&["0 * * * *", "30 2 * * *"], Window::default());
+        assert_eq!(
+            texts(timetable.upcoming(at("2026-03-28T23:30:00Z"), 3)),
+            ["2026-03-29T00:00:00Z", "2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"]
+        );
+        let both = timetable.firing_at(at("2026-03-29T01:00:00Z"));
+        assert_eq!(both.len(), 2, "both expressions fire at 03:00 CEST");
+    }
+
+    #[test]
+    fn the_union_across_the_autumn_fold_keeps_each_expressions_rule() {
+        // 2026-10-25: 03:00 CEST becomes 02:00 CET at 01:00 UTC; 02:30
+        // happens twice. The fixed-time expression runs at the first
+        // 02:30 only, the wall-clock one at both: the first is shared.
+        let timetable = berlin(&["30 2 * * *", "30 * * * *"], Window::default());
+        assert_eq!(
+            texts(timetable.upcoming(at("2026-10-24T23:45:00Z"), 3)),
+            ["2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-25T02:30:00Z"]
+        );
+    }
+
+    #[test]
+    fn weekdays_at_noon_and_saturdays_at_eight() {
+        let zone = Zone::parse("Asia/Shanghai").expect("a known zone");
+        let schedules = ["0 12 * * 1-5", "0 20 * * 6"]
+            .iter()
+            .map(|e| Schedule::parse(e, zone.clone(), "j", DstPolicy::default()).expect("valid"))
+            .collect();
+        let timetable = Timetable::new(schedules, Window::default()).expect("two");
+        // Thursday 2026-11-26, 13:00 in Shanghai: Friday noon, Saturday
+        // 20:00, Monday noon.
+        assert_eq!(
+            texts(timetable.upcoming(at("2026-11-26T05:00:00Z"), 3)),
+            ["2026-11-27T04:00:00Z", "2026-11-28T12:00:00Z", "2026-11-30T04:00:00Z"]
+        );
+        assert_eq!(timetable.expression(), "0 12 * * 1-5 | 0 20 * * 6");
+    }
+
+    #[test]
+    fn the_window_holds_ticks_from_its_start_up_to_its_end() {
+        let window = Window {
+            from: Some(at("2026-11-26T10:00:00.500Z")),
+            until: Some(at("2026-11-26T10:00:04Z")),
+        };
+        let timetable = berlin(&["* * * * * *"], window);
+        // 10:00:00 is before the start (by half a second); 10:00:04 is the
+        // end, not included.
+        assert_eq!(
+            texts(timetable.upcoming(at("2026-11-26T09:00:00Z"), 10)),
+            ["2026-11-26T10:00:01Z", "2026-11-26T10:00:02Z", "2026-11-26T10:00:03Z"]
+        );
+        assert_eq!(timetable.next_after(at("2026-11-26T10:00:03Z")), None);
+    }
+
+    #[test]
+    fn one_schedule_without_a_window_reads_as_the_schedule() {
+        let zone = Zone::utc();
+        let schedule = Schedule::parse("@daily", zone, "j", DstPolicy::default()).expect("valid");
+        let timetable = Timetable::from(schedule.clone());
+        assert_eq!(format!("{timetable:?}"), format!("{schedule:?}"));
+    }
+}
