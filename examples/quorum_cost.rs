@@ -63,7 +63,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
             history: 100,
             min_fence: 0,
             notices: &cronlease::store::NO_NOTICES,
-        max_runs: None,
+            max_runs: None,
         },
         min_tick: -1,
         trigger: Trigger::Schedule,

@@ -316,8 +316,10 @@ pub struct CheckArgs {
     /// How many fire times to print per job.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=1000))]
     pub count: u16,
-    /// Print JSON: one object with `jobs` (each with `name`, `schedule`,
-    /// `resolved`, `timezone`, `timing`, `dst_gap`, `dst_repeat`, `next`: RFC
+    /// Print JSON: one object with `jobs` (each with `name`, `schedule` and
+    /// `resolved` (several expressions joined by ` | `), `schedules` (each
+    /// `expression`, `resolved`, `timing`), `timezone`, `timing`, `dst_gap`,
+    /// `dst_repeat`, `active_from`, `active_until`, `max_runs`, `next`: RFC
     /// 3339 UTC instants, `ended`, and `notify`: its `channels` and events
     /// `on`), `channels` (each `name`, `kind`, `target`), `replica_dead` (the
     /// channels told of a dead replica) and `warnings`.

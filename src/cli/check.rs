@@ -167,8 +167,8 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
                 };
                 let _ = writeln!(out, "  ({}; {timing})", schedule.timezone().name());
             }
-            if let Some(bounds) = bounds_text(job) {
-                let _ = writeln!(out, "  {bounds}");
+            for bound in bounds_lines(job) {
+                let _ = writeln!(out, "  {bound}");
             }
         }
         None => {
@@ -223,9 +223,13 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
 }
 
 /// When the job's ticks start and end (`active_from`, `active_until`)
-/// and how many may run (`max_runs`), on one line; None when unbounded.
-pub(crate) fn bounds_text(job: &Job) -> Option<String> {
-    let window = job.schedule.as_ref().map(|t| t.window()).unwrap_or_default();
+/// and how many may run (`max_runs`), a line each.
+fn bounds_lines(job: &Job) -> Vec<String> {
+    let window = job
+        .schedule
+        .as_ref()
+        .map(|t| t.window())
+        .unwrap_or_default();
     let zone = job.schedule.as_ref().map(|t| t.timezone());
     let local = |t: DateTime<Utc>| match zone {
         Some(zone) => format!("{} ({})", zone.format_local(t), rfc3339_utc(t)),
@@ -236,15 +240,15 @@ pub(crate) fn bounds_text(job: &Job) -> Option<String> {
         parts.push(format!("active from {}", local(from)));
     }
     if let Some(until) = window.until {
-        parts.push(format!("until {} (not included)", local(until)));
+        parts.push(format!("active until {}, not included", local(until)));
     }
     if let Some(n) = job.max_runs {
         parts.push(format!(
-            "at most {n} run{} of the schedule",
+            "at most {n} run{} of its schedule",
             if n == 1 { "" } else { "s" }
         ));
     }
-    (!parts.is_empty()).then(|| parts.join(", "))
+    parts
 }
 
 /// The notification channels, one line each and never a secret, and

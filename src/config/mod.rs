@@ -71,8 +71,8 @@ pub use params::{
 mod redis_section;
 mod run_env;
 mod timetable;
-pub(crate) use timetable::{Expressions, Moment};
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
+pub(crate) use timetable::{Expressions, Moment};
 
 pub(crate) use checker::{DurationValue, Given, is_name};
 pub use checker::{parse_duration, redact_url};

@@ -263,10 +263,8 @@ fn several_schedules_a_window_and_max_runs_are_read_and_checked() {
         );
         parse(&text).map_err(|e| e.to_string())
     };
-    let config = job(
-        "schedule = [\"0 12 * * 1-5\", \"0 20 * * 6\"]\n\
-         active_from = 2026-12-01\nactive_until = \"2027-01-01T00:00:00+08:00\"\nmax_runs = 30",
-    )
+    let config = job("schedule = [\"0 12 * * 1-5\", \"0 20 * * 6\"]\n\
+         active_from = 2026-12-01\nactive_until = \"2027-01-01T00:00:00+08:00\"\nmax_runs = 30")
     .expect("valid");
     let draw = &config.jobs["draw"];
     let timetable = draw.schedule.as_ref().expect("a schedule");
@@ -284,8 +282,14 @@ fn several_schedules_a_window_and_max_runs_are_read_and_checked() {
     assert_eq!(draw.max_runs, Some(30));
     // A local date-time, in the job's zone, as a TOML value.
     let local = job("schedule = \"@daily\"\nactive_from = 2026-12-01T08:00:00").expect("valid");
-    let from = local.jobs["draw"].schedule.as_ref().and_then(|t| t.window().from);
-    assert_eq!(from.map(|t| t.to_rfc3339()), Some("2026-12-01T00:00:00+00:00".to_string()));
+    let from = local.jobs["draw"]
+        .schedule
+        .as_ref()
+        .and_then(|t| t.window().from);
+    assert_eq!(
+        from.map(|t| t.to_rfc3339()),
+        Some("2026-12-01T00:00:00+00:00".to_string())
+    );
 
     let expect_error = |settings: &str, fragment: &str| {
         let err = job(settings).expect_err(settings);
@@ -334,5 +338,8 @@ fn a_job_without_the_new_timing_settings_keeps_its_definition_hash() {
     let debug = format!("{:?}", plain.jobs["a"]);
     // What `definition_hash` takes out, so that replicas of releases
     // before these settings agree on the jobs that do not use them.
-    assert!(debug.contains("schedule: Some(Schedule(\"@daily\" in UTC)), max_runs: None,"), "{debug}");
+    assert!(
+        debug.contains("schedule: Some(Schedule(\"@daily\" in UTC)), max_runs: None,"),
+        "{debug}"
+    );
 }

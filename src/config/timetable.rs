@@ -73,7 +73,12 @@ impl Moment {
                 .trim()
                 .parse::<toml::value::Datetime>()
                 .map_err(|_| format!("{text:?} is not a date-time: {MOMENT_FORM}"))?,
-            other => return Err(format!("a {} is not a date-time: {MOMENT_FORM}", other.type_str())),
+            other => {
+                return Err(format!(
+                    "a {} is not a date-time: {MOMENT_FORM}",
+                    other.type_str()
+                ));
+            }
         };
         let text = datetime.to_string();
         let bad = || format!("{text:?} is not a date-time: {MOMENT_FORM}");
@@ -87,7 +92,11 @@ impl Moment {
             (Some(_), None, None) => text
                 .parse::<jiff::civil::Date>()
                 .ok()
-                .and_then(|date| zone.tz().to_timestamp(date.to_datetime(jiff::civil::Time::midnight())).ok())
+                .and_then(|date| {
+                    zone.tz()
+                        .to_timestamp(date.to_datetime(jiff::civil::Time::midnight()))
+                        .ok()
+                })
                 .ok_or_else(bad)?,
             _ => return Err(format!("{text:?} has no date: {MOMENT_FORM}")),
         };
@@ -138,7 +147,15 @@ pub(super) fn job_timetable(
         return None;
     }
     if expressions.len() > MAX_SCHEDULES {
-        checker.problem(given.at(), Some(section), Some("schedule"), format!("{} expressions: at most {MAX_SCHEDULES} per job", expressions.len()));
+        checker.problem(
+            given.at(),
+            Some(section),
+            Some("schedule"),
+            format!(
+                "{} expressions: at most {MAX_SCHEDULES} per job",
+                expressions.len()
+            ),
+        );
         return None;
     }
     let mut schedules = Vec::with_capacity(expressions.len());
@@ -150,8 +167,20 @@ pub(super) fn job_timetable(
             format!("schedule[{i}]")
         };
         match checker.schedule(expression, zone.clone(), name, dst_policy(raw)) {
-            Ok(schedule) if schedules.iter().any(|s: &Schedule| s.expression() == schedule.expression()) => {
-                checker.problem(given.at(), Some(section), Some(&field), format!("{:?} is listed twice: list each expression once", schedule.expression()));
+            Ok(schedule)
+                if schedules
+                    .iter()
+                    .any(|s: &Schedule| s.expression() == schedule.expression()) =>
+            {
+                checker.problem(
+                    given.at(),
+                    Some(section),
+                    Some(&field),
+                    format!(
+                        "{:?} is listed twice: list each expression once",
+                        schedule.expression()
+                    ),
+                );
                 valid = false;
             }
             Ok(schedule) => match check_dst_policy(checker, section, raw, schedule) {
@@ -216,11 +245,7 @@ fn job_window(
 
 /// `max_runs`: how many ticks of the schedule may start a run, in the
 /// job's whole life across the cluster. `None` when unset.
-pub(super) fn job_max_runs(
-    checker: &mut Checker<'_>,
-    section: &str,
-    raw: &JobSpec,
-) -> Option<u32> {
+pub(super) fn job_max_runs(checker: &mut Checker<'_>, section: &str, raw: &JobSpec) -> Option<u32> {
     let given = raw.max_runs.as_ref()?;
     if raw.schedule.is_none() {
         checker.problem(given.at(), Some(section), Some("max_runs"), "`max_runs` counts the ticks of a schedule, and the job has none (it runs after other jobs): remove `max_runs`, or give it a `schedule`".into());

@@ -3,10 +3,10 @@
 
 use super::StdError;
 use crate::Run;
-use crate::config::{Expressions, Moment};
 use crate::config::Misfire;
 use crate::config::OnHolderLost;
 use crate::config::Overlap;
+use crate::config::{Expressions, Moment};
 use crate::schedule::DstGap;
 use crate::schedule::DstRepeat;
 use crate::task::Task;

@@ -35,8 +35,8 @@ use std::sync::Arc;
 use chrono::{DateTime, TimeZone as _, Utc};
 
 pub use expr::Timing;
-pub use timetable::{EXPRESSION_SEPARATOR, Timetable, Window};
 use expr::{EXPECTED_FORM, Expr};
+pub use timetable::{EXPRESSION_SEPARATOR, Timetable, Window};
 
 /// Why an expression was rejected. The message is meant for the operator and
 /// is shown after the file, line, job and field it belongs to.

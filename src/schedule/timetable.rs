@@ -228,7 +228,11 @@ mod tests {
         let timetable = berlin(&["0 * * * *", "30 2 * * *"], Window::default());
         assert_eq!(
             texts(timetable.upcoming(at("2026-03-28T23:30:00Z"), 3)),
-            ["2026-03-29T00:00:00Z", "2026-03-29T01:00:00Z", "2026-03-29T02:00:00Z"]
+            [
+                "2026-03-29T00:00:00Z",
+                "2026-03-29T01:00:00Z",
+                "2026-03-29T02:00:00Z"
+            ]
         );
         let both = timetable.firing_at(at("2026-03-29T01:00:00Z"));
         assert_eq!(both.len(), 2, "both expressions fire at 03:00 CEST");
@@ -242,7 +246,11 @@ mod tests {
         let timetable = berlin(&["30 2 * * *", "30 * * * *"], Window::default());
         assert_eq!(
             texts(timetable.upcoming(at("2026-10-24T23:45:00Z"), 3)),
-            ["2026-10-25T00:30:00Z", "2026-10-25T01:30:00Z", "2026-10-25T02:30:00Z"]
+            [
+                "2026-10-25T00:30:00Z",
+                "2026-10-25T01:30:00Z",
+                "2026-10-25T02:30:00Z"
+            ]
         );
     }
 
@@ -258,7 +266,11 @@ mod tests {
         // 20:00, Monday noon.
         assert_eq!(
             texts(timetable.upcoming(at("2026-11-26T05:00:00Z"), 3)),
-            ["2026-11-27T04:00:00Z", "2026-11-28T12:00:00Z", "2026-11-30T04:00:00Z"]
+            [
+                "2026-11-27T04:00:00Z",
+                "2026-11-28T12:00:00Z",
+                "2026-11-30T04:00:00Z"
+            ]
         );
         assert_eq!(timetable.expression(), "0 12 * * 1-5 | 0 20 * * 6");
     }
@@ -274,7 +286,11 @@ mod tests {
         // end, not included.
         assert_eq!(
             texts(timetable.upcoming(at("2026-11-26T09:00:00Z"), 10)),
-            ["2026-11-26T10:00:01Z", "2026-11-26T10:00:02Z", "2026-11-26T10:00:03Z"]
+            [
+                "2026-11-26T10:00:01Z",
+                "2026-11-26T10:00:02Z",
+                "2026-11-26T10:00:03Z"
+            ]
         );
         assert_eq!(timetable.next_after(at("2026-11-26T10:00:03Z")), None);
     }

@@ -44,5 +44,6 @@ mod state_loss;
 mod support;
 mod systemd;
 mod tidy;
+mod timetable;
 mod topology;
 mod why_own_schedule;
