@@ -171,6 +171,17 @@ pub async fn explain<J: Borrow<Job>>(
     }
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
+    if let Some(max_runs) = definition.and_then(|def| def.max_runs)
+        && explanation.verdict == Verdict::NotRun
+    {
+        let runs_started = store.job_state(job).await?.runs_started;
+        if runs_started >= u64::from(max_runs) {
+            explanation.summary = "not run: the job has started its max_runs runs".to_string();
+            explanation
+                .reasons
+                .insert(0, verdicts::max_runs_reason(max_runs, runs_started));
+        }
+    }
     follow_chain(store, &mut explanation, &records).await?;
     let (hash, whose) = match definition {
         Some(def) => (Some(def.definition_hash()), "this job table's"),

@@ -97,11 +97,9 @@ fn a_window_runs_the_ticks_from_its_start_up_to_its_end() {
     let config = cluster.config_path("a").display().to_string();
     let status = cronlease(["status", "--config", config.as_str()]).expect_code(0);
     assert!(
-        status.stdout().contains(&format!(
-            "active {} to {}",
-            rfc3339(from),
-            rfc3339(until)
-        )),
+        status
+            .stdout()
+            .contains(&format!("active {} to {}", rfc3339(from), rfc3339(until))),
         "{}",
         status.stdout()
     );
@@ -128,6 +126,32 @@ fn a_window_runs_the_ticks_from_its_start_up_to_its_end() {
         after.stdout()
     );
     assert!(after.stdout().contains("has passed"), "{}", after.stdout());
+    // `explain` says why the seconds around the window are no ticks.
+    let explain = |tick: i64| {
+        let tick = rfc3339(tick);
+        cronlease([
+            "explain",
+            "windowed",
+            "--tick",
+            tick.as_str(),
+            "--json",
+            "--config",
+            config.as_str(),
+        ])
+        .expect_code(0)
+        .stdout()
+    };
+    let before: serde_json::Value = serde_json::from_str(&explain(from - 1000)).expect("JSON");
+    assert_eq!(before["verdict"], "not_a_tick", "{before}");
+    assert_eq!(before["reasons"][0]["kind"], "outside_window", "{before}");
+    let at_end: serde_json::Value = serde_json::from_str(&explain(until)).expect("JSON");
+    assert_eq!(at_end["reasons"][0]["kind"], "outside_window", "{at_end}");
+    assert!(
+        at_end["reasons"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("active_until, not included")),
+        "{at_end}"
+    );
 }
 
 #[test]
@@ -149,6 +173,9 @@ fn max_runs_is_counted_across_replicas_and_ends_the_job() {
     std::thread::sleep(Duration::from_secs(4));
     let config = cluster.config_path("a").display().to_string();
     let status = cronlease(["status", "--config", config.as_str()]).expect_code(0);
+    let explained = cronlease(["explain", "limited", "--json", "--config", config.as_str()])
+        .expect_code(0)
+        .stdout();
     let logs = cluster.logs();
     cluster.stop_all();
     let counts = run_counts(&file);
@@ -161,6 +188,11 @@ fn max_runs_is_counted_across_replicas_and_ends_the_job() {
         "{out}"
     );
     assert!(out.contains("never (see warnings)"), "{out}");
+    let explained: serde_json::Value = serde_json::from_str(&explained).expect("JSON");
+    assert_eq!(
+        explained["reasons"][0]["kind"], "max_runs_reached",
+        "{explained}"
+    );
     assert!(
         logs.contains("the job has started its max_runs runs"),
         "every replica hears that the job ended:\n{logs}"

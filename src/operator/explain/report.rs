@@ -46,7 +46,8 @@ pub enum TickChoice {
 pub struct Reason {
     /// `not_a_tick`, `schedule_ended`, `not_yet_due`, `paused`, `misfire`,
     /// `overlap`, `no_live_replica`, `redis_unreachable`, `config_drift`,
-    /// `not_durable`, `not_claimed_yet` or `no_record`.
+    /// `not_durable`, `not_claimed_yet`, `no_record`, `outside_window`,
+    /// `window_ended` or `max_runs_reached`.
     pub kind: &'static str,
     /// The reason in a sentence, evidence included.
     pub text: String,

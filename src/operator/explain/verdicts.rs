@@ -436,6 +436,11 @@ fn host_text(host: &str) -> String {
 /// The verdict for an instant the schedule does not fire at.
 pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &Timetable) {
     explanation.verdict = Verdict::NotATick;
+    if let Some(outside) = outside_window(explanation.tick_ms, schedule) {
+        explanation.summary = "not a tick: outside the job's active window".to_string();
+        explanation.reasons.push(outside);
+        return;
+    }
     let expression = schedule.expression();
     let zone = schedule.timezone().name();
     let previous = at.previous_ms.map(text_of);
@@ -468,6 +473,22 @@ pub(super) fn not_a_tick(explanation: &mut Explanation, at: &Around, schedule: &
 
 /// The schedule has no tick after the one explained: its years passed.
 pub(super) fn ended_reason(schedule: &Timetable) -> Reason {
+    if let Some(until) = schedule.window().until
+        && schedule
+            .schedules()
+            .iter()
+            .any(|s| s.next_after(until - chrono::Duration::seconds(1)).is_some())
+    {
+        let until_ms = until.timestamp_millis();
+        return reason(
+            "window_ended",
+            format!(
+                "the job's active window ended at {} (active_until): its expressions fire on, but no tick of the job comes after it",
+                text_of(until_ms)
+            ),
+            json!({ "active_until": text_of(until_ms) }),
+        );
+    }
     let last_year = schedule.last_year();
     let last = last_year.and_then(|year| last_tick(schedule, year));
     reason(
@@ -480,6 +501,49 @@ pub(super) fn ended_reason(schedule: &Timetable) -> Reason {
             last.map_or_else(|| "none".to_string(), text_of),
         ),
         json!({ "last_year": last_year, "previous_tick": last.map(text_of) }),
+    )
+}
+
+/// Why an instant some expression fires at is no tick of the job: it
+/// falls before `active_from` or at or after `active_until`. None when
+/// no expression fires at it, or the window holds it.
+fn outside_window(tick_ms: i64, schedule: &Timetable) -> Option<Reason> {
+    let tick = chrono::DateTime::from_timestamp_millis(tick_ms)?;
+    let window = schedule.window();
+    if window.contains(tick) || schedule.firing_at(tick).is_empty() {
+        return None;
+    }
+    let from = window.from.map(|t| text_of(t.timestamp_millis()));
+    let until = window.until.map(|t| text_of(t.timestamp_millis()));
+    let text = match (window.from, &from, &until) {
+        (Some(start), Some(from), _) if tick < start => format!(
+            "{:?} fires at {}, but the job's ticks start at {from} (active_from)",
+            schedule.expression(),
+            text_of(tick_ms)
+        ),
+        (_, _, Some(until)) => format!(
+            "{:?} fires at {}, but the job's ticks end at {until} (active_until, not included)",
+            schedule.expression(),
+            text_of(tick_ms)
+        ),
+        _ => return None,
+    };
+    Some(reason(
+        "outside_window",
+        text,
+        json!({ "active_from": from, "active_until": until }),
+    ))
+}
+
+/// The job has started every run its `max_runs` allows: no tick after
+/// the last of them runs.
+pub(super) fn max_runs_reason(max_runs: u32, runs_started: u64) -> Reason {
+    reason(
+        "max_runs_reached",
+        format!(
+            "the job has started {runs_started} runs of its schedule and max_runs is {max_runs}: its later ticks are not claimed, and each replica's loop for it has ended; raise max_runs to let it run more"
+        ),
+        json!({ "max_runs": max_runs, "runs_started": runs_started }),
     )
 }
 
