@@ -138,6 +138,16 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
         dl.facts {
             dt { "Schedule" } dd { (schedule_cell(job, definition)) }
             dt { "Next tick" } dd { (next_tick_cell(job, definition, now_ms)) }
+            @if job.active_from.is_some() || job.active_until.is_some() {
+                dt { "Active" } dd {
+                    @if let Some(from) = &job.active_from { "from " (from) }
+                    @if job.active_from.is_some() && job.active_until.is_some() { " " }
+                    @if let Some(until) = &job.active_until { "until " (until) " (not included)" }
+                }
+            }
+            @if let Some(max) = job.max_runs {
+                dt { "Runs of the schedule" } dd { (job.runs_started) " of " (max) " (max_runs)" }
+            }
             dt { "State" } dd { (state_cell(job, now_ms)) }
             @if let Some(def) = definition {
                 dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }

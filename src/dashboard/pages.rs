@@ -423,6 +423,9 @@ pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: 
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     let next = definition
         .and_then(|d| d.schedule.as_ref())
+        // None once the job has ended (its status has no next tick, and a
+        // warning says why: max_runs reached, its window or years past).
+        .filter(|_| job.next_tick.is_some() || job.warning.is_none())
         .and_then(|s| Some((s, s.next_after(now)?)));
     html! {
         @match next {
