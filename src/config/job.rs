@@ -234,6 +234,14 @@ pub(super) fn validate_named_job(
             "chains are not available with `[redis] quorum` (a follower's run would need its own quorum claim): expected no `after`".into(),
         );
     }
+    if context.quorum && job.max_runs.is_some() {
+        checker.problem(
+            None,
+            Some(&section),
+            Some("max_runs"),
+            "max_runs is not available with `[redis] quorum` (each master would keep its own count, and a claim undone on a minority would leave it counted there): expected no `max_runs`".into(),
+        );
+    }
     Some(job)
 }
 

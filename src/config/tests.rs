@@ -131,6 +131,17 @@ fn redis_deployments_are_checked_with_the_field_that_is_wrong() {
             .contains("job \"draw\", field `on_holder_lost`: on_holder_lost = \"rerun\" is not available with `[redis] quorum`"),
         "{rerun}"
     );
+    let limited = parse(
+        "[redis]\nquorum = [\"redis://a\", \"redis://b\", \"redis://c\"]\n\
+         [jobs.draw]\nschedule = \"@daily\"\ncommand = [\"x\"]\nmax_runs = 3\n",
+    )
+    .expect_err("max_runs with quorum");
+    assert!(
+        limited.to_string().contains(
+            "job \"draw\", field `max_runs`: max_runs is not available with `[redis] quorum`"
+        ),
+        "{limited}"
+    );
     expect_error(
         "url = \"redis://h\"\npassword_env = \"CRONLEASE_SURELY_UNSET_VAR\"",
         "environment variable \"CRONLEASE_SURELY_UNSET_VAR\" is not set",
