@@ -19,7 +19,7 @@ use crate::config::{Config, RedisConfig};
 use crate::exit::Exit;
 use crate::lock::LockError;
 use crate::lock::command::CommandError;
-use crate::operator::{self, OperatorError};
+use crate::operator::{self, OperatorError, PauseOptions, Until};
 use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
@@ -72,10 +72,21 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
-    /// Pause a job on every replica: its ticks are skipped, not caught up.
-    Pause(JobArgs),
-    /// Resume a paused job from its next tick.
-    Resume(JobArgs),
+    /// Pause a job on every replica, or every job (--all): its ticks are
+    /// skipped, not caught up.
+    ///
+    /// Until resumed, or until --until (an RFC 3339 time or a duration from
+    /// now, by Redis time): from then on the ticks run again, and the end
+    /// is recorded once in the job's actions. --reason shows in `status`,
+    /// `explain` and the dashboard. --all is the cluster's maintenance
+    /// switch: every job of every replica (embedded schedulers' too, and
+    /// jobs added later) until `resume --all` or its --until; it returns
+    /// once every live replica confirmed it holds the pause, and exits 1
+    /// naming those that did not within --wait.
+    Pause(PauseArgs),
+    /// Resume a paused job from its next tick, or end the cluster's pause
+    /// (--all; jobs paused on their own stay paused).
+    Resume(ResumeArgs),
     /// Clear what no replica writes from a job's state in Redis (a
     /// high-water mark later than any claim could set, a fence past 2^53,
     /// quarantined runs in flight) once `status` shows it needs repair.
@@ -241,6 +252,54 @@ pub struct JobArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct PauseArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub job: Option<String>,
+    /// Every job of the cluster (the maintenance switch).
+    #[arg(long)]
+    pub all: bool,
+    /// When the pause ends by itself: an RFC 3339 time
+    /// (2026-11-26T22:00:00Z) or a duration from now (30m, 2h); by Redis
+    /// time, and after it.
+    #[arg(long, value_name = "T", value_parser = parse_until)]
+    pub until: Option<Until>,
+    /// Why, for `status`, `explain` and the dashboard: one line, at most
+    /// 500 characters.
+    #[arg(long, value_name = "TEXT", value_parser = parse_reason)]
+    pub reason: Option<String>,
+    /// With --all: how long to wait for every live replica to confirm it
+    /// holds the pause.
+    #[arg(long, value_name = "D", default_value = "15s", value_parser = parse_cli_duration)]
+    pub wait: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The job.
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub job: Option<String>,
+    /// End the cluster's pause (`pause --all`).
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: how long to wait for every live replica to confirm.
+    #[arg(long, value_name = "D", default_value = "15s", value_parser = parse_cli_duration)]
+    pub wait: Duration,
+}
+
+fn parse_until(text: &str) -> Result<Until, String> {
+    Until::parse(text)
+}
+
+fn parse_reason(text: &str) -> Result<String, String> {
+    operator::check_reason(text).map(|()| text.to_string())
+}
+
+#[derive(Debug, Args)]
 pub struct LockArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -383,8 +442,8 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         }),
         Command::Explain(args) => explain(&args),
         Command::Trigger(args) => trigger(&args),
-        Command::Pause(args) => pause(&args, PauseAction::Pause),
-        Command::Resume(args) => pause(&args, PauseAction::Resume),
+        Command::Pause(args) => pause(&args),
+        Command::Resume(args) => resume(&args),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
         Command::Notify(args) => match &args.command {
@@ -417,9 +476,12 @@ impl From<OperatorError> for Failure {
         match e {
             OperatorError::UnknownJob(_)
             | OperatorError::Params { .. }
+            | OperatorError::BadPause(_)
             | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
-            OperatorError::Paused(_) | OperatorError::Unreadable { .. } => {
+            OperatorError::Paused(_)
+            | OperatorError::ClusterPaused
+            | OperatorError::Unreadable { .. } => {
                 Failure::Runtime(e.to_string())
             }
         }
@@ -584,14 +646,7 @@ fn trigger(args: &TriggerArgs) -> Exit {
     })
 }
 
-/// What `cronlease pause` and `cronlease resume` do.
-#[derive(Clone, Copy)]
-enum PauseAction {
-    Pause,
-    Resume,
-}
-
-/// `cronlease pause` and `cronlease resume`.
+/// `cronlease repair`.
 fn repair(args: &JobArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
@@ -609,22 +664,89 @@ fn repair(args: &JobArgs) -> Exit {
     })
 }
 
-fn pause(args: &JobArgs, action: PauseAction) -> Exit {
+/// `cronlease pause`.
+fn pause(args: &PauseArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
-        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
         let who = operator::operator_identity();
-        let done = match action {
-            PauseAction::Pause => {
-                operator::pause(&target.store, &args.job, &who).await?;
-                "paused"
-            }
-            PauseAction::Resume => {
-                operator::resume(&target.store, &args.job, &who).await?;
-                "resumed"
-            }
+        let options = PauseOptions {
+            until: args.until,
+            reason: args.reason.clone().unwrap_or_default(),
         };
-        Ok(format!("{} {done} by {who}\n", args.job))
+        let why = if options.reason.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", options.reason)
+        };
+        let Some(job) = &args.job else {
+            let change = operator::pause_all(&target.store, &who, &options, args.wait).await?;
+            let said = format!(
+                "every job paused by {who} {}{why}\n",
+                until_text(change.until_ms)
+            );
+            return cluster_confirmed(said, &change, args.wait);
+        };
+        operator::require_job(&target.store, target.config.as_ref(), job).await?;
+        let paused = operator::pause(&target.store, job, &who, &options).await?;
+        Ok(format!(
+            "{job} paused by {who} {}{why}\n",
+            until_text(paused.until_ms)
+        ))
     })
+}
+
+/// `cronlease resume`.
+fn resume(args: &ResumeArgs) -> Exit {
+    operator_command(&args.connect, |target| async move {
+        let who = operator::operator_identity();
+        let Some(job) = &args.job else {
+            let change = operator::resume_all(&target.store, &who, args.wait).await?;
+            let said = format!(
+                "the cluster resumed by {who} (jobs paused on their own stay paused)\n"
+            );
+            return cluster_confirmed(said, &change, args.wait);
+        };
+        operator::require_job(&target.store, target.config.as_ref(), job).await?;
+        operator::resume(&target.store, job, &who).await?;
+        Ok(format!("{job} resumed by {who}\n"))
+    })
+}
+
+/// "until resumed", or "until <RFC 3339>".
+fn until_text(until_ms: Option<i64>) -> String {
+    match until_ms.and_then(chrono::DateTime::from_timestamp_millis) {
+        Some(at) => format!(
+            "until {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ),
+        None => "until resumed".to_string(),
+    }
+}
+
+/// The cluster's change `said`, and which live replicas confirmed it; an
+/// error (exit 1) naming those that did not within `wait`.
+fn cluster_confirmed(
+    said: String,
+    change: &operator::ClusterChange,
+    wait: Duration,
+) -> Result<String, Failure> {
+    if change.unconfirmed.is_empty() {
+        return Ok(format!(
+            "{said}confirmed by every live replica ({}): {}\n",
+            change.confirmed.len(),
+            change.confirmed.join(", ")
+        ));
+    }
+    print!("{said}");
+    Err(Failure::Runtime(format!(
+        "not confirmed within {} by the live replica(s) {} (they may start ticks until they read it at their next heartbeat); confirmed by: {}",
+        humantime::format_duration(wait),
+        change.unconfirmed.join(", "),
+        if change.confirmed.is_empty() {
+            "none".to_string()
+        } else {
+            change.confirmed.join(", ")
+        }
+    )))
 }
 
 fn parse_env_pattern(text: &str) -> Result<crate::config::EnvPattern, String> {

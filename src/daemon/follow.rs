@@ -155,9 +155,17 @@ async fn follow(
     let given: Vec<(String, String)> = params.clone().into_iter().collect();
     let notices = job_notices(ctx.store.keys(), job);
     let sent = Instant::now();
-    let reply = ctx
-        .store
-        .follow(&FollowRequest {
+    // The cluster's pause passes a follower's run as a paused job's is
+    // (not started, not caught up on resume).
+    let reply = if ctx
+        .claims
+        .cluster_pause()
+        .is_some_and(|p| p.holds(ctx.clock.now_ms()))
+    {
+        FollowReply::Paused
+    } else {
+        ctx.store
+            .follow(&FollowRequest {
             job: &job.name,
             upstream,
             entry,
@@ -166,9 +174,10 @@ async fn follow(
             claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
             join,
             skip_after,
-            params: &given,
-        })
-        .await?;
+                params: &given,
+            })
+            .await?
+    };
     ctx.redis.answered();
     if !act_on(
         ctx,

@@ -108,7 +108,8 @@ if join ~= '' then
 end
 ctx = params(ctx)
 
-if redis.call('HGET', state, 'paused') == '1' then return {'paused'} end
+local pause = redis.call('HMGET', state, 'paused', 'paused_until_ms')
+if pause_holds(pause[1], tonumber(pause[2] or ''), now) then return {'paused'} end
 if misfire == 'skip' and now - at > grace then
   record_outcome(state, runs, maxlen, not_run('missed', ctx, ''), false)
   return {'missed'}

@@ -12,8 +12,9 @@ use super::{Store, StoreError};
 use crate::outcome::Status;
 
 /// The state fields that hold numbers.
-const NUMBERS: [&str; 9] = [
+const NUMBERS: [&str; 10] = [
     "last_tick",
+    "paused_until_ms",
     "fence",
     "missed_total",
     "missed_until",
@@ -37,13 +38,26 @@ pub struct JobState {
     pub needs_repair: Option<Repair>,
 }
 
-/// Who paused a job, and when.
+/// Who paused a job, when, until when and why.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pause {
     /// `user@host` of the operator.
     pub by: Option<String>,
     /// Redis ms.
     pub at_ms: Option<i64>,
+    /// Redis ms the pause ends at by itself; None: until resumed.
+    pub until_ms: Option<i64>,
+    /// Why, when the operator said.
+    pub reason: Option<String>,
+}
+
+impl Pause {
+    /// Whether the pause still holds at Redis time `now_ms` (a timed pause
+    /// whose end has come is over, even before a claim or a sweep
+    /// recorded its end).
+    pub fn holds_at(&self, now_ms: i64) -> bool {
+        self.until_ms.is_none_or(|until| now_ms < until)
+    }
 }
 
 /// A run in flight, from the job's `running` hash.
@@ -120,6 +134,10 @@ impl JobState {
                 .then(|| Pause {
                     by: state.get("paused_by").cloned(),
                     at_ms: int("paused_at_ms"),
+                    until_ms: int("paused_until_ms"),
+                    reason: state
+                        .get("paused_reason")
+                        .map(|r| crate::inert::escape(r).into_owned()),
                 }),
             last_outcome: last_outcome(state),
             missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
