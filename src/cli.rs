@@ -680,7 +680,7 @@ fn pause(args: &PauseArgs) -> Exit {
         let Some(job) = &args.job else {
             let change = operator::pause_all(&target.store, &who, &options, args.wait).await?;
             let said = format!(
-                "every job paused by {who} {}{why}\n",
+                "every job paused by {who}{}{why}\n",
                 until_text(change.until_ms)
             );
             return cluster_confirmed(said, &change, args.wait);
@@ -688,7 +688,7 @@ fn pause(args: &PauseArgs) -> Exit {
         operator::require_job(&target.store, target.config.as_ref(), job).await?;
         let paused = operator::pause(&target.store, job, &who, &options).await?;
         Ok(format!(
-            "{job} paused by {who} {}{why}\n",
+            "{job} paused by {who}{}{why}\n",
             until_text(paused.until_ms)
         ))
     })
@@ -711,14 +711,14 @@ fn resume(args: &ResumeArgs) -> Exit {
     })
 }
 
-/// "until resumed", or "until <RFC 3339>".
+/// " until <RFC 3339>", or nothing for a pause until resumed.
 fn until_text(until_ms: Option<i64>) -> String {
     match until_ms.and_then(chrono::DateTime::from_timestamp_millis) {
         Some(at) => format!(
-            "until {}",
-            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            " until {}",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
         ),
-        None => "until resumed".to_string(),
+        None => String::new(),
     }
 }
 
