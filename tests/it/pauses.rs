@@ -345,3 +345,129 @@ fn replicas_racing_to_end_an_expired_pause_record_its_end_once() {
         }
     });
 }
+
+#[test]
+fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
+    use crate::dashboard::{TOKEN, TOKEN_ENV, dashboard_addr, eventually, goto, js};
+    use fantoccini::Locator;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
+    let file = cluster.path("draw");
+    let jobs = probe_job("draw", "* * * * * *", &file, "true", "");
+    let daemon = format!(
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n"
+    );
+    cluster.start_with("alpha", &daemon, &jobs, None);
+    cluster.wait_ready();
+    let base = format!("http://{}", dashboard_addr(&cluster.replicas[0]));
+    let config = cluster.config_path("alpha");
+    runtime().block_on(async {
+        let browser = crate::support::Browser::start().await;
+        goto(&browser, &format!("{base}/login?next=/jobs/draw")).await;
+        let find = async |id: &str| {
+            browser
+                .client
+                .find(Locator::Id(id))
+                .await
+                .unwrap_or_else(|e| panic!("#{id}: {e}"))
+        };
+        find("name").await.send_keys("tester").await.expect("typing");
+        find("token").await.send_keys(TOKEN).await.expect("typing");
+        find("login").await.click().await.expect("logging in");
+        eventually("the job page's pause form", async || {
+            js::<bool>(&browser, "return !!document.getElementById('pause-until');")
+                .await
+                .then_some(())
+        })
+        .await;
+
+        // An end that is no time: refused, nothing paused.
+        find("pause-until").await.send_keys("yesterday").await.expect("typing");
+        find("pause").await.click().await.expect("a click");
+        let (code, error): (u16, String) = eventually("the refusal", async || {
+            js(
+                &browser,
+                r#"const nav = performance.getEntriesByType('navigation')[0];
+                   const error = document.querySelector('p.error');
+                   return nav && error ? [nav.responseStatus, error.textContent] : null;"#,
+            )
+            .await
+        })
+        .await;
+        assert_eq!(code, 400, "{error}");
+        assert!(error.contains("Pause refused"), "{error}");
+        assert_eq!(job(&status(&config), "draw")["paused"], false);
+
+        goto(&browser, &format!("{base}/jobs/draw")).await;
+        eventually("the pause form again", async || {
+            js::<bool>(&browser, "return !!document.getElementById('pause-until');")
+                .await
+                .then_some(())
+        })
+        .await;
+        find("pause-until").await.send_keys("1h").await.expect("typing");
+        find("pause-reason")
+            .await
+            .send_keys("rotating the draw's keys")
+            .await
+            .expect("typing");
+        let before = redis_now_ms(&cluster.redis);
+        find("pause").await.click().await.expect("a click pauses");
+        let shown: String = eventually("the job shown paused with its reason", async || {
+            let text: String = js(&browser, "return document.body.textContent;").await;
+            (text.contains("rotating the draw's keys") && text.contains("until")).then_some(text)
+        })
+        .await;
+        assert!(shown.contains("Resume"), "{shown}");
+
+        let report = status(&config);
+        let draw = job(&report, "draw");
+        assert_eq!(draw["paused"], true, "{report:#}");
+        assert_eq!(draw["paused_reason"], "rotating the draw's keys", "{report:#}");
+        let until = draw["paused_until_ms"].as_i64().expect("an until");
+        assert!(
+            (before + 3_600_000 - 5_000..=before + 3_600_000 + 5_000).contains(&until),
+            "until {until}, paused at about {before}"
+        );
+        let actions = stream(&cluster.redis, "cl:{draw}:actions");
+        let pause = actions.iter().find(|a| a["action"] == "pause").expect("the pause");
+        assert_eq!(pause["reason"], "rotating the draw's keys", "{actions:#?}");
+        assert!(pause["who"].contains("tester"), "{actions:#?}");
+
+        // explain of a tick of the pause says who, until when and why.
+        let tick = (redis_now_ms(&cluster.redis) / 1000 + 2) * 1000;
+        wait_until(Duration::from_secs(20), "the paused tick to pass", || {
+            let mark: Option<String> = redis::cmd("HGET")
+                .arg("cl:{draw}:state")
+                .arg("last_tick")
+                .query(&mut cluster.redis.client())
+                .ok()?;
+            mark.and_then(|m| m.parse::<i64>().ok()).filter(|m| *m >= tick)
+        });
+        let run = op(&["explain", "draw", "--tick", &tick.to_string(), "--json"], &config)
+            .expect_code(0);
+        let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
+        assert_eq!(e["verdict"], "not_run", "{e:#}");
+        let paused = e["reasons"]
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
+            .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
+        assert_eq!(paused["evidence"]["reason"], "rotating the draw's keys", "{e:#}");
+        assert_eq!(paused["evidence"]["until_ms"], until, "{e:#}");
+
+        // The cluster's pause shows as a banner on the overview.
+        op(&["pause", "--all", "--reason", "datacentre move"], &config).expect_code(0);
+        goto(&browser, &format!("{base}/")).await;
+        let banner: String = eventually("the cluster pause banner", async || {
+            js(
+                &browser,
+                "return document.getElementById('cluster-paused')?.textContent ?? null;",
+            )
+            .await
+        })
+        .await;
+        assert!(banner.contains("datacentre move"), "{banner}");
+    });
+}
+
