@@ -481,9 +481,7 @@ impl From<OperatorError> for Failure {
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_)
             | OperatorError::ClusterPaused
-            | OperatorError::Unreadable { .. } => {
-                Failure::Runtime(e.to_string())
-            }
+            | OperatorError::Unreadable { .. } => Failure::Runtime(e.to_string()),
         }
     }
 }
@@ -700,9 +698,8 @@ fn resume(args: &ResumeArgs) -> Exit {
         let who = operator::operator_identity();
         let Some(job) = &args.job else {
             let change = operator::resume_all(&target.store, &who, args.wait).await?;
-            let said = format!(
-                "the cluster resumed by {who} (jobs paused on their own stay paused)\n"
-            );
+            let said =
+                format!("the cluster resumed by {who} (jobs paused on their own stay paused)\n");
             return cluster_confirmed(said, &change, args.wait);
         };
         operator::require_job(&target.store, target.config.as_ref(), job).await?;

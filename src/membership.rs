@@ -209,6 +209,7 @@ mod tests {
             config_hash: BTreeMap::new(),
             runs: Vec::new(),
             containment: None,
+            cluster_pause: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

@@ -166,14 +166,14 @@ async fn follow(
     } else {
         ctx.store
             .follow(&FollowRequest {
-            job: &job.name,
-            upstream,
-            entry,
-            deadline_ms: ctx.clock.now_ms() + FOLLOW_WITHIN_MS,
-            run_id: &run_id,
-            claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
-            join,
-            skip_after,
+                job: &job.name,
+                upstream,
+                entry,
+                deadline_ms: ctx.clock.now_ms() + FOLLOW_WITHIN_MS,
+                run_id: &run_id,
+                claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
+                join,
+                skip_after,
                 params: &given,
             })
             .await?

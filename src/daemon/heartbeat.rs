@@ -222,7 +222,10 @@ pub(super) async fn read_cluster_pause(ctx: &Ctx) {
             let id = record.as_ref().map(|r| r.id.clone());
             let paused = record.as_ref().is_some_and(|r| r.paused);
             if ctx.claims.hold_cluster_pause(record) {
-                info!(pause = id.as_deref().unwrap_or("-"), paused, "the cluster's pause record changed");
+                info!(
+                    pause = id.as_deref().unwrap_or("-"),
+                    paused, "the cluster's pause record changed"
+                );
                 ctx.heartbeat_now.notify_one();
             }
         }

@@ -31,12 +31,11 @@ pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,
     wait_for_outcome,
 };
-pub use pause::{
-    ClusterChange, PauseOptions, Until, check_reason, pause, pause_all,
-    resume, resume_all,
-};
 #[cfg(feature = "dashboard")]
 pub use pause::REASON_MAX_CHARS;
+pub use pause::{
+    ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,
+};
 pub use render::{OutputText, render_history, render_status, use_colour};
 
 /// Failures of an operator command.
@@ -264,10 +263,7 @@ pub async fn status<J: Borrow<Job>>(
         });
     }
     let channels = store.channel_health().await?;
-    let cluster_pause = store
-        .cluster_pause()
-        .await?
-        .filter(|p| p.holds(now_ms));
+    let cluster_pause = store.cluster_pause().await?.filter(|p| p.holds(now_ms));
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
@@ -524,7 +520,11 @@ pub async fn trigger(
     {
         return Err(OperatorError::Paused(job.to_string()));
     }
-    if store.cluster_pause().await?.is_some_and(|p| p.holds(now_ms)) {
+    if store
+        .cluster_pause()
+        .await?
+        .is_some_and(|p| p.holds(now_ms))
+    {
         return Err(OperatorError::ClusterPaused);
     }
     let run_id = uuid::Uuid::new_v4().to_string();
@@ -611,6 +611,7 @@ mod tests {
             runs: Vec::new(),
             containment: None,
             config_hash: [("j".to_string(), hash.to_string())].into(),
+            cluster_pause: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
         assert_eq!(drift("j", None, &replicas), ["c"]);

@@ -28,7 +28,6 @@ pub enum Until {
 impl Until {
     /// `text` as an RFC 3339 time (`2026-11-26T22:00:00Z`) or a duration
     /// from now (`2h`, `30m`, `1h 30m`).
-
     pub fn parse(text: &str) -> Result<Until, String> {
         let text = text.trim();
         if let Ok(at) = DateTime::parse_from_rfc3339(text) {
@@ -226,7 +225,10 @@ mod tests {
 
     #[test]
     fn untils_and_reasons() {
-        assert_eq!(Until::parse("30m"), Ok(Until::In(Duration::from_secs(1800))));
+        assert_eq!(
+            Until::parse("30m"),
+            Ok(Until::In(Duration::from_secs(1800)))
+        );
         assert_eq!(
             Until::parse("2026-11-26T22:00:00+01:00"),
             Ok(Until::At(1_795_726_800_000))

@@ -75,11 +75,7 @@ impl Store {
         count: usize,
     ) -> Result<Vec<Action>, StoreError> {
         let mut cmd = redis::cmd("XREVRANGE");
-        cmd.arg(key)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(count);
+        cmd.arg(key).arg("+").arg("-").arg("COUNT").arg(count);
         let entries: Vec<(String, Vec<(String, String)>)> = self.read_cmd(cmd).await?;
         let mut actions = Vec::with_capacity(entries.len());
         for (id, fields) in entries {

@@ -37,13 +37,13 @@ pub use error::StoreError;
 use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
-pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
 pub use events::{
     ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
 };
+pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
 /// How far ahead of Redis time a claim may set a job's high-water mark
 /// (a claim is made at most its lead, under a second, ahead of its tick):

@@ -176,7 +176,10 @@ impl Store {
         job: &str,
         request: &PauseRequest<'_>,
     ) -> Result<PauseAnswer, StoreError> {
-        let until = request.until_ms.map(|ms| ms.to_string()).unwrap_or_default();
+        let until = request
+            .until_ms
+            .map(|ms| ms.to_string())
+            .unwrap_or_default();
         let answer = self
             .pause_script(job, "pause", request.who, &until, request.reason)
             .await?;
@@ -276,7 +279,10 @@ impl Store {
         request: &PauseRequest<'_>,
         id: &str,
     ) -> Result<PauseAnswer, StoreError> {
-        let until = request.until_ms.map(|ms| ms.to_string()).unwrap_or_default();
+        let until = request
+            .until_ms
+            .map(|ms| ms.to_string())
+            .unwrap_or_default();
         self.pause_all_script("pause", request.who, &until, request.reason, id)
             .await
     }
@@ -354,7 +360,11 @@ impl Store {
     }
 
     /// `cmd` on every master (a majority must take it).
-    async fn write_everywhere(&self, what: &'static str, cmd: redis::Cmd) -> Result<(), StoreError> {
+    async fn write_everywhere(
+        &self,
+        what: &'static str,
+        cmd: redis::Cmd,
+    ) -> Result<(), StoreError> {
         let cmd = &cmd;
         let answers = self
             .on_all(|mut conn| async move { Ok(cmd.query_async::<Value>(&mut conn).await?) })

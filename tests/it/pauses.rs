@@ -11,8 +11,8 @@ use cronlease::store::{ClaimReply, PauseAnswer, PauseRequest};
 use serde_json::Value;
 
 use crate::support::{
-    Cluster, RedisServer, Run, claim_request, connect_store, cronlease, probe_job, runtime,
-    starts, test_claimant, wait_until,
+    Cluster, RedisServer, Run, claim_request, connect_store, cronlease, probe_job, runtime, starts,
+    test_claimant, wait_until,
 };
 
 /// `cronlease ARGS… --config CONFIG`.
@@ -38,9 +38,8 @@ fn job<'a>(report: &'a Value, name: &str) -> &'a Value {
 }
 
 fn redis_now_ms(redis: &RedisServer) -> i64 {
-    let (seconds, micros): (i64, i64) = redis::cmd("TIME")
-        .query(&mut redis.client())
-        .expect("TIME");
+    let (seconds, micros): (i64, i64) =
+        redis::cmd("TIME").query(&mut redis.client()).expect("TIME");
     seconds * 1000 + micros / 1000
 }
 
@@ -182,7 +181,10 @@ fn pause_all_stops_every_job_once_confirmed_and_resume_all_keeps_a_job_paused_on
     );
     let report = status(&config);
     assert_eq!(report["cluster_pause"]["paused"], true, "{report:#}");
-    assert_eq!(report["cluster_pause"]["reason"], "Redis upgrade", "{report:#}");
+    assert_eq!(
+        report["cluster_pause"]["reason"], "Redis upgrade",
+        "{report:#}"
+    );
     let text = op(&["status"], &config).expect_code(0).stdout();
     assert!(
         text.starts_with("CLUSTER PAUSED") && text.contains("Redis upgrade"),
@@ -200,12 +202,20 @@ fn pause_all_stops_every_job_once_confirmed_and_resume_all_keeps_a_job_paused_on
     // A trigger is refused while the cluster is paused.
     let refused = op(&["trigger", "first"], &config);
     assert_eq!(refused.code(), Some(1), "{}", refused.describe());
-    assert!(refused.stderr().contains("cluster is paused"), "{}", refused.describe());
+    assert!(
+        refused.stderr().contains("cluster is paused"),
+        "{}",
+        refused.describe()
+    );
 
     // A job paused on its own stays paused when the cluster resumes.
     op(&["pause", "first"], &config).expect_code(0);
     let run = op(&["resume", "--all"], &config).expect_code(0);
-    assert!(run.stdout().contains("confirmed by every live replica"), "{}", run.describe());
+    assert!(
+        run.stdout().contains("confirmed by every live replica"),
+        "{}",
+        run.describe()
+    );
     let resumed = redis_now_ms(&cluster.redis);
     wait_until(Duration::from_secs(15), "second runs again", || {
         (ticks(&second).iter().filter(|t| **t > resumed).count() >= 2).then_some(())
@@ -227,10 +237,14 @@ fn pause_all_stops_every_job_once_confirmed_and_resume_all_keeps_a_job_paused_on
     let until = report["cluster_pause"]["until_ms"]
         .as_i64()
         .unwrap_or_else(|| panic!("no until in {report:#}\n{}", run.describe()));
-    wait_until(Duration::from_secs(20), "both jobs run after the end", || {
-        let after = |file: &Path| ticks(file).iter().filter(|t| **t >= until).count() >= 2;
-        (after(&first) && after(&second)).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(20),
+        "both jobs run after the end",
+        || {
+            let after = |file: &Path| ticks(file).iter().filter(|t| **t >= until).count() >= 2;
+            (after(&first) && after(&second)).then_some(())
+        },
+    );
     for file in [&first, &second] {
         let during: Vec<i64> = ticks(file)
             .into_iter()
@@ -263,16 +277,32 @@ fn a_pause_ending_in_the_past_or_with_a_bad_reason_is_refused() {
     let past = rfc3339(redis_now_ms(&cluster.redis) - 3_600_000);
     let long = "x".repeat(501);
     for (args, says) in [
-        (vec!["pause", "beat", "--until", &past], "not after Redis time"),
-        (vec!["pause", "--all", "--until", &past], "not after Redis time"),
-        (vec!["pause", "beat", "--until", "soon"], "neither an RFC 3339 time"),
+        (
+            vec!["pause", "beat", "--until", &past],
+            "not after Redis time",
+        ),
+        (
+            vec!["pause", "--all", "--until", &past],
+            "not after Redis time",
+        ),
+        (
+            vec!["pause", "beat", "--until", "soon"],
+            "neither an RFC 3339 time",
+        ),
         (vec!["pause", "beat", "--reason", &long], "at most 500"),
-        (vec!["pause", "beat", "--reason", "two\nlines"], "control character"),
+        (
+            vec!["pause", "beat", "--reason", "two\nlines"],
+            "control character",
+        ),
         (vec!["pause"], "required"),
     ] {
         let run = op(&args, &config);
         assert_eq!(run.code(), Some(2), "{args:?}\n{}", run.describe());
-        assert!(run.stderr().contains(says), "{args:?}: expected {says:?}\n{}", run.describe());
+        assert!(
+            run.stderr().contains(says),
+            "{args:?}: expected {says:?}\n{}",
+            run.describe()
+        );
     }
     let state: Option<String> = redis::cmd("HGET")
         .arg("cl:{beat}:state")
@@ -332,7 +362,10 @@ fn replicas_racing_to_end_an_expired_pause_record_its_end_once() {
                 .into_iter()
                 .filter(|a| a["action"] == "resume")
                 .count();
-            assert_eq!(resumes, 1, "round {round}: the end recorded {resumes} times");
+            assert_eq!(
+                resumes, 1,
+                "round {round}: the end recorded {resumes} times"
+            );
             // A late claim of a tick of the pause does not run it.
             let late = one
                 .claim(&claim_request(&job, "late", until - 100, claimant))
@@ -372,7 +405,11 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
                 .await
                 .unwrap_or_else(|e| panic!("#{id}: {e}"))
         };
-        find("name").await.send_keys("tester").await.expect("typing");
+        find("name")
+            .await
+            .send_keys("tester")
+            .await
+            .expect("typing");
         find("token").await.send_keys(TOKEN).await.expect("typing");
         find("login").await.click().await.expect("logging in");
         eventually("the job page's pause form", async || {
@@ -383,7 +420,11 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
         .await;
 
         // An end that is no time: refused, nothing paused.
-        find("pause-until").await.send_keys("yesterday").await.expect("typing");
+        find("pause-until")
+            .await
+            .send_keys("yesterday")
+            .await
+            .expect("typing");
         find("pause").await.click().await.expect("a click");
         let (code, error): (u16, String) = eventually("the refusal", async || {
             js(
@@ -406,7 +447,11 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
                 .then_some(())
         })
         .await;
-        find("pause-until").await.send_keys("1h").await.expect("typing");
+        find("pause-until")
+            .await
+            .send_keys("1h")
+            .await
+            .expect("typing");
         find("pause-reason")
             .await
             .send_keys("rotating the draw's keys")
@@ -424,14 +469,20 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
         let report = status(&config);
         let draw = job(&report, "draw");
         assert_eq!(draw["paused"], true, "{report:#}");
-        assert_eq!(draw["paused_reason"], "rotating the draw's keys", "{report:#}");
+        assert_eq!(
+            draw["paused_reason"], "rotating the draw's keys",
+            "{report:#}"
+        );
         let until = draw["paused_until_ms"].as_i64().expect("an until");
         assert!(
             (before + 3_600_000 - 5_000..=before + 3_600_000 + 5_000).contains(&until),
             "until {until}, paused at about {before}"
         );
         let actions = stream(&cluster.redis, "cl:{draw}:actions");
-        let pause = actions.iter().find(|a| a["action"] == "pause").expect("the pause");
+        let pause = actions
+            .iter()
+            .find(|a| a["action"] == "pause")
+            .expect("the pause");
         assert_eq!(pause["reason"], "rotating the draw's keys", "{actions:#?}");
         assert!(pause["who"].contains("tester"), "{actions:#?}");
 
@@ -443,17 +494,24 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
                 .arg("last_tick")
                 .query(&mut cluster.redis.client())
                 .ok()?;
-            mark.and_then(|m| m.parse::<i64>().ok()).filter(|m| *m >= tick)
+            mark.and_then(|m| m.parse::<i64>().ok())
+                .filter(|m| *m >= tick)
         });
-        let run = op(&["explain", "draw", "--tick", &tick.to_string(), "--json"], &config)
-            .expect_code(0);
+        let run = op(
+            &["explain", "draw", "--tick", &tick.to_string(), "--json"],
+            &config,
+        )
+        .expect_code(0);
         let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
         assert_eq!(e["verdict"], "not_run", "{e:#}");
         let paused = e["reasons"]
             .as_array()
             .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
             .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
-        assert_eq!(paused["evidence"]["reason"], "rotating the draw's keys", "{e:#}");
+        assert_eq!(
+            paused["evidence"]["reason"], "rotating the draw's keys",
+            "{e:#}"
+        );
         assert_eq!(paused["evidence"]["until_ms"], until, "{e:#}");
 
         // The cluster's pause shows as a banner on the overview.
@@ -470,4 +528,3 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
         assert!(banner.contains("datacentre move"), "{banner}");
     });
 }
-

@@ -8,9 +8,9 @@ use super::calendar::{Around, last_tick};
 use super::records::{InFlight, Recorded, Records};
 use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason, span, text_of};
 use crate::config::{Job, Misfire};
-use crate::store::Action;
 use crate::outcome::{Status, Trigger};
 use crate::schedule::Schedule;
+use crate::store::Action;
 
 /// How long after its tick a tick with no record is still on its way:
 /// replicas claim at the tick, and a claim's answer takes a moment.
@@ -481,22 +481,25 @@ fn paused_at(records: &Records, tick_ms: i64, now_ms: i64) -> Option<(&'static s
     } else {
         format!(" (reason: {})", found.reason)
     };
-    Some((summary, reason(
-        "paused",
-        format!(
-            "{what} was paused by {} at {}{until}{why}: a paused job's ticks are passed without running and are not caught up on resume; {still}",
-            if found.by.is_empty() {
-                "someone unrecorded"
-            } else {
-                &found.by
-            },
-            text_of(found.at_ms),
+    Some((
+        summary,
+        reason(
+            "paused",
+            format!(
+                "{what} was paused by {} at {}{until}{why}: a paused job's ticks are passed without running and are not caught up on resume; {still}",
+                if found.by.is_empty() {
+                    "someone unrecorded"
+                } else {
+                    &found.by
+                },
+                text_of(found.at_ms),
+            ),
+            json!({
+                "by": found.by, "at_ms": found.at_ms, "until_ms": found.until_ms,
+                "reason": found.reason, "source": found.source,
+            }),
         ),
-        json!({
-            "by": found.by, "at_ms": found.at_ms, "until_ms": found.until_ms,
-            "reason": found.reason, "source": found.source,
-        }),
-    )))
+    ))
 }
 
 fn host_text(host: &str) -> String {
