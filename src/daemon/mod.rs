@@ -216,8 +216,7 @@ pub async fn run(
     ));
     ctx.check_runner(&jobs)?;
     measure_clock(&ctx).await;
-    // Before the first claim: a replica started while the cluster is
-    // paused claims nothing.
+    // Before the first claim: started during a cluster pause, it claims nothing.
     heartbeat::read_cluster_pause(&ctx).await;
 
     let background = TaskTracker::new();
