@@ -255,15 +255,14 @@ impl Store {
         now_ms: i64,
         count: usize,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        let mut cmd = redis::cmd("ZRANGE");
+        let mut cmd = redis::cmd("ZRANGEBYSCORE");
         cmd.arg(self.keys.pause_ends())
             .arg("-inf")
             .arg(now_ms)
-            .arg("BYSCORE")
+            .arg("WITHSCORES")
             .arg("LIMIT")
             .arg(0)
-            .arg(count)
-            .arg("WITHSCORES");
+            .arg(count);
         let found: Vec<(String, f64)> = self.read_cmd(cmd).await?;
         Ok(found
             .into_iter()
