@@ -155,29 +155,21 @@ async fn follow(
     let given: Vec<(String, String)> = params.clone().into_iter().collect();
     let notices = job_notices(ctx.store.keys(), job);
     let sent = Instant::now();
-    // The cluster's pause passes a follower's run as a paused job's is
-    // (not started, not caught up on resume).
-    let reply = if ctx
-        .claims
-        .cluster_pause()
-        .is_some_and(|p| p.holds(ctx.clock.now_ms()))
-    {
-        FollowReply::Paused
-    } else {
-        ctx.store
-            .follow(&FollowRequest {
-                job: &job.name,
-                upstream,
-                entry,
-                deadline_ms: ctx.clock.now_ms() + FOLLOW_WITHIN_MS,
-                run_id: &run_id,
-                claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
-                join,
-                skip_after,
-                params: &given,
-            })
-            .await?
-    };
+    let reply = ctx
+        .store
+        .follow(&FollowRequest {
+            job: &job.name,
+            upstream,
+            entry,
+            deadline_ms: ctx.clock.now_ms() + FOLLOW_WITHIN_MS,
+            run_id: &run_id,
+            claimant: ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices),
+            join,
+            skip_after,
+            params: &given,
+            cluster_pause: ctx.claims.cluster_hold(),
+        })
+        .await?;
     ctx.redis.answered();
     if !act_on(
         ctx,
@@ -306,7 +298,7 @@ async fn act_on(
             info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run recorded as missed: later than misfire_grace")
         }
         FollowReply::Paused => {
-            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run not started: the job is paused")
+            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run not started: the job or the cluster is paused")
         }
         FollowReply::Duplicate => {
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")

@@ -528,3 +528,46 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
         assert!(banner.contains("datacentre move"), "{banner}");
     });
 }
+
+#[test]
+fn a_follower_whose_upstream_ends_during_the_clusters_pause_is_not_started() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let sink = cluster.path("sink");
+    let jobs = format!(
+        "[jobs.source]\nschedule = \"* * * * * *\"\nshell = \"sleep 2\"\n\n\
+         [jobs.sink]\nafter = [\"source\"]\nshell = \"echo $CRONLEASE_TICK_MS >> {}\"\n",
+        sink.display()
+    );
+    cluster.start("alpha", &jobs);
+    cluster.wait_ready();
+    let sink_ticks = || -> Vec<i64> {
+        std::fs::read_to_string(&sink)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    wait_until(Duration::from_secs(20), "a run of the follower", || {
+        (!sink_ticks().is_empty()).then_some(())
+    });
+    // A run of the upstream is in flight when the cluster is paused: it
+    // ends during the pause, and its follower does not start.
+    cluster.holder("source");
+    let config = cluster.config_path("alpha");
+    op(&["pause", "--all"], &config).expect_code(0);
+    let returned = redis_now_ms(&cluster.redis);
+    std::thread::sleep(Duration::from_secs(4));
+    let late: Vec<i64> = sink_ticks().into_iter().filter(|t| *t > returned).collect();
+    assert!(
+        late.is_empty(),
+        "followers started during the pause: {late:?}\n{}",
+        cluster.logs()
+    );
+    assert!(
+        cluster
+            .logs()
+            .contains("follower's run not started: the job or the cluster is paused"),
+        "{}",
+        cluster.logs()
+    );
+}
