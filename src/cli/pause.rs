@@ -98,8 +98,19 @@ pub(super) fn resume(args: &ResumeArgs) -> Exit {
             return cluster_confirmed(said, &change, args.wait);
         };
         operator::require_job(&target.store, target.config.as_ref(), job).await?;
-        operator::resume(&target.store, job, &who).await?;
-        Ok(format!("{job} resumed by {who}\n"))
+        let at_ms = operator::resume(&target.store, job, &who).await?;
+        let held = target
+            .store
+            .cluster_pause()
+            .await?
+            .is_some_and(|p| p.holds(at_ms));
+        Ok(if held {
+            format!(
+                "{job} resumed by {who} (the cluster's pause still holds every job: cronlease resume --all)\n"
+            )
+        } else {
+            format!("{job} resumed by {who}\n")
+        })
     })
 }
 
@@ -121,6 +132,11 @@ fn cluster_confirmed(
     change: &operator::ClusterChange,
     wait: Duration,
 ) -> Result<String, Failure> {
+    if change.unconfirmed.is_empty() && change.confirmed.is_empty() {
+        return Ok(format!(
+            "{said}no live replica to confirm it: each reads it before its first claim\n"
+        ));
+    }
     if change.unconfirmed.is_empty() {
         return Ok(format!(
             "{said}confirmed by every live replica ({}): {}\n",
