@@ -457,6 +457,14 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
             .send_keys("rotating the draw's keys")
             .await
             .expect("typing");
+        // What is typed survives the page's refresh (every 3 s).
+        tokio::time::sleep(Duration::from_millis(4_000)).await;
+        let typed: (String, String) = js(
+            &browser,
+            "return [document.getElementById('pause-until').value, document.getElementById('pause-reason').value];",
+        )
+        .await;
+        assert_eq!(typed, ("1h".to_string(), "rotating the draw's keys".to_string()));
         let before = redis_now_ms(&cluster.redis);
         find("pause").await.click().await.expect("a click pauses");
         let shown: String = eventually("the job shown paused with its reason", async || {
