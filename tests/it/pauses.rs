@@ -199,6 +199,21 @@ fn pause_all_stops_every_job_once_confirmed_and_resume_all_keeps_a_job_paused_on
             cluster.logs()
         );
     }
+    // explain of a tick the cluster's pause held says so, and why.
+    let tick = (returned / 1000 + 2) * 1000;
+    let run = op(
+        &["explain", "first", "--tick", &tick.to_string(), "--json"],
+        &config,
+    )
+    .expect_code(0);
+    let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
+    assert_eq!(e["summary"], "not run: the cluster was paused", "{e:#}");
+    let paused = e["reasons"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
+        .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
+    assert_eq!(paused["evidence"]["source"], "cluster", "{e:#}");
+    assert_eq!(paused["evidence"]["reason"], "Redis upgrade", "{e:#}");
     // A trigger is refused while the cluster is paused.
     let refused = op(&["trigger", "first"], &config);
     assert_eq!(refused.code(), Some(1), "{}", refused.describe());
