@@ -71,6 +71,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         deadline_ms: -1,
         lead_ms: 0,
         attempt: Attempt::First,
+        cluster_pause: cronlease::store::ClusterHold::None,
     };
     let ClaimReply::Claimed {
         fence,

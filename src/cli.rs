@@ -23,10 +23,12 @@ use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
+pub use pause::{PauseArgs, ResumeArgs};
 
 mod check;
 mod generate;
 mod notify;
+mod pause;
 
 pub use generate::CompletionShell;
 
@@ -72,10 +74,21 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
-    /// Pause a job on every replica: its ticks are skipped, not caught up.
-    Pause(JobArgs),
-    /// Resume a paused job from its next tick.
-    Resume(JobArgs),
+    /// Pause a job on every replica, or every job (--all): its ticks are
+    /// skipped, not caught up.
+    ///
+    /// Until resumed, or until --until (an RFC 3339 time or a duration from
+    /// now, by Redis time): from then on the ticks run again, and the end
+    /// is recorded once in the job's actions. --reason shows in `status`,
+    /// `explain` and the dashboard. --all is the cluster's maintenance
+    /// switch: every job of every replica (embedded schedulers' too, and
+    /// jobs added later) until `resume --all` or its --until; it returns
+    /// once every live replica confirmed it holds the pause, and exits 1
+    /// naming those that did not within --wait.
+    Pause(PauseArgs),
+    /// Resume a paused job from its next tick, or end the cluster's pause
+    /// (--all; jobs paused on their own stay paused).
+    Resume(ResumeArgs),
     /// Clear what no replica writes from a job's state in Redis (a
     /// high-water mark later than any claim could set, a fence past 2^53,
     /// quarantined runs in flight) once `status` shows it needs repair.
@@ -385,8 +398,8 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         }),
         Command::Explain(args) => explain(&args),
         Command::Trigger(args) => trigger(&args),
-        Command::Pause(args) => pause(&args, PauseAction::Pause),
-        Command::Resume(args) => pause(&args, PauseAction::Resume),
+        Command::Pause(args) => pause::pause(&args),
+        Command::Resume(args) => pause::resume(&args),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
         Command::Notify(args) => match &args.command {
@@ -419,11 +432,12 @@ impl From<OperatorError> for Failure {
         match e {
             OperatorError::UnknownJob(_)
             | OperatorError::Params { .. }
+            | OperatorError::BadPause(_)
             | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
-            OperatorError::Paused(_) | OperatorError::Unreadable { .. } => {
-                Failure::Runtime(e.to_string())
-            }
+            OperatorError::Paused(_)
+            | OperatorError::ClusterPaused
+            | OperatorError::Unreadable { .. } => Failure::Runtime(e.to_string()),
         }
     }
 }
@@ -586,14 +600,7 @@ fn trigger(args: &TriggerArgs) -> Exit {
     })
 }
 
-/// What `cronlease pause` and `cronlease resume` do.
-#[derive(Clone, Copy)]
-enum PauseAction {
-    Pause,
-    Resume,
-}
-
-/// `cronlease pause` and `cronlease resume`.
+/// `cronlease repair`.
 fn repair(args: &JobArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
         operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
@@ -608,24 +615,6 @@ fn repair(args: &JobArgs) -> Exit {
                 cleared.join(", ")
             )
         })
-    })
-}
-
-fn pause(args: &JobArgs, action: PauseAction) -> Exit {
-    operator_command(&args.connect, |target| async move {
-        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
-        let who = operator::operator_identity();
-        let done = match action {
-            PauseAction::Pause => {
-                operator::pause(&target.store, &args.job, &who).await?;
-                "paused"
-            }
-            PauseAction::Resume => {
-                operator::resume(&target.store, &args.job, &who).await?;
-                "resumed"
-            }
-        };
-        Ok(format!("{} {done} by {who}\n", args.job))
     })
 }
 

@@ -51,6 +51,11 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// `process_group` (none yet: it has run no process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containment: Option<String>,
+    /// The id of the cluster's pause record (`cronlease pause --all`, a
+    /// resume) the replica holds: its claims follow that record. `pause
+    /// --all` waits until every live replica names the new one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_pause: Option<String>,
 }
 
 /// A run in flight, as a heartbeat reports it.
@@ -154,6 +159,7 @@ mod tests {
                 fence: 6,
             }],
             containment: Some("cgroup".into()),
+            cluster_pause: Some("p1".into()),
         };
         let json = record.to_json();
         let full = Heartbeat::parse(&json).expect("a record");
@@ -170,6 +176,7 @@ mod tests {
             lease_ms,
             runs,
             containment,
+            cluster_pause,
         } = light;
         assert_eq!(
             Heartbeat {
@@ -183,6 +190,7 @@ mod tests {
                 config_hash: record.config_hash.clone(),
                 runs,
                 containment,
+                cluster_pause,
             },
             record
         );
@@ -201,6 +209,7 @@ mod tests {
             config_hash: BTreeMap::new(),
             runs: Vec::new(),
             containment: None,
+            cluster_pause: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

@@ -154,6 +154,7 @@ pub(super) async fn claim(
             deadline_ms,
             lead_ms: ahead.script_lead_ms(),
             attempt,
+            cluster_pause: side.claims.cluster_hold(),
         };
         let sent = Instant::now();
         attempt = Attempt::Again;
@@ -334,7 +335,7 @@ fn skipped(side: &ClaimSide<'_>, job: &Job, tick_ms: i64, reply: ClaimReply) -> 
         } => {
             side.meters.count_claim(&job.name, ClaimCount::Paused);
             side.marks.note(&job.name, Some(tick_ms), Some(fence));
-            info!(job = %job.name, %tick, "job is paused; tick skipped");
+            info!(job = %job.name, %tick, "job (or the cluster) is paused; tick skipped");
             ClaimEnd::Paused { previous }
         }
         ClaimReply::Busy {

@@ -23,7 +23,7 @@ use crate::clock::{RedisClock, local_now_ms};
 use crate::config::{Config, Job};
 use crate::outcome::Outcome;
 use crate::spool::Spool;
-use crate::store::{Claimant, Notices, Store, StoreError};
+use crate::store::{Claimant, ClusterHold, ClusterPause, Notices, Store, StoreError};
 
 use super::notices::job_notices;
 use crate::task::Tasks;
@@ -153,6 +153,41 @@ pub(super) struct Claims {
     /// How long this replica's scheduled claims lately took (the
     /// rendezvous waits longer when they are slow).
     pub(super) latency: ClaimLatency,
+    /// The cluster's pause record as last read (at start, at every
+    /// heartbeat, and when a `pause --all` is announced): every claim
+    /// carries it. Never held across an `.await`.
+    pub(super) cluster_pause: std::sync::Mutex<Option<ClusterPause>>,
+}
+
+impl Claims {
+    /// What a claim is told of the cluster's pause.
+    pub(super) fn cluster_hold(&self) -> ClusterHold {
+        self.cluster_pause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map_or(ClusterHold::None, ClusterPause::hold)
+    }
+
+    /// The cluster's pause record as last read.
+    pub(super) fn cluster_pause(&self) -> Option<ClusterPause> {
+        self.cluster_pause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Keeps `record` as the cluster's pause; whether it differs from the
+    /// one held.
+    pub(super) fn hold_cluster_pause(&self, record: Option<ClusterPause>) -> bool {
+        let mut held = self
+            .cluster_pause
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let changed = *held != record;
+        *held = record;
+        changed
+    }
 }
 
 /// What running needs: the tasks jobs run, the lease keeper, the spool for
@@ -348,6 +383,7 @@ impl Ctx {
             claims: Claims {
                 live: LiveReplicas::new(&parts.identity.replica),
                 latency: ClaimLatency::default(),
+                cluster_pause: std::sync::Mutex::new(None),
             },
             runs: Runs {
                 tasks: std::sync::RwLock::new(parts.tasks),

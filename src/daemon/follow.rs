@@ -167,6 +167,7 @@ async fn follow(
             join,
             skip_after,
             params: &given,
+            cluster_pause: ctx.claims.cluster_hold(),
         })
         .await?;
     ctx.redis.answered();
@@ -297,7 +298,7 @@ async fn act_on(
             info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run recorded as missed: later than misfire_grace")
         }
         FollowReply::Paused => {
-            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run not started: the job is paused")
+            info!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run not started: the job or the cluster is paused")
         }
         FollowReply::Duplicate => {
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")

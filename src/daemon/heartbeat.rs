@@ -170,6 +170,67 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
         tend_silent(ctx, replica, record, server_ms).await;
     }
     tell_dead(ctx, beats, &others, server_ms).await;
+    tend_pauses(ctx, server_ms).await;
+}
+
+/// How many ended timed pauses one heartbeat ends at most (the next
+/// heartbeats end the rest; a claim ends its job's first anyway).
+const PAUSE_ENDS_PER_BEAT: usize = 100;
+
+/// Reads the cluster's pause record (its change makes the next heartbeat
+/// come at once, so that it acknowledges the new record soon), and ends
+/// the timed pauses whose end has come: the cluster's, and the jobs' that
+/// `Keys::pause_ends` lists. Each end is recorded once whichever replica
+/// gets there first (the scripts compare the pause they end), so every
+/// live replica may try.
+pub(super) async fn tend_pauses(ctx: &Ctx, server_ms: i64) {
+    read_cluster_pause(ctx).await;
+    if let Some(record) = ctx.claims.cluster_pause()
+        && record.paused
+        && record.until_ms.is_some_and(|until| until <= server_ms)
+    {
+        match ctx.store.end_cluster_pause(&record.id).await {
+            Ok(true) => {
+                info!(pause = %record.id, "the cluster's timed pause ended");
+                read_cluster_pause(ctx).await;
+            }
+            Ok(false) => {}
+            Err(e) => debug!(error = %e, "cannot end the cluster's timed pause yet"),
+        }
+    }
+    let ended = match ctx.store.pauses_ended(server_ms, PAUSE_ENDS_PER_BEAT).await {
+        Ok(ended) => ended,
+        Err(e) => {
+            debug!(error = %e, "cannot read the timed pauses that ended");
+            return;
+        }
+    };
+    for (job, until_ms) in ended {
+        match ctx.store.end_pause(&job, until_ms).await {
+            Ok(true) => info!(job = %job, "the job's timed pause ended"),
+            Ok(false) => {}
+            Err(e) => debug!(job = %job, error = %e, "cannot end the job's timed pause yet"),
+        }
+    }
+}
+
+/// Reads the cluster's pause record into the claims' copy; a change wakes
+/// the heartbeat, whose record then names the new one.
+pub(super) async fn read_cluster_pause(ctx: &Ctx) {
+    match ctx.store.cluster_pause().await {
+        Ok(record) => {
+            let id = record.as_ref().map(|r| r.id.clone());
+            let paused = record.as_ref().is_some_and(|r| r.paused);
+            if ctx.claims.hold_cluster_pause(record) {
+                info!(
+                    pause = id.as_deref().unwrap_or("-"),
+                    paused, "the cluster's pause record changed"
+                );
+                ctx.heartbeat_now.notify_one();
+            }
+        }
+        Err(e) => debug!(error = %e, "cannot read the cluster's pause record"),
+    }
 }
 
 /// Removes a forgotten replica from the consumer groups of the events
@@ -250,6 +311,7 @@ async fn own_record(ctx: &Ctx) -> String {
         config_hash: BTreeMap::new(),
         runs,
         containment: ctx.containment_name().map(str::to_string),
+        cluster_pause: ctx.claims.cluster_pause().map(|p| p.id),
     };
     record.to_json()
 }

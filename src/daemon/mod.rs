@@ -216,6 +216,8 @@ pub async fn run(
     ));
     ctx.check_runner(&jobs)?;
     measure_clock(&ctx).await;
+    // Before the first claim: started during a cluster pause, it claims nothing.
+    heartbeat::read_cluster_pause(&ctx).await;
 
     let background = TaskTracker::new();
     let health = Arc::new(telemetry::Health::new(

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error};
 
-use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE};
+use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
 
 /// The place of `replica` (this one) in the rendezvous order of `job`'s
 /// `tick` among the `live` replicas: 0 claims at once, the others wait
@@ -103,6 +103,11 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
             let jobs = ctx.jobs.borrow().clone();
             let latest = ctx.clock.now_ms() + MAX_CLAIM_AHEAD_MS + CLOCK_SLACK_MS;
             for line in payload.lines() {
+                if line.starts_with(PAUSE_ALL_NOTICE) {
+                    // The cluster's pause changed: the heartbeat reads it.
+                    ctx.heartbeat_now.notify_one();
+                    continue;
+                }
                 match announced_claim(line) {
                     Some((job, tick, fence))
                         if jobs.contains_key(job) && tick <= latest && fence <= MAX_FENCE =>

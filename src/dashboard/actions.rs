@@ -39,6 +39,28 @@ impl ActionForm {
         });
         given.collect()
     }
+
+    /// A pause's `until` (RFC 3339 or a duration from now, as `cronlease
+    /// pause --until` takes) and `reason` fields, checked as the command
+    /// line checks them; empty fields are none.
+    fn pause_options(&self) -> Result<operator::PauseOptions, OperatorError> {
+        let field = |name: &str| {
+            self.fields
+                .get(name)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+        };
+        let until = match field("until") {
+            Some(text) => Some(
+                operator::Until::parse(text)
+                    .map_err(|e| OperatorError::BadPause(format!("until: {e}")))?,
+            ),
+            None => None,
+        };
+        let reason = field("reason").unwrap_or_default().to_string();
+        operator::check_reason(&reason).map_err(OperatorError::BadPause)?;
+        Ok(operator::PauseOptions { until, reason })
+    }
 }
 
 /// What an action does.
@@ -129,9 +151,12 @@ pub(super) async fn act(
                 Err(e) => Err(e),
             }
         }
-        Action::Pause => operator::pause(&dashboard.store, &name, &who)
-            .await
-            .map(|_| String::new()),
+        Action::Pause => match form.pause_options() {
+            Ok(options) => operator::pause(&dashboard.store, &name, &who, &options)
+                .await
+                .map(|_| String::new()),
+            Err(e) => Err(e),
+        },
         Action::Resume => operator::resume(&dashboard.store, &name, &who)
             .await
             .map(|_| String::new()),
@@ -205,6 +230,18 @@ async fn answer(
             visitor,
             StatusCode::CONFLICT,
             &format!("{job} is paused: resume it first"),
+        ),
+        Err(OperatorError::BadPause(e)) => error_page(
+            dashboard,
+            visitor,
+            StatusCode::BAD_REQUEST,
+            &format!("Pause refused, nothing changed: {e}."),
+        ),
+        Err(OperatorError::ClusterPaused) => error_page(
+            dashboard,
+            visitor,
+            StatusCode::CONFLICT,
+            "The cluster is paused (cronlease pause --all): resume it first",
         ),
         Err(e @ (OperatorError::Params { .. } | OperatorError::ParamsWithoutTable)) => error_page(
             dashboard,

@@ -70,6 +70,7 @@ pub(super) async fn job(
         .unwrap_or_default();
     let main = html! {
         h1 { (name) }
+        (super::pages::cluster_pause_banner(&status))
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
         (job_actions(&visitor, job, &csrf, param_fields(definition)))
@@ -85,7 +86,7 @@ pub(super) async fn job(
         (history_table(&name, &history))
         h2 { "Operator actions" }
         @if actions.is_empty() { p.muted { "None recorded." } } @else {
-            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } } } }
+            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } @if let Some(end) = a.until_ms { " until " (utc(end)) } @if !a.reason.is_empty() { " — " (a.reason) } } } }
         }
     };
     respond(
@@ -101,7 +102,7 @@ fn done_notice(query: &JobQuery) -> Markup {
             p.notice role="status" {
                 @match query.done.as_str() {
                     "trigger" => { "Run now: queued as run " code { (query.run) } "; a replica picks it up within a second or two." }
-                    "pause" => "Paused: no tick of this job starts until it is resumed.",
+                    "pause" => "Paused: no tick of this job starts until it is resumed, or its until passes.",
                     "resume" => "Resumed.",
                     other => (other),
                 }

@@ -309,6 +309,7 @@ pub(super) async fn overview(
     };
     let main = html! {
         h1 { "Jobs" }
+        (cluster_pause_banner(&status))
         p.summary {
             (status.jobs.len()) " jobs · "
             (status.jobs.iter().filter(|j| j.paused).count()) " paused · "
@@ -466,8 +467,15 @@ pub(super) fn job_actions(
                             button #resume type="submit" { "Resume" }
                         }
                     } @else {
-                        form.inline method="post" action=(format!("/jobs/{name}/pause")) {
+                        form.inline #pause-form method="post" action=(format!("/jobs/{name}/pause")) {
                             input type="hidden" name="csrf" value=(csrf);
+                            label { "until " input #pause-until type="text" name="until" size="22"
+                                placeholder="2h or 2026-11-26T22:00:00Z"
+                                title="optional: an RFC 3339 time or a duration from now; empty: until resumed"; }
+                            " "
+                            label { "reason " input #pause-reason type="text" name="reason" size="30"
+                                maxlength=(crate::operator::REASON_MAX_CHARS) title="optional: why, one line"; }
+                            " "
                             button #pause type="submit" { "Pause" }
                         }
                     }
@@ -549,6 +557,26 @@ pub(super) fn explain_href(job: &str, tick_ms: i64) -> String {
     format!("/jobs/{}/explain?tick={tick_ms}", auth::percent_encode(job))
 }
 
+/// The banner of the cluster's pause (`cronlease pause --all`), while it
+/// holds: by whom, since when, until when and why.
+pub(super) fn cluster_pause_banner(status: &StatusReport) -> Markup {
+    let now_ms = status.now_ms;
+    html! {
+        @if let Some(pause) = &status.cluster_pause {
+            p.notice.cluster-paused #cluster-paused role="status" {
+                strong { "Cluster paused" } " by " (pause.by) " " (ago(now_ms, pause.at_ms))
+                @if let Some(end) = pause.until_ms {
+                    " until " time datetime=(iso(end)) { (utc(end)) } " (" (until(now_ms, end)) ")"
+                } @else {
+                    " until resumed (cronlease resume --all)"
+                }
+                @if !pause.reason.is_empty() { " — " (pause.reason) }
+                ": no job's tick starts."
+            }
+        }
+    }
+}
+
 pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
     html! {
         @if let Some(repair) = &job.needs_repair {
@@ -561,6 +589,10 @@ pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
             span.badge.paused { "paused" }
             @if let Some(by) = &job.paused_by { " " small { "by " (by) } }
             @if let Some(at) = job.paused_at_ms { " " small { (ago(now_ms, at)) } }
+            @if let Some(end) = job.paused_until_ms {
+                " " small.until { "until " time datetime=(iso(end)) { (utc(end)) } " (" (until(now_ms, end)) ")" }
+            }
+            @if let Some(reason) = &job.paused_reason { " " small.reason { "— " (reason) } }
         } @else if job.warning.is_some() {
             span.badge.ended { "ended" }
         } @else {

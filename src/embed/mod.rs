@@ -136,8 +136,9 @@ pub enum SchedulerError {
         error: crate::ParamError,
     },
     /// [`Scheduler::trigger`](crate::Scheduler::trigger) of a paused job
-    /// (`cronlease pause`): nothing was queued.
-    #[error("job {0:?} is paused")]
+    /// (`cronlease pause`), or while the cluster is paused (`cronlease
+    /// pause --all`): nothing was queued.
+    #[error("job {0:?} is paused (or the cluster is)")]
     Paused(String),
     /// The scheduler's task is gone: it refused to run (then
     /// [`Scheduler::ready`](crate::Scheduler::ready) and [`Scheduler::shutdown`](crate::Scheduler::shutdown) say why), panicked,

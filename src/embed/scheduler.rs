@@ -368,7 +368,8 @@ impl Scheduler {
     /// list, too long or with a control character). Errors too, and
     /// nothing queued, for a job this scheduler does not have
     /// ([`SchedulerError::NoSuchJob`](crate::SchedulerError::NoSuchJob)),
-    /// a paused one ([`SchedulerError::Paused`](crate::SchedulerError::Paused))
+    /// a paused one, or any while the cluster is paused
+    /// ([`SchedulerError::Paused`](crate::SchedulerError::Paused))
     /// and Redis failing, or a quorum, which has no queue of requests
     /// ([`SchedulerError::Redis`](crate::SchedulerError::Redis)).
     ///
@@ -414,7 +415,19 @@ impl Scheduler {
                     error,
                 })?;
         }
-        if self.store.job_state(job).await?.pause.is_some() {
+        let now_ms = self.store.server_time_ms().await?;
+        let held = self
+            .store
+            .job_state(job)
+            .await?
+            .pause
+            .is_some_and(|p| p.holds_at(now_ms))
+            || self
+                .store
+                .cluster_pause()
+                .await?
+                .is_some_and(|p| p.holds(now_ms));
+        if held {
             return Err(SchedulerError::Paused(job.to_string()));
         }
         let run_id = uuid::Uuid::new_v4().to_string();

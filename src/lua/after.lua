@@ -22,8 +22,8 @@
 --       deadline (Redis ms), run id, lease_ms, overlap, replica, host,
 --       maxlen, min_fence, join ('' for each outcome; for after_all, the
 --       upstreams, comma-separated), misfire ('skip' or 'run'), misfire
---       grace (ms), claims channel, the follower's name, then the run's
---       parameters, name/value pairs
+--       grace (ms), claims channel, the follower's name, the cluster's
+--       pause (cluster_holds), then the run's parameters, name/value pairs
 -- Returns {claimed, fence, started, lease_key, ctx, expired} | {waiting} | {busy,
 -- holder} | {missed} | {paused} | {duplicate} | {expired} | {corrupt, …}.
 local CAUSED_KEEP_MS = 3600 * 1000
@@ -52,7 +52,7 @@ redis.call('ZREMRANGEBYSCORE', caused, '-inf', now - CAUSED_KEEP_MS)
 redis.call('ZADD', caused, PENDING, cause)
 
 local function params(ctx)
-  for i = 19, #ARGV - 1, 2 do
+  for i = 20, #ARGV - 1, 2 do
     ctx[#ctx + 1] = ARGV[i]
     ctx[#ctx + 1] = ARGV[i + 1]
   end
@@ -108,7 +108,10 @@ if join ~= '' then
 end
 ctx = params(ctx)
 
-if redis.call('HGET', state, 'paused') == '1' then return {'paused'} end
+local pause = redis.call('HMGET', state, 'paused', 'paused_until_ms')
+if pause_holds(pause[1], tonumber(pause[2] or ''), now) or cluster_holds(ARGV[19], now) then
+  return {'paused'}
+end
 if misfire == 'skip' and now - at > grace then
   record_outcome(state, runs, maxlen, not_run('missed', ctx, ''), false)
   return {'missed'}

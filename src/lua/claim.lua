@@ -1,5 +1,5 @@
 -- Claims tick ARGV[1] of one job for run id ARGV[2]. See DESIGN.md "The claim".
--- KEYS: state, running, lease, runs
+-- KEYS: state, running, lease, runs, actions
 -- ARGV: tick_ms, run_id, lease_ms, overlap, replica, host, lead_ms, maxlen,
 --       min_tick (highest last_tick this replica saw, -1 if none), min_fence,
 --       trigger (schedule|misfire), wait_if_busy ('1': answer wait instead of
@@ -15,9 +15,10 @@
 --       -1: none), attempt ('first': no earlier attempt of this run id was
 --       sent, so none can have won; 'again': a retry), max_runs (how many
 --       ticks may start a run, counted in the state's `runs_started`; -1:
---       no limit, and nothing counted), and, when the job is to be told of
---       late starts, its notification rules (read_notices) with the events
---       stream as KEYS[5]
+--       no limit, and nothing counted), the cluster's pause (cluster_holds:
+--       'none', 'hold' or the Redis ms it ends at), and, when the job is to
+--       be told of late starts, its notification rules (read_notices) with
+--       the events stream as KEYS[6]
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -61,7 +62,7 @@ if tick > now + lead then return {'early', tick - now} end
 local ahead = tick > now
 -- The job's state in one read. Every answer carries its fence, so each
 -- replica knows the highest fence handed out even for ticks it did not win.
-local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused', 'runs_started')
+local fields = redis.call('HMGET', state, 'last_tick', 'fence', 'paused', 'runs_started', 'paused_until_ms')
 local corrupt = corrupt_values(fields[1], fields[2])
 if corrupt then return corrupt end
 local current_fence = tonumber(fields[2] or '0')
@@ -121,9 +122,19 @@ if deadline >= 0 and now > deadline then return {'expired', now - tick} end
 local previous = stored
 if regressed ~= 0 then previous = -2 end
 
-if fields[3] == '1' then
+-- A timed pause whose end has come is over, whether or not a sweep saw
+-- it yet: this claim ends it (once, see end_pause). A tick before its end
+-- is still one of the pause, as is a tick the cluster's pause holds.
+local pause_until = tonumber(fields[5] or '')
+if fields[3] == '1' and pause_until and now >= pause_until
+    and end_pause(state, KEYS[5], now, nil) and previous ~= -2 then
+  previous = math.max(previous, pause_until - 1)
+end
+if pause_holds(fields[3], pause_until, tick) or cluster_holds(ARGV[18], tick) then
   if ahead then return {'early', tick - now} end
-  redis.call('HSET', state, 'last_tick', tick)
+  if tick > (tonumber(redis.call('HGET', state, 'last_tick') or '-1') or -1) then
+    redis.call('HSET', state, 'last_tick', tick)
+  end
   announce(current_fence)
   return {'paused', regressed, previous, current_fence}
 end
@@ -160,7 +171,7 @@ end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, fence, now, started)
 announce(fence)
-local notices = read_notices(KEYS[5], ARGV[18])
+local notices = read_notices(KEYS[6], ARGV[19])
 if notices and notices.late_ms > 0 and started - tick > notices.late_ms then
   emit(notices, state, 'late', {'tick', ARGV[1], 'run_id', run_id, 'fence', fence,
     'replica', replica, 'status', 'running', 'attempt', '1',

@@ -422,3 +422,51 @@ local function outcome_events(notices, state, fields, at)
     emit(notices, state, 'recovered', about)
   end
 end
+
+-- A job's pause (pause.lua) in its state hash: `paused` '1', who, when, and
+-- optionally `paused_until_ms` (Redis ms: the pause ends there by itself)
+-- and `paused_reason`. The fields a pause writes, cleared when it ends.
+local PAUSE_FIELDS = {'paused_by', 'paused_at_ms', 'paused_until_ms', 'paused_reason'}
+
+-- Whether a job whose state hash says `paused` and `until_ms` (nil: until
+-- resumed) holds its tick `tick`: a tick before the end is in the pause,
+-- whenever it is claimed.
+local function pause_holds(paused, until_ms, tick)
+  if paused ~= '1' then return false end
+  return until_ms == nil or tick < until_ms
+end
+
+-- Ends the job's timed pause once its end has come (Redis time `now` at
+-- or after `paused_until_ms`), if it is still the pause that ends at
+-- `until_ms` (nil: whichever it is): clears it, moves the high-water mark
+-- to just before the end (a tick of the pause is never claimed later, by
+-- a catch-up of missed ticks either), and records the end in the job's
+-- actions. Whoever calls it first (a claim, a replica's sweep) records it;
+-- the others find it over. Returns whether this call ended it.
+local function end_pause(state, actions, now, until_ms)
+  local f = redis.call('HMGET', state, 'paused', 'paused_until_ms', 'paused_reason', 'last_tick')
+  local stored = tonumber(f[2] or '')
+  if f[1] ~= '1' or not stored or now < stored then return false end
+  if until_ms and stored ~= until_ms then return false end
+  redis.call('HSET', state, 'paused', '0', 'resumed_by', 'cronlease (timed pause ended)',
+    'resumed_at_ms', now)
+  redis.call('HDEL', state, unpack(PAUSE_FIELDS))
+  local last = tonumber(f[4] or '')
+  if not f[4] or (last and last < stored - 1) then
+    redis.call('HSET', state, 'last_tick', string.format('%d', stored - 1))
+  end
+  redis.call('XADD', actions, 'MAXLEN', '~', 200, '*', 'action', 'resume',
+    'who', 'cronlease (timed pause ended)', 'detail', 'the pause ended at its until',
+    'until_ms', f[2], 'reason', f[3] or '')
+  return true
+end
+
+-- Whether the cluster's pause (`cronlease pause --all`, as the replica
+-- read it from `<prefix>:pause_all` and passed it: 'none', 'hold' (until
+-- resumed) or the Redis ms it ends at) holds tick `tick`.
+local function cluster_holds(hold, tick)
+  if hold == 'none' or hold == nil or hold == '' then return false end
+  if hold == 'hold' then return true end
+  local until_ms = tonumber(hold)
+  return until_ms == nil or tick < until_ms
+end

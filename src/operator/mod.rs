@@ -21,6 +21,7 @@ pub use crate::store::{LastOutcome, Repair, RunningStatus};
 
 mod explain;
 mod history;
+mod pause;
 mod render;
 
 #[cfg(feature = "dashboard")]
@@ -29,6 +30,11 @@ pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, rende
 pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,
     wait_for_outcome,
+};
+#[cfg(feature = "dashboard")]
+pub use pause::REASON_MAX_CHARS;
+pub use pause::{
+    ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,
 };
 pub use render::{OutputText, render_history, render_status, use_colour};
 
@@ -47,6 +53,12 @@ pub enum OperatorError {
     },
     #[error("job {0:?} is paused (cronlease resume {0} first)")]
     Paused(String),
+    /// The cluster is paused (`cronlease pause --all`).
+    #[error("the cluster is paused (cronlease resume --all first)")]
+    ClusterPaused,
+    /// A pause's end or reason that cannot be taken.
+    #[error("{0}")]
+    BadPause(String),
     /// The parameters given for a manual run do not fit the job's.
     #[error("job {job:?}: {error}; nothing queued")]
     Params {
@@ -81,6 +93,10 @@ pub struct ReplicaStatus {
     /// Per job: the hash of its definition on that replica.
     #[serde(skip)]
     pub config_hash: BTreeMap<String, String>,
+    /// The id of the cluster's pause record it holds (see
+    /// [`StatusReport::cluster_pause`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster_pause: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -96,6 +112,11 @@ pub struct JobStatus {
     pub paused: bool,
     pub paused_by: Option<String>,
     pub paused_at_ms: Option<i64>,
+    /// When the job's pause ends by itself (Redis ms); None: until
+    /// resumed. A pause whose end has passed shows as over.
+    pub paused_until_ms: Option<i64>,
+    /// Why it was paused, when the operator said.
+    pub paused_reason: Option<String>,
     pub running: Vec<RunningStatus>,
     pub last_outcome: Option<LastOutcome>,
     /// Ticks nobody claimed, recorded as `missed` (ever, for this job).
@@ -125,6 +146,9 @@ pub struct JobStatus {
 pub struct StatusReport {
     pub prefix: String,
     pub now_ms: i64,
+    /// The cluster's pause (`cronlease pause --all`) while it holds: no
+    /// job's tick starts. The last resume or end is not shown.
+    pub cluster_pause: Option<crate::store::ClusterPause>,
     pub replicas: Vec<ReplicaStatus>,
     pub jobs: Vec<JobStatus>,
     /// The locks asked about (`--lock NAME`), held or free.
@@ -174,6 +198,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         runs: record.runs,
         containment: record.containment,
         config_hash: record.config_hash,
+        cluster_pause: record.cluster_pause,
     })
 }
 
@@ -245,9 +270,11 @@ pub async fn status<J: Borrow<Job>>(
         });
     }
     let channels = store.channel_health().await?;
+    let cluster_pause = store.cluster_pause().await?.filter(|p| p.holds(now_ms));
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
+        cluster_pause,
         replicas,
         jobs,
         locks: held,
@@ -334,6 +361,7 @@ async fn job_status(
         .and_then(|j| j.schedule.as_ref())
         .map(|t| t.window())
         .unwrap_or_default();
+    let pause = state.pause.as_ref().filter(|p| p.holds_at(now_ms));
     Ok(JobStatus {
         schedule: job
             .and_then(|j| j.schedule.as_ref())
@@ -359,9 +387,11 @@ async fn job_status(
         active_until: window.until.map(rfc3339),
         max_runs: job.and_then(|j| j.max_runs),
         runs_started: state.runs_started,
-        paused: state.pause.is_some(),
-        paused_by: state.pause.as_ref().and_then(|p| p.by.clone()),
-        paused_at_ms: state.pause.as_ref().and_then(|p| p.at_ms),
+        paused: pause.is_some(),
+        paused_by: pause.and_then(|p| p.by.clone()),
+        paused_at_ms: pause.and_then(|p| p.at_ms),
+        paused_until_ms: pause.and_then(|p| p.until_ms),
+        paused_reason: pause.and_then(|p| p.reason.clone()),
         running,
         last_outcome: state.last_outcome,
         missed_ticks: state.missed_ticks,
@@ -415,28 +445,44 @@ fn drift(job: &str, expected: Option<String>, replicas: &[ReplicaStatus]) -> Vec
         .collect()
 }
 
-/// Pauses `job`; returns the Redis time of the change. Recorded in the
-/// job's actions.
-pub async fn pause(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
-    let at = store.pause(job, who).await?;
-    record(store, job, "pause", who, "").await;
-    Ok(at)
-}
-
-/// Resumes `job`; returns the Redis time of the change. Recorded in the
-/// job's actions.
-pub async fn resume(store: &Store, job: &str, who: &str) -> Result<i64, OperatorError> {
-    let at = store.resume(job, who).await?;
-    record(store, job, "resume", who, "").await;
-    Ok(at)
-}
-
 /// Clears what no honest writer puts in `job`'s state (`cronlease
 /// repair`); returns what was cleared. Recorded in the job's actions.
 pub async fn repair(store: &Store, job: &str, who: &str) -> Result<Vec<String>, OperatorError> {
     let cleared = store.repair(job).await?;
     record(store, job, "repair", who, &cleared.join(" ")).await;
     Ok(cleared)
+}
+
+/// The live replicas (at Redis time `now_ms`) whose heartbeat names the
+/// cluster's pause record `id`, and those whose does not.
+async fn record_replicas(
+    store: &Store,
+    now_ms: i64,
+    id: &str,
+) -> Result<(Vec<String>, Vec<String>), OperatorError> {
+    let mut confirmed = Vec::new();
+    let mut unconfirmed = Vec::new();
+    for (replica, raw) in store.hash(&store.keys().replicas()).await? {
+        let Ok(record) = Heartbeat::parse_without_hashes(&raw) else {
+            continue;
+        };
+        if !record.is_alive(now_ms) {
+            continue;
+        }
+        if record.cluster_pause.as_deref() == Some(id) {
+            confirmed.push(replica);
+        } else {
+            unconfirmed.push(replica);
+        }
+    }
+    confirmed.sort();
+    unconfirmed.sort();
+    Ok((confirmed, unconfirmed))
+}
+
+/// Unix ms as RFC 3339 (UTC, seconds).
+fn rfc3339_ms(ms: i64) -> String {
+    rfc3339(DateTime::from_timestamp_millis(ms).unwrap_or_default())
 }
 
 /// Adds an action that was taken to the job's actions. It has happened
@@ -501,8 +547,21 @@ pub async fn trigger(
     who: &str,
     params: &[(String, String)],
 ) -> Result<String, OperatorError> {
-    if store.job_state(job).await?.pause.is_some() {
+    let now_ms = store.server_time_ms().await?;
+    if store
+        .job_state(job)
+        .await?
+        .pause
+        .is_some_and(|p| p.holds_at(now_ms))
+    {
         return Err(OperatorError::Paused(job.to_string()));
+    }
+    if store
+        .cluster_pause()
+        .await?
+        .is_some_and(|p| p.holds(now_ms))
+    {
+        return Err(OperatorError::ClusterPaused);
     }
     let run_id = uuid::Uuid::new_v4().to_string();
     store.enqueue_trigger(job, &run_id, who, params).await?;
@@ -588,6 +647,7 @@ mod tests {
             runs: Vec::new(),
             containment: None,
             config_hash: [("j".to_string(), hash.to_string())].into(),
+            cluster_pause: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
         assert_eq!(drift("j", None, &replicas), ["c"]);

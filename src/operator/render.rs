@@ -38,7 +38,7 @@ fn paint(text: &str, colour: Colour) -> String {
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "skipped_overlap" | "paused" | "not_durable" => "33",
+        "interrupted" | "skipped_overlap" | "paused" | "not_durable" | "CLUSTER PAUSED" => "33",
         _ => return text.to_string(),
     };
     format!("\u{1b}[{code}m{text}\u{1b}[0m")
@@ -137,6 +137,9 @@ fn memory(kb: u64) -> String {
 /// warnings if any.
 pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     let mut out = String::new();
+    if let Some(pause) = &report.cluster_pause {
+        let _ = writeln!(out, "{}\n", cluster_pause_line(pause, report, colour));
+    }
     let _ = writeln!(out, "replicas ({}):", report.replicas.len());
     out.push_str(&table(&replica_rows(report), colour));
     let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
@@ -322,15 +325,59 @@ fn schedule_cell(j: &JobStatus) -> String {
     parts.join("; ")
 }
 
-/// "active", or "paused by WHO AGO".
+/// "active", or "paused by WHO AGO[, until T][: REASON]".
 fn pause_state(j: &JobStatus, now_ms: i64) -> String {
     if j.paused {
         let by = j.paused_by.as_deref().unwrap_or("?");
         let at = j.paused_at_ms.map(|ms| ago(now_ms, ms)).unwrap_or_default();
-        format!("paused by {by} {at}")
+        let until = j
+            .paused_until_ms
+            .map(|ms| format!(", until {} UTC", short(ms)))
+            .unwrap_or_default();
+        let reason = j
+            .paused_reason
+            .as_deref()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_default();
+        format!("paused by {by} {at}{until}{reason}")
     } else {
         "active".to_string()
     }
+}
+
+/// The banner of a cluster pause: who, since when, until when, why, and
+/// the live replicas that do not hold it yet.
+fn cluster_pause_line(
+    pause: &crate::store::ClusterPause,
+    report: &StatusReport,
+    colour: Colour,
+) -> String {
+    let until = match pause.until_ms {
+        Some(ms) => format!("until {} UTC", short(ms)),
+        None => "until `cronlease resume --all`".to_string(),
+    };
+    let reason = if pause.reason.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", crate::inert::escape(&pause.reason))
+    };
+    let lagging: Vec<&str> = report
+        .replicas
+        .iter()
+        .filter(|r| r.alive && r.cluster_pause.as_deref() != Some(pause.id.as_str()))
+        .map(|r| r.id.as_str())
+        .collect();
+    let lagging = if lagging.is_empty() {
+        String::new()
+    } else {
+        format!(" (not confirmed yet by {})", lagging.join(", "))
+    };
+    format!(
+        "{} by {} {} {until}{reason}: no job's tick starts{lagging}",
+        paint("CLUSTER PAUSED", colour),
+        crate::inert::escape(&pause.by),
+        ago(report.now_ms, pause.at_ms),
+    )
 }
 
 /// The job's runs in flight: "-", the one run, or how many.

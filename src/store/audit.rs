@@ -20,6 +20,13 @@ pub struct Action {
     pub who: String,
     /// What it made, when something (a trigger's run id).
     pub detail: String,
+    /// A pause's end (Redis ms), when it has one; for the end of a timed
+    /// pause, the end it had.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<i64>,
+    /// A pause's reason ("" for none); for its end, the reason it had.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
 }
 
 impl Store {
@@ -51,12 +58,24 @@ impl Store {
     /// The newest `count` actions on `job`, newest first. An entry without
     /// an action is named in a warning and left out.
     pub async fn actions(&self, job: &str, count: usize) -> Result<Vec<Action>, StoreError> {
+        self.actions_of(&self.keys.actions(job), job, count).await
+    }
+
+    /// The newest `count` pauses and resumes of the whole cluster (`pause
+    /// --all`, `resume --all`, the end of a timed one), newest first.
+    pub async fn cluster_actions(&self, count: usize) -> Result<Vec<Action>, StoreError> {
+        self.actions_of(&self.keys.pause_all_actions(), "(cluster)", count)
+            .await
+    }
+
+    async fn actions_of(
+        &self,
+        key: &str,
+        job: &str,
+        count: usize,
+    ) -> Result<Vec<Action>, StoreError> {
         let mut cmd = redis::cmd("XREVRANGE");
-        cmd.arg(self.keys.actions(job))
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(count);
+        cmd.arg(key).arg("+").arg("-").arg("COUNT").arg(count);
         let entries: Vec<(String, Vec<(String, String)>)> = self.read_cmd(cmd).await?;
         let mut actions = Vec::with_capacity(entries.len());
         for (id, fields) in entries {
@@ -78,6 +97,10 @@ impl Store {
                 action,
                 who: field("who").unwrap_or_default(),
                 detail: field("detail").unwrap_or_default(),
+                until_ms: field("until_ms").and_then(|v| v.parse().ok()),
+                reason: field("reason")
+                    .map(|r| crate::inert::escape(&r).into_owned())
+                    .unwrap_or_default(),
                 id,
             });
         }

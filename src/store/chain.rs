@@ -158,6 +158,9 @@ pub struct FollowRequest<'a> {
     pub skip_after: Option<std::time::Duration>,
     /// The parameters the run gets.
     pub params: &'a [(String, String)],
+    /// The cluster's pause as the replica knows it: while it holds, the
+    /// follower's run is not started, as a paused job's is not.
+    pub cluster_pause: super::ClusterHold,
 }
 
 /// What the follower's script did.
@@ -290,7 +293,8 @@ impl Store {
             })
             .arg(request.skip_after.map_or(0, duration_ms))
             .arg(keys.claims_channel())
-            .arg(job);
+            .arg(job)
+            .arg(request.cluster_pause.as_arg());
         for (name, value) in request.params {
             invocation
                 .arg(format!("{PARAM_FIELD_PREFIX}{name}"))

@@ -12,11 +12,11 @@ use crate::outcome::Trigger;
 use redis::{RedisWrite, Value};
 use std::time::Instant;
 
-/// The claim script's keys: state, running, lease, runs.
-const CLAIM_KEYS: usize = 4;
+/// The claim script's keys: state, running, lease, runs, actions.
+const CLAIM_KEYS: usize = 5;
 
 /// The claim script's arguments (`claim.lua`).
-const CLAIM_ARGS: usize = 17;
+const CLAIM_ARGS: usize = 18;
 
 /// Room for the claim's numbers and words (tick, lease, overlap, …): at
 /// most 20 digits for each of six numbers, and short words.
@@ -43,6 +43,9 @@ pub struct ClaimRequest<'a> {
     pub deadline_ms: i64,
     /// Whether an earlier attempt of this claim was sent.
     pub attempt: Attempt,
+    /// The cluster's pause as the claimant knows it: a tick it holds is
+    /// passed like a paused job's.
+    pub cluster_pause: super::ClusterHold,
 }
 
 /// What a claim does when a run of the job is in flight and the overlap
@@ -534,7 +537,7 @@ impl Store {
     fn claim_args(&self, request: &ClaimRequest<'_>) -> redis::Cmd {
         let keys = &self.keys;
         let job = request.job;
-        let parts = ["state", "running", "lease", "runs"];
+        let parts = ["state", "running", "lease", "runs", "actions"];
         let notices = request.claimant.notices;
         // Sized once: thousands of claims wait in a batch at once.
         let bytes = parts
@@ -575,7 +578,8 @@ impl Store {
             .arg(request.job)
             .arg(request.deadline_ms)
             .arg(request.attempt.as_arg())
-            .arg(request.claimant.max_runs.map_or(-1, i64::from));
+            .arg(request.claimant.max_runs.map_or(-1, i64::from))
+            .arg(request.cluster_pause.as_arg());
         if !notices.is_none() {
             args.arg(notices.arg());
         }

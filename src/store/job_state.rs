@@ -12,9 +12,10 @@ use super::{Store, StoreError};
 use crate::outcome::Status;
 
 /// The state fields that hold numbers.
-const NUMBERS: [&str; 10] = [
+const NUMBERS: [&str; 11] = [
     "last_tick",
     "runs_started",
+    "paused_until_ms",
     "fence",
     "missed_total",
     "missed_until",
@@ -40,13 +41,26 @@ pub struct JobState {
     pub runs_started: u64,
 }
 
-/// Who paused a job, and when.
+/// Who paused a job, when, until when and why.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Pause {
     /// `user@host` of the operator.
     pub by: Option<String>,
     /// Redis ms.
     pub at_ms: Option<i64>,
+    /// Redis ms the pause ends at by itself; None: until resumed.
+    pub until_ms: Option<i64>,
+    /// Why, when the operator said.
+    pub reason: Option<String>,
+}
+
+impl Pause {
+    /// Whether the pause still holds at Redis time `now_ms` (a timed pause
+    /// whose end has come is over, even before a claim or a sweep
+    /// recorded its end).
+    pub fn holds_at(&self, now_ms: i64) -> bool {
+        self.until_ms.is_none_or(|until| now_ms < until)
+    }
 }
 
 /// A run in flight, from the job's `running` hash.
@@ -123,6 +137,10 @@ impl JobState {
                 .then(|| Pause {
                     by: state.get("paused_by").cloned(),
                     at_ms: int("paused_at_ms"),
+                    until_ms: int("paused_until_ms"),
+                    reason: state
+                        .get("paused_reason")
+                        .map(|r| crate::inert::escape(r).into_owned()),
                 }),
             last_outcome: last_outcome(state),
             missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,

@@ -206,6 +206,29 @@ impl Keys {
         format!("{}:after", self.prefix)
     }
 
+    /// Hash: the cluster's pause (`cronlease pause --all`): `paused`
+    /// ("1" or "0" once resumed or ended), `id` (fresh at every pause and
+    /// resume, what the replicas acknowledge in their heartbeats), `by`,
+    /// `at_ms`, and while paused `until_ms` and `reason`.
+    pub fn pause_all(&self) -> String {
+        format!("{}:pause_all", self.prefix)
+    }
+
+    /// Stream: the cluster's pauses and resumes, who, until when and why;
+    /// capped. Its hash tag is the whole name of [`Keys::pause_all`], so
+    /// one script writes both.
+    pub fn pause_all_actions(&self) -> String {
+        format!("{0}:{{{0}:pause_all}}:actions", self.prefix)
+    }
+
+    /// Sorted set: job → the Redis ms its timed pause ends at. A hint for
+    /// the replicas' sweep of ended pauses (written after the pause,
+    /// removed after its end): a job's pause ends at its next claim
+    /// whether or not it is here.
+    pub fn pause_ends(&self) -> String {
+        format!("{}:pause_ends", self.prefix)
+    }
+
     /// String: a random id written once per Redis deployment; its loss or
     /// change means Redis lost state.
     pub fn epoch(&self) -> String {

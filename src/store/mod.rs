@@ -27,6 +27,7 @@ mod job_state;
 mod keys;
 mod lock;
 mod operator;
+mod pause;
 mod reply;
 mod run;
 mod triggers;
@@ -42,6 +43,7 @@ pub use events::NO_NOTICES;
 pub use events::{
     ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
 };
+pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
 /// How far ahead of Redis time a claim may set a job's high-water mark
 /// (a claim is made at most its lead, under a second, ahead of its tick):
@@ -62,7 +64,7 @@ pub fn is_run_id(text: &str) -> bool {
 /// script holds the same number (`MAX_FENCE` in `prelude.lua`).
 pub const MAX_FENCE: u64 = (1 << 53) - 1;
 pub use heartbeat::{Epoch, REPLICA_FORGET_AFTER, ServerTime};
-pub use job_state::{LastOutcome, Repair, RunningStatus};
+pub use job_state::{LastOutcome, Pause, Repair, RunningStatus};
 #[cfg(feature = "internals")]
 pub use run::DEDUP_MIN_ENTRIES;
 pub use run::{
@@ -101,6 +103,9 @@ struct Scripts {
     lock_fence: Script,
     forget_replica: Script,
     pause: Script,
+    pause_end: Script,
+    pause_all: Script,
+    pause_all_end: Script,
     missed: Script,
     release: Script,
     raise_fence: Script,
@@ -127,7 +132,10 @@ impl Scripts {
             lock_renew: Script::new(include_str!("../lua/lock_renew.lua")),
             lock_fence: Script::new(include_str!("../lua/lock_fence.lua")),
             forget_replica: Script::new(include_str!("../lua/forget_replica.lua")),
-            pause: Script::new(include_str!("../lua/pause.lua")),
+            pause: script(include_str!("../lua/pause.lua")),
+            pause_end: script(include_str!("../lua/pause_end.lua")),
+            pause_all: Script::new(include_str!("../lua/pause_all.lua")),
+            pause_all_end: Script::new(include_str!("../lua/pause_all_end.lua")),
             missed: script(include_str!("../lua/missed.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
             raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),

@@ -1,28 +1,9 @@
-//! What operators read and change: a job's pause, resume and repair, and
+//! What operators read and change: a job's repair, and
 //! the hashes and streams `status`, `history` and the dashboard read.
 
 use super::{Store, StoreError};
 
 impl Store {
-    /// Pauses a job (with `quorum`: on a majority of the masters); returns
-    /// the Redis time it happened.
-    pub async fn pause(&self, job: &str, who: &str) -> Result<i64, StoreError> {
-        self.pause_script(job, "1", who).await
-    }
-
-    /// Resumes a paused job; returns the Redis time it happened.
-    pub async fn resume(&self, job: &str, who: &str) -> Result<i64, StoreError> {
-        self.pause_script(job, "0", who).await
-    }
-
-    /// `pause.lua` with its `ARGV[1]`: "1" pauses, "0" resumes.
-    async fn pause_script(&self, job: &str, paused: &str, who: &str) -> Result<i64, StoreError> {
-        let mut invocation = self.scripts.pause.prepare_invoke();
-        invocation.key(self.keys.state(job)).arg(paused).arg(who);
-        let at: Vec<i64> = self.invoke_on_all("pause", &invocation).await?;
-        Ok(at.into_iter().max().unwrap_or(0))
-    }
-
     /// Clears what no honest writer puts in `job`'s state (`repair.lua`);
     /// returns what was cleared (with `quorum`: on any master).
     pub async fn repair(&self, job: &str) -> Result<Vec<String>, StoreError> {

@@ -96,7 +96,12 @@ fn a_pause_or_a_run_in_flight_is_decided_at_the_tick_not_ahead() {
 
         // Paused: ahead of the tick the answer is early, and the tick is
         // not marked skipped yet (a resume before it still runs it).
-        store.pause("paused", "test").await.expect("pause");
+        let pause = cronlease::store::PauseRequest {
+            who: "test",
+            until_ms: None,
+            reason: "",
+        };
+        store.pause("paused", &pause).await.expect("pause");
         match store
             .claim(&request("paused", "p1", tick, Overlap::Skip))
             .await

@@ -27,8 +27,8 @@ use serde_json::Value;
 use crate::support::{self, Browser, Cluster, RedisServer, Replica, http, read_outcomes};
 
 /// The operator token every replica reads from [`TOKEN_ENV`].
-const TOKEN: &str = "dashboard-test-token-4815162342";
-const TOKEN_ENV: &str = "CRONLEASE_TEST_DASHBOARD_TOKEN";
+pub(crate) const TOKEN: &str = "dashboard-test-token-4815162342";
+pub(crate) const TOKEN_ENV: &str = "CRONLEASE_TEST_DASHBOARD_TOKEN";
 
 /// How long anything awaited may take on a loaded machine. The waits end as
 /// soon as what they wait for is seen; nothing is timed.
@@ -104,7 +104,7 @@ impl Dashboards {
 }
 
 /// The address a replica's log says it serves its dashboard on.
-fn dashboard_addr(replica: &Replica) -> String {
+pub(crate) fn dashboard_addr(replica: &Replica) -> String {
     replica.logged_address("dashboard on http://", PATIENCE)
 }
 
@@ -113,7 +113,7 @@ fn dashboard_addr(replica: &Replica) -> String {
 /// # Panics
 ///
 /// After [`PATIENCE`], naming `what` was awaited.
-async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+pub(crate) async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + PATIENCE;
     loop {
         if let Some(value) = f().await {
@@ -128,7 +128,7 @@ async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
 }
 
 /// Runs `script` in the page and returns what it returns, as `T`.
-async fn js<T: serde::de::DeserializeOwned>(browser: &Browser, script: &str) -> T {
+pub(crate) async fn js<T: serde::de::DeserializeOwned>(browser: &Browser, script: &str) -> T {
     let value = browser
         .client
         .execute(script, Vec::new())
@@ -138,7 +138,7 @@ async fn js<T: serde::de::DeserializeOwned>(browser: &Browser, script: &str) -> 
         .unwrap_or_else(|e| panic!("unexpected answer to {script:?}: {value} ({e})"))
 }
 
-async fn goto(browser: &Browser, url: &str) {
+pub(crate) async fn goto(browser: &Browser, url: &str) {
     browser
         .client
         .goto(url)

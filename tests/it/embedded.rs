@@ -439,6 +439,63 @@ fn cronlease_pause_and_resume_hold_and_release_an_embedded_job() {
 }
 
 #[test]
+fn cronlease_pause_all_holds_an_embedded_scheduler_once_it_confirmed() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let seen: Seen = Arc::default();
+    let operator = |args: &[&str]| {
+        let mut all = args.to_vec();
+        let url = redis.url();
+        all.extend(["--redis-url", &url, "--prefix", PREFIX]);
+        let run = cronlease(all);
+        assert_eq!(run.code(), Some(0), "{}", run.describe());
+        run.stdout()
+    };
+    let redis_now_ms = || {
+        let (seconds, micros): (i64, i64) =
+            redis::cmd("TIME").query(&mut redis.client()).expect("TIME");
+        seconds * 1000 + micros / 1000
+    };
+    let rt = runtime();
+    let scheduler = rt.block_on(start(
+        &redis,
+        &dir,
+        "shop-1",
+        vec![recording("draw", &seen)],
+    ));
+    wait_until(Duration::from_secs(10), "a first run", || {
+        (!seen_of(&seen, "draw").is_empty()).then_some(())
+    });
+    let said = operator(&["pause", "--all", "--reason", "shop closed"]);
+    let returned = redis_now_ms();
+    assert!(
+        said.contains("confirmed by every live replica (1): shop-1"),
+        "{said}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let late: Vec<i64> = seen_of(&seen, "draw")
+        .into_iter()
+        .map(|(tick, ..)| tick)
+        .filter(|tick| *tick > returned)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "ticks after pause --all returned ran: {late:?}"
+    );
+    operator(&["resume", "--all"]);
+    let resumed = redis_now_ms();
+    wait_until(Duration::from_secs(10), "runs after the resume", || {
+        (seen_of(&seen, "draw")
+            .iter()
+            .filter(|(tick, ..)| *tick > resumed)
+            .count()
+            >= 2)
+            .then_some(())
+    });
+    rt.block_on(scheduler.shutdown()).expect("a clean shutdown");
+}
+
+#[test]
 fn ready_says_when_a_scheduler_claims_or_why_it_refused_to() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let seen = Seen::default();

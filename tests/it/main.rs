@@ -35,6 +35,7 @@ mod notify_delivery;
 mod notify_events;
 mod operator;
 mod params;
+mod pauses;
 mod pid_one;
 mod properties;
 mod quorum;

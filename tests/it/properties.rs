@@ -188,6 +188,7 @@ fn heartbeat() -> impl Strategy<Value = Heartbeat> {
                     config_hash: BTreeMap::from_iter(config_hash),
                     runs,
                     containment: (pid % 2 == 0).then(|| "cgroup".to_string()),
+                    cluster_pause: None,
                 }
             },
         )

@@ -27,9 +27,14 @@ pub(super) struct Records {
     pub(super) outcomes: Vec<Recorded>,
     pub(super) running: Vec<InFlight>,
     pub(super) last_tick: Option<i64>,
-    /// Paused now: by whom and when (Redis ms), as the state says.
-    pub(super) pause: Option<(Option<String>, Option<i64>)>,
+    /// Paused now: by whom, when (Redis ms), until when and why, as the
+    /// state says.
+    pub(super) pause: Option<crate::store::Pause>,
     pub(super) actions: Vec<Action>,
+    /// The cluster's pause record (`pause --all`), and its pauses and
+    /// resumes, newest first.
+    pub(super) cluster_pause: Option<crate::store::ClusterPause>,
+    pub(super) cluster_actions: Vec<Action>,
 }
 
 pub(super) struct Recorded {
@@ -98,8 +103,10 @@ impl Records {
             outcomes,
             running,
             last_tick: store.last_tick(job).await?,
-            pause: store.job_state(job).await?.pause.map(|p| (p.by, p.at_ms)),
+            pause: store.job_state(job).await?.pause,
             actions: store.actions(job, ACTIONS_READ).await?,
+            cluster_pause: store.cluster_pause().await?,
+            cluster_actions: store.cluster_actions(ACTIONS_READ).await?,
         })
     }
 

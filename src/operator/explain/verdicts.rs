@@ -10,6 +10,7 @@ use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason,
 use crate::config::{Job, Misfire};
 use crate::outcome::{Status, Trigger};
 use crate::schedule::Timetable;
+use crate::store::Action;
 
 /// How long after its tick a tick with no record is still on its way:
 /// replicas claim at the tick, and a claim's answer takes a moment.
@@ -347,8 +348,8 @@ fn misfire_reason(
 fn no_record_verdict(explanation: &mut Explanation, records: &Records) {
     explanation.verdict = Verdict::NotRun;
     let tick_ms = explanation.tick_ms;
-    if let Some(paused) = paused_at(records, tick_ms) {
-        explanation.summary = "not run: the job was paused".to_string();
+    if let Some((summary, paused)) = paused_at(records, tick_ms, explanation.now_ms) {
+        explanation.summary = summary.to_string();
         explanation.reasons.push(paused);
         return;
     }
@@ -388,40 +389,116 @@ fn no_record_verdict(explanation: &mut Explanation, records: &Records) {
     explanation.reasons.push(why);
 }
 
-/// The pause in force at the tick: the state's pause if it began by
-/// then (its time is when the pause took effect), else the newest pause
-/// or resume action at or before the tick.
-fn paused_at(records: &Records, tick_ms: i64) -> Option<Reason> {
-    let (by, at_ms, source) = match &records.pause {
-        Some((by, Some(at))) if *at <= tick_ms => (by.clone().unwrap_or_default(), *at, "state"),
-        _ => {
-            let action = records
-                .actions
-                .iter()
-                .find(|a| a.at_ms <= tick_ms && (a.action == "pause" || a.action == "resume"))?;
-            if action.action != "pause" {
-                return None;
-            }
-            (action.who.clone(), action.at_ms, "actions")
+/// A pause found in force at a tick: by whom, since when, until when, why.
+struct PauseFound {
+    by: String,
+    at_ms: i64,
+    until_ms: Option<i64>,
+    reason: String,
+    source: &'static str,
+}
+
+/// The newest pause or resume in `actions` at or before `tick_ms`, if it
+/// is a pause that held the tick (its end, if it had one, after it).
+fn paused_by_actions(actions: &[Action], tick_ms: i64, source: &'static str) -> Option<PauseFound> {
+    let action = actions
+        .iter()
+        .find(|a| a.at_ms <= tick_ms && (a.action == "pause" || a.action == "resume"))?;
+    if action.action != "pause" || action.until_ms.is_some_and(|until| until <= tick_ms) {
+        return None;
+    }
+    Some(PauseFound {
+        by: action.who.clone(),
+        at_ms: action.at_ms,
+        until_ms: action.until_ms,
+        reason: action.reason.clone(),
+        source,
+    })
+}
+
+/// The job's pause in force at the tick: the state's pause if it began by
+/// then and had not ended (its time is when the pause took effect), else
+/// the newest pause or resume action at or before the tick.
+fn job_paused_at(records: &Records, tick_ms: i64) -> Option<PauseFound> {
+    match &records.pause {
+        Some(p) if p.at_ms.is_some_and(|at| at <= tick_ms) && p.holds_at(tick_ms) => {
+            Some(PauseFound {
+                by: p.by.clone().unwrap_or_default(),
+                at_ms: p.at_ms.unwrap_or_default(),
+                until_ms: p.until_ms,
+                reason: p.reason.clone().unwrap_or_default(),
+                source: "state",
+            })
         }
-    };
-    let still = if records.pause.is_some() {
-        "it is still paused (cronlease resume to go on)"
-    } else {
-        "it has been resumed since"
-    };
-    Some(reason(
-        "paused",
-        format!(
-            "paused by {} at {}: a paused job's ticks are passed without running and are not caught up on resume; {still}",
-            if by.is_empty() {
-                "someone unrecorded"
-            } else {
-                &by
-            },
-            text_of(at_ms),
+        _ => paused_by_actions(&records.actions, tick_ms, "actions"),
+    }
+}
+
+/// The cluster's pause (`pause --all`) in force at the tick, from its
+/// record or its actions.
+fn cluster_paused_at(records: &Records, tick_ms: i64) -> Option<PauseFound> {
+    match &records.cluster_pause {
+        Some(p) if p.paused && p.at_ms <= tick_ms && p.holds(tick_ms) => Some(PauseFound {
+            by: p.by.clone(),
+            at_ms: p.at_ms,
+            until_ms: p.until_ms,
+            reason: crate::inert::escape(&p.reason).into_owned(),
+            source: "cluster",
+        }),
+        _ => paused_by_actions(&records.cluster_actions, tick_ms, "cluster_actions"),
+    }
+}
+
+/// The pause in force at the tick, the job's own first, else the
+/// cluster's: who paused it, when, until when and why.
+fn paused_at(records: &Records, tick_ms: i64, now_ms: i64) -> Option<(&'static str, Reason)> {
+    let (found, what, summary) = match job_paused_at(records, tick_ms) {
+        Some(found) => (found, "the job", "not run: the job was paused"),
+        None => (
+            cluster_paused_at(records, tick_ms)?,
+            "the whole cluster (pause --all)",
+            "not run: the cluster was paused",
         ),
-        json!({ "by": by, "at_ms": at_ms, "source": source }),
+    };
+    let still = match found.source {
+        "state" => "it is still paused (cronlease resume to go on)",
+        "cluster" => "the cluster is still paused (cronlease resume --all to go on)",
+        _ => "it has been resumed since",
+    };
+    let still = match found.until_ms {
+        Some(until) if until > now_ms && (found.source == "state" || found.source == "cluster") => {
+            format!("{still}; it ends by itself at {}", text_of(until))
+        }
+        Some(until) => format!("the pause ended at {}", text_of(until)),
+        None => still.to_string(),
+    };
+    let until = found
+        .until_ms
+        .map(|until| format!(" until {}", text_of(until)))
+        .unwrap_or_else(|| " until resumed".to_string());
+    let why = if found.reason.is_empty() {
+        String::new()
+    } else {
+        format!(" (reason: {})", found.reason)
+    };
+    Some((
+        summary,
+        reason(
+            "paused",
+            format!(
+                "{what} was paused by {} at {}{until}{why}: a paused job's ticks are passed without running and are not caught up on resume; {still}",
+                if found.by.is_empty() {
+                    "someone unrecorded"
+                } else {
+                    &found.by
+                },
+                text_of(found.at_ms),
+            ),
+            json!({
+                "by": found.by, "at_ms": found.at_ms, "until_ms": found.until_ms,
+                "reason": found.reason, "source": found.source,
+            }),
+        ),
     ))
 }
 

@@ -59,6 +59,7 @@ pub fn claim_request<'a>(
         deadline_ms: -1,
         lead_ms: 0,
         attempt: Attempt::First,
+        cluster_pause: cronlease::store::ClusterHold::None,
     }
 }
 
