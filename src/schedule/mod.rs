@@ -164,6 +164,11 @@ impl Zone {
         &self.name
     }
 
+    /// The zone itself, from jiff's bundled tz database.
+    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
+        &self.tz
+    }
+
     /// `tick` as local time: `2026-03-29 03:00:00 +02:00 Sun`.
     pub fn format_local(&self, tick: DateTime<Utc>) -> String {
         match jiff::Timestamp::from_second(tick.timestamp()) {
