@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::calendars::{Calendars, job_calendars};
 use super::chain::{After, AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
@@ -22,6 +23,7 @@ use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
     Problem, RedisConfig, TokenSource, Topology,
 };
+use crate::calendar::Calendar;
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
 /// Where a job table comes from, which says what its jobs are.
@@ -79,6 +81,13 @@ pub(crate) struct JobSpec {
     pub(crate) after_params: Option<Given<AfterParams>>,
     #[serde(default)]
     pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
+    pub(crate) exclude: Option<Given<Vec<Given<String>>>>,
+    pub(crate) only: Option<Given<Vec<Given<String>>>>,
+    /// The calendars an embedded job was given (`JobBuilder::exclude`,
+    /// `only`), which its `exclude` and `only` name; a table's jobs name
+    /// the table's `[calendars.<name>]`.
+    #[serde(skip)]
+    pub(crate) calendars: Vec<Calendar>,
 }
 
 impl JobSpec {
@@ -118,6 +127,8 @@ pub(crate) struct JobContext {
     secrets: Vec<String>,
     /// The channels defined and `[daemon]`'s notification defaults.
     notify: NotifyContext,
+    /// The table's calendars, which `exclude` and `only` name.
+    calendars: Calendars,
 }
 
 impl JobContext {
@@ -139,7 +150,14 @@ impl JobContext {
                 dashboard_token,
             ),
             notify: NotifyContext::default(),
+            calendars: Calendars::default(),
         }
+    }
+
+    /// The context with the table's calendars.
+    pub(crate) fn with_calendars(mut self, calendars: Calendars) -> JobContext {
+        self.calendars = calendars;
+        self
     }
 
     /// The context with the channels `declared` (sorted; those of
@@ -337,6 +355,22 @@ fn validate_job(
     if let Some(Command::Http(request)) = &command {
         check_http_templates(checker, section, request, &params);
     }
+    let calendars = job_calendars(
+        checker,
+        section,
+        [("exclude", raw.exclude.as_ref()), ("only", raw.only.as_ref())],
+        &context.calendars,
+        &raw.calendars,
+    );
+    if matches!(schedule, Some(None)) && !calendars.is_empty() {
+        let field = if calendars.exclude.is_empty() { "only" } else { "exclude" };
+        checker.problem(
+            None,
+            Some(section),
+            Some(field),
+            format!("`{field}` leaves out ticks of the job's schedule, and the job has none (it runs after other jobs): expected a `schedule`, or no `{field}`"),
+        );
+    }
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -359,6 +393,7 @@ fn validate_job(
         limits,
         notify,
         params,
+        calendars,
     })
 }
 
