@@ -70,6 +70,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         deadline_ms: -1,
         lead_ms: 0,
         attempt: Attempt::First,
+        exclusion: None,
     };
     let ClaimReply::Claimed {
         fence,

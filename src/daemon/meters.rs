@@ -28,6 +28,8 @@ pub(super) enum ClaimCount {
     Taken,
     Paused,
     Busy,
+    /// Recorded `excluded`: the job's calendars leave the tick out.
+    Excluded,
     NotDurable,
     Claimed,
 }
@@ -45,6 +47,7 @@ impl ClaimCount {
             ClaimCount::Taken => "taken",
             ClaimCount::Paused => "paused",
             ClaimCount::Busy => "busy",
+            ClaimCount::Excluded => "excluded",
             ClaimCount::NotDurable => "not_durable",
             ClaimCount::Claimed => "claimed",
         }

@@ -58,6 +58,7 @@ pub fn claim_request<'a>(
         deadline_ms: -1,
         lead_ms: 0,
         attempt: Attempt::First,
+        exclusion: None,
     }
 }
 
