@@ -327,7 +327,8 @@ fn fnv1a(bytes: &[u8]) -> String {
 }
 
 /// Which of a job's settings left a tick out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CalendarRule {
     /// The tick is inside an event of an `exclude` calendar.
     Exclude,

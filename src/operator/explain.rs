@@ -167,10 +167,24 @@ pub async fn explain<J: Borrow<Job>>(
             ),
             json!({ "due_in_ms": tick_ms - now_ms }),
         ));
+        if let Some(why) = definition.and_then(|d| d.excluded_by(tick_ms)) {
+            explanation
+                .reasons
+                .push(verdicts::calendar_reason(&why, None));
+        }
         return Ok(explanation);
     }
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
+    // The calendars of this job table leave the tick out, and no record
+    // says so (a replica with other calendars ran it, or it is on its way).
+    if explanation.verdict != Verdict::Excluded
+        && let Some(why) = definition.and_then(|d| d.excluded_by(tick_ms))
+    {
+        explanation
+            .reasons
+            .push(verdicts::calendar_reason(&why, None));
+    }
     follow_chain(store, &mut explanation, &records).await?;
     let (hash, whose) = match definition {
         Some(def) => (Some(def.definition_hash()), "this job table's"),
