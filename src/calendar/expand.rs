@@ -50,6 +50,15 @@ pub(super) enum ExDate {
     At(DateTime),
 }
 
+/// Whether an event is whole days or has times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// From midnight to midnight in the calendar's zone.
+    AllDay,
+    /// From a time of day, for an exact length.
+    Timed,
+}
+
 /// One event of a calendar.
 #[derive(Debug, Clone)]
 pub(super) struct Event {
@@ -58,7 +67,7 @@ pub(super) struct Event {
     zone: TimeZone,
     /// The first occurrence's local start (midnight for an all-day event).
     start: DateTime,
-    all_day: bool,
+    kind: Kind,
     length: Length,
     /// The recurrence, validated against `start` read as UTC.
     rule: Option<RRule>,
@@ -76,14 +85,14 @@ impl Event {
         zone_name: String,
         zone: TimeZone,
         start: DateTime,
-        all_day: bool,
+        kind: Kind,
         length: Length,
     ) -> Event {
         Event {
             zone_name,
             zone,
             start,
-            all_day,
+            kind,
             length,
             rule: None,
             exdates: Vec::new(),
@@ -97,7 +106,7 @@ impl Event {
             zone_name.to_string(),
             zone.clone(),
             date.to_datetime(Time::midnight()),
-            true,
+            Kind::AllDay,
             Length::days(1),
         )
     }
@@ -142,9 +151,11 @@ impl Event {
     /// `UNTIL`'s value as the event's local time, written as if UTC.
     fn local_until(&self, value: &str) -> Result<String, String> {
         let bad = || {
-            format!("invalid UNTIL {value:?}: expected a date (YYYYMMDD) or a UTC date-time (YYYYMMDDTHHMMSSZ)")
+            format!(
+                "invalid UNTIL {value:?}: expected a date (YYYYMMDD) or a UTC date-time (YYYYMMDDTHHMMSSZ)"
+            )
         };
-        let local = if let Some(date) = super::ics::parse_date(value) {
+        let local = if let Some(date) = parse_date(value) {
             // The whole last day counts.
             date.to_datetime(Time::new(23, 59, 59, 0).map_err(|_| bad())?)
         } else {
@@ -153,14 +164,22 @@ impl Event {
                 None => (value, false),
             };
             let (date, time) = text.split_once('T').ok_or_else(bad)?;
-            let date = super::ics::parse_date(date).ok_or_else(bad)?;
-            let time: Time = format!("{}:{}:{}", &time.get(0..2).ok_or_else(bad)?, &time.get(2..4).ok_or_else(bad)?, &time.get(4..6).ok_or_else(bad)?)
-                .parse()
-                .map_err(|_| bad())?;
+            let date = parse_date(date).ok_or_else(bad)?;
+            let time: Time = format!(
+                "{}:{}:{}",
+                &time.get(0..2).ok_or_else(bad)?,
+                &time.get(2..4).ok_or_else(bad)?,
+                &time.get(4..6).ok_or_else(bad)?
+            )
+            .parse()
+            .map_err(|_| bad())?;
             let at = date.to_datetime(time);
             if utc {
                 let instant = at.to_zoned_datetime(TimeZone::UTC).map_err(|_| bad())?;
-                instant.timestamp().to_zoned_datetime(self.zone.clone()).datetime()
+                instant
+                    .timestamp()
+                    .to_zoned_datetime(self.zone.clone())
+                    .datetime()
             } else {
                 at
             }
@@ -172,17 +191,19 @@ impl Event {
     /// in order, without those left out.
     fn starts(&self, lo: DateTime, hi: DateTime) -> Vec<DateTime> {
         let mut starts = Vec::new();
-        if let (Some(rule), Some(start), Some(after), Some(before)) = (
-            &self.rule,
-            fake_utc(self.start),
-            fake_utc(lo),
-            fake_utc(hi),
-        ) {
+        if let (Some(rule), Some(start), Some(after), Some(before)) =
+            (&self.rule, fake_utc(self.start), fake_utc(lo), fake_utc(hi))
+        {
             let set = RRuleSet::new(start)
                 .rrule(rule.clone())
                 .after(after)
                 .before(before);
-            starts.extend(set.all(MAX_OCCURRENCES).dates.iter().filter_map(from_fake_utc));
+            starts.extend(
+                set.all(MAX_OCCURRENCES)
+                    .dates
+                    .iter()
+                    .filter_map(from_fake_utc),
+            );
         }
         // DTSTART is always the first instance (RFC 5545), whether or not
         // the rule matches it.
@@ -253,19 +274,35 @@ impl Event {
         format!(
             "{} {} {} {}d+{} rule={} ex={} r={}",
             self.zone_name,
-            if self.all_day {
-                self.start.date().to_string()
-            } else {
-                self.start.to_string()
+            match self.kind {
+                Kind::AllDay => self.start.date().to_string(),
+                Kind::Timed => self.start.to_string(),
             },
-            if self.all_day { "all-day" } else { "timed" },
+            match self.kind {
+                Kind::AllDay => "all-day",
+                Kind::Timed => "timed",
+            },
             self.length.days,
             self.length.exact,
-            self.rule.as_ref().map(|r| r.to_string()).unwrap_or_default(),
+            self.rule
+                .as_ref()
+                .map(|r| r.to_string())
+                .unwrap_or_default(),
             exdates.join(","),
             rdates.join(","),
         )
     }
+}
+
+/// `YYYYMMDD`.
+pub(super) fn parse_date(text: &str) -> Option<Date> {
+    if text.len() != 8 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let year: i16 = text[0..4].parse().ok()?;
+    let month: i8 = text[4..6].parse().ok()?;
+    let day: i8 = text[6..8].parse().ok()?;
+    Date::new(year, month, day).ok()
 }
 
 /// The instant of local time `at` in `zone`: a time the clock skips is

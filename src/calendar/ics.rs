@@ -15,7 +15,7 @@ use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
 
 use super::CalendarError;
-use super::expand::{Event, ExDate, Length};
+use super::expand::{Event, ExDate, Kind, Length, parse_date};
 use crate::schedule::Zone;
 
 /// One logical line: its name (upper case), parameters and value, and
@@ -46,67 +46,7 @@ impl Line {
 /// The events of the iCalendar `text`, whose floating times and dates are
 /// read in `zone`.
 pub(super) fn read_events(text: &str, zone: &Zone) -> Result<Vec<Event>, CalendarError> {
-    let lines = content_lines(text)?;
-    let mut stack: Vec<(String, usize)> = Vec::new();
-    let mut calendars = 0;
-    let mut event: Vec<Line> = Vec::new();
-    let mut raw_events: Vec<(usize, Vec<Line>)> = Vec::new();
-    let mut event_line = 0;
-    for line in lines {
-        match line.name.as_str() {
-            "BEGIN" => {
-                let component = line.value.to_ascii_uppercase();
-                if stack.is_empty() && component != "VCALENDAR" {
-                    return Err(line.error(format!(
-                        "{component} outside a calendar: expected BEGIN:VCALENDAR first"
-                    )));
-                }
-                if component == "VCALENDAR" {
-                    calendars += 1;
-                }
-                if component == "VEVENT" {
-                    event_line = line.number;
-                    event.clear();
-                }
-                stack.push((component, line.number));
-            }
-            "END" => {
-                let component = line.value.to_ascii_uppercase();
-                match stack.pop() {
-                    Some((open, _)) if open == component => {}
-                    Some((open, at)) => {
-                        return Err(line.error(format!(
-                            "END:{component} closes BEGIN:{open} of line {at}: expected END:{open}"
-                        )));
-                    }
-                    None => return Err(line.error("END without BEGIN")),
-                }
-                if component == "VEVENT" {
-                    raw_events.push((event_line, std::mem::take(&mut event)));
-                }
-            }
-            _ => match stack.last() {
-                // A property of the event itself (not of an alarm in it).
-                Some((component, _)) if component == "VEVENT" => event.push(line),
-                Some(_) => {}
-                None => {
-                    return Err(line.error("a property outside a calendar: expected BEGIN:VCALENDAR first"));
-                }
-            },
-        }
-    }
-    if let Some((open, at)) = stack.pop() {
-        return Err(CalendarError::Ics {
-            line: at,
-            message: format!("BEGIN:{open} is never closed: expected END:{open}"),
-        });
-    }
-    if calendars == 0 {
-        return Err(CalendarError::Ics {
-            line: 1,
-            message: "not an iCalendar file: expected BEGIN:VCALENDAR".into(),
-        });
-    }
+    let raw_events = vevents(content_lines(text)?)?;
     let mut events = Vec::new();
     // Overrides of one instance (`RECURRENCE-ID`) by UID: the instance
     // they replace is taken out of the recurring event.
@@ -130,6 +70,69 @@ pub(super) fn read_events(text: &str, zone: &Zone) -> Result<Vec<Event>, Calenda
         }
     }
     Ok(events)
+}
+
+/// The properties of each `VEVENT` of `lines` (not those of an alarm in
+/// it), with the line it begins on; components checked to pair up.
+fn vevents(lines: Vec<Line>) -> Result<Vec<(usize, Vec<Line>)>, CalendarError> {
+    let mut stack: Vec<(String, usize)> = Vec::new();
+    let mut calendars = 0;
+    let mut event: Vec<Line> = Vec::new();
+    let mut raw_events: Vec<(usize, Vec<Line>)> = Vec::new();
+    for line in lines {
+        match line.name.as_str() {
+            "BEGIN" => {
+                let component = line.value.to_ascii_uppercase();
+                if stack.is_empty() && component != "VCALENDAR" {
+                    return Err(line.error(format!(
+                        "{component} outside a calendar: expected BEGIN:VCALENDAR first"
+                    )));
+                }
+                calendars += usize::from(component == "VCALENDAR");
+                if component == "VEVENT" {
+                    event.clear();
+                }
+                stack.push((component, line.number));
+            }
+            "END" => {
+                let component = line.value.to_ascii_uppercase();
+                let at = match stack.pop() {
+                    Some((open, at)) if open == component => at,
+                    Some((open, at)) => {
+                        return Err(line.error(format!(
+                            "END:{component} closes BEGIN:{open} of line {at}: expected END:{open}"
+                        )));
+                    }
+                    None => return Err(line.error("END without BEGIN")),
+                };
+                if component == "VEVENT" {
+                    raw_events.push((at, std::mem::take(&mut event)));
+                }
+            }
+            _ => match stack.last() {
+                Some((component, _)) if component == "VEVENT" => event.push(line),
+                Some(_) => {}
+                None => {
+                    return Err(
+                        line.error("a property outside a calendar: expected BEGIN:VCALENDAR first")
+                    );
+                }
+            },
+        }
+    }
+    if let Some((open, at)) = stack.pop() {
+        return Err(CalendarError::Ics {
+            line: at,
+            message: format!("BEGIN:{open} is never closed: expected END:{open}"),
+        });
+    }
+    if calendars == 0 {
+        return Err(CalendarError::Ics {
+            line: 1,
+            message: "not an iCalendar file: expected BEGIN:VCALENDAR".into(),
+        });
+    }
+    Ok(raw_events)
 }
 
 /// A `VEVENT` read: the event, its UID, and the instance of another
@@ -164,16 +167,15 @@ fn read_event(at: usize, lines: &[Line], zone: &Zone) -> Result<Option<ReadEvent
     let Some(dtstart) = one("DTSTART")? else {
         return Err(CalendarError::Ics {
             line: at,
-            message: "VEVENT without DTSTART: expected e.g. DTSTART;VALUE=DATE:20261001"
-                .into(),
+            message: "VEVENT without DTSTART: expected e.g. DTSTART;VALUE=DATE:20261001".into(),
         });
     };
     let start = when(dtstart, &dtstart.value)?;
-    let (event_zone, all_day) = match &start {
-        When::Date(_) => (zone.tz().clone(), true),
-        When::Floating(_) => (zone.tz().clone(), false),
-        When::Zoned(_, tz) => (tz.clone(), false),
-        When::Utc(_) => (TimeZone::UTC, false),
+    let (event_zone, kind) = match &start {
+        When::Date(_) => (zone.tz().clone(), Kind::AllDay),
+        When::Floating(_) => (zone.tz().clone(), Kind::Timed),
+        When::Zoned(_, tz) => (tz.clone(), Kind::Timed),
+        When::Utc(_) => (TimeZone::UTC, Kind::Timed),
     };
     let zone_name = match &start {
         When::Zoned(_, _) => dtstart.param("TZID").unwrap_or("UTC").to_string(),
@@ -181,14 +183,59 @@ fn read_event(at: usize, lines: &[Line], zone: &Zone) -> Result<Option<ReadEvent
         _ => zone.name().to_string(),
     };
     let local_start = start.local(&event_zone);
+    let length = event_length(&start, dtstart, one("DTEND")?, one("DURATION")?, zone)?;
+    let mut event = Event::new(zone_name, event_zone.clone(), local_start, kind, length);
+    if let Some(rrule) = one("RRULE")? {
+        event
+            .set_rule(&rrule.value)
+            .map_err(|message| rrule.error(message))?;
+    }
+    instances(&mut event, lines, zone, &event_zone)?;
+    let uid = one("UID")?.map(|l| l.value.clone());
+    let replaces = match one("RECURRENCE-ID")? {
+        Some(line) => {
+            let Some(uid) = uid.clone() else {
+                return Err(line.error("an override without UID: expected the UID of the recurring event it replaces an instance of"));
+            };
+            let instance = match when(line, &line.value)? {
+                When::Date(date) => ExDate::Day(date),
+                other => ExDate::At(
+                    other
+                        .instant(zone, line)?
+                        .to_zoned_datetime(event_zone)
+                        .datetime(),
+                ),
+            };
+            Some((uid, instance))
+        }
+        None => None,
+    };
+    Ok(Some(ReadEvent {
+        event,
+        uid,
+        replaces,
+    }))
+}
+
+/// How long the event starting at `start` (given on `dtstart`) lasts:
+/// from `DTEND` (a date after an all-day start, a time after a timed
+/// one) or `DURATION`; an all-day event without either lasts a day.
+fn event_length(
+    start: &When,
+    dtstart: &Line,
+    dtend: Option<&Line>,
+    duration: Option<&Line>,
+    zone: &Zone,
+) -> Result<Length, CalendarError> {
+    let all_day = matches!(start, When::Date(_));
     let start_at = start.instant(zone, dtstart)?;
-    let length = match (one("DTEND")?, one("DURATION")?) {
+    let length = match (dtend, duration) {
         (Some(_), Some(duration)) => {
             return Err(duration.error("both DTEND and DURATION are set: expected one of them"));
         }
         (Some(dtend), None) => {
             let end = when(dtend, &dtend.value)?;
-            match (&start, &end) {
+            match (start, &end) {
                 (When::Date(first), When::Date(last)) => {
                     let days = first.until(*last).map_err(|e| dtend.error(e))?.get_days();
                     if days <= 0 {
@@ -234,17 +281,27 @@ fn read_event(at: usize, lines: &[Line], zone: &Zone) -> Result<Option<ReadEvent
             ));
         }
     };
-    let mut event = Event::new(zone_name, event_zone.clone(), local_start, all_day, length);
-    if let Some(rrule) = one("RRULE")? {
-        event
-            .set_rule(&rrule.value)
-            .map_err(|message| rrule.error(message))?;
-    }
+    Ok(length)
+}
+
+/// The event's `EXDATE`s and `RDATE`s (each a comma-separated list),
+/// read into its zone's local time.
+fn instances(
+    event: &mut Event,
+    lines: &[Line],
+    zone: &Zone,
+    event_zone: &TimeZone,
+) -> Result<(), CalendarError> {
     for line in lines.iter().filter(|l| l.name == "EXDATE") {
         for value in line.value.split(',') {
             let exdate = match when(line, value)? {
                 When::Date(date) => ExDate::Day(date),
-                other => ExDate::At(other.instant(zone, line)?.to_zoned_datetime(event_zone.clone()).datetime()),
+                other => ExDate::At(
+                    other
+                        .instant(zone, line)?
+                        .to_zoned_datetime(event_zone.clone())
+                        .datetime(),
+                ),
             };
             event.exdates.push(exdate);
         }
@@ -259,30 +316,15 @@ fn read_event(at: usize, lines: &[Line], zone: &Zone) -> Result<Option<ReadEvent
         for value in line.value.split(',') {
             let local = match when(line, value)? {
                 When::Date(date) => date.to_datetime(jiff::civil::Time::midnight()),
-                other => other.instant(zone, line)?.to_zoned_datetime(event_zone.clone()).datetime(),
+                other => other
+                    .instant(zone, line)?
+                    .to_zoned_datetime(event_zone.clone())
+                    .datetime(),
             };
             event.rdates.push(local);
         }
     }
-    let uid = one("UID")?.map(|l| l.value.clone());
-    let replaces = match one("RECURRENCE-ID")? {
-        Some(line) => {
-            let Some(uid) = uid.clone() else {
-                return Err(line.error("an override without UID: expected the UID of the recurring event it replaces an instance of"));
-            };
-            let instance = match when(line, &line.value)? {
-                When::Date(date) => ExDate::Day(date),
-                other => ExDate::At(other.instant(zone, line)?.to_zoned_datetime(event_zone).datetime()),
-            };
-            Some((uid, instance))
-        }
-        None => None,
-    };
-    Ok(Some(ReadEvent {
-        event,
-        uid,
-        replaces,
-    }))
+    Ok(())
 }
 
 /// A date or date-time value as written.
@@ -370,17 +412,6 @@ fn when(line: &Line, value: &str) -> Result<When, CalendarError> {
             }
         }
     }
-}
-
-/// `YYYYMMDD`.
-pub(super) fn parse_date(text: &str) -> Option<Date> {
-    if text.len() != 8 || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let year: i16 = text[0..4].parse().ok()?;
-    let month: i8 = text[4..6].parse().ok()?;
-    let day: i8 = text[6..8].parse().ok()?;
-    Date::new(year, month, day).ok()
 }
 
 /// `YYYYMMDDTHHMMSS`.
@@ -518,11 +549,7 @@ fn cut_line(number: usize, line: &str) -> Result<Line, CalendarError> {
     };
     let mut parts = parts.into_iter();
     let name = parts.next().unwrap_or_default().trim().to_ascii_uppercase();
-    if name.is_empty()
-        || !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
         return Err(bad(&format!("invalid property name {name:?}")));
     }
     let mut params = Vec::new();
@@ -553,14 +580,20 @@ mod tests {
     fn durations_are_nominal_days_and_exact_times() {
         let check = |text: &str, days: i64, secs: i64| {
             let length = parse_duration(text).unwrap_or_else(|| panic!("{text}"));
-            assert_eq!((length.days, length.exact.as_secs()), (days, secs), "{text}");
+            assert_eq!(
+                (length.days, length.exact.as_secs()),
+                (days, secs),
+                "{text}"
+            );
         };
         check("P1D", 1, 0);
         check("P2W", 14, 0);
         check("PT1H30M", 0, 5400);
         check("P1DT12H", 1, 43200);
         check("+PT15S", 0, 15);
-        for bad in ["", "P", "PT", "-P1D", "P1H", "PT1D", "P1DT", "1D", "P99999D"] {
+        for bad in [
+            "", "P", "PT", "-P1D", "P1H", "PT1D", "P1DT", "1D", "P99999D",
+        ] {
             assert!(parse_duration(bad).is_none(), "{bad}");
         }
     }

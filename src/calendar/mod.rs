@@ -91,9 +91,7 @@ struct Inner {
 #[non_exhaustive]
 pub enum CalendarError {
     /// The name is not 1 to 128 characters from `A-Z a-z 0-9 _ . -`.
-    #[error(
-        "invalid calendar name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -"
-    )]
+    #[error("invalid calendar name {name:?}: expected 1 to 128 characters from A-Z a-z 0-9 _ . -")]
     Name {
         /// The name given.
         name: String,

@@ -172,7 +172,10 @@ fn an_unbounded_rule_is_asked_far_ahead_without_expanding_the_years_between() {
 fn dates_are_whole_days_in_the_calendars_zone() {
     let days = Calendar::from_dates(
         "golden-week",
-        [jiff::civil::date(2026, 10, 1), jiff::civil::date(2026, 10, 2)],
+        [
+            jiff::civil::date(2026, 10, 1),
+            jiff::civil::date(2026, 10, 2),
+        ],
         "Asia/Shanghai",
     )
     .expect("valid");
@@ -201,7 +204,10 @@ fn the_content_hash_is_the_meaning_not_the_text() {
     );
     let dates = Calendar::from_dates(
         "test",
-        [jiff::civil::date(2026, 10, 1), jiff::civil::date(2026, 10, 2)],
+        [
+            jiff::civil::date(2026, 10, 1),
+            jiff::civil::date(2026, 10, 2),
+        ],
         "UTC",
     )
     .expect("valid");
@@ -212,7 +218,13 @@ fn the_content_hash_is_the_meaning_not_the_text() {
     assert_eq!(one.content_hash(), reordered.content_hash());
     assert_eq!(one.content_hash(), dates.content_hash());
     assert_ne!(one.content_hash(), other.content_hash());
-    assert_eq!(format!("{one:?}"), format!("Calendar {{ name: \"test\", hash: \"{}\" }}", one.content_hash()));
+    assert_eq!(
+        format!("{one:?}"),
+        format!(
+            "Calendar {{ name: \"test\", hash: \"{}\" }}",
+            one.content_hash()
+        )
+    );
 }
 
 #[test]
@@ -248,7 +260,11 @@ fn what_is_not_understood_is_refused_by_line() {
             6,
             "not after DTSTART",
         ),
-        ("BEGIN:VEVENT\r\nSUMMARY:x\r\nEND:VEVENT\r\n", 4, "VEVENT without DTSTART"),
+        (
+            "BEGIN:VEVENT\r\nSUMMARY:x\r\nEND:VEVENT\r\n",
+            4,
+            "VEVENT without DTSTART",
+        ),
         (
             "BEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20261001\r\nEXRULE:FREQ=YEARLY\r\nEND:VEVENT\r\n",
             6,
@@ -282,7 +298,10 @@ fn what_is_not_understood_is_refused_by_line() {
         Err(CalendarError::Name { .. })
     ));
     let zone = Calendar::from_dates("x", [], "Europe/Berlim").expect_err("a typo");
-    assert!(zone.to_string().contains("did you mean \"Europe/Berlin\""), "{zone}");
+    assert!(
+        zone.to_string().contains("did you mean \"Europe/Berlin\""),
+        "{zone}"
+    );
 }
 
 #[test]
@@ -295,10 +314,14 @@ fn exclude_wins_and_several_only_calendars_mean_any_of_them() {
         only: vec![day("a", 1), day("b", 2)],
     };
     let ms = |text: &str| at(text).as_millisecond();
-    let excluded = calendars.excluded_by(ms("2026-10-01T12:00:00Z")).expect("a holiday");
+    let excluded = calendars
+        .excluded_by(ms("2026-10-01T12:00:00Z"))
+        .expect("a holiday");
     assert_eq!(excluded.to_string(), "excluded by calendar holiday");
     assert_eq!(calendars.excluded_by(ms("2026-10-02T12:00:00Z")), None);
-    let outside = calendars.excluded_by(ms("2026-10-03T12:00:00Z")).expect("in neither");
+    let outside = calendars
+        .excluded_by(ms("2026-10-03T12:00:00Z"))
+        .expect("in neither");
     assert_eq!(outside.as_arg(), "only a,b");
     assert_eq!(outside.to_string(), "outside calendars a,b");
     assert_eq!(JobCalendars::default().excluded_by(0), None);

@@ -130,73 +130,101 @@ fn validate_calendar(
             );
             None
         }
-        (Some(file), None) => {
-            if file.get().trim().is_empty() {
-                checker.problem(file.at(), Some(section), Some("file"), "empty path: expected an iCalendar file, absolute or relative to the config file".into());
-                return None;
-            }
-            let path = base_dir.join(file.get());
-            let text = match environment::read_bounded(&path, MAX_CALENDAR_FILE)
-                .and_then(|bytes| {
-                    String::from_utf8(bytes).map_err(|e| {
-                        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
-                    })
-                }) {
-                Ok(text) => text,
-                Err(e) => {
-                    checker.problem(
-                        file.at(),
-                        Some(section),
-                        Some("file"),
-                        format!("cannot read {}: {e}", path.display()),
-                    );
-                    return None;
-                }
-            };
-            match Calendar::from_ics(name, &text, &zone) {
-                Ok(calendar) => Some(calendar),
-                Err(CalendarError::Ics { line, message }) => {
-                    checker.problem(
-                        file.at(),
-                        Some(section),
-                        Some("file"),
-                        format!("{}:{line}: {message}", path.display()),
-                    );
-                    None
-                }
-                Err(e) => {
-                    checker.problem(file.at(), Some(section), Some("file"), e.to_string());
-                    None
-                }
+        (Some(file), None) => calendar_from_file(checker, section, name, file, &zone, base_dir),
+        (None, Some(dates)) => calendar_from_dates(checker, section, name, at, dates, &zone),
+    }
+}
+
+/// A calendar read from the iCalendar file `file` names (relative to
+/// `base_dir`); a problem names the file and its line.
+fn calendar_from_file(
+    checker: &mut Checker<'_>,
+    section: &str,
+    name: &str,
+    file: Given<String>,
+    zone: &str,
+    base_dir: &Path,
+) -> Option<Calendar> {
+    if file.get().trim().is_empty() {
+        checker.problem(
+            file.at(),
+            Some(section),
+            Some("file"),
+            "empty path: expected an iCalendar file, absolute or relative to the config file"
+                .into(),
+        );
+        return None;
+    }
+    let path = base_dir.join(file.get());
+    let text = match environment::read_bounded(&path, MAX_CALENDAR_FILE).and_then(|bytes| {
+        String::from_utf8(bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }) {
+        Ok(text) => text,
+        Err(e) => {
+            checker.problem(
+                file.at(),
+                Some(section),
+                Some("file"),
+                format!("cannot read {}: {e}", path.display()),
+            );
+            return None;
+        }
+    };
+    match Calendar::from_ics(name, &text, zone) {
+        Ok(calendar) => Some(calendar),
+        Err(CalendarError::Ics { line, message }) => {
+            checker.problem(
+                file.at(),
+                Some(section),
+                Some("file"),
+                format!("{}:{line}: {message}", path.display()),
+            );
+            None
+        }
+        Err(e) => {
+            checker.problem(file.at(), Some(section), Some("file"), e.to_string());
+            None
+        }
+    }
+}
+
+/// A calendar of the whole days `dates` (`YYYY-MM-DD`).
+fn calendar_from_dates(
+    checker: &mut Checker<'_>,
+    section: &str,
+    name: &str,
+    at: std::ops::Range<usize>,
+    dates: Given<Vec<Given<String>>>,
+    zone: &str,
+) -> Option<Calendar> {
+    let mut days = Vec::new();
+    let mut valid = true;
+    for date in dates.into_inner() {
+        match date.get().trim().parse::<jiff::civil::Date>() {
+            Ok(day) if date.get().trim().len() == 10 => days.push(day),
+            _ => {
+                valid = false;
+                checker.problem(
+                    date.at(),
+                    Some(section),
+                    Some("dates"),
+                    format!(
+                        "invalid date {:?}: expected YYYY-MM-DD, e.g. \"2026-10-01\"",
+                        date.get()
+                    ),
+                );
             }
         }
-        (None, Some(dates)) => {
-            let mut days = Vec::new();
-            let mut valid = true;
-            for date in dates.into_inner() {
-                match date.get().trim().parse::<jiff::civil::Date>() {
-                    Ok(day) if date.get().trim().len() == 10 => days.push(day),
-                    _ => {
-                        valid = false;
-                        checker.problem(
-                            date.at(),
-                            Some(section),
-                            Some("dates"),
-                            format!("invalid date {:?}: expected YYYY-MM-DD, e.g. \"2026-10-01\"", date.get()),
-                        );
-                    }
-                }
-            }
-            if !valid {
-                return None;
-            }
-            match Calendar::from_dates(name, days, &zone) {
-                Ok(calendar) => Some(calendar),
-                Err(e) => {
-                    checker.problem(Some(at), Some(section), None, e.to_string());
-                    None
-                }
-            }
+    }
+    if !valid {
+        return None;
+    }
+    match Calendar::from_dates(name, days, zone) {
+        Ok(calendar) => Some(calendar),
+        Err(e) => {
+            checker.problem(Some(at), Some(section), None, e.to_string());
+            None
         }
     }
 }
@@ -225,7 +253,10 @@ pub(super) fn job_calendars(
                         name.at(),
                         Some(section),
                         Some(field),
-                        format!("calendar {:?} is listed twice: expected each once", name.get()),
+                        format!(
+                            "calendar {:?} is listed twice: expected each once",
+                            name.get()
+                        ),
                     );
                 }
                 Some(calendar) => chosen.push(calendar.clone()),
@@ -316,7 +347,9 @@ mod tests {
         let holiday = job.excluded_by(noon("2027-10-01")).expect("a holiday");
         assert_eq!(holiday.to_string(), "excluded by calendar holidays-cn");
         assert_eq!(job.excluded_by(noon("2026-10-08")), None);
-        let outside = job.excluded_by(noon("2026-10-12")).expect("not a trading day");
+        let outside = job
+            .excluded_by(noon("2026-10-12"))
+            .expect("not a trading day");
         assert_eq!(outside.to_string(), "outside calendar trading-days");
     }
 
@@ -369,11 +402,20 @@ mod tests {
         // The hash reads the Debug form with this part taken out: what it
         // was before calendars existed, so replicas of both releases agree.
         let debug = format!("{plain:?}");
-        assert!(debug.ends_with(", calendars: JobCalendars { exclude: [], only: [] } }"), "{debug}");
+        assert!(
+            debug.ends_with(", calendars: JobCalendars { exclude: [], only: [] } }"),
+            "{debug}"
+        );
         let declared = job("[calendars.c]\ndates = [\"2026-10-01\"]\n", "");
         assert_eq!(plain.definition_hash(), declared.definition_hash());
-        let one = job("[calendars.c]\ndates = [\"2026-10-01\"]\n", "exclude = [\"c\"]\n");
-        let other = job("[calendars.c]\ndates = [\"2026-10-02\"]\n", "exclude = [\"c\"]\n");
+        let one = job(
+            "[calendars.c]\ndates = [\"2026-10-01\"]\n",
+            "exclude = [\"c\"]\n",
+        );
+        let other = job(
+            "[calendars.c]\ndates = [\"2026-10-02\"]\n",
+            "exclude = [\"c\"]\n",
+        );
         let same = job(
             "[calendars.c]\ndates = [\"2026-10-01\"]\ntimezone = \"UTC\"\n",
             "exclude = [\"c\"]\n",

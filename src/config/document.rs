@@ -183,11 +183,7 @@ fn validate_sections(
             "no jobs: expected at least one [jobs.<name>] table".into(),
         );
     }
-    let calendars = validate_calendars(
-        checker,
-        sections.calendars,
-        &environment::config_dir(path),
-    );
+    let calendars = validate_calendars(checker, sections.calendars, &environment::config_dir(path));
     let context = JobContext::new(
         redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),

@@ -358,12 +358,19 @@ fn validate_job(
     let calendars = job_calendars(
         checker,
         section,
-        [("exclude", raw.exclude.as_ref()), ("only", raw.only.as_ref())],
+        [
+            ("exclude", raw.exclude.as_ref()),
+            ("only", raw.only.as_ref()),
+        ],
         &context.calendars,
         &raw.calendars,
     );
     if matches!(schedule, Some(None)) && !calendars.is_empty() {
-        let field = if calendars.exclude.is_empty() { "only" } else { "exclude" };
+        let field = if calendars.exclude.is_empty() {
+            "only"
+        } else {
+            "exclude"
+        };
         checker.problem(
             None,
             Some(section),

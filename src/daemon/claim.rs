@@ -354,7 +354,10 @@ fn skipped(side: &ClaimSide<'_>, job: &Job, tick_ms: i64, reply: ClaimReply) -> 
         } => {
             side.meters.count_claim(&job.name, ClaimCount::Excluded);
             side.marks.note(&job.name, Some(tick_ms), Some(fence));
-            let why = job.excluded_by(tick_ms).map(|e| e.to_string()).unwrap_or_default();
+            let why = job
+                .excluded_by(tick_ms)
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             info!(job = %job.name, %tick, %why, "tick recorded as excluded: the job's calendars leave it out");
             ClaimEnd::Excluded { previous }
         }

@@ -142,7 +142,9 @@ fn excluded_verdict(explanation: &mut Explanation, excluded: &Recorded) {
         calendar: calendar.clone(),
     };
     explanation.summary = format!("{why}: not run, recorded excluded by {recorded_by}");
-    explanation.reasons.push(calendar_reason(&why, Some(&recorded_by)));
+    explanation
+        .reasons
+        .push(calendar_reason(&why, Some(&recorded_by)));
 }
 
 /// Why the job's calendars leave the tick out, with who recorded it
@@ -153,10 +155,7 @@ pub(super) fn calendar_reason(why: &Exclusion, recorded_by: Option<&str>) -> Rea
             "the tick is inside an event of calendar {} (exclude)",
             why.calendar
         ),
-        CalendarRule::Only => format!(
-            "the tick is inside no event of {} (only)",
-            why.calendar
-        ),
+        CalendarRule::Only => format!("the tick is inside no event of {} (only)", why.calendar),
     };
     let text = match recorded_by {
         Some(by) => format!("{rule}, so {by} recorded it excluded instead of running it"),
