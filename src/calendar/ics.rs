@@ -407,10 +407,27 @@ fn when(line: &Line, value: &str) -> Result<When, CalendarError> {
             match TimeZone::get(name) {
                 Ok(tz) => Ok(When::Zoned(at, tz)),
                 Err(_) => Err(line.error(format!(
-                    "unknown TZID {name:?}: expected an IANA time zone name such as \"Europe/Berlin\" (a zone defined only by the file's VTIMEZONE is not supported)"
+                    "unknown TZID {name:?}{}: expected an IANA time zone name such as \"Europe/Berlin\" (a zone defined only by the file's VTIMEZONE is not supported)",
+                    nearest_zone(name)
                 ))),
             }
         }
+    }
+}
+
+/// ` (did you mean "Asia/Shanghai"?)` when an IANA name is within 3
+/// edits of `name`, else nothing.
+fn nearest_zone(name: &str) -> String {
+    let nearest = jiff::tz::db()
+        .available()
+        .map(|candidate| {
+            let candidate = candidate.as_str().to_string();
+            (strsim::levenshtein(&candidate, name), candidate)
+        })
+        .min();
+    match nearest {
+        Some((distance, candidate)) if distance <= 3 => format!(" (did you mean {candidate:?}?)"),
+        _ => String::new(),
     }
 }
 

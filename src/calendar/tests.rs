@@ -326,3 +326,20 @@ fn exclude_wins_and_several_only_calendars_mean_any_of_them() {
     assert_eq!(outside.to_string(), "outside calendars a,b");
     assert_eq!(JobCalendars::default().excluded_by(0), None);
 }
+
+#[test]
+fn an_ordinal_weekday_rule_finds_the_fourth_thursday_of_november() {
+    let thanksgiving = calendar(
+        "BEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20261126\r\nRRULE:FREQ=YEARLY;BYMONTH=11;BYDAY=4TH\r\nEND:VEVENT\r\n",
+        "America/New_York",
+    );
+    check(
+        &thanksgiving,
+        &[
+            ("2027-11-25T17:00:00Z", true),
+            ("2027-11-26T17:00:00Z", false),
+            ("2028-11-23T17:00:00Z", true),
+            ("2028-11-30T17:00:00Z", false),
+        ],
+    );
+}

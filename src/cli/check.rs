@@ -88,23 +88,7 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 if !job.calendars.is_empty()
                     && let Some(entry) = entry.as_object_mut()
                 {
-                    let excluded: Vec<serde_json::Value> = upcoming
-                        .iter()
-                        .filter_map(|(tick, excluded)| {
-                            let e = excluded.as_ref()?;
-                            Some(serde_json::json!({
-                                "tick": rfc3339_utc(*tick),
-                                "calendar": e.calendar,
-                                "rule": e.rule.as_str(),
-                            }))
-                        })
-                        .collect();
-                    entry.insert("excluded".into(), excluded.into());
-                    entry.insert(
-                        "calendars".into(),
-                        serde_json::to_value(crate::operator::job_calendars(job))
-                            .unwrap_or_default(),
-                    );
+                    calendars_json(entry, job, &upcoming);
                 }
             }
             entry
@@ -128,6 +112,31 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     .to_string();
     text.push('\n');
     text
+}
+
+/// A job's calendars in `check --json`: `excluded`, the ticks they leave
+/// out among those shown, and `calendars`, each with its hash.
+fn calendars_json(
+    entry: &mut serde_json::Map<String, serde_json::Value>,
+    job: &Job,
+    upcoming: &[(DateTime<Utc>, Option<crate::calendar::Exclusion>)],
+) {
+    let excluded: Vec<serde_json::Value> = upcoming
+        .iter()
+        .filter_map(|(tick, excluded)| {
+            let e = excluded.as_ref()?;
+            Some(serde_json::json!({
+                "tick": rfc3339_utc(*tick),
+                "calendar": e.calendar,
+                "rule": e.rule.as_str(),
+            }))
+        })
+        .collect();
+    entry.insert("excluded".into(), excluded.into());
+    entry.insert(
+        "calendars".into(),
+        serde_json::to_value(crate::operator::job_calendars(job)).unwrap_or_default(),
+    );
 }
 
 fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
@@ -207,6 +216,13 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
             on.join(", ")
         );
     }
+    ticks_text(out, job, from, count);
+}
+
+/// A job's calendars and its next fire times in `check`'s text: those
+/// that run, and those its calendars leave out with why.
+fn ticks_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
+    use std::fmt::Write as _;
     for (rule, calendar) in job.calendars.all() {
         let _ = writeln!(
             out,

@@ -15,6 +15,7 @@ use toml::de::DeValue;
 use super::checker::{Checker, Given, is_name};
 use super::environment;
 use crate::calendar::{Calendar, CalendarError, JobCalendars};
+use crate::schedule::Schedule;
 
 /// The largest calendar file read: a calendar is kilobytes.
 const MAX_CALENDAR_FILE: u64 = 16 * 1024 * 1024;
@@ -231,7 +232,36 @@ fn calendar_from_dates(
 
 /// A job's `exclude` and `only`: each name a calendar of the table or,
 /// for an embedded job, one it was given (`given`).
+///
+/// `schedule` is the job's, when it was valid: a job without one (it runs
+/// after other jobs) has no ticks to leave out.
 pub(super) fn job_calendars(
+    checker: &mut Checker<'_>,
+    section: &str,
+    fields: [(&str, Option<&Given<Vec<Given<String>>>>); 2],
+    (table, given): (&Calendars, &[Calendar]),
+    schedule: Option<&Option<Schedule>>,
+) -> JobCalendars {
+    let calendars = named_calendars(checker, section, fields, table, given);
+    if matches!(schedule, Some(None)) && !calendars.is_empty() {
+        let field = if calendars.exclude.is_empty() {
+            "only"
+        } else {
+            "exclude"
+        };
+        checker.problem(
+            None,
+            Some(section),
+            Some(field),
+            format!("`{field}` leaves out ticks of the job's schedule, and the job has none (it runs after other jobs): expected a `schedule`, or no `{field}`"),
+        );
+    }
+    calendars
+}
+
+/// The calendars `fields` name, each looked up among those `given` to an
+/// embedded job, then the table's.
+fn named_calendars(
     checker: &mut Checker<'_>,
     section: &str,
     fields: [(&str, Option<&Given<Vec<Given<String>>>>); 2],
@@ -378,7 +408,7 @@ mod tests {
             [
                 "5: calendars.both, dates: both `file` and `dates` are set: expected one of them (`file = \"holidays.ics\"`, an iCalendar file, or `dates = [\"2026-10-01\"]`)".to_string(),
                 "6: calendars.neither, file: neither `file` nor `dates` is set: expected `file = \"holidays.ics\"` (an iCalendar file, relative to the config file) or `dates = [\"2026-10-01\"]`".to_string(),
-                format!("9: calendars.bad, file: {}:3: DTSTART: unknown TZID \"Asia/Shangai\": expected an IANA time zone name such as \"Europe/Berlin\" (a zone defined only by the file's VTIMEZONE is not supported)", bad.display()),
+                format!("9: calendars.bad, file: {}:3: DTSTART: unknown TZID \"Asia/Shangai\" (did you mean \"Asia/Shanghai\"?): expected an IANA time zone name such as \"Europe/Berlin\" (a zone defined only by the file's VTIMEZONE is not supported)", bad.display()),
                 format!("11: calendars.missing, file: cannot read {}: No such file or directory (os error 2)", missing.display()),
                 "13: calendars.day, dates: invalid date \"2026-13-01\": expected YYYY-MM-DD, e.g. \"2026-10-01\"".to_string(),
                 "13: calendars.day, dates: invalid date \"1.10.2026\": expected YYYY-MM-DD, e.g. \"2026-10-01\"".to_string(),

@@ -362,22 +362,9 @@ fn validate_job(
             ("exclude", raw.exclude.as_ref()),
             ("only", raw.only.as_ref()),
         ],
-        &context.calendars,
-        &raw.calendars,
+        (&context.calendars, &raw.calendars),
+        schedule.as_ref(),
     );
-    if matches!(schedule, Some(None)) && !calendars.is_empty() {
-        let field = if calendars.exclude.is_empty() {
-            "only"
-        } else {
-            "exclude"
-        };
-        checker.problem(
-            None,
-            Some(section),
-            Some(field),
-            format!("`{field}` leaves out ticks of the job's schedule, and the job has none (it runs after other jobs): expected a `schedule`, or no `{field}`"),
-        );
-    }
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,

@@ -25,7 +25,8 @@ fn ics_time(ms: i64) -> String {
 
 /// An iCalendar text with one timed event per [start, end) in ms.
 fn ics(events: &[(i64, i64)]) -> String {
-    let mut text = String::from("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//cronlease tests//EN\r\n");
+    let mut text =
+        String::from("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//cronlease tests//EN\r\n");
     for (i, (start, end)) in events.iter().enumerate() {
         text.push_str(&format!(
             "BEGIN:VEVENT\r\nUID:e{i}\r\nDTSTART:{}\r\nDTEND:{}\r\nEND:VEVENT\r\n",
@@ -79,8 +80,20 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
     let jobs = format!(
         "[calendars.quiet]\nfile = \"quiet.ics\"\n\
          [calendars.open]\nfile = \"open.ics\"\n\n{}{}",
-        probe_job("excluding", "* * * * * *", &excluding, "true", "exclude = [\"quiet\"]"),
-        probe_job("keeping", "* * * * * *", &keeping, "true", "only = [\"open\"]"),
+        probe_job(
+            "excluding",
+            "* * * * * *",
+            &excluding,
+            "true",
+            "exclude = [\"quiet\"]"
+        ),
+        probe_job(
+            "keeping",
+            "* * * * * *",
+            &keeping,
+            "true",
+            "only = [\"open\"]"
+        ),
     );
     for name in ["a", "b", "c"] {
         write_beside(&cluster, name, "quiet.ics", &quiet);
@@ -102,7 +115,11 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
         if excluded {
             assert_eq!(outcome.status(), "excluded", "second {n}: {outcome:?}");
             assert_eq!(outcome.field("calendar"), Some("quiet"), "{outcome:?}");
-            assert_eq!(outcome.field("calendar_rule"), Some("exclude"), "{outcome:?}");
+            assert_eq!(
+                outcome.field("calendar_rule"),
+                Some("exclude"),
+                "{outcome:?}"
+            );
             assert_eq!(ran(&excluding, tick), 0, "second {n} ran\n{logs}");
         } else {
             assert_eq!(outcome.status(), "ok", "second {n}: {outcome:?}\n{logs}");
@@ -128,10 +145,19 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
     let config = cluster.config_path("a");
     let config = config.to_str().expect("a UTF-8 path");
     let history = cronlease(["history", "excluding", "-c", config, "-n", "100"]).expect_code(0);
-    assert!(history.stdout().contains("excluded (quiet)"), "{}", history.stdout());
+    assert!(
+        history.stdout().contains("excluded (quiet)"),
+        "{}",
+        history.stdout()
+    );
     let history = cronlease(["history", "keeping", "-c", config, "-n", "100"]).expect_code(0);
-    assert!(history.stdout().contains("excluded (outside open)"), "{}", history.stdout());
-    let json = cronlease(["history", "keeping", "-c", config, "-n", "100", "--json"]).expect_code(0);
+    assert!(
+        history.stdout().contains("excluded (outside open)"),
+        "{}",
+        history.stdout()
+    );
+    let json =
+        cronlease(["history", "keeping", "-c", config, "-n", "100", "--json"]).expect_code(0);
     let report: serde_json::Value = serde_json::from_str(&json.stdout()).expect("JSON");
     let excluded = report["outcomes"]
         .as_array()
@@ -150,15 +176,33 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
         "{}",
         explain.stdout()
     );
-    let json = cronlease(["explain", "excluding", "--tick", &tick, "-c", config, "--json"])
-        .expect_code(0);
+    let json = cronlease([
+        "explain",
+        "excluding",
+        "--tick",
+        &tick,
+        "-c",
+        config,
+        "--json",
+    ])
+    .expect_code(0);
     let explanation: serde_json::Value = serde_json::from_str(&json.stdout()).expect("JSON");
     assert_eq!(explanation["verdict"], "excluded", "{explanation}");
-    assert_eq!(explanation["reasons"][0]["kind"], "calendar", "{explanation}");
-    assert_eq!(explanation["reasons"][0]["evidence"]["calendar"], "quiet", "{explanation}");
+    assert_eq!(
+        explanation["reasons"][0]["kind"], "calendar",
+        "{explanation}"
+    );
+    assert_eq!(
+        explanation["reasons"][0]["evidence"]["calendar"], "quiet",
+        "{explanation}"
+    );
 
     let status = cronlease(["status", "-c", config]).expect_code(0);
-    assert!(status.stdout().contains("exclude quiet"), "{}", status.stdout());
+    assert!(
+        status.stdout().contains("exclude quiet"),
+        "{}",
+        status.stdout()
+    );
     assert!(status.stdout().contains("only open"), "{}", status.stdout());
     cluster.stop_all();
 }
@@ -188,12 +232,20 @@ fn missed_ticks_a_calendar_leaves_out_are_recorded_excluded_not_missed() {
         Duration::from_secs(20),
         "a tick run before the window",
         || cluster.logs(),
-        || starts(&file).iter().any(|(tick, _, _)| *tick < s(0)).then_some(()),
+        || {
+            starts(&file)
+                .iter()
+                .any(|(tick, _, _)| *tick < s(0))
+                .then_some(())
+        },
     );
     cluster.replicas[a].sigstop();
-    wait_until_or_show(Duration::from_secs(20), "the window to pass", String::new, || {
-        (now_ms() > s(6)).then_some(())
-    });
+    wait_until_or_show(
+        Duration::from_secs(20),
+        "the window to pass",
+        String::new,
+        || (now_ms() > s(6)).then_some(()),
+    );
     cluster.replicas[a].sigcont();
 
     let outcomes = outcomes_of(&cluster, "gap", s(0), s(5));
@@ -203,7 +255,11 @@ fn missed_ticks_a_calendar_leaves_out_are_recorded_excluded_not_missed() {
         assert_eq!(outcome.len(), 1, "second {n}: {outcome:?}\n{logs}");
         let (status, calendar) = (outcome[0].status(), outcome[0].field("calendar"));
         if [1, 2].contains(&n) {
-            assert_eq!((status, calendar), ("excluded", Some("holidays")), "second {n}\n{logs}");
+            assert_eq!(
+                (status, calendar),
+                ("excluded", Some("holidays")),
+                "second {n}\n{logs}"
+            );
         } else {
             assert_eq!((status, calendar), ("missed", None), "second {n}\n{logs}");
         }
@@ -223,7 +279,12 @@ fn replicas_whose_calendar_files_differ_are_drift_in_status() {
     let mut reworded = ics(&[(start, start + day)]);
     reworded = reworded.replace("UID:e0\r\n", "UID:other\r\nSUMMARY:A holiday\r\n");
     write_beside(&cluster, "b", "holidays.ics", &reworded);
-    write_beside(&cluster, "c", "holidays.ics", &ics(&[(start, start + 2 * day)]));
+    write_beside(
+        &cluster,
+        "c",
+        "holidays.ics",
+        &ics(&[(start, start + 2 * day)]),
+    );
     for name in ["a", "b", "c"] {
         cluster.start(name, jobs);
     }
@@ -237,7 +298,11 @@ fn replicas_whose_calendar_files_differ_are_drift_in_status() {
         || {
             let run = cronlease(["status", "--json", "-c", config]).expect_code(0);
             let report: serde_json::Value = serde_json::from_str(&run.stdout()).expect("JSON");
-            let alive = report["replicas"].as_array()?.iter().filter(|r| r["alive"] == true).count();
+            let alive = report["replicas"]
+                .as_array()?
+                .iter()
+                .filter(|r| r["alive"] == true)
+                .count();
             let drift = &report["jobs"][0]["config_drift"];
             (alive == 3 && !drift.as_array()?.is_empty()).then_some(report)
         },
@@ -246,7 +311,11 @@ fn replicas_whose_calendar_files_differ_are_drift_in_status() {
     std::thread::sleep(Duration::from_millis(2500));
     let run = cronlease(["status", "--json", "-c", config]).expect_code(0);
     let again: serde_json::Value = serde_json::from_str(&run.stdout()).expect("JSON");
-    assert_eq!(again["jobs"][0]["config_drift"], serde_json::json!(["c"]), "{again}");
+    assert_eq!(
+        again["jobs"][0]["config_drift"],
+        serde_json::json!(["c"]),
+        "{again}"
+    );
     let job = &report["jobs"][0];
     assert_eq!(job["calendars"][0]["name"], "holidays", "{report}");
     assert_eq!(job["calendars"][0]["rule"], "exclude", "{report}");
@@ -302,7 +371,11 @@ fn check_shows_the_ticks_that_run_and_those_the_calendars_leave_out() {
     let job = &report["jobs"][0];
     assert_eq!(
         job["next"],
-        serde_json::json!(["2026-09-29T04:00:00Z", "2026-09-30T04:00:00Z", "2026-10-08T04:00:00Z"]),
+        serde_json::json!([
+            "2026-09-29T04:00:00Z",
+            "2026-09-30T04:00:00Z",
+            "2026-10-08T04:00:00Z"
+        ]),
         "{job}"
     );
     assert_eq!(job["excluded"][0]["tick"], "2026-09-28T04:00:00Z", "{job}");
