@@ -66,6 +66,9 @@ pub struct Calendar {
     inner: Arc<Inner>,
 }
 
+/// Occurrences as merged, sorted [start, end) ms intervals.
+type Intervals = Arc<[(i64, i64)]>;
+
 struct Inner {
     name: String,
     zone: Zone,
@@ -73,7 +76,7 @@ struct Inner {
     hash: String,
     /// The windows expanded last, the most recent first: each window's
     /// index and its merged, sorted intervals.
-    windows: Mutex<VecDeque<(i64, Arc<[(i64, i64)]>)>>,
+    windows: Mutex<VecDeque<(i64, Intervals)>>,
 }
 
 /// Why a calendar cannot be made.
@@ -237,7 +240,7 @@ impl Calendar {
     }
 
     /// The merged intervals of window `index`, expanded on first use.
-    fn window(&self, index: i64) -> Arc<[(i64, i64)]> {
+    fn window(&self, index: i64) -> Intervals {
         // Never poisoned: nothing panics while it is held.
         let mut windows = match self.inner.windows.lock() {
             Ok(windows) => windows,
@@ -257,7 +260,7 @@ impl Calendar {
     }
 
     /// Every occurrence overlapping window `index`, merged and sorted.
-    fn expand(&self, index: i64) -> Arc<[(i64, i64)]> {
+    fn expand(&self, index: i64) -> Intervals {
         let from_ms = index.saturating_mul(WINDOW_MS);
         let to_ms = from_ms.saturating_add(WINDOW_MS);
         let (Ok(from), Ok(to)) = (

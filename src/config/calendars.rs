@@ -17,6 +17,9 @@ use super::environment;
 use crate::calendar::{Calendar, CalendarError, JobCalendars};
 use crate::schedule::Schedule;
 
+/// A job's `exclude` and `only`, each with its field's name.
+pub(super) type CalendarFields<'a> = [(&'a str, Option<&'a Given<Vec<Given<String>>>>); 2];
+
 /// The largest calendar file read: a calendar is kilobytes.
 const MAX_CALENDAR_FILE: u64 = 16 * 1024 * 1024;
 
@@ -238,7 +241,7 @@ fn calendar_from_dates(
 pub(super) fn job_calendars(
     checker: &mut Checker<'_>,
     section: &str,
-    fields: [(&str, Option<&Given<Vec<Given<String>>>>); 2],
+    fields: CalendarFields<'_>,
     (table, given): (&Calendars, &[Calendar]),
     schedule: Option<&Option<Schedule>>,
 ) -> JobCalendars {
@@ -264,7 +267,7 @@ pub(super) fn job_calendars(
 fn named_calendars(
     checker: &mut Checker<'_>,
     section: &str,
-    fields: [(&str, Option<&Given<Vec<Given<String>>>>); 2],
+    fields: CalendarFields<'_>,
     table: &Calendars,
     given: &[Calendar],
 ) -> JobCalendars {
