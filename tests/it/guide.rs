@@ -448,6 +448,7 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
         reader.keys().collect::<Vec<_>>(),
         [
             "(sections)",
+            "calendars.<name>",
             "daemon",
             "jobs.<name>",
             "notify.<name>",
