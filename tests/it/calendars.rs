@@ -419,3 +419,66 @@ fn bad_calendars_are_refused_with_their_file_line_and_field() {
         assert!(stderr.contains(&expected), "{expected}\nnot in\n{stderr}");
     }
 }
+
+#[test]
+fn an_embedded_scheduler_records_the_ticks_a_calendar_leaves_out() {
+    use cronlease::{Calendar, JobBuilder, Run};
+    use std::sync::{Arc, Mutex};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let base = (now_ms() / 1000 + 4) * 1000;
+    let s = |n: i64| base + n * 1000;
+    let quiet = Calendar::from_ics("quiet", &ics(&[(s(1), s(3))]), "UTC").expect("valid");
+    let ran: Arc<Mutex<Vec<i64>>> = Arc::default();
+    let rt = crate::support::multi_thread_runtime();
+    rt.block_on(async {
+        let mut schedulers = Vec::new();
+        for id in ["shop-1", "shop-2"] {
+            let ran = ran.clone();
+            let job = JobBuilder::new("draw", "* * * * * *")
+                .exclude(quiet.clone())
+                .run(move |run: Run| {
+                    let ran = ran.clone();
+                    async move {
+                        ran.lock()
+                            .expect("no test thread panics holding it")
+                            .push(run.tick().as_millisecond());
+                        Ok::<(), std::io::Error>(())
+                    }
+                });
+            let scheduler = crate::support::cluster(&redis)
+                .await
+                .scheduler()
+                .replica_id(id)
+                .state_dir(&dir.path().join(id))
+                .lease(Duration::from_secs(2))
+                .heartbeat(Duration::from_secs(1))
+                .job(job)
+                .start()
+                .expect("the job is valid");
+            schedulers.push(scheduler);
+        }
+        while now_ms() < s(5) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for scheduler in schedulers {
+            scheduler.shutdown().await.expect("a clean shutdown");
+        }
+    });
+    let outcomes = crate::support::read_outcomes(&mut redis.client(), "cl", "draw");
+    let ran = ran.lock().expect("no test thread panics holding it").clone();
+    for n in 0..=4 {
+        let of_tick: Vec<&Outcome> = outcomes.iter().filter(|o| o.tick() == s(n)).collect();
+        assert_eq!(of_tick.len(), 1, "second {n}: {outcomes:?}");
+        let runs = ran.iter().filter(|tick| **tick == s(n)).count();
+        if [1, 2].contains(&n) {
+            assert_eq!(of_tick[0].status(), "excluded", "second {n}: {of_tick:?}");
+            assert_eq!(of_tick[0].field("calendar"), Some("quiet"), "{of_tick:?}");
+            assert_eq!(runs, 0, "second {n} ran");
+        } else {
+            assert_eq!(of_tick[0].status(), "ok", "second {n}: {of_tick:?}");
+            assert_eq!(runs, 1, "second {n}");
+        }
+    }
+}
