@@ -482,3 +482,42 @@ fn an_embedded_scheduler_records_the_ticks_a_calendar_leaves_out() {
         }
     }
 }
+
+#[test]
+fn a_reload_reads_the_calendar_files_again_and_a_bad_one_keeps_the_old_table() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("probe.log");
+    let far = (now_ms() / 1000 + 86_400 * 400) * 1000;
+    let jobs = format!(
+        "[calendars.quiet]\nfile = \"quiet.ics\"\n\n{}",
+        probe_job("beat", "* * * * * *", &file, "true", "exclude = [\"quiet\"]"),
+    );
+    write_beside(&cluster, "a", "quiet.ics", &ics(&[(far, far + 1000)]));
+    let a = cluster.start("a", &jobs);
+    cluster.wait_ready();
+    let pid = Pid::from_raw(cluster.replicas[a].pid() as i32);
+
+    // A file that does not parse: the replica keeps its table.
+    write_beside(&cluster, "a", "quiet.ics", "BEGIN:VCALENDAR\nBEGIN:VEVENT\n");
+    kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    let log = cluster.replicas[a].wait_for_log("reload rejected", Duration::from_secs(10));
+    assert!(log.contains("quiet.ics"), "{log}");
+
+    let base = (now_ms() / 1000 + 4) * 1000;
+    let s = |n: i64| base + n * 1000;
+    write_beside(&cluster, "a", "quiet.ics", &ics(&[(s(1), s(3))]));
+    kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    cluster.replicas[a].wait_for_log("job table reloaded", Duration::from_secs(10));
+    assert!(now_ms() < s(0), "the reload took too long for the test's window");
+    let outcomes = outcomes_of(&cluster, "beat", s(0), s(4));
+    for n in 0..=4 {
+        let outcome = &outcomes[&s(n)];
+        assert_eq!(outcome.len(), 1, "second {n}: {outcome:?}");
+        let expected = if [1, 2].contains(&n) { "excluded" } else { "ok" };
+        assert_eq!(outcome[0].status(), expected, "second {n}\n{}", cluster.logs());
+    }
+    cluster.stop_all();
+}
