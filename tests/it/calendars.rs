@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::support::{
-    Cluster, Outcome, REDIS_SECTION, RedisServer, cronlease, now_ms, probe_job, starts,
+    Cluster, Outcome, REDIS_SECTION, RedisServer, cronlease, http, now_ms, probe_job, starts,
     wait_until_or_show,
 };
 
@@ -98,7 +98,12 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
     for name in ["a", "b", "c"] {
         write_beside(&cluster, name, "quiet.ics", &quiet);
         write_beside(&cluster, name, "open.ics", &open);
-        cluster.start(name, &jobs);
+        let daemon = if name == "a" {
+            "dashboard_listen = \"127.0.0.1:0\"\n"
+        } else {
+            ""
+        };
+        cluster.start_with(name, daemon, &jobs, None);
     }
     cluster.wait_ready();
 
@@ -204,6 +209,36 @@ fn excluded_ticks_are_recorded_once_each_with_their_calendar_and_the_others_run_
         status.stdout()
     );
     assert!(status.stdout().contains("only open"), "{}", status.stdout());
+
+    // The dashboard's job page: the calendars, and the excluded outcome
+    // with its calendar linked to its explanation; the explain page.
+    let addr = cluster.replicas[0].logged_address("dashboard on http://", Duration::from_secs(20));
+    let page = http::get(&addr, &addr, "/jobs/excluding", "");
+    assert_eq!(page.status, 200, "{page:?}");
+    for expected in [
+        "Calendars",
+        "exclude <code>quiet</code>",
+        "s-excluded",
+        "(quiet)",
+    ] {
+        assert!(
+            page.body.contains(expected),
+            "{expected} not in {}",
+            page.body
+        );
+    }
+    let page = http::get(
+        &addr,
+        &addr,
+        &format!("/jobs/excluding/explain?tick={tick}"),
+        "",
+    );
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(
+        page.body.contains("excluded by calendar quiet"),
+        "{}",
+        page.body
+    );
     cluster.stop_all();
 }
 
@@ -467,7 +502,10 @@ fn an_embedded_scheduler_records_the_ticks_a_calendar_leaves_out() {
         }
     });
     let outcomes = crate::support::read_outcomes(&mut redis.client(), "cl", "draw");
-    let ran = ran.lock().expect("no test thread panics holding it").clone();
+    let ran = ran
+        .lock()
+        .expect("no test thread panics holding it")
+        .clone();
     for n in 0..=4 {
         let of_tick: Vec<&Outcome> = outcomes.iter().filter(|o| o.tick() == s(n)).collect();
         assert_eq!(of_tick.len(), 1, "second {n}: {outcomes:?}");
@@ -493,7 +531,13 @@ fn a_reload_reads_the_calendar_files_again_and_a_bad_one_keeps_the_old_table() {
     let far = (now_ms() / 1000 + 86_400 * 400) * 1000;
     let jobs = format!(
         "[calendars.quiet]\nfile = \"quiet.ics\"\n\n{}",
-        probe_job("beat", "* * * * * *", &file, "true", "exclude = [\"quiet\"]"),
+        probe_job(
+            "beat",
+            "* * * * * *",
+            &file,
+            "true",
+            "exclude = [\"quiet\"]"
+        ),
     );
     write_beside(&cluster, "a", "quiet.ics", &ics(&[(far, far + 1000)]));
     let a = cluster.start("a", &jobs);
@@ -501,7 +545,12 @@ fn a_reload_reads_the_calendar_files_again_and_a_bad_one_keeps_the_old_table() {
     let pid = Pid::from_raw(cluster.replicas[a].pid() as i32);
 
     // A file that does not parse: the replica keeps its table.
-    write_beside(&cluster, "a", "quiet.ics", "BEGIN:VCALENDAR\nBEGIN:VEVENT\n");
+    write_beside(
+        &cluster,
+        "a",
+        "quiet.ics",
+        "BEGIN:VCALENDAR\nBEGIN:VEVENT\n",
+    );
     kill(pid, Signal::SIGHUP).expect("SIGHUP");
     let log = cluster.replicas[a].wait_for_log("reload rejected", Duration::from_secs(10));
     assert!(log.contains("quiet.ics"), "{log}");
@@ -511,13 +560,25 @@ fn a_reload_reads_the_calendar_files_again_and_a_bad_one_keeps_the_old_table() {
     write_beside(&cluster, "a", "quiet.ics", &ics(&[(s(1), s(3))]));
     kill(pid, Signal::SIGHUP).expect("SIGHUP");
     cluster.replicas[a].wait_for_log("job table reloaded", Duration::from_secs(10));
-    assert!(now_ms() < s(0), "the reload took too long for the test's window");
+    assert!(
+        now_ms() < s(0),
+        "the reload took too long for the test's window"
+    );
     let outcomes = outcomes_of(&cluster, "beat", s(0), s(4));
     for n in 0..=4 {
         let outcome = &outcomes[&s(n)];
         assert_eq!(outcome.len(), 1, "second {n}: {outcome:?}");
-        let expected = if [1, 2].contains(&n) { "excluded" } else { "ok" };
-        assert_eq!(outcome[0].status(), expected, "second {n}\n{}", cluster.logs());
+        let expected = if [1, 2].contains(&n) {
+            "excluded"
+        } else {
+            "ok"
+        };
+        assert_eq!(
+            outcome[0].status(),
+            expected,
+            "second {n}\n{}",
+            cluster.logs()
+        );
     }
     cluster.stop_all();
 }
