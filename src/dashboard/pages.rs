@@ -256,7 +256,8 @@ impl StateFilter {
             StateFilter::Failing => job
                 .last_outcome
                 .as_ref()
-                .is_some_and(|o| o.status != Status::Ok),
+                // A tick its calendars left out is not a failure.
+                .is_some_and(|o| !matches!(o.status, Status::Ok | Status::Excluded)),
             StateFilter::Drift => !job.config_drift.is_empty(),
             StateFilter::Ended => job.warning.is_some(),
         }
