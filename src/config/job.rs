@@ -23,7 +23,7 @@ use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
     Problem, RedisConfig, TokenSource, Topology,
 };
-use crate::calendar::Calendar;
+use crate::calendar::{Calendar, JobCalendars};
 use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing, Zone};
 
 /// Where a job table comes from, which says what its jobs are.
@@ -311,6 +311,7 @@ fn validate_job(
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let after = job_after(checker, section, name, raw.chain());
     let schedule = job_schedule(checker, section, name, &raw, after.as_ref());
+    let calendars = calendar_settings(checker, section, &raw, context, schedule.as_ref());
     let command = job_work(checker, section, &mut raw, context);
     // Read before the fields below are taken out of `raw`.
     let rules = raw.notify_rules();
@@ -355,16 +356,6 @@ fn validate_job(
     if let Some(Command::Http(request)) = &command {
         check_http_templates(checker, section, request, &params);
     }
-    let calendars = job_calendars(
-        checker,
-        section,
-        [
-            ("exclude", raw.exclude.as_ref()),
-            ("only", raw.only.as_ref()),
-        ],
-        (&context.calendars, &raw.calendars),
-        schedule.as_ref(),
-    );
     Some(Job {
         name: name.to_string(),
         schedule: schedule?,
@@ -389,6 +380,22 @@ fn validate_job(
         params,
         calendars,
     })
+}
+
+/// `exclude` and `only`: the table's calendars, or those given by code.
+fn calendar_settings(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &JobSpec,
+    context: &JobContext,
+    schedule: Option<&Option<Schedule>>,
+) -> JobCalendars {
+    let fields = [
+        ("exclude", raw.exclude.as_ref()),
+        ("only", raw.only.as_ref()),
+    ];
+    let calendars = (&context.calendars, raw.calendars.as_slice());
+    job_calendars(checker, section, fields, calendars, schedule)
 }
 
 /// `timezone` (UTC when unset) and `schedule` read in it, with the job's
