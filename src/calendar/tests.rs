@@ -343,3 +343,26 @@ fn an_ordinal_weekday_rule_finds_the_fourth_thursday_of_november() {
         ],
     );
 }
+
+#[test]
+fn a_rule_that_never_matches_answers_without_hanging() {
+    let never = calendar(
+        "BEGIN:VEVENT\r\nDTSTART;VALUE=DATE:20260101\r\nRRULE:FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=30\r\nEND:VEVENT\r\n\
+         BEGIN:VEVENT\r\nDTSTART:19700101T000000Z\r\nDURATION:PT1M\r\nRRULE:FREQ=HOURLY;INTERVAL=7\r\nEND:VEVENT\r\n",
+        "UTC",
+    );
+    let started = std::time::Instant::now();
+    check(
+        &never,
+        &[
+            ("2026-01-01T12:00:00Z", true), // DTSTART is an instance
+            ("2027-02-28T12:30:00Z", false),
+            ("2030-03-01T12:30:00Z", false),
+        ],
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
