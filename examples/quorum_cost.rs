@@ -72,6 +72,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         lead_ms: 0,
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
+        exclusion: None,
     };
     let ClaimReply::Claimed {
         fence,

@@ -91,6 +91,11 @@ macro_rules! enum_names {
 // tests, examples and benchmarks enable. Declared one by one (not by a
 // macro) so that rustfmt and every lint see each file.
 
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub mod calendar;
+#[cfg(not(feature = "internals"))]
+mod calendar;
 #[cfg(feature = "cli")]
 #[cfg(feature = "internals")]
 #[doc(hidden)]
@@ -233,6 +238,7 @@ pub mod watchdog;
 #[cfg(not(feature = "internals"))]
 mod watchdog;
 
+pub use calendar::{Calendar, CalendarError};
 pub use config::{
     AfterOn, AfterParams, ConfigError, Join, Misfire, OnHolderLost, Overlap, ParamError, Problem,
 };

@@ -36,6 +36,11 @@ pub enum Status {
     /// late); recorded by the replica whose claim later moved past it
     /// (`missed.lua`).
     Missed,
+    /// The job's calendars leave the tick out (`exclude`, `only`): not
+    /// run, recorded once by the replica that claimed it (or, for a tick
+    /// nobody claimed in time, by the one whose claim moved past it),
+    /// with the calendar in the record's `calendar` and `calendar_rule`.
+    Excluded,
 }
 
 impl Status {
@@ -50,13 +55,14 @@ impl Status {
             Status::SkippedOverlap => "skipped_overlap",
             Status::NotDurable => "not_durable",
             Status::Missed => "missed",
+            Status::Excluded => "excluded",
         }
     }
 }
 
 impl Status {
     /// Every status, in the order of the enum.
-    pub const ALL: [Status; 9] = [
+    pub const ALL: [Status; 10] = [
         Status::Ok,
         Status::Failed,
         Status::Timeout,
@@ -66,6 +72,7 @@ impl Status {
         Status::SkippedOverlap,
         Status::NotDurable,
         Status::Missed,
+        Status::Excluded,
     ];
 
     /// The status named `text` as Redis stores it (`ok`, `lost_lease`, …).

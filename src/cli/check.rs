@@ -62,10 +62,11 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 },
             });
             if let Some(schedule) = &job.schedule {
-                let next: Vec<String> = schedule
-                    .upcoming(from, count)
-                    .into_iter()
-                    .map(rfc3339_utc)
+                let upcoming = upcoming(job, from, count);
+                let next: Vec<String> = upcoming
+                    .iter()
+                    .filter(|(_, excluded)| excluded.is_none())
+                    .map(|(tick, _)| rfc3339_utc(*tick))
                     .collect();
                 let first = schedule.first();
                 let dst = first.dst();
@@ -94,6 +95,11 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
                 {
                     entry.extend(fields);
                 }
+                if !job.calendars.is_empty()
+                    && let Some(entry) = entry.as_object_mut()
+                {
+                    calendars_json(entry, job, &upcoming);
+                }
             }
             entry
         })
@@ -116,6 +122,31 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     .to_string();
     text.push('\n');
     text
+}
+
+/// A job's calendars in `check --json`: `excluded`, the ticks they leave
+/// out among those shown, and `calendars`, each with its hash.
+fn calendars_json(
+    entry: &mut serde_json::Map<String, serde_json::Value>,
+    job: &Job,
+    upcoming: &[(DateTime<Utc>, Option<crate::calendar::Exclusion>)],
+) {
+    let excluded: Vec<serde_json::Value> = upcoming
+        .iter()
+        .filter_map(|(tick, excluded)| {
+            let e = excluded.as_ref()?;
+            Some(serde_json::json!({
+                "tick": rfc3339_utc(*tick),
+                "calendar": e.calendar,
+                "rule": e.rule.as_str(),
+            }))
+        })
+        .collect();
+    entry.insert("excluded".into(), excluded.into());
+    entry.insert(
+        "calendars".into(),
+        serde_json::to_value(crate::operator::job_calendars(job)).unwrap_or_default(),
+    );
 }
 
 fn check_text(config: &Config, from: DateTime<Utc>, count: usize) -> String {
@@ -205,19 +236,55 @@ fn job_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
             on.join(", ")
         );
     }
+    ticks_text(out, job, from, count);
+}
+
+/// A job's calendars and its next fire times in `check`'s text: those
+/// that run, and those its calendars leave out with why.
+fn ticks_text(out: &mut String, job: &Job, from: DateTime<Utc>, count: usize) {
+    use std::fmt::Write as _;
+    for (rule, calendar) in job.calendars.all() {
+        let _ = writeln!(
+            out,
+            "  {} calendar {} ({} event{}, {})",
+            rule.as_str(),
+            calendar.name(),
+            calendar.events(),
+            if calendar.events() == 1 { "" } else { "s" },
+            calendar.zone().name()
+        );
+    }
     let Some(schedule) = &job.schedule else {
         return;
     };
-    let ticks = schedule.upcoming(from, count);
-    if ticks.is_empty() {
+    let ticks = upcoming(job, from, count);
+    if ticks.iter().all(|(_, excluded)| excluded.is_some()) {
         let _ = writeln!(out, "  no fire time after {}", rfc3339_utc(from));
     }
-    for tick in ticks {
+    let mut listed = 0;
+    let excluded_total = ticks.iter().filter(|(_, e)| e.is_some()).count();
+    for (tick, excluded) in &ticks {
+        let when = format!(
+            "  {}  =  {}",
+            schedule.timezone().format_local(*tick),
+            rfc3339_utc(*tick)
+        );
+        match excluded {
+            None => {
+                let _ = writeln!(out, "{when}");
+            }
+            Some(e) if listed < MAX_EXCLUDED_LISTED => {
+                listed += 1;
+                let _ = writeln!(out, "{when}  not run: {e}");
+            }
+            Some(_) => {}
+        }
+    }
+    if excluded_total > listed {
         let _ = writeln!(
             out,
-            "  {}  =  {}",
-            schedule.timezone().format_local(tick),
-            rfc3339_utc(tick)
+            "  (and {} more ticks left out by the calendars)",
+            excluded_total - listed
         );
     }
 }
@@ -249,6 +316,49 @@ fn bounds_lines(job: &Job) -> Vec<String> {
         ));
     }
     parts
+}
+
+/// At most this many ticks are looked at for a job's next fire times: a
+/// job ticking every second whose `only` calendar holds a day a month
+/// would otherwise be stepped through for weeks.
+const MAX_TICKS_SCANNED: usize = 100_000;
+
+/// At most this many ticks left out by calendars are listed per job.
+const MAX_EXCLUDED_LISTED: usize = 20;
+
+/// The job's ticks after `from` up to its `count`th that runs (or
+/// [`MAX_TICKS_SCANNED`]), each with why its calendars leave it out, if
+/// they do.
+fn upcoming(
+    job: &Job,
+    from: DateTime<Utc>,
+    count: usize,
+) -> Vec<(DateTime<Utc>, Option<crate::calendar::Exclusion>)> {
+    let Some(schedule) = &job.schedule else {
+        return Vec::new();
+    };
+    if job.calendars.is_empty() {
+        return schedule
+            .upcoming(from, count)
+            .into_iter()
+            .map(|tick| (tick, None))
+            .collect();
+    }
+    let mut ticks = Vec::new();
+    let mut running = 0;
+    let mut cursor = from;
+    while running < count && ticks.len() < MAX_TICKS_SCANNED {
+        let Some(tick) = schedule.next_after(cursor) else {
+            break;
+        };
+        let excluded = job.excluded_by(tick.timestamp_millis());
+        if excluded.is_none() {
+            running += 1;
+        }
+        ticks.push((tick, excluded));
+        cursor = tick;
+    }
+    ticks
 }
 
 /// The notification channels, one line each and never a secret, and

@@ -12,6 +12,18 @@ impl Job {
         self.schedule.as_ref()?.next_after(after)
     }
 
+    /// Why the job's calendars leave out the tick at `tick_ms` (ms since
+    /// the epoch), if they do: the `exclude` calendar holding it, or the
+    /// `only` calendars when none holds it. None for a job without
+    /// calendars. A pure function of the tick: every replica with the
+    /// same calendars answers alike.
+    pub fn excluded_by(&self, tick_ms: i64) -> Option<crate::calendar::Exclusion> {
+        if self.calendars.is_empty() {
+            return None;
+        }
+        self.calendars.excluded_by(tick_ms)
+    }
+
     /// A hash of the whole definition (FNV-1a of its debug form, so the same
     /// binary on every host computes the same value). Replicas publish it in
     /// their heartbeat; `cronlease status` names those that differ (drift).
@@ -47,6 +59,9 @@ impl Job {
         }
         if self.notify == NotifyRules::default() {
             text = text.replace(&format!(", notify: {:?}", NotifyRules::default()), "");
+        }
+        if self.calendars.is_empty() {
+            text = text.replace(", calendars: JobCalendars { exclude: [], only: [] }", "");
         }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {

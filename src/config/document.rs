@@ -10,6 +10,7 @@ use std::path::Path;
 use toml::Spanned;
 use toml::de::{DeTable, DeValue, Error as TomlError};
 
+use super::calendars::{RawCalendar, read_calendars, validate_calendars};
 use super::chain::check_chains;
 use super::checker::{Checker, Secrets};
 use super::daemon_section::{RawDaemon, validate_daemon};
@@ -182,12 +183,14 @@ fn validate_sections(
             "no jobs: expected at least one [jobs.<name>] table".into(),
         );
     }
+    let calendars = validate_calendars(checker, sections.calendars, &environment::config_dir(path));
     let context = JobContext::new(
         redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
         path,
         source,
     )
+    .with_calendars(calendars)
     .with_notify(
         &notify,
         declared,
@@ -238,6 +241,9 @@ struct Sections<'i> {
     daemon: Option<Option<RawDaemon>>,
     /// Each `[notify.<name>]`: its name, and its table if it deserialized.
     notify: Vec<(Spanned<String>, Option<RawChannel>)>,
+    /// Each `[calendars.<name>]`: its name, and its table if it
+    /// deserialized.
+    calendars: Vec<(Spanned<String>, Option<RawCalendar>)>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
     /// The jobs, each read and validated in turn and its part of the
@@ -262,6 +268,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
         redis: None,
         daemon: None,
         notify: Vec::new(),
+        calendars: Vec::new(),
         saw_jobs: false,
         jobs: None,
     };
@@ -274,6 +281,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", &value));
             }
             "notify" => sections.notify = read_channels(checker, &value),
+            "calendars" => sections.calendars = read_calendars(checker, &value),
             "jobs" => {
                 sections.saw_jobs = true;
                 sections.jobs = Some(Jobs::Parsed(value));
@@ -283,7 +291,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 None,
                 None,
                 format!(
-                    "unknown section `{other}`: expected `redis`, `daemon`, `notify` or `jobs`"
+                    "unknown section `{other}`: expected `redis`, `daemon`, `notify`, `calendars` or `jobs`"
                 ),
             ),
         }

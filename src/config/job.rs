@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::calendars::{Calendars, job_calendars};
 use super::chain::{AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
@@ -23,7 +24,8 @@ use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
     Problem, RedisConfig, TokenSource, Topology,
 };
-use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timing};
+use crate::calendar::{Calendar, JobCalendars};
+use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timetable, Timing};
 
 /// Where a job table comes from, which says what its jobs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,6 +85,13 @@ pub(crate) struct JobSpec {
     pub(crate) after_params: Option<Given<AfterParams>>,
     #[serde(default)]
     pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
+    pub(crate) exclude: Option<Given<Vec<Given<String>>>>,
+    pub(crate) only: Option<Given<Vec<Given<String>>>>,
+    /// The calendars an embedded job was given (`JobBuilder::exclude`,
+    /// `only`), which its `exclude` and `only` name; a table's jobs name
+    /// the table's `[calendars.<name>]`.
+    #[serde(skip)]
+    pub(crate) calendars: Vec<Calendar>,
 }
 
 impl JobSpec {
@@ -122,6 +131,8 @@ pub(crate) struct JobContext {
     secrets: Vec<String>,
     /// The channels defined and `[daemon]`'s notification defaults.
     notify: NotifyContext,
+    /// The table's calendars, which `exclude` and `only` name.
+    calendars: Calendars,
 }
 
 impl JobContext {
@@ -143,7 +154,14 @@ impl JobContext {
                 dashboard_token,
             ),
             notify: NotifyContext::default(),
+            calendars: Calendars::default(),
         }
+    }
+
+    /// The context with the table's calendars.
+    pub(crate) fn with_calendars(mut self, calendars: Calendars) -> JobContext {
+        self.calendars = calendars;
+        self
     }
 
     /// The context with the channels `declared` (sorted; those of
@@ -306,6 +324,7 @@ fn validate_job(
     let after = job_after(checker, section, name, raw.chain());
     let schedule = job_timetable(checker, section, name, &raw, after.as_ref());
     let max_runs = job_max_runs(checker, section, &raw);
+    let calendars = calendar_settings(checker, section, &raw, context, schedule.as_ref());
     let command = job_work(checker, section, &mut raw, context);
     // Read before the fields below are taken out of `raw`.
     let rules = raw.notify_rules();
@@ -373,7 +392,24 @@ fn validate_job(
         limits,
         notify,
         params,
+        calendars,
     })
+}
+
+/// `exclude` and `only`: the table's calendars, or those given by code.
+fn calendar_settings(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &JobSpec,
+    context: &JobContext,
+    schedule: Option<&Option<Timetable>>,
+) -> JobCalendars {
+    let fields = [
+        ("exclude", raw.exclude.as_ref()),
+        ("only", raw.only.as_ref()),
+    ];
+    let calendars = (&context.calendars, raw.calendars.as_slice());
+    job_calendars(checker, section, fields, calendars, schedule)
 }
 
 /// What the job does, taken out of `raw`: a command, a script or a

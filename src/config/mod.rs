@@ -38,6 +38,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+mod calendars;
 mod chain;
 pub use chain::{After, AfterOn, AfterParams, Follower, Join};
 pub(crate) use chain::{check_given_chains, followers_of};
@@ -493,6 +494,9 @@ pub struct Job {
     /// The inputs a run may be given (`params`); ticks of the schedule
     /// run with the defaults.
     pub params: Params,
+    /// The calendars that leave ticks of the schedule out (`exclude`,
+    /// `only`): see [`Job::excluded_by`].
+    pub calendars: crate::calendar::JobCalendars,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each

@@ -10,6 +10,7 @@ use super::meters::ClaimCount;
 use super::notices::job_notices;
 use super::runs::RunStart;
 use super::time::{LATE_MS, pause, rfc3339, to_datetime};
+use crate::calendar::Exclusion;
 use crate::config::Job;
 use crate::config::Misfire;
 use crate::outcome::Trigger;
@@ -63,6 +64,10 @@ pub(super) enum ClaimEnd {
     /// The job has started its `max_runs` runs of the schedule: it has no
     /// more ticks.
     Ended,
+    /// The job's calendars leave the tick out: recorded `excluded`.
+    Excluded {
+        previous: i64,
+    },
     /// The tick was not claimed in time (Redis was unreachable, or answered
     /// only after the deadline): the misfire policy decides.
     Late,
@@ -131,6 +136,12 @@ pub(super) async fn claim(
     };
     let mut attempt = Attempt::First;
     let notices = job_notices(side.store.keys(), job);
+    // Calendars leave out ticks of the schedule (on time or caught up),
+    // never a run asked for; decided once, from this replica's config.
+    let exclusion = match trigger {
+        Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
+        Trigger::Rerun | Trigger::Manual | Trigger::Chain => None,
+    };
     loop {
         // The one check of the job's cancellation on a claim's path: no
         // attempt is sent once its loop is cancelled (shutdown, a reload),
@@ -155,6 +166,7 @@ pub(super) async fn claim(
             lead_ms: ahead.script_lead_ms(),
             attempt,
             cluster_pause: side.claims.cluster_hold(),
+            exclusion: exclusion.as_ref(),
         };
         let sent = Instant::now();
         attempt = Attempt::Again;
@@ -310,7 +322,7 @@ fn answer(
             debug!(job = %job.name, %tick, "taken by another replica");
             ControlFlow::Break(ClaimEnd::Taken)
         }
-        ClaimReply::Paused { .. } | ClaimReply::Busy { .. } => {
+        ClaimReply::Paused { .. } | ClaimReply::Busy { .. } | ClaimReply::Excluded { .. } => {
             ControlFlow::Break(skipped(side, job, tick_ms, reply))
         }
         ClaimReply::Ended {
@@ -325,8 +337,9 @@ fn answer(
     }
 }
 
-/// A tick the claim moved past without a run: the job is paused, or a run
-/// is in flight (recorded `skipped_overlap`).
+/// A tick the claim moved past without a run: the job is paused, a run
+/// is in flight (recorded `skipped_overlap`), or the job's calendars leave
+/// it out (recorded `excluded`).
 fn skipped(side: &ClaimSide<'_>, job: &Job, tick_ms: i64, reply: ClaimReply) -> ClaimEnd {
     let tick = rfc3339(tick_ms);
     match reply {
@@ -348,6 +361,18 @@ fn skipped(side: &ClaimSide<'_>, job: &Job, tick_ms: i64, reply: ClaimReply) -> 
             side.marks.note(&job.name, Some(tick_ms), Some(fence));
             info!(job = %job.name, %tick, %holder, "a run is still in flight; tick recorded as skipped_overlap");
             ClaimEnd::Busy { previous }
+        }
+        ClaimReply::Excluded {
+            previous, fence, ..
+        } => {
+            side.meters.count_claim(&job.name, ClaimCount::Excluded);
+            side.marks.note(&job.name, Some(tick_ms), Some(fence));
+            let why = job
+                .excluded_by(tick_ms)
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            info!(job = %job.name, %tick, %why, "tick recorded as excluded: the job's calendars leave it out");
+            ClaimEnd::Excluded { previous }
         }
         // The caller hands over only the two above.
         _ => ClaimEnd::Taken,
@@ -478,7 +503,7 @@ pub(super) async fn record_missed(side: &ClaimSide<'_>, job: &Job, previous: i64
         if next_ms >= tick_ms || missed.len() >= MAX_MISSED_RECORDED {
             break;
         }
-        missed.push(next_ms);
+        missed.push((next_ms, job.excluded_by(next_ms)));
         cursor = next;
     }
     if missed.is_empty() {
@@ -489,8 +514,9 @@ pub(super) async fn record_missed(side: &ClaimSide<'_>, job: &Job, previous: i64
     Box::pin(store_missed(side, job, missed)).await;
 }
 
-/// Records `missed` (ticks of `job`) as missed, and says so.
-async fn store_missed(side: &ClaimSide<'_>, job: &Job, missed: Vec<i64>) {
+/// Records `missed` (ticks of `job`) as missed, or as excluded those its
+/// calendars leave out, and says so.
+async fn store_missed(side: &ClaimSide<'_>, job: &Job, missed: Vec<(i64, Option<Exclusion>)>) {
     let store = side.store;
     match store
         .record_missed(
@@ -504,7 +530,7 @@ async fn store_missed(side: &ClaimSide<'_>, job: &Job, missed: Vec<i64>) {
         Ok(n) => {
             side.meters.job(&job.name).count_missed(n);
             warn!(
-                job = %job.name, missed = n, first = %rfc3339(missed[0]), last = %rfc3339(missed[missed.len() - 1]),
+                job = %job.name, missed = n, first = %rfc3339(missed[0].0), last = %rfc3339(missed[missed.len() - 1].0),
                 "ticks nobody claimed recorded as missed"
             );
         }

@@ -28,6 +28,8 @@ pub(super) enum ClaimCount {
     Taken,
     Paused,
     Busy,
+    /// Recorded `excluded`: the job's calendars leave the tick out.
+    Excluded,
     NotDurable,
     Claimed,
     /// Not claimed: the job has started its `max_runs` runs.
@@ -47,6 +49,7 @@ impl ClaimCount {
             ClaimCount::Taken => "taken",
             ClaimCount::Paused => "paused",
             ClaimCount::Busy => "busy",
+            ClaimCount::Excluded => "excluded",
             ClaimCount::NotDurable => "not_durable",
             ClaimCount::Claimed => "claimed",
             ClaimCount::Ended => "ended",

@@ -314,7 +314,9 @@ async fn follow(
             start_reruns(&runs, job, Box::pin(sweep(&runs, job)).await);
             None
         }
-        ClaimEnd::Paused { previous } | ClaimEnd::Busy { previous } => {
+        ClaimEnd::Paused { previous }
+        | ClaimEnd::Busy { previous }
+        | ClaimEnd::Excluded { previous } => {
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             None
         }
@@ -352,7 +354,16 @@ async fn catch_up(
     let claims = ctx.claim_side();
     let to_claim: Vec<i64> = match job.misfire {
         Misfire::Skip => Vec::new(),
-        Misfire::RunOnce => missed.last().copied().into_iter().collect(),
+        // The latest missed tick the job's calendars keep: an excluded
+        // one is recorded `excluded` (by the claim's record of the ticks
+        // it moved past), never run.
+        Misfire::RunOnce => missed
+            .iter()
+            .rev()
+            .find(|tick_ms| job.excluded_by(**tick_ms).is_none())
+            .copied()
+            .into_iter()
+            .collect(),
         Misfire::RunAll => missed,
     };
     for tick_ms in to_claim {

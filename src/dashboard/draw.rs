@@ -310,6 +310,8 @@ mod tests {
             trigger: crate::outcome::Trigger::Schedule,
             upstream: None,
             stale: false,
+            calendar: None,
+            calendar_rule: None,
             params: Default::default(),
             output: None,
         };

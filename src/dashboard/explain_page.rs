@@ -70,6 +70,7 @@ fn verdict_class(verdict: Verdict) -> &'static str {
         Verdict::Ran => "badge ok",
         Verdict::Running => "badge running",
         Verdict::Skipped => "badge skipped",
+        Verdict::Excluded => "badge s-excluded",
         Verdict::Missed | Verdict::NotRun => "badge failed",
         Verdict::NotATick | Verdict::NotYetDue => "badge",
     }

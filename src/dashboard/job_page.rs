@@ -155,6 +155,13 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
                 dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
             }
             (chain_facts(&job.after, &job.followers))
+            @if !job.calendars.is_empty() {
+                dt { "Calendars" }
+                dd { @for (i, c) in job.calendars.iter().enumerate() {
+                    @if i > 0 { " · " }
+                    (c.rule.as_str()) " " code { (c.name) } " " small.muted { "(" (c.events) " events, " (c.timezone) ", " (c.hash) ")" }
+                } }
+            }
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
         }
@@ -173,7 +180,8 @@ fn upcoming_ticks(definition: Option<&Job>, now_ms: i64) -> Markup {
             table.upcoming {
                 thead { tr { th scope="col" { "Local (" (schedule.map(|s| s.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
                 tbody { @for tick in &upcoming {
-                    tr { td { (schedule.map(|s| s.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } } }
+                    @let excluded = definition.and_then(|d| d.excluded_by(tick.timestamp_millis()));
+                    tr.excluded[excluded.is_some()] { td { (schedule.map(|s| s.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } @if let Some(e) = excluded { " " span.badge.s-excluded { "not run: " (e) } } } }
                 } }
             }
         }
@@ -186,7 +194,7 @@ fn recent_runs(history: &[operator::HistoryEntry]) -> Markup {
     let ran: Vec<&operator::HistoryEntry> = history
         .iter()
         .rev()
-        .filter(|e| e.started_ms > 0 && !e.replica.is_empty())
+        .filter(|e| e.started_ms > 0 && !e.replica.is_empty() && e.status != Status::Excluded)
         .collect();
     let points = |value: fn(&operator::HistoryEntry) -> i64| -> Vec<(i64, String, Status)> {
         ran.iter()

@@ -256,7 +256,8 @@ impl StateFilter {
             StateFilter::Failing => job
                 .last_outcome
                 .as_ref()
-                .is_some_and(|o| o.status != Status::Ok),
+                // A tick its calendars left out is not a failure.
+                .is_some_and(|o| !matches!(o.status, Status::Ok | Status::Excluded)),
             StateFilter::Drift => !job.config_drift.is_empty(),
             StateFilter::Ended => job.warning.is_some(),
         }
@@ -499,11 +500,11 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                     @for e in history {
                         tr id=(format!("run-{}", e.run_id)) data-run=(e.run_id) {
                             td {
-                                @if matches!(e.status, Status::Missed | Status::SkippedOverlap) {
+                                @if matches!(e.status, Status::Missed | Status::SkippedOverlap | Status::Excluded) {
                                     a.explain href=(explain_href(job, e.tick_ms)) title="why did this tick not run?" { (e.tick) }
                                 } @else { (e.tick) }
                             }
-                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.stale { " " small.muted { "(stale)" } } }
+                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.calendar.is_some() { " " small { (e.status_text().trim_start_matches(e.status.as_str()).trim()) } } @if e.stale { " " small.muted { "(stale)" } } }
                             td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
                             td.num { (e.fence) }
                             td.num { (duration(e.duration_ms)) }

@@ -3,6 +3,7 @@
 
 use super::StdError;
 use crate::Run;
+use crate::calendar::Calendar;
 use crate::config::Misfire;
 use crate::config::OnHolderLost;
 use crate::config::Overlap;
@@ -478,6 +479,67 @@ impl JobBuilder {
         self.set(|spec| {
             spec.params
                 .insert(Given::code(name.to_string()), Given::code(param.raw));
+        })
+    }
+
+    /// Leaves out the ticks inside an event of `calendar` (`exclude`):
+    /// each is recorded `excluded` with the calendar's name instead of
+    /// run, once, by whichever instance claims it. May be called for
+    /// several calendars; a tick inside any of them is left out.
+    ///
+    /// ```
+    /// use cronlease::{Calendar, JobBuilder};
+    /// use jiff::civil::date;
+    ///
+    /// let holidays = Calendar::from_dates(
+    ///     "holidays-cn",
+    ///     [date(2026, 10, 1), date(2026, 10, 2)],
+    ///     "Asia/Shanghai",
+    /// )?;
+    /// let job = JobBuilder::new("lottery-draw", "0 12 * * 1-5")
+    ///     .timezone("Asia/Shanghai")
+    ///     .exclude(holidays);
+    /// # Ok::<(), cronlease::CalendarError>(())
+    /// ```
+    pub fn exclude(self, calendar: Calendar) -> JobBuilder {
+        self.calendar(calendar, |spec| &mut spec.exclude)
+    }
+
+    /// Runs only the ticks inside an event of `calendar` (`only`); the
+    /// others are recorded `excluded`, outside it. With several `only`
+    /// calendars, a tick inside any one of them runs. [`JobBuilder::exclude`]
+    /// wins over it.
+    ///
+    /// ```
+    /// use cronlease::{Calendar, JobBuilder};
+    ///
+    /// let text = "BEGIN:VCALENDAR\r\nBEGIN:VEVENT\r\n\
+    ///             DTSTART;TZID=Asia/Shanghai:20260105T093000\r\n\
+    ///             DTEND;TZID=Asia/Shanghai:20260105T150000\r\n\
+    ///             RRULE:FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR\r\nEND:VEVENT\r\nEND:VCALENDAR\r\n";
+    /// let trading = Calendar::from_ics("trading-hours", text, "Asia/Shanghai")?;
+    /// let job = JobBuilder::new("quote-snapshot", "*/5 * * * *").only(trading);
+    /// # Ok::<(), cronlease::CalendarError>(())
+    /// ```
+    pub fn only(self, calendar: Calendar) -> JobBuilder {
+        self.calendar(calendar, |spec| &mut spec.only)
+    }
+
+    /// Names `calendar` in the list `field` picks, and keeps it with the
+    /// job for the validator to find.
+    fn calendar(
+        self,
+        calendar: Calendar,
+        field: impl FnOnce(&mut JobSpec) -> &mut Option<Given<Vec<Given<String>>>>,
+    ) -> JobBuilder {
+        self.set(|spec| {
+            let names = field(spec).get_or_insert_with(|| Given::code(Vec::new()));
+            let mut list = names.get().clone();
+            list.push(Given::code(calendar.name().to_string()));
+            *names = Given::code(list);
+            if !spec.calendars.iter().any(|c| c.name() == calendar.name()) {
+                spec.calendars.push(calendar);
+            }
         })
     }
 

@@ -16,9 +16,12 @@
 --       sent, so none can have won; 'again': a retry), max_runs (how many
 --       ticks may start a run, counted in the state's `runs_started`; -1:
 --       no limit, and nothing counted), the cluster's pause (cluster_holds:
---       'none', 'hold' or the Redis ms it ends at), and, when the job is to
---       be told of late starts, its notification rules (read_notices) with
---       the events stream as KEYS[6]
+--       'none', 'hold' or the Redis ms it ends at), exclusion ('' when the
+--       job's calendars keep the tick; else 'exclude <calendar>' or 'only
+--       <calendars>', decided by the replica from its config: the tick is
+--       recorded `excluded` instead of run), and, when the job is to be
+--       told of late starts, its notification rules (read_notices) with the
+--       events stream as KEYS[6]
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -35,6 +38,7 @@ local channel, job = ARGV[13], ARGV[14]
 local deadline = tonumber(ARGV[15])
 local retry = ARGV[16] ~= 'first'
 local max_runs = tonumber(ARGV[17])
+local exclusion = ARGV[19]
 local function announce(fence)
   announce_claim(channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
@@ -139,6 +143,22 @@ if pause_holds(fields[3], pause_until, tick) or cluster_holds(ARGV[18], tick) th
   return {'paused', regressed, previous, current_fence}
 end
 
+-- A tick the job's calendars leave out: recorded `excluded` with the
+-- calendar, in the same call that moves the high-water mark to it, and
+-- only at the tick, so whichever replica claims it records it once.
+if exclusion ~= '' then
+  if ahead then return {'early', tick - now} end
+  local rule, calendar = string.match(exclusion, '^(%S+) (%S+)$')
+  redis.call('HSET', state, 'last_tick', tick)
+  record_outcome(state, runs, maxlen, {'tick', tick, 'fence', '0', 'run_id', run_id,
+    'replica', replica, 'host', host, 'started_ms', now, 'finished_ms', now,
+    'duration_ms', '0', 'status', 'excluded', 'attempts', '0', 'output', '',
+    'trigger', trigger, 'calendar', calendar or exclusion,
+    'calendar_rule', rule or 'exclude'}, false)
+  announce(current_fence)
+  return {'excluded', regressed, previous, current_fence}
+end
+
 if overlap ~= 'allow' then
   local holder = redis.call('GET', lease)
   if holder and ahead then return {'early', tick - now} end
@@ -171,7 +191,7 @@ end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
   replica, host, trigger, 0, fence, now, started)
 announce(fence)
-local notices = read_notices(KEYS[6], ARGV[19])
+local notices = read_notices(KEYS[6], ARGV[20])
 if notices and notices.late_ms > 0 and started - tick > notices.late_ms then
   emit(notices, state, 'late', {'tick', ARGV[1], 'run_id', run_id, 'fence', fence,
     'replica', replica, 'status', 'running', 'attempt', '1',

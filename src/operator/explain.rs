@@ -167,10 +167,12 @@ pub async fn explain<J: Borrow<Job>>(
             ),
             json!({ "due_in_ms": tick_ms - now_ms }),
         ));
+        calendar_reason(&mut explanation, definition);
         return Ok(explanation);
     }
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
+    calendar_reason(&mut explanation, definition);
     if let Some(max_runs) = definition.and_then(|def| def.max_runs)
         && explanation.verdict == Verdict::NotRun
     {
@@ -199,6 +201,20 @@ pub async fn explain<J: Borrow<Job>>(
         explanation.reasons.push(verdicts::ended_reason(schedule));
     }
     Ok(explanation)
+}
+
+/// When this job table's calendars leave the tick out and no record says
+/// so (it is not due yet, or a replica with other calendars ran it), the
+/// reason why it is not meant to run.
+fn calendar_reason(explanation: &mut Explanation, definition: Option<&Job>) {
+    if explanation.verdict == Verdict::Excluded {
+        return;
+    }
+    if let Some(why) = definition.and_then(|d| d.excluded_by(explanation.tick_ms)) {
+        explanation
+            .reasons
+            .push(verdicts::calendar_reason(&why, None));
+    }
 }
 
 /// The job's upstreams and followers; None when it has neither.

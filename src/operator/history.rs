@@ -11,9 +11,25 @@ use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 
 use super::{OperatorError, READ_AHEAD, rfc3339};
+use crate::calendar::CalendarRule;
 use crate::config::Config;
 use crate::outcome::{Status, Trigger, Upstream};
 use crate::store::Store;
+
+impl HistoryEntry {
+    /// The status as `history` and the dashboard show it: an `excluded`
+    /// tick with its calendar (`excluded (holidays-cn)`, `excluded
+    /// (outside trading-days)`).
+    pub fn status_text(&self) -> String {
+        match (&self.calendar, self.calendar_rule) {
+            (Some(calendar), Some(CalendarRule::Only)) => {
+                format!("{} (outside {calendar})", self.status)
+            }
+            (Some(calendar), _) => format!("{} ({calendar})", self.status),
+            (None, _) => self.status.to_string(),
+        }
+    }
+}
 
 /// One outcome as `history` shows it (also its `--json` schema).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -45,6 +61,12 @@ pub struct HistoryEntry {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream: Option<Upstream>,
     pub stale: bool,
+    /// An `excluded` tick: the calendar that left it out (for `only`, the
+    /// job's `only` calendars, comma-separated) and which setting did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar_rule: Option<CalendarRule>,
     /// The values of the run's parameters (`param.<name>` fields), by
     /// name; a field whose name or value no job could have is left out.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -143,6 +165,14 @@ pub(super) fn history_entry(
         trigger,
         upstream: Upstream::from_fields(fields.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
         stale: fields.get("stale").is_some_and(|s| s == "1"),
+        calendar: fields
+            .get("calendar")
+            .filter(|_| status == Status::Excluded)
+            .cloned(),
+        calendar_rule: fields
+            .get("calendar_rule")
+            .filter(|_| status == Status::Excluded)
+            .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,

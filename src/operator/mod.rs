@@ -139,6 +139,38 @@ pub struct JobStatus {
     pub max_runs: Option<u32>,
     /// Runs of the schedule started while the job had `max_runs`.
     pub runs_started: u64,
+    /// From the job table: the calendars that leave its ticks out
+    /// (`exclude`, `only`), each with its content hash.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub calendars: Vec<JobCalendar>,
+}
+
+/// One of a job's calendars as `status` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobCalendar {
+    pub name: String,
+    pub rule: crate::calendar::CalendarRule,
+    /// The hash of what its events mean, part of the job's definition
+    /// hash (replicas whose calendars differ show as drift).
+    pub hash: String,
+    /// Its events (a recurring one counts once).
+    pub events: usize,
+    /// The zone its all-day events and floating times are read in.
+    pub timezone: String,
+}
+
+/// The calendars of `job`, `exclude` first, for `status`.
+pub fn job_calendars(job: &crate::config::Job) -> Vec<JobCalendar> {
+    job.calendars
+        .all()
+        .map(|(rule, calendar)| JobCalendar {
+            name: calendar.name().to_string(),
+            rule,
+            hash: calendar.content_hash().to_string(),
+            events: calendar.events(),
+            timezone: calendar.zone().name().to_string(),
+        })
+        .collect()
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -387,6 +419,7 @@ async fn job_status(
         active_until: window.until.map(rfc3339),
         max_runs: job.and_then(|j| j.max_runs),
         runs_started: state.runs_started,
+        calendars: job.map(job_calendars).unwrap_or_default(),
         paused: pause.is_some(),
         paused_by: pause.and_then(|p| p.by.clone()),
         paused_at_ms: pause.and_then(|p| p.at_ms),

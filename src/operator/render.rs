@@ -7,6 +7,7 @@ use std::time::Duration;
 use chrono::DateTime;
 
 use super::{HistoryReport, JobStatus, StatusReport};
+use crate::calendar::CalendarRule;
 use crate::inert::escape;
 use crate::store::{DeliveryFailure, GaveUp};
 
@@ -35,10 +36,14 @@ fn paint(text: &str, colour: Colour) -> String {
     if let Some(rest) = text.strip_prefix("paused by ") {
         return paint("paused", colour) + " by " + rest;
     }
+    if let Some(rest) = text.strip_prefix("excluded (") {
+        return paint("excluded", colour) + " (" + rest;
+    }
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
         "interrupted" | "skipped_overlap" | "paused" | "not_durable" | "CLUSTER PAUSED" => "33",
+        "excluded" => "36",
         _ => return text.to_string(),
     };
     format!("\u{1b}[{code}m{text}\u{1b}[0m")
@@ -322,6 +327,17 @@ fn schedule_cell(j: &JobStatus) -> String {
     if let Some(max) = j.max_runs {
         parts.push(format!("{} of {max} runs", j.runs_started));
     }
+    for rule in [CalendarRule::Exclude, CalendarRule::Only] {
+        let names: Vec<&str> = j
+            .calendars
+            .iter()
+            .filter(|c| c.rule == rule)
+            .map(|c| c.name.as_str())
+            .collect();
+        if !names.is_empty() {
+            parts.push(format!("{} {}", rule.as_str(), names.join(",")));
+        }
+    }
     parts.join("; ")
 }
 
@@ -472,9 +488,9 @@ pub fn render_history(report: &HistoryReport, colour: Colour, text: OutputText) 
     ];
     for o in &report.outcomes {
         let status = if o.stale {
-            format!("{} (stale)", o.status)
+            format!("{} (stale)", o.status_text())
         } else {
-            o.status.to_string()
+            o.status_text()
         };
         let exit = match (o.exit_code, o.signal) {
             (Some(code), _) => code.to_string(),

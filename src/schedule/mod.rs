@@ -162,14 +162,14 @@ impl Zone {
         }
     }
 
-    /// The zone's rules.
-    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
-        &self.tz
-    }
-
     /// The canonical IANA name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The zone itself, from jiff's bundled tz database.
+    pub(crate) fn tz(&self) -> &jiff::tz::TimeZone {
+        &self.tz
     }
 
     /// `tick` as local time: `2026-03-29 03:00:00 +02:00 Sun`.

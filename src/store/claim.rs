@@ -7,6 +7,7 @@ use super::{
     Attempt, Claimant, Reply, Store, StoreError, append, as_int, duration_ms, lease_still_valid,
     protocol,
 };
+use crate::calendar::Exclusion;
 use crate::link::Conn;
 use crate::outcome::Trigger;
 use redis::{RedisWrite, Value};
@@ -16,7 +17,7 @@ use std::time::Instant;
 const CLAIM_KEYS: usize = 5;
 
 /// The claim script's arguments (`claim.lua`).
-const CLAIM_ARGS: usize = 18;
+const CLAIM_ARGS: usize = 19;
 
 /// Room for the claim's numbers and words (tick, lease, overlap, …): at
 /// most 20 digits for each of six numbers, and short words.
@@ -46,6 +47,10 @@ pub struct ClaimRequest<'a> {
     /// The cluster's pause as the claimant knows it: a tick it holds is
     /// passed like a paused job's.
     pub cluster_pause: super::ClusterHold,
+    /// Why the job's calendars leave the tick out, if they do: the
+    /// script records it `excluded` (answer `Excluded`) instead of
+    /// claiming it for a run.
+    pub exclusion: Option<&'a Exclusion>,
 }
 
 /// What a claim does when a run of the job is in flight and the overlap
@@ -148,6 +153,13 @@ pub enum ClaimReply {
         previous: i64,
         fence: u64,
     },
+    /// The job's calendars leave the tick out: recorded `excluded`, the
+    /// high-water mark moved to it.
+    Excluded {
+        state: StateCheck,
+        previous: i64,
+        fence: u64,
+    },
     /// Catch-up only: a run is in flight; ask again in this many ms.
     Wait { ms: i64 },
     /// The claim ran after its deadline (this many ms after the tick) and
@@ -189,6 +201,11 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             previous: r.int_or(2, -1),
             fence: r.fence_or_zero(3)?,
         },
+        "excluded" => ClaimReply::Excluded {
+            state: r.state_check(1)?,
+            previous: r.int_or(2, -1),
+            fence: r.fence_or_zero(3)?,
+        },
         "busy" => ClaimReply::Busy {
             holder: r.string_or_empty(1),
             state: r.state_check(2)?,
@@ -219,6 +236,7 @@ impl ClaimReply {
             ClaimReply::Claimed { state, .. }
             | ClaimReply::Taken { state, .. }
             | ClaimReply::Paused { state, .. }
+            | ClaimReply::Excluded { state, .. }
             | ClaimReply::Busy { state, .. } => Some(state),
             _ => None,
         }
@@ -232,6 +250,7 @@ impl ClaimReply {
             ClaimReply::Taken { .. } => "taken",
             ClaimReply::Paused { .. } => "paused",
             ClaimReply::Busy { .. } => "busy",
+            ClaimReply::Excluded { .. } => "excluded",
             ClaimReply::Wait { .. } => "wait",
             ClaimReply::Expired { .. } => "expired",
             ClaimReply::Lapsed => "lapsed",
@@ -329,6 +348,22 @@ impl ClaimReply {
                     fence: f,
                 },
             ) => ClaimReply::Paused {
+                state: state.max(r),
+                previous: previous.max(p),
+                fence: fence.max(f),
+            },
+            (
+                ClaimReply::Excluded {
+                    state,
+                    previous,
+                    fence,
+                },
+                ClaimReply::Excluded {
+                    state: r,
+                    previous: p,
+                    fence: f,
+                },
+            ) => ClaimReply::Excluded {
                 state: state.max(r),
                 previous: previous.max(p),
                 fence: fence.max(f),
@@ -539,6 +574,7 @@ impl Store {
         let job = request.job;
         let parts = ["state", "running", "lease", "runs", "actions"];
         let notices = request.claimant.notices;
+        let exclusion = request.exclusion.map(Exclusion::as_arg).unwrap_or_default();
         // Sized once: thousands of claims wait in a batch at once.
         let bytes = parts
             .iter()
@@ -550,6 +586,7 @@ impl Store {
             + keys.claims_channel().len()
             + job.len()
             + notices.arg().len()
+            + exclusion.len()
             + keys.job_key_len(job, "events")
             + CLAIM_NUMBERS_BYTES;
         let mut args = redis::Cmd::with_capacity(CLAIM_KEYS + CLAIM_ARGS, bytes);
@@ -579,7 +616,8 @@ impl Store {
             .arg(request.deadline_ms)
             .arg(request.attempt.as_arg())
             .arg(request.claimant.max_runs.map_or(-1, i64::from))
-            .arg(request.cluster_pause.as_arg());
+            .arg(request.cluster_pause.as_arg())
+            .arg(exclusion);
         if !notices.is_none() {
             args.arg(notices.arg());
         }

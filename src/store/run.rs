@@ -417,11 +417,13 @@ impl Store {
     }
 
     /// Records `ticks` (ascending) of `job` as missed, told as one `missed`
-    /// event by `notices`; returns how many were new.
+    /// event by `notices`, or as `excluded` those the job's calendars
+    /// leave out (with the exclusion); returns how many were new missed
+    /// ticks.
     pub async fn record_missed(
         &self,
         job: &str,
-        ticks: &[i64],
+        ticks: &[(i64, Option<crate::calendar::Exclusion>)],
         recorder: &Claimant<'_>,
     ) -> Result<u64, StoreError> {
         let mut invocation = self.scripts.missed.prepare_invoke();
@@ -433,8 +435,11 @@ impl Store {
             .arg(recorder.host)
             .arg(recorder.history)
             .arg(recorder.notices.arg());
-        for tick in ticks {
-            invocation.arg(*tick);
+        for (tick, exclusion) in ticks {
+            match exclusion {
+                None => invocation.arg(*tick),
+                Some(exclusion) => invocation.arg(format!("{tick} {}", exclusion.as_arg())),
+            };
         }
         let new: Vec<u64> = self.invoke_on_all("record_missed", &invocation).await?;
         Ok(new.into_iter().max().unwrap_or(0))

@@ -359,6 +359,7 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
         "[redis]\nurl = \"redis://127.0.0.1:1/0\"\nzz_unknown = 1\n\n\
          [daemon]\nzz_unknown = 1\n\n\
          [notify.x]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1/\"\nzz_unknown = 1\n\n\
+         [calendars.x]\ndates = []\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
     );
@@ -393,6 +394,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
             "notify.<name>"
         } else if before.contains("job \"x\"") {
             "jobs.<name>"
+        } else if before.contains("[calendars.x]") {
+            "calendars.<name>"
         } else {
             panic!("an unknown key in a section this test does not know: {line}")
         };
@@ -445,6 +448,7 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
         reader.keys().collect::<Vec<_>>(),
         [
             "(sections)",
+            "calendars.<name>",
             "daemon",
             "jobs.<name>",
             "notify.<name>",

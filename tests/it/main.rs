@@ -10,6 +10,7 @@
 mod ahead;
 mod batching;
 mod bounds;
+mod calendars;
 mod chains;
 mod check;
 mod containment;

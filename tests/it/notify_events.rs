@@ -180,7 +180,9 @@ fn missed_abandoned_and_late_are_told_by_the_script_that_records_them() {
         let mut claimant = test_claimant(Duration::from_millis(200), Overlap::Skip, 100);
         claimant.notices = &rules;
 
-        let ticks: Vec<i64> = (1..=3).map(|i| 1_700_000_000_000 + i * 60_000).collect();
+        let ticks: Vec<(i64, Option<cronlease::calendar::Exclusion>)> = (1..=3)
+            .map(|i| (1_700_000_000_000 + i * 60_000, None))
+            .collect();
         let recorded = store
             .record_missed("draw", &ticks, &claimant)
             .await
@@ -195,8 +197,8 @@ fn missed_abandoned_and_late_are_told_by_the_script_that_records_them() {
         assert_eq!(told.len(), 2, "one missed event per channel: {told:#?}");
         assert_eq!(told[0].event, "missed");
         assert_eq!(told[0].count, Some(3));
-        assert_eq!(told[0].tick_ms, Some(ticks[0]));
-        assert_eq!(told[0].last_tick_ms, Some(ticks[2]));
+        assert_eq!(told[0].tick_ms, Some(ticks[0].0));
+        assert_eq!(told[0].last_tick_ms, Some(ticks[2].0));
 
         // Claimed two minutes after its tick (late_after is one minute).
         let late_tick = now_ms() - 120_000;

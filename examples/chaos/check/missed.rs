@@ -34,7 +34,7 @@ pub fn check_m(facts: &Facts, report: &mut Report) {
             } else if !started
                 && records
                     .iter()
-                    .any(|r| !matches!(r.status(), "missed" | "skipped_overlap"))
+                    .any(|r| !matches!(r.status(), "missed" | "skipped_overlap" | "excluded"))
             {
                 report
                     .claimed_not_started

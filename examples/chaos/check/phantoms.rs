@@ -21,7 +21,10 @@ pub fn find_phantoms(facts: &Facts, report: &mut Report) {
                 continue;
             };
             let records = facts.records_of_run(run_id);
-            let Some(claim) = records.iter().find(|r| r.status() != "skipped_overlap") else {
+            let Some(claim) = records
+                .iter()
+                .find(|r| !matches!(r.status(), "skipped_overlap" | "excluded"))
+            else {
                 continue;
             };
             let (from, to) = (claim.number("started_ms"), claim.number("finished_ms"));

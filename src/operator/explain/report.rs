@@ -21,6 +21,9 @@ pub enum Verdict {
     Skipped,
     /// Nobody claimed it in time, and it was recorded as missed.
     Missed,
+    /// The job's calendars leave it out (`exclude`, `only`): recorded
+    /// `excluded`, not run.
+    Excluded,
     /// It did not run, and no outcome says so: the reasons do.
     NotRun,
     /// The instant is not one the schedule fires at.
@@ -46,8 +49,8 @@ pub enum TickChoice {
 pub struct Reason {
     /// `not_a_tick`, `schedule_ended`, `not_yet_due`, `paused`, `misfire`,
     /// `overlap`, `no_live_replica`, `redis_unreachable`, `config_drift`,
-    /// `not_durable`, `not_claimed_yet`, `no_record`, `outside_window`,
-    /// `window_ended` or `max_runs_reached`.
+    /// `not_durable`, `not_claimed_yet`, `no_record`, `calendar`,
+    /// `outside_window`, `window_ended` or `max_runs_reached`.
     pub kind: &'static str,
     /// The reason in a sentence, evidence included.
     pub text: String,

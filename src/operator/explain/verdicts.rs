@@ -7,6 +7,7 @@ use serde_json::json;
 use super::calendar::{Around, last_tick};
 use super::records::{InFlight, Recorded, Records};
 use super::report::{Explanation, Reason, ReplicaSeen, RunFacts, Verdict, reason, span, text_of};
+use crate::calendar::{CalendarRule, Exclusion};
 use crate::config::{Job, Misfire};
 use crate::outcome::{Status, Trigger};
 use crate::schedule::Timetable;
@@ -26,13 +27,15 @@ pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition
     let ran = of_tick.iter().rev().find(|r| {
         !matches!(
             r.entry.status,
-            Status::Missed | Status::SkippedOverlap | Status::NotDurable
+            Status::Missed | Status::SkippedOverlap | Status::NotDurable | Status::Excluded
         )
     });
     if let Some(run) = ran {
         ran_verdict(explanation, run);
     } else if let Some(run) = records.running.iter().find(|r| r.tick_ms == tick_ms) {
         running_verdict(explanation, run);
+    } else if let Some(excluded) = find(Status::Excluded) {
+        excluded_verdict(explanation, excluded);
     } else if let Some(skip) = find(Status::SkippedOverlap) {
         skipped_verdict(explanation, skip, records);
     } else if let Some(missed) = find(Status::Missed) {
@@ -124,6 +127,48 @@ fn running_verdict(explanation: &mut Explanation, run: &InFlight) {
     });
 }
 
+/// An `excluded` outcome: the job's calendars leave the tick out.
+fn excluded_verdict(explanation: &mut Explanation, excluded: &Recorded) {
+    let e = &excluded.entry;
+    explanation.verdict = Verdict::Excluded;
+    let calendar = e.calendar.clone().unwrap_or_default();
+    let rule = e.calendar_rule.unwrap_or(CalendarRule::Exclude);
+    let recorded_by = if e.replica.is_empty() {
+        excluded.recorded_by.clone()
+    } else {
+        e.replica.clone()
+    };
+    let why = Exclusion {
+        rule,
+        calendar: calendar.clone(),
+    };
+    explanation.summary = format!("{why}: not run, recorded excluded by {recorded_by}");
+    explanation
+        .reasons
+        .push(calendar_reason(&why, Some(&recorded_by)));
+}
+
+/// Why the job's calendars leave the tick out, with who recorded it
+/// (none when no record says so yet).
+pub(super) fn calendar_reason(why: &Exclusion, recorded_by: Option<&str>) -> Reason {
+    let rule = match why.rule {
+        CalendarRule::Exclude => format!(
+            "the tick is inside an event of calendar {} (exclude)",
+            why.calendar
+        ),
+        CalendarRule::Only => format!("the tick is inside no event of {} (only)", why.calendar),
+    };
+    let text = match recorded_by {
+        Some(by) => format!("{rule}, so {by} recorded it excluded instead of running it"),
+        None => format!("{rule}: the job's calendars leave it out, so it is not run"),
+    };
+    reason(
+        "calendar",
+        text,
+        json!({ "calendar": why.calendar, "rule": why.rule.as_str(), "recorded_by": recorded_by }),
+    )
+}
+
 /// A `skipped_overlap` outcome: the tick came while a run was in flight.
 fn skipped_verdict(explanation: &mut Explanation, skip: &Recorded, records: &Records) {
     explanation.verdict = Verdict::Skipped;
@@ -174,7 +219,10 @@ fn in_flight_at(records: &Records, tick_ms: i64, at_ms: i64) -> Option<serde_jso
             && e.fence > 0
             && e.started_ms <= at_ms
             && e.finished_ms >= at_ms
-            && !matches!(e.status, Status::Missed | Status::SkippedOverlap)
+            && !matches!(
+                e.status,
+                Status::Missed | Status::SkippedOverlap | Status::Excluded
+            )
     });
     if let Some(r) = ended {
         let e = &r.entry;

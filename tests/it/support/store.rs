@@ -60,6 +60,7 @@ pub fn claim_request<'a>(
         lead_ms: 0,
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
+        exclusion: None,
     }
 }
 
