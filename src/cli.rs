@@ -24,6 +24,7 @@ use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
 
+mod backfill;
 mod check;
 mod generate;
 mod notify;
@@ -72,6 +73,12 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
+    /// Run each past tick of a job's schedule in a range once: ticks that
+    /// ran are skipped and listed, the others queued for the replicas.
+    ///
+    /// Follows the outcomes; exits 0 when every queued tick ran `ok`, 1
+    /// otherwise (Ctrl-C stops watching, not the backfill), 2 for bad input.
+    Backfill(backfill::BackfillArgs),
     /// Pause a job on every replica: its ticks are skipped, not caught up.
     Pause(JobArgs),
     /// Resume a paused job from its next tick.
@@ -383,6 +390,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         }),
         Command::Explain(args) => explain(&args),
         Command::Trigger(args) => trigger(&args),
+        Command::Backfill(args) => backfill::backfill(&args),
         Command::Pause(args) => pause(&args, PauseAction::Pause),
         Command::Resume(args) => pause(&args, PauseAction::Resume),
         Command::Repair(args) => repair(&args),

@@ -115,7 +115,11 @@ pub(super) async fn claim(
     let run_id = Uuid::new_v4().to_string();
     let deadline_ms = match trigger {
         Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire | Trigger::Rerun | Trigger::Manual | Trigger::Chain => {
+        Trigger::Misfire
+        | Trigger::Rerun
+        | Trigger::Manual
+        | Trigger::Chain
+        | Trigger::Backfill => {
             tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
         }
     };

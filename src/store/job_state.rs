@@ -12,7 +12,7 @@ use super::{Store, StoreError};
 use crate::outcome::Status;
 
 /// The state fields that hold numbers.
-const NUMBERS: [&str; 9] = [
+const NUMBERS: [&str; 11] = [
     "last_tick",
     "fence",
     "missed_total",
@@ -22,6 +22,8 @@ const NUMBERS: [&str; 9] = [
     "outcome_fence",
     "outcome_duration_ms",
     "outcome_finished_ms",
+    "backfill_queued",
+    "backfill_concurrency",
 ];
 
 /// What a job's state hash says, for operators.
@@ -35,6 +37,9 @@ pub struct JobState {
     pub missed_ticks: u64,
     /// What a replica found that no honest writer puts there.
     pub needs_repair: Option<Repair>,
+    /// Backfill ticks queued since the job's queue was last empty (the
+    /// total of "37 of 100 ticks left"); 0 when none is queued.
+    pub backfill_queued: u64,
 }
 
 /// Who paused a job, and when.
@@ -124,6 +129,7 @@ impl JobState {
             last_outcome: last_outcome(state),
             missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
             needs_repair: needs_repair(state),
+            backfill_queued: int("backfill_queued").unwrap_or(0).max(0) as u64,
         }
     }
 }
