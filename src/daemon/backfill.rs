@@ -142,43 +142,8 @@ async fn take(
             .await?;
         ctx.redis.answered();
         let expired = match reply {
-            TakeReply::Claimed {
-                tick_ms,
-                fence,
-                started_ms,
-                lease_key,
-                expired,
-                backfill_id,
-            } => {
-                ctx.marks.note(&job.name, None, Some(fence));
-                info!(
-                    job = %job.name, tick = %rfc3339(tick_ms), fence, %run_id, backfill = %backfill_id,
-                    replica = %ctx.identity.replica, "claimed a backfill tick"
-                );
-                let handle = start_run(
-                    &ctx.run_side(),
-                    job,
-                    RunStart {
-                        tick_ms,
-                        run_id,
-                        fence,
-                        lease_key,
-                        started_ms,
-                        trigger: Trigger::Backfill,
-                        valid_from: sent,
-                        not_before: None,
-                        upstream: None,
-                        params: job.params.defaults(),
-                    },
-                );
-                let name = job.name.clone();
-                ending.push(Box::pin(async move {
-                    // The run's task is the run tracker's; this only hears
-                    // that it ended.
-                    let _ = handle.await;
-                    name
-                }));
-                ctx.heartbeat_now.notify_one();
+            TakeReply::Claimed { expired, .. } => {
+                start_taken(ctx, job, run_id, sent, reply, ending);
                 if expired > 0 {
                     sweep_job(ctx, job).await;
                 }
@@ -209,6 +174,59 @@ async fn take(
         return Ok(());
     }
     Ok(())
+}
+
+/// Starts the run of the tick the take script handed this replica
+/// (`reply`, claimed with `run_id`, sent at `sent`); `ending` hears when
+/// it ends.
+fn start_taken(
+    ctx: &Arc<Ctx>,
+    job: &Arc<Job>,
+    run_id: String,
+    sent: Instant,
+    reply: TakeReply,
+    ending: &mut FuturesUnordered<Ending>,
+) {
+    let TakeReply::Claimed {
+        tick_ms,
+        fence,
+        started_ms,
+        lease_key,
+        backfill_id,
+        ..
+    } = reply
+    else {
+        return;
+    };
+    ctx.marks.note(&job.name, None, Some(fence));
+    info!(
+        job = %job.name, tick = %rfc3339(tick_ms), fence, %run_id, backfill = %backfill_id,
+        replica = %ctx.identity.replica, "claimed a backfill tick"
+    );
+    let handle = start_run(
+        &ctx.run_side(),
+        job,
+        RunStart {
+            tick_ms,
+            run_id,
+            fence,
+            lease_key,
+            started_ms,
+            trigger: Trigger::Backfill,
+            valid_from: sent,
+            not_before: None,
+            upstream: None,
+            params: job.params.defaults(),
+        },
+    );
+    let name = job.name.clone();
+    ending.push(Box::pin(async move {
+        // The run's task is the run tracker's; this only hears that it
+        // ended.
+        let _ = handle.await;
+        name
+    }));
+    ctx.heartbeat_now.notify_one();
 }
 
 /// Records the job's runs whose holder stopped renewing, and starts the
