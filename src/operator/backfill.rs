@@ -238,3 +238,54 @@ pub async fn follow_backfill(
     }
     Ok(waiting.into_iter().collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn job(schedule: &str) -> Job {
+        let text = format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n\n[jobs.j]\nschedule = \"{schedule}\"\ncommand = [\"true\"]\n"
+        );
+        let config = Config::parse(&text, std::path::Path::new("/etc/cronlease/jobs.toml"))
+            .expect("a valid table");
+        config.jobs["j"].clone()
+    }
+
+    fn ms(text: &str) -> i64 {
+        DateTime::parse_from_rfc3339(text).expect("RFC 3339").timestamp_millis()
+    }
+
+    #[test]
+    fn the_candidates_are_the_ticks_of_the_range_both_ends_included() {
+        let j = job("*/10 * * * * *");
+        let ticks = backfill_candidates(&j, ms("2026-01-01T00:00:00Z"), ms("2026-01-01T00:00:30Z"))
+            .expect("a short range");
+        assert_eq!(ticks.len(), 4);
+        assert_eq!(ticks[0], ms("2026-01-01T00:00:00Z"));
+        assert_eq!(ticks[3], ms("2026-01-01T00:00:30Z"));
+        let none = backfill_candidates(&j, ms("2026-01-01T00:00:01Z"), ms("2026-01-01T00:00:09Z"))
+            .expect("a range without ticks");
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_reversed_or_too_long_range_is_refused() {
+        let j = job("* * * * * *");
+        let from = ms("2026-01-01T00:00:00Z");
+        assert!(matches!(
+            backfill_candidates(&j, from + 1, from),
+            Err(BackfillError::Reversed { .. })
+        ));
+        let at_bound = backfill_candidates(&j, from, from + 9_999_000).expect("10,000 ticks");
+        assert_eq!(at_bound.len(), MAX_BACKFILL_TICKS);
+        assert_eq!(
+            backfill_candidates(&j, from, from + 10_000_000),
+            Err(BackfillError::TooMany {
+                job: "j".to_string(),
+                first_past: "2026-01-01T02:46:40Z".to_string()
+            })
+        );
+    }
+}
