@@ -127,7 +127,12 @@ async fn run(args: &BackfillArgs, target: Target) -> Result<String, Failure> {
             return Err(Failure::Exit(Exit::Failure));
         }
     };
-    finish(&report, &counts, &left)
+    let summary = finish(&report, &counts, &left);
+    // JSON lines: each outcome was one; the exit status says the rest.
+    if args.json {
+        return summary.map(|_| String::new());
+    }
+    summary
 }
 
 /// The end of the watch: exit 0 when every queued tick ran `ok`.
@@ -147,7 +152,7 @@ fn finish(report: &BackfillReport, counts: &Counts, left: &[i64]) -> Result<Stri
         counts.not_ok
     );
     if counts.not_ok > 0 {
-        print!("{text}");
+        eprint!("{text}");
         return Err(Failure::Exit(Exit::Failure));
     }
     Ok(text)

@@ -254,7 +254,9 @@ mod tests {
     }
 
     fn ms(text: &str) -> i64 {
-        DateTime::parse_from_rfc3339(text).expect("RFC 3339").timestamp_millis()
+        DateTime::parse_from_rfc3339(text)
+            .expect("RFC 3339")
+            .timestamp_millis()
     }
 
     #[test]

@@ -114,7 +114,7 @@ pub enum TakeReply {
     Corrupt { field: String, value: String },
 }
 
-fn parse_plan(job: &str, value: Value) -> Result<BackfillPlan, StoreError> {
+pub(super) fn parse_plan(job: &str, value: Value) -> Result<BackfillPlan, StoreError> {
     let r = Reply::new(value, "backfill_plan")?;
     match r.string(0)?.as_str() {
         "plan" => {}
@@ -155,7 +155,7 @@ fn parse_plan(job: &str, value: Value) -> Result<BackfillPlan, StoreError> {
     })
 }
 
-fn parse_take(value: Value) -> Result<TakeReply, StoreError> {
+pub(super) fn parse_take(value: Value) -> Result<TakeReply, StoreError> {
     let r = Reply::new(value, "backfill_take")?;
     match r.string(0)?.as_str() {
         "claimed" => Ok(TakeReply::Claimed {

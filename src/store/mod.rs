@@ -37,7 +37,7 @@ pub use error::StoreError;
 use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
-pub use backfill::{PlanMode, PlanRequest, SkipReason, TakeReply};
+pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
