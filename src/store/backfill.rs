@@ -218,12 +218,19 @@ impl Store {
             invocation.arg(*tick);
         }
         let mut conn = self.single("backfill").await?;
+        let mut register = redis::cmd("SADD");
+        register.arg(keys.backfill_registry()).arg(job);
+        // Registered before the plan too: should this command die right
+        // after queueing, the replicas' visits still find the queue (a
+        // job registered with nothing queued is taken out by the first
+        // replica that looks).
+        if request.mode == PlanMode::Queue {
+            let _: i64 = register.query_async(&mut conn).await?;
+        }
         let reply: Value = invocation.invoke_async(&mut conn).await?;
         let plan = parse_plan(job, reply)?;
         if request.mode == PlanMode::Queue && !plan.to_run.is_empty() {
-            let mut cmd = redis::cmd("SADD");
-            cmd.arg(keys.backfill_registry()).arg(job);
-            let _: i64 = cmd.query_async(&mut conn).await?;
+            let _: i64 = register.query_async(&mut conn).await?;
         }
         Ok(plan)
     }
