@@ -7,10 +7,12 @@
 //! A plan that queues ticks publishes the job's name: the replicas look at
 //! its queue at once. When a backfill run this replica started ends, it
 //! publishes the name again, so that every replica (this one first) takes
-//! the next tick without waiting. Every [`VISIT_EVERY`] each replica also
-//! looks at every job the registry names, for a wake-up missed (a replica
-//! that was not subscribed, a replica that died with a run in flight, a
-//! paused job resumed).
+//! the next tick without waiting. Each replica also looks at every job the
+//! registry names, for a wake-up missed (a replica that was not
+//! subscribed, a replica that died with a run in flight, a paused job
+//! resumed): every [`VISIT_EVERY`] while the registry names a job of its
+//! table, else every [`IDLE_VISIT_EVERY`], so that an idle replica costs
+//! Redis next to nothing.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +36,11 @@ use crate::outcome::Trigger;
 use crate::store::{StoreError, TakeReply};
 
 /// How often every job with queued ticks is looked at (missed wake-ups,
-/// runs freed by a sweep, a job resumed).
+/// runs freed by a sweep, a job resumed) while some job of the table has.
 const VISIT_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the registry is read while it names no job of the table.
+const IDLE_VISIT_EVERY: Duration = Duration::from_secs(30);
 
 /// A backfill run this replica started: resolves to its job's name when
 /// the run's task ends.
@@ -69,13 +74,18 @@ pub(super) async fn backfiller(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 Woken::Cancelled => return,
                 Woken::Unsubscribed => break,
                 Woken::Message(job) => {
-                    if let Some(job) = job {
-                        visit(&ctx, Some(job), &mut ending, &cancel).await;
+                    if let Some(job) = job
+                        && visit(&ctx, Some(job), &mut ending, &cancel).await == Queues::Some
+                    {
+                        next_visit = next_visit.min(Instant::now() + VISIT_EVERY);
                     }
                 }
                 Woken::Due => {
-                    visit(&ctx, None, &mut ending, &cancel).await;
-                    next_visit = Instant::now() + VISIT_EVERY;
+                    let every = match visit(&ctx, None, &mut ending, &cancel).await {
+                        Queues::Some => VISIT_EVERY,
+                        Queues::None => IDLE_VISIT_EVERY,
+                    };
+                    next_visit = Instant::now() + every;
                     if messages.is_none() {
                         break;
                     }
@@ -88,6 +98,14 @@ pub(super) async fn backfiller(ctx: Arc<Ctx>, cancel: CancellationToken) {
     }
 }
 
+/// Whether a visit found queued ticks of a job of the table (as far as it
+/// could tell: a visit Redis did not answer counts as finding some).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Queues {
+    Some,
+    None,
+}
+
 /// Takes the queued ticks of `only`, or of every job the registry names,
 /// that this replica's table has.
 async fn visit(
@@ -95,7 +113,7 @@ async fn visit(
     only: Option<String>,
     ending: &mut FuturesUnordered<Ending>,
     cancel: &CancellationToken,
-) {
+) -> Queues {
     let names = match only {
         Some(job) => vec![job],
         None => match ctx.store.backfill_jobs().await {
@@ -103,24 +121,27 @@ async fn visit(
             Err(e) => {
                 ctx.redis.failed(&e);
                 debug!(error = %e, "cannot read the jobs with queued backfill ticks now");
-                return;
+                return Queues::Some;
             }
         },
     };
     let table = ctx.jobs.borrow().clone();
+    let mut found = Queues::None;
     for name in names {
         let Some(job) = table.get(&name) else {
             continue;
         };
+        found = Queues::Some;
         if cancel.is_cancelled() {
-            return;
+            break;
         }
         if let Err(e) = take(ctx, job, ending, cancel).await {
             ctx.redis.failed(&e);
             debug!(job = %job.name, error = %e, "cannot take a backfill tick now");
-            return;
+            break;
         }
     }
+    found
 }
 
 /// Starts runs of `job`'s queued ticks while the take script hands them
