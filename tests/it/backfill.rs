@@ -1,9 +1,10 @@
 //! `cronlease backfill` end to end: real replicas run each past tick of a
 //! range once, whichever of them take the ticks and though one of them is
 //! killed midway; ticks that ran are skipped and listed; a second backfill
-//! runs nothing; `--dry-run` changes nothing; `--concurrency` bounds the
-//! runs in flight; a paused job's backfill waits for `resume`; bad input
-//! is refused with exit 2.
+//! runs nothing; two backfills of one range at once queue each tick once;
+//! `--dry-run` changes nothing; `--concurrency` bounds the runs in flight;
+//! a paused job's backfill waits for `resume`; Ctrl-C stops the watch, not
+//! the backfill; bad input is refused with exit 2.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -590,4 +591,60 @@ fn bad_input_is_refused_with_exit_2() {
         "{}",
         later.describe()
     );
+}
+
+#[test]
+fn ctrl_c_stops_watching_not_the_backfill() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("runs");
+    let jobs = draw_job(&file, "0", "");
+    cluster.start("r1", &jobs);
+    cluster.wait_ready();
+    let first = wait_for_scheduled(&cluster, "draw", 1);
+    let config = cluster.config_path("r1").display().to_string();
+    // Paused, so that nothing lands while the command watches.
+    cronlease(["pause", "draw", "-c", &config]).expect_code(0);
+    let (from, to) = (rfc3339(first - 3_000), rfc3339(first - 1_000));
+    let mut command = std::process::Command::new(crate::support::binary());
+    command
+        .args([
+            "backfill", "draw", "--from", &from, "--to", &to, "-c", &config,
+        ])
+        .env_remove("CRONLEASE_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    crate::support::die_with_this_thread(&mut command);
+    let child = command.spawn().expect("cronlease backfill starts");
+    std::thread::sleep(Duration::from_secs(2));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("a pid")),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT sent");
+    let output = child.wait_with_output().expect("the command ends");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("3 ticks to run"), "{stdout}");
+    assert!(
+        stderr.contains("stopped watching: the backfill goes on"),
+        "{stderr}"
+    );
+    let status = cronlease(["status", "-c", &config]).expect_code(0);
+    assert!(
+        status.stdout().contains("backfill: 3 of 3 ticks left"),
+        "{}",
+        status.describe()
+    );
+    cronlease(["resume", "draw", "-c", &config]).expect_code(0);
+    wait_until_or_show(
+        Duration::from_secs(20),
+        "the backfill run after the watch stopped",
+        || cluster.logs(),
+        || (backfilled(&cluster, "draw").len() == 3).then_some(()),
+    );
+    cluster.stop_all();
 }
