@@ -33,7 +33,8 @@ if #ARGV < FIRST then return {'plan', -1, {}, {}, {}} end
 local first, last = tonumber(ARGV[FIRST]), tonumber(ARGV[#ARGV])
 local last_tick = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
 
--- What each tick of the range has: {why, status, run id}.
+-- What each tick of the range has: {why, status, run id}. A member or
+-- entry that is not one cronlease wrote (no tick) says nothing of a tick.
 local had = {}
 local function note(tick, why, status, run_id)
   if tick and tick >= first and tick <= last and not had[tick] then
@@ -42,11 +43,11 @@ local function note(tick, why, status, run_id)
 end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', backfilled, first, last)) do
   local tick, run_id = string.match(m, '^(%d+) (%S+)$')
-  note(tonumber(tick), 'backfilled', 'backfill', run_id)
+  note(tonumber(tick or ''), 'backfilled', 'backfill', run_id)
 end
 for _, m in ipairs(redis.call('ZRANGEBYSCORE', pending, first, last)) do
   local tick, owner = string.match(m, '^(%d+) (%S+)$')
-  note(tonumber(tick), 'queued', 'queued', owner)
+  note(tonumber(tick or ''), 'queued', 'queued', owner)
 end
 local entries = redis.call('HGETALL', running)
 for i = 1, #entries, 2 do
@@ -54,7 +55,7 @@ for i = 1, #entries, 2 do
   if e and TICK_TRIGGERS[e.trigger] then note(e.tick, 'running', 'running', entries[i]) end
 end
 for _, key in ipairs(redis.call('HKEYS', reruns)) do
-  local tick = tonumber(string.match(key, '^(%d+)$') or string.match(key, '^(%d+):'))
+  local tick = tonumber(string.match(key, '^(%d+)$') or string.match(key, '^(%d+):') or '')
   note(tick, 'rerun', 'rerun', '')
 end
 -- An outcome is recorded when its run ends, never before its tick by Redis
@@ -65,7 +66,7 @@ for _, entry in ipairs(redis.call('XRANGE', runs, math.max(first - 60000, 0), '+
   for i = 1, #fields, 2 do f[fields[i]] = fields[i + 1] end
   local trigger = f.trigger or 'schedule'
   if f.status and not NOT_RUN[f.status] and TICK_TRIGGERS[trigger] then
-    note(tonumber(f.tick), 'ran', f.status, f.run_id or '')
+    note(tonumber(f.tick or ''), 'ran', f.status, f.run_id or '')
   end
 end
 

@@ -57,7 +57,7 @@ while true do
   end
   redis.call('ZREM', pending, member)
   local tick_text, owner = string.match(member, '^(%d+) (%S+)$')
-  local tick = tonumber(tick_text)
+  local tick = tonumber(tick_text or '')
   -- A member cronlease did not write, a tick past the high-water mark
   -- (Redis lost the state the plan saw) or one a backfill already ran:
   -- dropped, nothing run for it.

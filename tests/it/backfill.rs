@@ -575,6 +575,52 @@ fn bad_input_is_refused_with_exit_2() {
     ])
     .expect_code(2);
     assert!(zero.stderr().contains("concurrency"), "{}", zero.describe());
+    // What cronlease did not write says nothing of a tick: named nowhere,
+    // refused nowhere.
+    let mut redis = redis.client();
+    let _: () = redis::cmd("HSET")
+        .arg("cl:{draw}:state")
+        .arg("last_tick")
+        .arg("1767225609000")
+        .query(&mut redis)
+        .unwrap();
+    let _: String = redis::cmd("XADD")
+        .arg("cl:{draw}:runs")
+        .arg("*")
+        .arg("status")
+        .arg("ok")
+        .query(&mut redis)
+        .unwrap();
+    let _: i64 = redis::cmd("ZADD")
+        .arg("cl:{draw}:backfilled")
+        .arg("1767225601000")
+        .arg("garbage")
+        .query(&mut redis)
+        .unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg("cl:{draw}:reruns")
+        .arg("not-a-tick")
+        .arg("1")
+        .query(&mut redis)
+        .unwrap();
+    let forged = backfill(&[
+        "draw",
+        "--from",
+        "2026-01-01T00:00:00Z",
+        "--to",
+        "2026-01-01T00:00:09Z",
+        "--dry-run",
+    ])
+    .expect_code(0);
+    assert!(
+        forged.stdout().contains("10 ticks to run, 0 already ran"),
+        "{}",
+        forged.describe()
+    );
+    let _: i64 = redis::cmd("DEL")
+        .arg("cl:{draw}:state")
+        .query(&mut redis)
+        .unwrap();
     // No tick was ever claimed: every tick is the schedule's, nothing queued.
     let later = backfill(&[
         "draw",
