@@ -25,6 +25,7 @@ use crate::store::{Store, StoreError};
 use crate::task::Tasks;
 pub use pause::{PauseArgs, ResumeArgs};
 
+mod backfill;
 mod check;
 mod generate;
 mod notify;
@@ -74,6 +75,12 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
+    /// Run each past tick of a job's schedule in a range once: ticks that
+    /// ran are skipped and listed, the others queued for the replicas.
+    ///
+    /// Follows the outcomes; exits 0 when every queued tick ran `ok`, 1
+    /// otherwise (Ctrl-C stops watching, not the backfill), 2 for bad input.
+    Backfill(backfill::BackfillArgs),
     /// Pause a job on every replica, or every job (--all): its ticks are
     /// skipped, not caught up.
     ///
@@ -398,6 +405,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         }),
         Command::Explain(args) => explain(&args),
         Command::Trigger(args) => trigger(&args),
+        Command::Backfill(args) => backfill::backfill(&args),
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
         Command::Repair(args) => repair(&args),

@@ -251,7 +251,7 @@ pub use embed::{
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]
 pub use notify::Channel;
-pub use outcome::{Upstream, UpstreamRun};
+pub use outcome::{Trigger, Upstream, UpstreamRun};
 pub use schedule::{DstGap, DstRepeat};
 pub use store::LockHolder;
 pub use task::Stop;

@@ -87,9 +87,18 @@ impl fmt::Display for Status {
     }
 }
 
-/// Why a tick was claimed.
+/// What started a run ([`Run::trigger`](crate::Run::trigger)), stored
+/// in its outcome as `trigger` and given to a process as
+/// `CRONLEASE_TRIGGER`.
+///
+/// ```
+/// use cronlease::Trigger;
+/// assert_eq!(Trigger::Backfill.as_str(), "backfill");
+/// assert_eq!(Trigger::parse("schedule"), Some(Trigger::Schedule));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Trigger {
     /// Its time came while replicas were up.
     Schedule,
@@ -103,6 +112,9 @@ pub enum Trigger {
     /// An upstream's outcome started it (`after`); its tick is when that
     /// outcome was recorded.
     Chain,
+    /// An operator asked for a past tick of the schedule to run once
+    /// (`cronlease backfill`); its tick is that tick.
+    Backfill,
 }
 
 impl Trigger {
@@ -114,11 +126,13 @@ impl Trigger {
             Trigger::Rerun,
             Trigger::Manual,
             Trigger::Chain,
+            Trigger::Backfill,
         ]
         .into_iter()
         .find(|t| t.as_str() == text)
     }
 
+    /// The name Redis stores, the inverse of [`Trigger::parse`].
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Schedule => "schedule",
@@ -126,6 +140,7 @@ impl Trigger {
             Trigger::Rerun => "rerun",
             Trigger::Manual => "manual",
             Trigger::Chain => "chain",
+            Trigger::Backfill => "backfill",
         }
     }
 }

@@ -122,6 +122,8 @@ pub struct RunContext {
     pub grace: Duration,
     /// A follower's run: the upstream runs it follows.
     pub upstream: Option<std::sync::Arc<crate::outcome::Upstream>>,
+    /// What started the run (a lock's command: `Manual`).
+    pub trigger: crate::outcome::Trigger,
     /// The values of the run's parameters (the job's `params`), by name:
     /// checked, defaults included; empty for a job without any.
     pub params: crate::config::ParamValues,

@@ -18,6 +18,8 @@ fuzz_target!(|bytes: &[u8]| {
     let _ = fuzzing::finish(reply.clone());
     let _ = fuzzing::sweep(reply.clone());
     let _ = fuzzing::manual(reply.clone());
+    let _ = fuzzing::backfill_plan(reply.clone());
+    let _ = fuzzing::backfill_take(reply.clone());
     let _ = fuzzing::lock(reply.clone()).map(|r| r.granted().is_some());
     let _ = fuzzing::lock_holder("report", reply.clone());
     let _ = fuzzing::time(reply.clone());

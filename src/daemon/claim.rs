@@ -123,7 +123,11 @@ pub(super) async fn claim(
     let run_id = Uuid::new_v4().to_string();
     let deadline_ms = match trigger {
         Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire | Trigger::Rerun | Trigger::Manual | Trigger::Chain => {
+        Trigger::Misfire
+        | Trigger::Rerun
+        | Trigger::Manual
+        | Trigger::Chain
+        | Trigger::Backfill => {
             tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
         }
     };
@@ -140,7 +144,7 @@ pub(super) async fn claim(
     // never a run asked for; decided once, from this replica's config.
     let exclusion = match trigger {
         Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
-        Trigger::Rerun | Trigger::Manual | Trigger::Chain => None,
+        Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
     };
     loop {
         // The one check of the job's cancellation on a claim's path: no

@@ -67,6 +67,7 @@ use crate::telemetry;
 use crate::watchdog::{self};
 use systemd::Notice;
 
+mod backfill;
 mod claim;
 mod courier;
 mod ctx;

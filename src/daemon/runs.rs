@@ -94,6 +94,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         attempt: 0,
         grace: side.config.daemon.kill_grace,
         upstream: start.upstream.clone(),
+        trigger: start.trigger,
         params: start.params.clone(),
     };
     let attempts = Attempts {
@@ -179,6 +180,10 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
         (
             "CRONLEASE_REPLICA".to_string(),
             side.identity.replica.clone(),
+        ),
+        (
+            "CRONLEASE_TRIGGER".to_string(),
+            start.trigger.as_str().to_string(),
         ),
     ];
     if let Some(upstream) = &start.upstream {

@@ -32,13 +32,13 @@ pub(super) struct Scheduler {
 }
 
 impl Scheduler {
-    /// A scheduler without jobs, its timer, the trigger consumer and the
-    /// chains' follower running until `claiming` is cancelled.
+    /// A scheduler without jobs, its timer, the trigger consumer, the
+    /// chains' follower and the backfill task running until `claiming` is cancelled.
     pub(super) fn new(ctx: &Arc<Ctx>, claiming: CancellationToken) -> Scheduler {
         let tracker = TaskTracker::new();
         tracker.spawn(tick::ring(ctx.clone(), tracker.clone(), claiming.clone()));
         // Beside the job loops, which the drain waits for before the runs:
-        // a manual or a follower's run claimed as the shutdown begins is
+        // a manual, a follower's or a backfill run claimed as the shutdown begins is
         // then waited for (or interrupted) and recorded like theirs. Quorum
         // mode has neither (no one stream all replicas read).
         if !ctx.store.is_quorum() {
@@ -47,6 +47,7 @@ impl Scheduler {
                 claiming.clone(),
             ));
             tracker.spawn(super::follow::follower(ctx.clone(), claiming.clone()));
+            tracker.spawn(super::backfill::backfiller(ctx.clone(), claiming.clone()));
         }
         Scheduler {
             loops: HashMap::new(),

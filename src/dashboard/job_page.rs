@@ -163,6 +163,7 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
                 } }
             }
             dt { "Missed ticks" } dd { (job.missed_ticks) }
+            @if let Some(b) = &job.backfill { dt { "Backfill" } dd { (b.left) " of " (b.queued) " ticks left" } }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }
         }
     }

@@ -133,6 +133,23 @@ impl Run {
         self.context.attempt
     }
 
+    /// What started this run: a tick of the schedule, a missed one caught
+    /// up, a rerun, a manual run, an upstream's outcome, or a backfill of a
+    /// past tick (`cronlease backfill`, whose [`Run::tick`] is that tick).
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run, Trigger};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     if run.trigger() == Trigger::Backfill {
+    ///         println!("re-running the report of {}", run.tick());
+    ///     }
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn trigger(&self) -> crate::Trigger {
+        self.context.trigger
+    }
+
     /// The instance running it: the scheduler's replica id
     /// ([`SchedulerBuilder::replica_id`](crate::SchedulerBuilder::replica_id)).
     ///

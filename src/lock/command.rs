@@ -144,6 +144,7 @@ async fn run_held(
         attempt: 0,
         grace: options.kill_grace,
         upstream: None,
+        trigger: crate::outcome::Trigger::Manual,
         params: Default::default(),
     };
     let once = Attempts {

@@ -17,13 +17,15 @@ use serde::Serialize;
 use crate::config::Job;
 use crate::membership::{Heartbeat, RunInFlight};
 use crate::store::{Action, ChannelHealth, Store, StoreError};
-pub use crate::store::{LastOutcome, Repair, RunningStatus};
+pub use crate::store::{LastOutcome, PlanMode, Repair, RunningStatus};
 
+mod backfill;
 mod explain;
 mod history;
 mod pause;
 mod render;
 
+pub use backfill::{BackfillRefusal, BackfillReport, BackfillRequest, backfill, follow_backfill};
 #[cfg(feature = "dashboard")]
 pub(crate) use explain::span;
 pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
@@ -143,6 +145,10 @@ pub struct JobStatus {
     /// (`exclude`, `only`), each with its content hash.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub calendars: Vec<JobCalendar>,
+    /// A backfill's queued ticks not started yet, and how many were
+    /// queued since the queue was last empty (`cronlease backfill`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backfill: Option<BackfillLeft>,
 }
 
 /// One of a job's calendars as `status` shows it.
@@ -171,6 +177,13 @@ pub fn job_calendars(job: &crate::config::Job) -> Vec<JobCalendar> {
             timezone: calendar.zone().name().to_string(),
         })
         .collect()
+}
+
+/// What is left of a job's backfill.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub struct BackfillLeft {
+    pub left: u64,
+    pub queued: u64,
 }
 
 /// The whole `cronlease status` report (also its `--json` schema).
@@ -387,6 +400,11 @@ async fn job_status(
 ) -> Result<JobStatus, OperatorError> {
     let state = store.job_state(&name).await?;
     let running = store.running_runs(&name).await?;
+    let left = store.backfill_left(&name).await?;
+    let backfill = (left > 0).then_some(BackfillLeft {
+        left,
+        queued: state.backfill_queued.max(left),
+    });
     let config_drift = drift(&name, job.map(|j| j.definition_hash()), replicas);
     let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
     let window = job
@@ -430,6 +448,7 @@ async fn job_status(
         missed_ticks: state.missed_ticks,
         config_drift,
         needs_repair: state.needs_repair,
+        backfill,
         name,
     })
 }

@@ -276,7 +276,10 @@ fn job_rows(report: &StatusReport) -> Vec<Vec<String>> {
         .to_vec(),
     ];
     for j in &report.jobs {
-        let state = pause_state(j, report.now_ms);
+        let mut state = pause_state(j, report.now_ms);
+        if let Some(b) = &j.backfill {
+            state = format!("{state}, backfill: {} of {} ticks left", b.left, b.queued);
+        }
         rows.push(vec![
             j.name.clone(),
             schedule_cell(j),

@@ -30,6 +30,7 @@ fn context() -> RunContext {
         attempt: 0,
         grace: Duration::from_millis(200),
         upstream: None,
+        trigger: crate::outcome::Trigger::Schedule,
         params: Default::default(),
     }
 }

@@ -30,6 +30,16 @@ pub enum StoreError {
         "{what} is not available with `[redis] quorum` in this version: it needs a single Redis, Sentinel or Cluster"
     )]
     QuorumUnsupported { what: &'static str },
+    /// A job's state hash holds a high-water mark or fence that is not a
+    /// number: nothing is decided for the job until it is repaired.
+    #[error(
+        "job {job:?}: its state hash in Redis holds a {field} cronlease did not write ({value:?}); `cronlease repair {job}` clears it"
+    )]
+    CorruptState {
+        job: String,
+        field: String,
+        value: String,
+    },
 }
 
 impl StoreError {
@@ -44,7 +54,8 @@ impl StoreError {
             | StoreError::Link(_)
             | StoreError::Protocol { .. }
             | StoreError::NoQuorum { .. }
-            | StoreError::QuorumUnsupported { .. } => false,
+            | StoreError::QuorumUnsupported { .. }
+            | StoreError::CorruptState { .. } => false,
         }
     }
 }

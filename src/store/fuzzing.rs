@@ -2,8 +2,8 @@
 //! the module's declaration in `store`).
 
 use super::{
-    ClaimReply, FinishReply, LockReply, ManualReply, StoreError, TriggerRequest, claim, heartbeat,
-    lock, protocol, run, triggers,
+    ClaimReply, FinishReply, LockReply, ManualReply, StoreError, TakeReply, TriggerRequest,
+    backfill, claim, heartbeat, lock, protocol, run, triggers,
 };
 use crate::LockHolder;
 
@@ -34,6 +34,16 @@ pub fn renewals(replies: &[Value]) -> Vec<bool> {
 /// The manual-run script's reply.
 pub fn manual(reply: Value) -> Result<ManualReply, StoreError> {
     triggers::parse_manual(reply)
+}
+
+/// The backfill plan script's reply.
+pub fn backfill_plan(reply: Value) -> Result<super::BackfillPlan, StoreError> {
+    backfill::parse_plan("fuzz", reply)
+}
+
+/// The backfill take script's reply.
+pub fn backfill_take(reply: Value) -> Result<TakeReply, StoreError> {
+    backfill::parse_take(reply)
 }
 
 /// One entry of the triggers stream.

@@ -12,7 +12,7 @@ use super::{Store, StoreError};
 use crate::outcome::Status;
 
 /// The state fields that hold numbers.
-const NUMBERS: [&str; 11] = [
+const NUMBERS: [&str; 13] = [
     "last_tick",
     "runs_started",
     "paused_until_ms",
@@ -24,6 +24,8 @@ const NUMBERS: [&str; 11] = [
     "outcome_fence",
     "outcome_duration_ms",
     "outcome_finished_ms",
+    "backfill_queued",
+    "backfill_concurrency",
 ];
 
 /// What a job's state hash says, for operators.
@@ -39,6 +41,9 @@ pub struct JobState {
     pub needs_repair: Option<Repair>,
     /// Runs of the schedule started while the job had `max_runs`.
     pub runs_started: u64,
+    /// Backfill ticks queued since the job's queue was last empty (the
+    /// total of "37 of 100 ticks left"); 0 when none is queued.
+    pub backfill_queued: u64,
 }
 
 /// Who paused a job, when, until when and why.
@@ -146,6 +151,7 @@ impl JobState {
             missed_ticks: int("missed_total").unwrap_or(0).max(0) as u64,
             needs_repair: needs_repair(state),
             runs_started: int("runs_started").unwrap_or(0).max(0) as u64,
+            backfill_queued: int("backfill_queued").unwrap_or(0).max(0) as u64,
         }
     }
 }

@@ -132,6 +132,32 @@ impl Keys {
         self.job_key(job, "joins")
     }
 
+    /// Sorted set: the backfill ticks queued and not started yet
+    /// (`<tick> <backfill id>`, scored by the tick).
+    pub fn backfill(&self, job: &str) -> String {
+        self.job_key(job, "backfill")
+    }
+
+    /// Sorted set: the ticks a backfill started a run of (`<tick> <run
+    /// id>`, scored by the tick), the newest 100,000: so a second backfill
+    /// of a range runs nothing twice, even once the runs stream trimmed
+    /// their outcomes.
+    pub fn backfilled(&self, job: &str) -> String {
+        self.job_key(job, "backfilled")
+    }
+
+    /// Set: the jobs with queued backfill ticks (a hint the replicas read
+    /// instead of every job's queue).
+    pub fn backfill_registry(&self) -> String {
+        format!("{}:backfills", self.prefix)
+    }
+
+    /// Pub/sub channel on which a backfill's plan (and each replica whose
+    /// backfill run ended) publishes the job's name, to wake the replicas.
+    pub fn backfill_channel(&self) -> String {
+        format!("{}:backfill", self.prefix)
+    }
+
     /// Stream: the operator actions on the job (pause, resume, trigger),
     /// who took them and how, newest last; capped.
     pub fn actions(&self, job: &str) -> String {

@@ -17,6 +17,7 @@ use crate::config::{Overlap, RedisConfig};
 use crate::link::{Conn, Link};
 
 mod audit;
+mod backfill;
 mod batch;
 mod chain;
 mod claim;
@@ -37,6 +38,7 @@ pub use error::StoreError;
 use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
+pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
@@ -97,6 +99,8 @@ struct Scripts {
     sweep: Script,
     manual: Script,
     after: Script,
+    backfill_plan: Script,
+    backfill_take: Script,
     lock_acquire: Script,
     lock_release: Script,
     lock_renew: Script,
@@ -127,6 +131,8 @@ impl Scripts {
             sweep: script(include_str!("../lua/sweep.lua")),
             manual: script(include_str!("../lua/manual.lua")),
             after: script(include_str!("../lua/after.lua")),
+            backfill_plan: script(include_str!("../lua/backfill_plan.lua")),
+            backfill_take: script(include_str!("../lua/backfill_take.lua")),
             lock_acquire: Script::new(include_str!("../lua/lock_acquire.lua")),
             lock_release: Script::new(include_str!("../lua/lock_release.lua")),
             lock_renew: Script::new(include_str!("../lua/lock_renew.lua")),

@@ -131,6 +131,8 @@ fn read_everywhere(reply: &Value) {
     let _ = fuzzing::finish(reply.clone());
     let _ = fuzzing::sweep(reply.clone());
     let _ = fuzzing::manual(reply.clone());
+    let _ = fuzzing::backfill_plan(reply.clone());
+    let _ = fuzzing::backfill_take(reply.clone());
     let _ = fuzzing::lock(reply.clone());
     let _ = fuzzing::lock_holder("report", reply.clone());
     let _ = fuzzing::time(reply.clone());
