@@ -181,13 +181,16 @@ fn plan_text(report: &BackfillReport) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "backfill of {} from {} to {}: {} ticks to run, {} already ran, {} left out by calendars, {} left to the schedule",
+        "backfill of {} from {} to {}: {} ticks to run, {} already ran, {}{} left to the schedule",
         report.job,
         report.from,
         report.to,
         report.to_run.len(),
         report.skipped.len(),
-        report.excluded.len(),
+        match report.excluded.len() {
+            0 => String::new(),
+            n => format!("{n} left out by calendars, "),
+        },
         report.later.len()
     );
     if !report.skipped.is_empty() {
