@@ -159,7 +159,7 @@ async fn take(
         let claimant = ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices);
         let reply = ctx
             .store
-            .backfill_take(&job.name, &run_id, &claimant)
+            .backfill_take(&job.name, &run_id, &claimant, ctx.claims.cluster_hold())
             .await?;
         ctx.redis.answered();
         let expired = match reply {

@@ -1,7 +1,8 @@
 -- Starts the run of the lowest pending backfill tick (backfill_plan.lua
 -- queued it) for the calling replica, exactly once: the tick leaves the
 -- pending set and joins `backfilled` in the same call that starts its run.
--- Nothing starts while the job is paused, while `backfill_concurrency`
+-- Nothing starts while the job is paused (a timed pause until its end) or
+-- the cluster's pause holds, while `backfill_concurrency`
 -- backfill runs are in flight, or (overlap 'skip' or 'replace') while any
 -- run holds the job's lease: the tick waits, it is never skipped. The run
 -- is the job's like any other: the next fence, its lease, its entry in
@@ -11,7 +12,8 @@
 -- wait for a scheduled tick should end on it.
 -- KEYS: state, running, lease, pending, backfilled
 -- ARGV: run id, lease_ms, overlap, replica, host, min_fence, claims
---       channel, job name
+--       channel, job name, the cluster's pause (cluster_holds: 'none',
+--       'hold' or the Redis ms it ends at)
 -- Returns {'claimed', tick, fence, started, lease_key, expired, backfill id}
 -- | {'wait', expired} | {'paused'} | {'empty'} | {'corrupt', …}; expired:
 -- runs in flight whose holder stopped renewing, for the caller to sweep.
@@ -33,8 +35,11 @@ local function done()
   return false
 end
 if done() then return {'empty'} end
-if redis.call('HGET', state, 'paused') == '1' then return {'paused'} end
 local now = now_ms()
+local pause = redis.call('HMGET', state, 'paused', 'paused_until_ms')
+if pause_holds(pause[1], tonumber(pause[2] or ''), now) or cluster_holds(ARGV[9], now) then
+  return {'paused'}
+end
 local limit = tonumber(redis.call('HGET', state, 'backfill_concurrency') or '1') or 1
 local in_flight, expired = 0, 0
 local entries = redis.call('HGETALL', running)

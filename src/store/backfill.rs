@@ -242,6 +242,7 @@ impl Store {
         job: &str,
         run_id: &str,
         claimant: &Claimant<'_>,
+        cluster_pause: super::ClusterHold,
     ) -> Result<TakeReply, StoreError> {
         let keys = &self.keys;
         let mut invocation = self.scripts.backfill_take.prepare_invoke();
@@ -258,7 +259,8 @@ impl Store {
             .arg(claimant.host)
             .arg(claimant.min_fence)
             .arg(keys.claims_channel())
-            .arg(job);
+            .arg(job)
+            .arg(cluster_pause.as_arg());
         let mut conn = self.single("backfill").await?;
         let reply: Value = invocation.invoke_async(&mut conn).await?;
         parse_take(reply)

@@ -486,6 +486,44 @@ fn a_paused_jobs_backfill_waits_for_resume() {
 }
 
 #[test]
+fn the_clusters_pause_holds_a_backfill_until_it_ends() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("runs");
+    let jobs = draw_job(&file, "0", "");
+    cluster.start("r1", &jobs);
+    cluster.start("r2", &jobs);
+    cluster.wait_ready();
+    let first = wait_for_scheduled(&cluster, "draw", 1);
+    let config = cluster.config_path("r1").display().to_string();
+    cronlease(["pause", "--all", "-c", &config]).expect_code(0);
+    let (from, to) = (rfc3339(first - 4_000), rfc3339(first - 1_000));
+    let args: Vec<String> = [
+        "backfill",
+        "--timeout",
+        "120s",
+        "draw",
+        "--from",
+        &from,
+        "--to",
+        &to,
+        "-c",
+        &config,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cli = std::thread::spawn(move || cronlease(&args));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        backfilled(&cluster, "draw").is_empty(),
+        "a backfill ran under the cluster's pause"
+    );
+    cronlease(["resume", "--all", "-c", &config]).expect_code(0);
+    cli.join().expect("the backfill's thread").expect_code(0);
+    assert_eq!(backfilled(&cluster, "draw").len(), 4);
+}
+
+#[test]
 fn bad_input_is_refused_with_exit_2() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
