@@ -8,7 +8,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use super::CheckArgs;
 use crate::config::{Config, EventKind, Job, Join};
 use crate::exit::Exit;
-use crate::schedule::Timing;
+use crate::schedule::{Timetable, Timing};
 
 /// `cronlease check`.
 pub(super) fn check(args: &CheckArgs) -> Exit {
@@ -63,33 +63,7 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
             });
             if let Some(schedule) = &job.schedule {
                 let upcoming = upcoming(job, from, count);
-                let next: Vec<String> = upcoming
-                    .iter()
-                    .filter(|(_, excluded)| excluded.is_none())
-                    .map(|(tick, _)| rfc3339_utc(*tick))
-                    .collect();
-                let first = schedule.first();
-                let dst = first.dst();
-                let window = schedule.window();
-                let fields = serde_json::json!({
-                    "schedule": schedule.expression(),
-                    "resolved": schedule.resolved(),
-                    "schedules": schedule.schedules().iter().map(|s| serde_json::json!({
-                        "expression": s.expression(),
-                        "resolved": s.resolved(),
-                        "timing": s.timing().as_str(),
-                    })).collect::<Vec<_>>(),
-                    "timezone": schedule.timezone().name(),
-                    "timing": first.timing().as_str(),
-                    "dst_gap": dst.gap.as_str(),
-                    "dst_repeat": dst.repeat.as_str(),
-                    "active_from": window.from.map(rfc3339_utc),
-                    "active_until": window.until.map(rfc3339_utc),
-                    "max_runs": job.max_runs,
-                    // No tick after `from` (count is at least 1): the schedule ended.
-                    "ended": next.is_empty(),
-                    "next": next,
-                });
+                let fields = schedule_json(job, schedule, &upcoming);
                 if let (Some(entry), serde_json::Value::Object(fields)) =
                     (entry.as_object_mut(), fields)
                 {
@@ -122,6 +96,41 @@ fn check_json(config: &Config, from: DateTime<Utc>, count: usize) -> String {
     .to_string();
     text.push('\n');
     text
+}
+
+/// A job's schedules, window and next ticks in `check --json`.
+fn schedule_json(
+    job: &Job,
+    schedule: &Timetable,
+    upcoming: &[(DateTime<Utc>, Option<crate::calendar::Exclusion>)],
+) -> serde_json::Value {
+    let next: Vec<String> = upcoming
+        .iter()
+        .filter(|(_, excluded)| excluded.is_none())
+        .map(|(tick, _)| rfc3339_utc(*tick))
+        .collect();
+    let first = schedule.first();
+    let dst = first.dst();
+    let window = schedule.window();
+    serde_json::json!({
+        "schedule": schedule.expression(),
+        "resolved": schedule.resolved(),
+        "schedules": schedule.schedules().iter().map(|s| serde_json::json!({
+            "expression": s.expression(),
+            "resolved": s.resolved(),
+            "timing": s.timing().as_str(),
+        })).collect::<Vec<_>>(),
+        "timezone": schedule.timezone().name(),
+        "timing": first.timing().as_str(),
+        "dst_gap": dst.gap.as_str(),
+        "dst_repeat": dst.repeat.as_str(),
+        "active_from": window.from.map(rfc3339_utc),
+        "active_until": window.until.map(rfc3339_utc),
+        "max_runs": job.max_runs,
+        // No tick after `from` (count is at least 1): the schedule ended.
+        "ended": next.is_empty(),
+        "next": next,
+    })
 }
 
 /// A job's calendars in `check --json`: `excluded`, the ticks they leave

@@ -19,13 +19,13 @@ use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::params::{RawParam, check_http_templates, job_params};
 use super::run_env;
-use super::timetable::{Expressions, Moment, job_max_runs, job_timetable};
+use super::timetable::{Expressions, Moment, RawTimetable, job_timetable};
 use super::{
     ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
     Problem, RedisConfig, TokenSource, Topology,
 };
 use crate::calendar::{Calendar, JobCalendars};
-use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timetable, Timing};
+use crate::schedule::{DstGap, DstRepeat, Timetable};
 
 /// Where a job table comes from, which says what its jobs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +103,19 @@ impl JobSpec {
             late_after: self.late_after.as_ref(),
             expect_success_within: self.expect_success_within.as_ref(),
             repeat_every: self.repeat_every.as_ref(),
+        }
+    }
+
+    /// The timing settings, for [`job_timetable`].
+    fn timetable(&self) -> RawTimetable<'_> {
+        RawTimetable {
+            schedule: self.schedule.as_ref(),
+            timezone: self.timezone.as_ref(),
+            dst_gap: self.dst_gap.as_ref(),
+            dst_repeat: self.dst_repeat.as_ref(),
+            active_from: self.active_from.as_ref(),
+            active_until: self.active_until.as_ref(),
+            max_runs: self.max_runs.as_ref(),
         }
     }
 
@@ -265,51 +278,6 @@ pub(super) fn validate_named_job(
 
 pub(super) const MAX_JOB_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// The job's `dst_gap` and `dst_repeat`, defaults where unset.
-pub(super) fn dst_policy(raw: &JobSpec) -> DstPolicy {
-    DstPolicy {
-        gap: raw.dst_gap.as_ref().map(|v| *v.get()).unwrap_or_default(),
-        repeat: raw
-            .dst_repeat
-            .as_ref()
-            .map(|v| *v.get())
-            .unwrap_or_default(),
-    }
-}
-
-/// A DST policy is for fixed-time jobs: on a wall-clock job it would do
-/// nothing, which is a mistake worth naming.
-pub(super) fn check_dst_policy(
-    checker: &mut Checker<'_>,
-    section: &str,
-    raw: &JobSpec,
-    schedule: Schedule,
-) -> Option<Schedule> {
-    if schedule.timing() == Timing::FixedTime {
-        return Some(schedule);
-    }
-    let fields = [
-        ("dst_gap", raw.dst_gap.as_ref().map(Given::at)),
-        ("dst_repeat", raw.dst_repeat.as_ref().map(Given::at)),
-    ];
-    let mut valid = true;
-    for (field, given) in fields {
-        if let Some(at) = given {
-            valid = false;
-            checker.problem(
-                at,
-                Some(section),
-                Some(field),
-                format!(
-                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`): local times the clock skips do not run, repeated ones run again; remove `{field}`, or give the minute and hour as numbers, lists or ranges",
-                    schedule.expression()
-                ),
-            );
-        }
-    }
-    valid.then_some(schedule)
-}
-
 /// `[jobs.<name>]`: its schedule, command, working directory and
 /// environment each by a step below, then its timing limits; the policies
 /// (`overlap`, `misfire`, `on_holder_lost`) are typed already.
@@ -322,11 +290,12 @@ fn validate_job(
 ) -> Option<Job> {
     let (base_dir, secrets) = (context.base_dir.as_path(), context.secrets.as_slice());
     let after = job_after(checker, section, name, raw.chain());
-    let schedule = job_timetable(checker, section, name, &raw, after.as_ref());
-    let max_runs = job_max_runs(checker, section, &raw);
+    let (schedule, max_runs) =
+        job_timetable(checker, section, name, &raw.timetable(), after.as_ref());
     let calendars = calendar_settings(checker, section, &raw, context, schedule.as_ref());
     let command = job_work(checker, section, &mut raw, context);
     // Read before the fields below are taken out of `raw`.
+    let (timeout, misfire_grace, retry_backoff) = job_durations(checker, section, &raw);
     let rules = raw.notify_rules();
     let notify = job_rules(checker, section, rules, &context.notify);
     let workdir = job_workdir(checker, section, raw.workdir, base_dir);
@@ -334,29 +303,6 @@ fn validate_job(
     let inherit_env = run_env::inherit_env(checker, section, raw.inherit_env, secrets);
     let env_files = run_env::env_files(checker, section, raw.env_files, base_dir);
     let env_credentials = run_env::env_credentials(checker, section, raw.env_credentials);
-    let timeout = raw.timeout.as_ref().map(|t| {
-        checker.duration_value(
-            section,
-            "timeout",
-            Some(t),
-            MAX_JOB_DURATION,
-            MAX_JOB_DURATION,
-        )
-    });
-    let misfire_grace = checker.duration_value(
-        section,
-        "misfire_grace",
-        raw.misfire_grace.as_ref(),
-        Duration::from_secs(300),
-        MAX_JOB_DURATION,
-    );
-    let retry_backoff = checker.duration_value(
-        section,
-        "retry_backoff",
-        raw.retry_backoff.as_ref(),
-        Duration::from_secs(10),
-        MAX_GRACE,
-    );
     let retries = checker.given_integer(section, "retries", raw.retries.as_ref(), 0, 0..101);
     let limits = job_limits(
         checker,
@@ -394,6 +340,38 @@ fn validate_job(
         params,
         calendars,
     })
+}
+
+/// `timeout` (none when unset), `misfire_grace` and `retry_backoff`.
+fn job_durations(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &JobSpec,
+) -> (Option<Duration>, Duration, Duration) {
+    let timeout = raw.timeout.as_ref().map(|t| {
+        checker.duration_value(
+            section,
+            "timeout",
+            Some(t),
+            MAX_JOB_DURATION,
+            MAX_JOB_DURATION,
+        )
+    });
+    let misfire_grace = checker.duration_value(
+        section,
+        "misfire_grace",
+        raw.misfire_grace.as_ref(),
+        Duration::from_secs(300),
+        MAX_JOB_DURATION,
+    );
+    let retry_backoff = checker.duration_value(
+        section,
+        "retry_backoff",
+        raw.retry_backoff.as_ref(),
+        Duration::from_secs(10),
+        MAX_GRACE,
+    );
+    (timeout, misfire_grace, retry_backoff)
 }
 
 /// `exclude` and `only`: the table's calendars, or those given by code.

@@ -9,8 +9,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use super::chain::After;
 use super::checker::{Checker, Given};
-use super::job::{JobSpec, check_dst_policy, dst_policy};
-use crate::schedule::{Schedule, Timetable, Window, Zone};
+use crate::schedule::{DstGap, DstPolicy, DstRepeat, Schedule, Timetable, Timing, Window, Zone};
 
 /// The most expressions one job may list.
 pub(crate) const MAX_SCHEDULES: usize = 64;
@@ -104,100 +103,170 @@ impl Moment {
     }
 }
 
+/// A job's timing settings as given (`JobSpec::timetable`).
+pub(crate) struct RawTimetable<'a> {
+    pub(crate) schedule: Option<&'a Given<Expressions>>,
+    pub(crate) timezone: Option<&'a Given<String>>,
+    pub(crate) dst_gap: Option<&'a Given<DstGap>>,
+    pub(crate) dst_repeat: Option<&'a Given<DstRepeat>>,
+    pub(crate) active_from: Option<&'a Given<Moment>>,
+    pub(crate) active_until: Option<&'a Given<Moment>>,
+    pub(crate) max_runs: Option<&'a Given<i64>>,
+}
+
 /// `timezone` (UTC when unset), each expression of `schedule` read in it
-/// with the job's DST policy, and the window. The schedule is not checked
-/// when the zone is invalid. A job without a schedule is valid when it
-/// follows others (`after`): `Some(None)`. `None` when not valid.
+/// with the job's DST policy, the window, and `max_runs`. The schedule is
+/// not checked when the zone is invalid. A job without a schedule is valid
+/// when it follows others (`after`): `Some(None)`. `None` when not valid.
 pub(super) fn job_timetable(
     checker: &mut Checker<'_>,
     section: &str,
     name: &str,
-    raw: &JobSpec,
+    raw: &RawTimetable<'_>,
     after: Option<&After>,
-) -> Option<Option<Timetable>> {
-    let timezone = match &raw.timezone {
-        None => Some(Zone::utc()),
-        Some(tz) => match Zone::parse(tz.get()) {
-            Ok(tz) => Some(tz),
-            Err(e) => {
-                checker.problem(tz.at(), Some(section), Some("timezone"), e.to_string());
-                None
-            }
-        },
-    };
-    let Some(given) = &raw.schedule else {
+) -> (Option<Option<Timetable>>, Option<u32>) {
+    let max_runs = job_max_runs(checker, section, raw);
+    let timezone = job_zone(checker, section, raw);
+    let Some(given) = raw.schedule else {
         if after.is_none() {
             checker.problem(None, Some(section), Some("schedule"), "missing `schedule`: expected a cron expression such as \"0 12 * * *\" or \"@hourly\", a list of them, or `after = [\"job\"]` to run after other jobs".into());
-            return None;
+            return (None, max_runs);
         }
         for (field, value) in [
-            ("active_from", raw.active_from.as_ref().map(Given::at)),
-            ("active_until", raw.active_until.as_ref().map(Given::at)),
+            ("active_from", raw.active_from.map(Given::at)),
+            ("active_until", raw.active_until.map(Given::at)),
         ] {
             if let Some(at) = value {
                 checker.problem(at, Some(section), Some(field), format!("`{field}` bounds the ticks of a schedule, and the job has none (it runs after other jobs): remove `{field}`, or give it a `schedule`"));
             }
         }
-        return Some(None);
+        return (Some(None), max_runs);
     };
-    let zone = timezone?;
+    let Some(zone) = timezone else {
+        return (None, max_runs);
+    };
+    let schedules = job_schedules(checker, section, name, raw, given, &zone);
+    let window = job_window(checker, section, raw, &zone);
+    let timetable = schedules
+        .zip(window)
+        .and_then(|(schedules, window)| Timetable::new(schedules, window));
+    (timetable.map(Some), max_runs)
+}
+
+/// `timezone`, UTC when unset; None when it names no zone.
+fn job_zone(checker: &mut Checker<'_>, section: &str, raw: &RawTimetable<'_>) -> Option<Zone> {
+    let Some(tz) = raw.timezone else {
+        return Some(Zone::utc());
+    };
+    match Zone::parse(tz.get()) {
+        Ok(tz) => Some(tz),
+        Err(e) => {
+            checker.problem(tz.at(), Some(section), Some("timezone"), e.to_string());
+            None
+        }
+    }
+}
+
+/// Each expression of `schedule` read in `zone` with the job's DST
+/// policy, each once; None when one is not valid (each problem recorded).
+fn job_schedules(
+    checker: &mut Checker<'_>,
+    section: &str,
+    name: &str,
+    raw: &RawTimetable<'_>,
+    given: &Given<Expressions>,
+    zone: &Zone,
+) -> Option<Vec<Schedule>> {
     let expressions = &given.get().0;
     if expressions.is_empty() {
         checker.problem(given.at(), Some(section), Some("schedule"), "an empty list: expected at least one cron expression, such as [\"0 12 * * 1-5\", \"0 20 * * 6\"]".into());
         return None;
     }
     if expressions.len() > MAX_SCHEDULES {
-        checker.problem(
-            given.at(),
-            Some(section),
-            Some("schedule"),
-            format!(
-                "{} expressions: at most {MAX_SCHEDULES} per job",
-                expressions.len()
-            ),
+        let many = format!(
+            "{} expressions: at most {MAX_SCHEDULES} per job",
+            expressions.len()
         );
+        checker.problem(given.at(), Some(section), Some("schedule"), many);
         return None;
     }
-    let mut schedules = Vec::with_capacity(expressions.len());
+    let mut schedules: Vec<Schedule> = Vec::with_capacity(expressions.len());
     let mut valid = true;
     for (i, expression) in expressions.iter().enumerate() {
-        let field = if expressions.len() == 1 {
-            "schedule".to_string()
-        } else {
-            format!("schedule[{i}]")
+        let field = match expressions.len() {
+            1 => "schedule".to_string(),
+            _ => format!("schedule[{i}]"),
         };
-        match checker.schedule(expression, zone.clone(), name, dst_policy(raw)) {
+        let problem = match checker.schedule(expression, zone.clone(), name, dst_policy(raw)) {
             Ok(schedule)
                 if schedules
                     .iter()
-                    .any(|s: &Schedule| s.expression() == schedule.expression()) =>
+                    .any(|s| s.expression() == schedule.expression()) =>
             {
-                checker.problem(
-                    given.at(),
-                    Some(section),
-                    Some(&field),
-                    format!(
-                        "{:?} is listed twice: list each expression once",
-                        schedule.expression()
-                    ),
-                );
-                valid = false;
+                Some(format!(
+                    "{:?} is listed twice: list each expression once",
+                    schedule.expression()
+                ))
             }
             Ok(schedule) => match check_dst_policy(checker, section, raw, schedule) {
-                Some(schedule) => schedules.push(schedule),
-                None => valid = false,
+                Some(schedule) => {
+                    schedules.push(schedule);
+                    None
+                }
+                None => {
+                    valid = false;
+                    None
+                }
             },
-            Err(e) => {
-                checker.problem(given.at(), Some(section), Some(&field), e.to_string());
-                valid = false;
-            }
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(problem) = problem {
+            checker.problem(given.at(), Some(section), Some(&field), problem);
+            valid = false;
         }
     }
-    let window = job_window(checker, section, raw, &zone)?;
-    if !valid {
-        return None;
+    valid.then_some(schedules)
+}
+
+/// The job's `dst_gap` and `dst_repeat`, defaults where unset.
+pub(super) fn dst_policy(raw: &RawTimetable<'_>) -> DstPolicy {
+    DstPolicy {
+        gap: raw.dst_gap.map(|v| *v.get()).unwrap_or_default(),
+        repeat: raw.dst_repeat.map(|v| *v.get()).unwrap_or_default(),
     }
-    Timetable::new(schedules, window).map(Some)
+}
+
+/// A DST policy is for fixed-time jobs: on a wall-clock job it would do
+/// nothing, which is a mistake worth naming.
+fn check_dst_policy(
+    checker: &mut Checker<'_>,
+    section: &str,
+    raw: &RawTimetable<'_>,
+    schedule: Schedule,
+) -> Option<Schedule> {
+    if schedule.timing() == Timing::FixedTime {
+        return Some(schedule);
+    }
+    let fields = [
+        ("dst_gap", raw.dst_gap.map(Given::at)),
+        ("dst_repeat", raw.dst_repeat.map(Given::at)),
+    ];
+    let mut valid = true;
+    for (field, given) in fields {
+        if let Some(at) = given {
+            valid = false;
+            checker.problem(
+                at,
+                Some(section),
+                Some(field),
+                format!(
+                    "`{field}` applies to fixed-time jobs, and {:?} runs by the wall clock (its minute or hour field starts with `*`): local times the clock skips do not run, repeated ones run again; remove `{field}`, or give the minute and hour as numbers, lists or ranges",
+                    schedule.expression()
+                ),
+            );
+        }
+    }
+    valid.then_some(schedule)
 }
 
 /// `active_from` and `active_until` read in the job's zone; `until` after
@@ -205,7 +274,7 @@ pub(super) fn job_timetable(
 fn job_window(
     checker: &mut Checker<'_>,
     section: &str,
-    raw: &JobSpec,
+    raw: &RawTimetable<'_>,
     zone: &Zone,
 ) -> Option<Window> {
     let mut read = |field: &str, given: Option<&Given<Moment>>| match given {
@@ -218,8 +287,8 @@ fn job_window(
             }
         },
     };
-    let from = read("active_from", raw.active_from.as_ref());
-    let until = read("active_until", raw.active_until.as_ref());
+    let from = read("active_from", raw.active_from);
+    let until = read("active_until", raw.active_until);
     let window = Window {
         from: from?,
         until: until?,
@@ -227,7 +296,7 @@ fn job_window(
     if let (Some(from), Some(until)) = (window.from, window.until)
         && until <= from
     {
-        let at = raw.active_until.as_ref().and_then(Given::at);
+        let at = raw.active_until.and_then(Given::at);
         checker.problem(
             at,
             Some(section),
@@ -245,8 +314,8 @@ fn job_window(
 
 /// `max_runs`: how many ticks of the schedule may start a run, in the
 /// job's whole life across the cluster. `None` when unset.
-pub(super) fn job_max_runs(checker: &mut Checker<'_>, section: &str, raw: &JobSpec) -> Option<u32> {
-    let given = raw.max_runs.as_ref()?;
+fn job_max_runs(checker: &mut Checker<'_>, section: &str, raw: &RawTimetable<'_>) -> Option<u32> {
+    let given = raw.max_runs?;
     if raw.schedule.is_none() {
         checker.problem(given.at(), Some(section), Some("max_runs"), "`max_runs` counts the ticks of a schedule, and the job has none (it runs after other jobs): remove `max_runs`, or give it a `schedule`".into());
         return None;

@@ -121,16 +121,7 @@ pub(super) async fn claim(
     // One run id for every attempt: the claim script recognises a retry of
     // a claim that won but whose reply was lost.
     let run_id = Uuid::new_v4().to_string();
-    let deadline_ms = match trigger {
-        Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire
-        | Trigger::Rerun
-        | Trigger::Manual
-        | Trigger::Chain
-        | Trigger::Backfill => {
-            tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
-        }
-    };
+    let deadline_ms = claim_deadline(job, tick_ms, trigger);
     let mut failures = Failures::new(deadline_ms);
     // Only the first answer measures the load: an `early` answer's wait
     // for the tick would feed the lead back into itself.
@@ -190,6 +181,22 @@ pub(super) async fn claim(
         };
         // Cut short by a cancellation, which the check above then sees.
         pause(wait, cancel).await;
+    }
+}
+
+/// Redis time after which a claim of `tick_ms` must take no effect: a
+/// tick of the schedule is late after [`LATE_MS`], the others when the
+/// job's misfire grace has passed.
+fn claim_deadline(job: &Job, tick_ms: i64, trigger: Trigger) -> i64 {
+    match trigger {
+        Trigger::Schedule => tick_ms + LATE_MS,
+        Trigger::Misfire
+        | Trigger::Rerun
+        | Trigger::Manual
+        | Trigger::Chain
+        | Trigger::Backfill => {
+            tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
+        }
     }
 }
 

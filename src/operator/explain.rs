@@ -173,34 +173,56 @@ pub async fn explain<J: Borrow<Job>>(
     let records = Records::read(store, job, tick_ms).await?;
     verdicts::judge(&mut explanation, &records, definition);
     calendar_reason(&mut explanation, definition);
-    if let Some(max_runs) = definition.and_then(|def| def.max_runs)
-        && explanation.verdict == Verdict::NotRun
-    {
-        let runs_started = store.job_state(job).await?.runs_started;
-        if runs_started >= u64::from(max_runs) {
-            explanation.summary = "not run: the job has started its max_runs runs".to_string();
-            explanation
-                .reasons
-                .insert(0, verdicts::max_runs_reason(max_runs, runs_started));
-        }
-    }
+    max_runs_reason(store, &mut explanation, definition).await?;
     follow_chain(store, &mut explanation, &records).await?;
-    let (hash, whose) = match definition {
-        Some(def) => (Some(def.definition_hash()), "this job table's"),
-        None => (None, "most replicas'"),
-    };
-    let drifted = drift(job, hash, &replicas);
-    if !drifted.is_empty() {
-        explanation
-            .reasons
-            .push(verdicts::drift_reason(&drifted, whose));
-    }
+    drift_reason(&mut explanation, definition, &replicas);
     if let (Some(schedule), Some(at)) = (schedule, &calendar)
         && at.next_ms.is_none()
     {
         explanation.reasons.push(verdicts::ended_reason(schedule));
     }
     Ok(explanation)
+}
+
+/// A tick not run because the job has started its `max_runs` runs: that
+/// reason first.
+async fn max_runs_reason(
+    store: &Store,
+    explanation: &mut Explanation,
+    definition: Option<&Job>,
+) -> Result<(), ExplainError> {
+    let Some(max_runs) = definition.and_then(|def| def.max_runs) else {
+        return Ok(());
+    };
+    if explanation.verdict != Verdict::NotRun {
+        return Ok(());
+    }
+    let runs_started = store.job_state(&explanation.job).await?.runs_started;
+    if runs_started >= u64::from(max_runs) {
+        explanation.summary = "not run: the job has started its max_runs runs".to_string();
+        let why = verdicts::max_runs_reason(max_runs, runs_started);
+        explanation.reasons.insert(0, why);
+    }
+    Ok(())
+}
+
+/// Replicas whose definition of the job differs from this job table's
+/// (or, without one, from most replicas').
+fn drift_reason(
+    explanation: &mut Explanation,
+    definition: Option<&Job>,
+    replicas: &[ReplicaStatus],
+) {
+    let (hash, whose) = match definition {
+        Some(def) => (Some(def.definition_hash()), "this job table's"),
+        None => (None, "most replicas'"),
+    };
+    let drifted = drift(&explanation.job, hash, replicas);
+    if !drifted.is_empty() {
+        explanation
+            .reasons
+            .push(verdicts::drift_reason(&drifted, whose));
+    }
 }
 
 /// When this job table's calendars leave the tick out and no record says
