@@ -306,19 +306,25 @@ impl Schedule {
 
     /// The next `count` ticks strictly after `after`.
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        let mut ticks = Vec::with_capacity(count);
-        let mut cursor = after;
-        while ticks.len() < count {
-            match self.next_after(cursor) {
-                Some(tick) => {
-                    ticks.push(tick);
-                    cursor = tick;
-                }
-                None => break,
-            }
-        }
-        ticks
+        successive(|t| self.next_after(t), after, count)
     }
+}
+
+/// The first `count` instants of `next` from `after` on, each strictly
+/// after the one before (fewer when `next` runs out).
+fn successive(
+    next: impl Fn(DateTime<Utc>) -> Option<DateTime<Utc>>,
+    after: DateTime<Utc>,
+    count: usize,
+) -> Vec<DateTime<Utc>> {
+    let mut ticks = Vec::with_capacity(count.min(1024));
+    let mut cursor = after;
+    while ticks.len() < count {
+        let Some(tick) = next(cursor) else { break };
+        ticks.push(tick);
+        cursor = tick;
+    }
+    ticks
 }
 
 #[cfg(test)]

@@ -125,18 +125,7 @@ impl Timetable {
 
     /// The next `count` ticks strictly after `after`.
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
-        let mut ticks = Vec::with_capacity(count.min(1024));
-        let mut cursor = after;
-        while ticks.len() < count {
-            match self.next_after(cursor) {
-                Some(tick) => {
-                    ticks.push(tick);
-                    cursor = tick;
-                }
-                None => break,
-            }
-        }
-        ticks
+        super::successive(|t| self.next_after(t), after, count)
     }
 
     /// The schedules that fire at `tick` (none when it is not a tick of

@@ -537,82 +537,35 @@ fn bad_input_is_refused_with_exit_2() {
         all.extend_from_slice(args);
         cronlease(&all)
     };
-    let unknown = backfill(&[
-        "nope",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-01T00:01:00Z",
-    ])
-    .expect_code(2);
-    assert!(
-        unknown.stderr().contains("unknown job \"nope\""),
-        "{}",
-        unknown.describe()
-    );
-    let reversed = backfill(&[
-        "draw",
-        "--from",
-        "2026-01-02T00:00:00Z",
-        "--to",
-        "2026-01-01T00:00:00Z",
-    ])
-    .expect_code(2);
-    assert!(
-        reversed.stderr().contains("is after --to"),
-        "{}",
-        reversed.describe()
-    );
-    let many = backfill(&[
-        "draw",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-01T03:00:00Z",
-    ])
-    .expect_code(2);
-    assert!(
-        many.stderr().contains("more than 10000 ticks"),
-        "{}",
-        many.describe()
-    );
-    let bad_time = backfill(&[
-        "draw",
-        "--from",
-        "yesterday",
-        "--to",
-        "2026-01-01T03:00:00Z",
-    ])
-    .expect_code(2);
-    assert!(
-        bad_time.stderr().contains("RFC 3339"),
-        "{}",
-        bad_time.describe()
-    );
-    let follower = backfill(&[
-        "after",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-01T00:01:00Z",
-    ])
-    .expect_code(2);
-    assert!(
-        follower.stderr().contains("no schedule"),
-        "{}",
-        follower.describe()
-    );
-    let zero = backfill(&[
-        "draw",
-        "--from",
-        "2026-01-01T00:00:00Z",
-        "--to",
-        "2026-01-01T00:01:00Z",
-        "--concurrency",
-        "0",
-    ])
-    .expect_code(2);
-    assert!(zero.stderr().contains("concurrency"), "{}", zero.describe());
+    let (from, to) = ("2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z");
+    let refusals: [(&[&str], &str); 6] = [
+        (
+            &["nope", "--from", from, "--to", to],
+            "unknown job \"nope\"",
+        ),
+        (
+            &["draw", "--from", "2026-01-02T00:00:00Z", "--to", from],
+            "is after --to",
+        ),
+        (
+            &["draw", "--from", from, "--to", "2026-01-01T03:00:00Z"],
+            "more than 10000 ticks",
+        ),
+        (&["draw", "--from", "yesterday", "--to", to], "RFC 3339"),
+        (&["after", "--from", from, "--to", to], "no schedule"),
+        (
+            &["draw", "--from", from, "--to", to, "--concurrency", "0"],
+            "concurrency",
+        ),
+    ];
+    for (args, expected) in refusals {
+        let refused = backfill(args).expect_code(2);
+        assert!(
+            refused.stderr().contains(expected),
+            "{}",
+            refused.describe()
+        );
+    }
     // What cronlease did not write says nothing of a tick: named nowhere,
     // refused nowhere.
     let mut redis = redis.client();

@@ -482,17 +482,7 @@ fn an_embedded_scheduler_records_the_ticks_a_calendar_leaves_out() {
                         Ok::<(), std::io::Error>(())
                     }
                 });
-            let scheduler = crate::support::cluster(&redis)
-                .await
-                .scheduler()
-                .replica_id(id)
-                .state_dir(&dir.path().join(id))
-                .lease(Duration::from_secs(2))
-                .heartbeat(Duration::from_secs(1))
-                .job(job)
-                .start()
-                .expect("the job is valid");
-            schedulers.push(scheduler);
+            schedulers.push(crate::support::start_scheduler(&redis, &dir, id, vec![job]).await);
         }
         while now_ms() < s(5) {
             tokio::time::sleep(Duration::from_millis(200)).await;

@@ -11,40 +11,17 @@ use std::time::Duration;
 
 use cronlease::Overlap;
 use cronlease::Stop;
-use cronlease::{Cluster, JobBuilder, RedisSettings, Run, Scheduler, SchedulerError};
+use cronlease::{Cluster, JobBuilder, RedisSettings, Run, SchedulerError};
 
 use crate::support::{
-    RedisServer, cluster, cronlease, multi_thread_runtime as runtime, read_outcomes, wait_until,
-    write_config,
+    RedisServer, cluster, cronlease, multi_thread_runtime as runtime, read_outcomes,
+    start_scheduler, wait_until, write_config,
 };
 
 const PREFIX: &str = "cl";
 
 /// What handlers saw: (job, tick, fence, replica).
 type Seen = Arc<Mutex<Vec<(String, i64, u64, String)>>>;
-
-/// A scheduler of `jobs` as instance `id`, with short test timings and its
-/// own state directory.
-async fn start(
-    redis: &RedisServer,
-    dir: &tempfile::TempDir,
-    id: &str,
-    jobs: Vec<cronlease::Job>,
-) -> Scheduler {
-    let builder = cluster(redis)
-        .await
-        .scheduler()
-        .replica_id(id)
-        .state_dir(&dir.path().join(id))
-        .lease(Duration::from_secs(2))
-        .heartbeat(Duration::from_secs(1))
-        .shutdown_grace(Duration::from_secs(1))
-        .kill_grace(Duration::from_millis(500));
-    jobs.into_iter()
-        .fold(builder, |builder, job| builder.job(job))
-        .start()
-        .expect("the test's jobs are valid")
-}
 
 /// A job every second whose handler records what it was given.
 fn recording(name: &str, seen: &Seen) -> cronlease::Job {
@@ -86,7 +63,8 @@ fn three_instances_run_each_tick_once_with_rising_fences_and_show_in_status() {
     rt.block_on(async {
         let mut schedulers = Vec::new();
         for id in ["shop-1", "shop-2", "shop-3"] {
-            schedulers.push(start(&redis, &dir, id, vec![recording("draw", &seen)]).await);
+            schedulers
+                .push(start_scheduler(&redis, &dir, id, vec![recording("draw", &seen)]).await);
         }
         tokio::time::sleep(Duration::from_secs(5)).await;
         // The operator's view: every instance is a replica.
@@ -144,7 +122,7 @@ fn an_error_or_a_panic_is_a_failed_outcome_with_its_message() {
         Ok::<(), std::io::Error>(())
     });
     runtime().block_on(async {
-        let scheduler = start(&redis, &dir, "shop-1", vec![failing, panicking]).await;
+        let scheduler = start_scheduler(&redis, &dir, "shop-1", vec![failing, panicking]).await;
         tokio::time::sleep(Duration::from_millis(2500)).await;
         scheduler.shutdown().await.expect("a clean shutdown");
     });
@@ -208,7 +186,7 @@ fn a_handler_that_ignores_its_signal_is_dropped_after_the_grace() {
             Err::<(), String>(format!("stopped: {reason:?}"))
         });
     runtime().block_on(async {
-        let scheduler = start(&redis, &dir, "shop-1", vec![ignoring, heeding]).await;
+        let scheduler = start_scheduler(&redis, &dir, "shop-1", vec![ignoring, heeding]).await;
         tokio::time::sleep(Duration::from_millis(3500)).await;
         scheduler.shutdown().await.expect("a clean shutdown");
     });
@@ -254,7 +232,7 @@ fn a_lost_lease_fires_the_handlers_signal() {
         })
     };
     runtime().block_on(async {
-        let scheduler = start(&redis, &dir, "shop-1", vec![job]).await;
+        let scheduler = start_scheduler(&redis, &dir, "shop-1", vec![job]).await;
         let lease = format!("{PREFIX}:{{held}}:lease");
         let mut conn = redis.client();
         wait_until(Duration::from_secs(10), "a lease", || {
@@ -283,7 +261,7 @@ fn jobs_come_and_go_on_a_running_scheduler() {
     let dir = tempfile::tempdir().unwrap();
     let seen: Seen = Arc::default();
     runtime().block_on(async {
-        let mut scheduler = start(&redis, &dir, "shop-1", Vec::new()).await;
+        let mut scheduler = start_scheduler(&redis, &dir, "shop-1", Vec::new()).await;
         scheduler
             .add(recording("late-comer", &seen))
             .expect("a valid job");
@@ -331,7 +309,7 @@ fn cronlease_trigger_runs_an_embedded_job_once() {
     );
     let rt = runtime();
     rt.block_on(async {
-        let scheduler = start(&redis, &dir, "shop-1", vec![yearly]).await;
+        let scheduler = start_scheduler(&redis, &dir, "shop-1", vec![yearly]).await;
         let config = config.clone();
         let trigger = tokio::task::spawn_blocking(move || {
             cronlease([
@@ -416,7 +394,7 @@ fn cronlease_pause_and_resume_hold_and_release_an_embedded_job() {
         assert_eq!(run.code(), Some(0), "{}", run.describe());
     };
     let rt = runtime();
-    let scheduler = rt.block_on(start(
+    let scheduler = rt.block_on(start_scheduler(
         &redis,
         &dir,
         "shop-1",
@@ -457,7 +435,7 @@ fn cronlease_pause_all_holds_an_embedded_scheduler_once_it_confirmed() {
         seconds * 1000 + micros / 1000
     };
     let rt = runtime();
-    let scheduler = rt.block_on(start(
+    let scheduler = rt.block_on(start_scheduler(
         &redis,
         &dir,
         "shop-1",
@@ -503,7 +481,8 @@ fn ready_says_when_a_scheduler_claims_or_why_it_refused_to() {
         RedisServer::start_with(&["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]);
     let sound = RedisServer::start();
     runtime().block_on(async {
-        let mut refused = start(&evicting, &dir, "shop-1", vec![recording("draw", &seen)]).await;
+        let mut refused =
+            start_scheduler(&evicting, &dir, "shop-1", vec![recording("draw", &seen)]).await;
         let error = refused
             .ready()
             .await
@@ -516,7 +495,8 @@ fn ready_says_when_a_scheduler_claims_or_why_it_refused_to() {
         );
         refused.shutdown().await.expect("nothing left to stop");
 
-        let mut scheduler = start(&sound, &dir, "shop-2", vec![recording("draw", &seen)]).await;
+        let mut scheduler =
+            start_scheduler(&sound, &dir, "shop-2", vec![recording("draw", &seen)]).await;
         scheduler.ready().await.expect("ready");
         scheduler.ready().await.expect("still ready");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use cronlease::{JobBuilder, Run};
 
 use crate::support::{
-    Cluster, RedisServer, cluster, cronlease, multi_thread_runtime as runtime, now_ms, probe_job,
-    read_outcomes, starts, wait_until_or_show,
+    Cluster, RedisServer, cronlease, multi_thread_runtime as runtime, now_ms, probe_job,
+    read_outcomes, start_scheduler, starts, wait_until_or_show,
 };
 
 /// RFC 3339 of Unix ms.
@@ -278,18 +278,7 @@ fn an_embedded_job_takes_several_schedules_and_max_runs_from_its_builder() {
                 .also_at("*/3 * * * * *")
                 .max_runs(4)
                 .run(record(seen.clone()));
-            let scheduler = cluster(&redis)
-                .await
-                .scheduler()
-                .replica_id(id)
-                .state_dir(&dir.path().join(id))
-                .lease(Duration::from_secs(2))
-                .heartbeat(Duration::from_secs(1))
-                .shutdown_grace(Duration::from_secs(1))
-                .job(job)
-                .start()
-                .expect("valid");
-            schedulers.push(scheduler);
+            schedulers.push(start_scheduler(&redis, &dir, id, vec![job]).await);
         }
         tokio::time::sleep(Duration::from_secs(12)).await;
         for scheduler in schedulers {

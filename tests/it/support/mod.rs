@@ -289,6 +289,29 @@ pub async fn cluster(redis: &RedisServer) -> cronlease::Cluster {
     .expect("the test's Redis answers")
 }
 
+/// A scheduler of `jobs` as instance `id`, with short test timings and its
+/// own state directory.
+pub async fn start_scheduler(
+    redis: &RedisServer,
+    dir: &tempfile::TempDir,
+    id: &str,
+    jobs: Vec<cronlease::Job>,
+) -> cronlease::Scheduler {
+    let builder = cluster(redis)
+        .await
+        .scheduler()
+        .replica_id(id)
+        .state_dir(&dir.path().join(id))
+        .lease(Duration::from_secs(2))
+        .heartbeat(Duration::from_secs(1))
+        .shutdown_grace(Duration::from_secs(1))
+        .kill_grace(Duration::from_millis(500));
+    jobs.into_iter()
+        .fold(builder, |builder, job| builder.job(job))
+        .start()
+        .expect("the test's jobs are valid")
+}
+
 /// The top of a valid config; tests append jobs to it.
 pub const REDIS_SECTION: &str = "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n";
 
