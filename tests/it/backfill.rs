@@ -419,16 +419,25 @@ fn two_backfills_of_one_range_at_once_queue_each_tick_once_and_skip_waits_for_th
     cluster.stop_all();
 }
 
-#[test]
-fn a_paused_jobs_backfill_waits_for_resume() {
+/// A backfill of the 5 ticks before `draw`'s first, asked while the
+/// `cronlease` command `pause` holds and watched to its end after
+/// `resume`: nothing of it runs before, all of it after. Returns the
+/// cluster, the backfill command's run and the config's path.
+fn backfill_held_by(pause: &[&str], resume: &[&str]) -> (Cluster, Run, String) {
     let mut cluster = Cluster::new(RedisServer::start());
     let file = cluster.path("runs");
     let jobs = draw_job(&file, "0", "");
     cluster.start("r1", &jobs);
+    cluster.start("r2", &jobs);
     cluster.wait_ready();
     let first = wait_for_scheduled(&cluster, "draw", 1);
     let config = cluster.config_path("r1").display().to_string();
-    cronlease(["pause", "draw", "-c", &config]).expect_code(0);
+    let with_config = |args: &[&str]| {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["-c", config.as_str()]);
+        cronlease(&all)
+    };
+    with_config(pause).expect_code(0);
     let (from, to) = (rfc3339(first - 5_000), rfc3339(first - 1_000));
     let args: Vec<String> = [
         "backfill",
@@ -449,22 +458,28 @@ fn a_paused_jobs_backfill_waits_for_resume() {
     std::thread::sleep(Duration::from_secs(3));
     assert!(
         backfilled(&cluster, "draw").is_empty(),
-        "a paused job ran its backfill"
+        "a backfill ran under {pause:?}"
     );
-    let status = cronlease(["status", "-c", &config]).expect_code(0);
+    let status = with_config(&["status"]).expect_code(0);
     assert!(
         status.stdout().contains("backfill: 5 of 5 ticks left"),
         "{}",
         status.describe()
     );
-    cronlease(["resume", "draw", "-c", &config]).expect_code(0);
+    with_config(resume).expect_code(0);
     let run = cli.join().expect("the backfill's thread").expect_code(0);
+    assert_eq!(backfilled(&cluster, "draw").len(), 5);
+    (cluster, run, config)
+}
+
+#[test]
+fn a_paused_jobs_backfill_waits_for_resume() {
+    let (mut cluster, run, _) = backfill_held_by(&["pause", "draw"], &["resume", "draw"]);
     assert!(
         run.stdout().contains("the job is paused"),
         "{}",
         run.describe()
     );
-    assert_eq!(backfilled(&cluster, "draw").len(), 5);
     let actions: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
         .arg("cl:{draw}:actions")
         .arg("-")
@@ -487,40 +502,8 @@ fn a_paused_jobs_backfill_waits_for_resume() {
 
 #[test]
 fn the_clusters_pause_holds_a_backfill_until_it_ends() {
-    let mut cluster = Cluster::new(RedisServer::start());
-    let file = cluster.path("runs");
-    let jobs = draw_job(&file, "0", "");
-    cluster.start("r1", &jobs);
-    cluster.start("r2", &jobs);
-    cluster.wait_ready();
-    let first = wait_for_scheduled(&cluster, "draw", 1);
-    let config = cluster.config_path("r1").display().to_string();
-    cronlease(["pause", "--all", "-c", &config]).expect_code(0);
-    let (from, to) = (rfc3339(first - 4_000), rfc3339(first - 1_000));
-    let args: Vec<String> = [
-        "backfill",
-        "--timeout",
-        "120s",
-        "draw",
-        "--from",
-        &from,
-        "--to",
-        &to,
-        "-c",
-        &config,
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let cli = std::thread::spawn(move || cronlease(&args));
-    std::thread::sleep(Duration::from_secs(3));
-    assert!(
-        backfilled(&cluster, "draw").is_empty(),
-        "a backfill ran under the cluster's pause"
-    );
-    cronlease(["resume", "--all", "-c", &config]).expect_code(0);
-    cli.join().expect("the backfill's thread").expect_code(0);
-    assert_eq!(backfilled(&cluster, "draw").len(), 4);
+    let (mut cluster, _, _) = backfill_held_by(&["pause", "--all"], &["resume", "--all"]);
+    cluster.stop_all();
 }
 
 #[test]
