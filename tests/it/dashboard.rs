@@ -138,6 +138,21 @@ pub(crate) async fn js<T: serde::de::DeserializeOwned>(browser: &Browser, script
         .unwrap_or_else(|e| panic!("unexpected answer to {script:?}: {value} ({e})"))
 }
 
+/// The status of the page a refused form answered with, and its error
+/// paragraph, once both are there.
+pub(crate) async fn refusal(browser: &Browser) -> (u16, String) {
+    eventually("the refusal", async || {
+        js(
+            browser,
+            r#"const nav = performance.getEntriesByType('navigation')[0];
+               const error = document.querySelector('p.error');
+               return nav && error ? [nav.responseStatus, error.textContent] : null;"#,
+        )
+        .await
+    })
+    .await
+}
+
 pub(crate) async fn goto(browser: &Browser, url: &str) {
     browser
         .client

@@ -432,31 +432,9 @@ fn a_handler_reads_the_values_it_was_triggered_with() {
 const TOKEN: &str = "params-dashboard-token-2718281828";
 const TOKEN_ENV: &str = "CRONLEASE_TEST_DASHBOARD_TOKEN";
 
-/// Runs `script` in the page and returns what it returns, as `T`.
-async fn js<T: serde::de::DeserializeOwned>(browser: &Browser, script: &str) -> T {
-    let value = browser
-        .client
-        .execute(script, Vec::new())
-        .await
-        .unwrap_or_else(|e| panic!("the page cannot run {script:?}: {e}"));
-    serde_json::from_value(value.clone())
-        .unwrap_or_else(|e| panic!("unexpected answer to {script:?}: {value} ({e})"))
-}
-
-/// Polls `f` every 200 ms for up to a minute until it returns `Some`.
-async fn eventually<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(value) = f().await {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
 #[test]
 fn the_dashboards_run_now_form_gives_the_values_and_refuses_others() {
+    use crate::dashboard::{eventually, js};
     let mut cluster = Cluster::new(RedisServer::start());
     cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
     let file = cluster.path("export.log");
@@ -558,16 +536,7 @@ fn the_dashboards_run_now_form_gives_the_values_and_refuses_others() {
                return null;"#,
         )
         .await;
-        let error: (u16, String) = eventually("the refusal", async || {
-            js(
-                &browser,
-                r#"const nav = performance.getEntriesByType('navigation')[0];
-                   const error = document.querySelector('p.error');
-                   return nav && error ? [nav.responseStatus, error.textContent] : null;"#,
-            )
-            .await
-        })
-        .await;
+        let error = crate::dashboard::refusal(&browser).await;
         assert_eq!(error.0, 400, "{error:?}");
         assert!(
             error.1.contains("Run now refused: job \"export\": \"mars\" is not an allowed value of parameter region"),

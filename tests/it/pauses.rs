@@ -23,6 +23,23 @@ fn op(args: &[&str], config: &Path) -> Run {
     cronlease(all)
 }
 
+/// `cronlease explain JOB --tick TICK --json`, and its `paused` reason.
+#[track_caller]
+fn explained_pause(config: &Path, job: &str, tick: i64) -> (Value, Value) {
+    let run = op(
+        &["explain", job, "--tick", &tick.to_string(), "--json"],
+        config,
+    )
+    .expect_code(0);
+    let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
+    let paused = e["reasons"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
+        .cloned()
+        .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
+    (e, paused)
+}
+
 /// `cronlease status --json`.
 fn status(config: &Path) -> Value {
     let run = op(&["status", "--json"], config).expect_code(0);
@@ -201,17 +218,8 @@ fn pause_all_stops_every_job_once_confirmed_and_resume_all_keeps_a_job_paused_on
     }
     // explain of a tick the cluster's pause held says so, and why.
     let tick = (returned / 1000 + 2) * 1000;
-    let run = op(
-        &["explain", "first", "--tick", &tick.to_string(), "--json"],
-        &config,
-    )
-    .expect_code(0);
-    let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
+    let (e, paused) = explained_pause(&config, "first", tick);
     assert_eq!(e["summary"], "not run: the cluster was paused", "{e:#}");
-    let paused = e["reasons"]
-        .as_array()
-        .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
-        .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
     assert_eq!(paused["evidence"]["source"], "cluster", "{e:#}");
     assert_eq!(paused["evidence"]["reason"], "Redis upgrade", "{e:#}");
     // A trigger is refused while the cluster is paused.
@@ -441,16 +449,7 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
             .await
             .expect("typing");
         find("pause").await.click().await.expect("a click");
-        let (code, error): (u16, String) = eventually("the refusal", async || {
-            js(
-                &browser,
-                r#"const nav = performance.getEntriesByType('navigation')[0];
-                   const error = document.querySelector('p.error');
-                   return nav && error ? [nav.responseStatus, error.textContent] : null;"#,
-            )
-            .await
-        })
-        .await;
+        let (code, error) = crate::dashboard::refusal(&browser).await;
         assert_eq!(code, 400, "{error}");
         assert!(error.contains("Pause refused"), "{error}");
         assert_eq!(job(&status(&config), "draw")["paused"], false);
@@ -520,17 +519,8 @@ fn the_dashboards_pause_form_takes_an_end_and_a_reason_shown_everywhere() {
             mark.and_then(|m| m.parse::<i64>().ok())
                 .filter(|m| *m >= tick)
         });
-        let run = op(
-            &["explain", "draw", "--tick", &tick.to_string(), "--json"],
-            &config,
-        )
-        .expect_code(0);
-        let e: Value = serde_json::from_str(run.stdout().trim()).expect("explain --json");
+        let (e, paused) = explained_pause(&config, "draw", tick);
         assert_eq!(e["verdict"], "not_run", "{e:#}");
-        let paused = e["reasons"]
-            .as_array()
-            .and_then(|r| r.iter().find(|r| r["kind"] == "paused"))
-            .unwrap_or_else(|| panic!("no paused reason in {e:#}"));
         assert_eq!(
             paused["evidence"]["reason"], "rotating the draw's keys",
             "{e:#}"
