@@ -383,6 +383,7 @@ fn job_row(
                 @match &job.last_outcome {
                     Some(o) => {
                         span class=(format!("badge {}", draw::status_class(o.status))) { (o.status) }
+                        @if let Some(who) = &o.killed_by { " " small { "by " (who) } }
                         " " small { "on " (if o.replica.is_empty() { "–" } else { &o.replica }) ", " (ago(now_ms, o.finished_ms)) }
                     }
                     None => span.muted { "never ran" },

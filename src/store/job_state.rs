@@ -98,6 +98,9 @@ pub struct LastOutcome {
     pub duration_ms: i64,
     /// When it finished (Redis ms).
     pub finished_ms: i64,
+    /// A `killed` run: who asked (control characters escaped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub killed_by: Option<String>,
 }
 
 /// A finding in a job's state: a `field` whose `value` no honest writer
@@ -216,6 +219,10 @@ fn last_outcome(state: &BTreeMap<String, String>) -> Option<LastOutcome> {
         fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
         duration_ms: int("outcome_duration_ms").unwrap_or(0),
         finished_ms: int("outcome_finished_ms").unwrap_or(0),
+        killed_by: state
+            .get("outcome_killed_by")
+            .filter(|who| status == Status::Killed && !who.is_empty())
+            .map(|who| crate::inert::escape(who).into_owned()),
     })
 }
 
