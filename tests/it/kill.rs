@@ -397,3 +397,92 @@ fn the_dashboards_kill_button_stops_the_run_it_stands_beside() {
     assert_eq!(cluster.outcomes("long").len(), 1, "{}", cluster.logs());
     cluster.stop_all();
 }
+
+#[test]
+fn an_embedded_handler_is_told_stop_killed() {
+    use cronlease::{JobBuilder, Run as HandlerRun, Stop};
+    use std::sync::{Arc, Mutex};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reasons: Arc<Mutex<Vec<Stop>>> = Arc::default();
+    let job = {
+        let reasons = reasons.clone();
+        JobBuilder::new("held", NEVER).run(move |mut run: HandlerRun| {
+            let reasons = reasons.clone();
+            async move {
+                let reason = run.stopped().await;
+                reasons.lock().expect("not poisoned").push(reason);
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    let config = crate::support::write_config(
+        dir.path(),
+        &redis.url(),
+        "",
+        &format!("[jobs.held]\nschedule = \"{NEVER}\"\ncommand = [\"true\"]\n"),
+    );
+    crate::support::multi_thread_runtime().block_on(async {
+        let scheduler = crate::support::cluster(&redis)
+            .await
+            .scheduler()
+            .replica_id("shop-1")
+            .state_dir(&dir.path().join("shop-1"))
+            .lease(Duration::from_secs(2))
+            .heartbeat(Duration::from_secs(1))
+            .kill_grace(Duration::from_millis(500))
+            .job(job)
+            .start()
+            .expect("a valid job");
+        let cli = |args: Vec<String>| {
+            let config = config.clone();
+            tokio::task::spawn_blocking(move || {
+                op(
+                    &args.iter().map(String::as_str).collect::<Vec<_>>(),
+                    &config,
+                )
+            })
+        };
+        let trigger = cli(vec!["trigger".into(), "held".into()]).await.unwrap();
+        let run_id = trigger
+            .expect_code(0)
+            .stdout()
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
+        let mut conn = redis.client();
+        wait_until(Duration::from_secs(10), "the run in flight", || {
+            let raw: Option<String> = redis::cmd("HGET")
+                .arg("cl:{held}:running")
+                .arg(&run_id)
+                .query(&mut conn)
+                .ok()?;
+            raw.map(|_| ())
+        });
+        cli(vec!["kill".into(), "held".into()])
+            .await
+            .unwrap()
+            .expect_code(0);
+        let outcome = loop {
+            let all = crate::support::read_outcomes(&mut conn, "cl", "held");
+            if let Some(o) = all
+                .into_iter()
+                .find(|o| o.field("run_id") == Some(run_id.as_str()))
+            {
+                break o;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(outcome.status(), "killed", "{outcome:?}");
+        assert_eq!(
+            outcome.field("killed_by"),
+            Some(who().as_str()),
+            "{outcome:?}"
+        );
+        scheduler.shutdown().await.expect("a clean shutdown");
+    });
+    assert_eq!(*reasons.lock().unwrap(), [Stop::Killed]);
+}
