@@ -390,6 +390,22 @@ fn the_dashboards_kill_button_stops_the_run_it_stands_beside() {
     assert_eq!(killed.status(), "killed", "{killed:?}\n{}", cluster.logs());
     let by = killed.field("killed_by").unwrap_or_default();
     assert!(by.contains("tester"), "killed_by {by:?}");
+    // The job page's history says who killed it (refreshed in place).
+    crate::support::runtime().block_on(async {
+        let browser = crate::support::Browser::start().await;
+        goto(&browser, &format!("{base}/jobs/long")).await;
+        eventually("the killed run and who asked in the history", async || {
+            let row: Option<String> = js(
+                &browser,
+                &format!(
+                    "return document.querySelector('tr[data-run=\"{run_id}\"]')?.textContent ?? null;"
+                ),
+            )
+            .await;
+            row.filter(|r| r.contains("killed") && r.contains("by tester"))
+        })
+        .await;
+    });
     wait_until(Duration::from_secs(10), "the run's sleep gone", || {
         gone(pid).then_some(())
     });
