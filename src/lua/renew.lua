@@ -3,7 +3,7 @@
 -- KEYS: lease_key, running    ARGV: run_id, lease_ms
 -- Returns 1 when renewed, 2 when renewed and an operator asked for the run
 -- to stop (its entry's `kill`, written by kill.lua: read with the entry,
--- at no further cost), 0 when the lease is no longer ours.
+-- at no further cost), 0 when the lease is not ours.
 local lease_key, running = KEYS[1], KEYS[2]
 local run_id, lease_ms = ARGV[1], tonumber(ARGV[2])
 if redis.call('GET', lease_key) ~= run_id then return 0 end

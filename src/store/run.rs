@@ -175,7 +175,7 @@ pub enum Renewed {
     /// The lease is still ours, and an operator asked for the run to stop
     /// (`cronlease kill`): the holder stops it with `Stop::Killed`.
     KillAsked,
-    /// The lease is no longer ours.
+    /// The lease is not ours: another run holds it, or it is gone.
     Lost,
 }
 
