@@ -28,6 +28,7 @@ pub use pause::{PauseArgs, ResumeArgs};
 mod backfill;
 mod check;
 mod generate;
+mod kill;
 mod notify;
 mod pause;
 
@@ -75,15 +76,11 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
-    /// Stop a job's runs in flight, or one of them (RUN_ID, as `status`
-    /// lists it), on whichever replica holds them.
-    ///
-    /// The holder stops the run as it stops one past its timeout
-    /// (SIGTERM to its process group, SIGKILL after kill_grace; a handler
-    /// is told Stop::Killed) and records it `killed`, with who asked in
-    /// `killed_by`; never retried nor rerun. Recorded in the job's actions.
-    /// Prints the run ids asked; exits 1 when none is in flight.
-    Kill(KillArgs),
+    /// Stop a job's runs in flight, or one (RUN_ID), on whichever replica
+    /// holds them: SIGTERM, SIGKILL after kill_grace; recorded `killed`
+    /// with who asked, never retried nor rerun. Exits 1 when none is in
+    /// flight.
+    Kill(kill::KillArgs),
     /// Run each past tick of a job's schedule in a range once: ticks that
     /// ran are skipped and listed, the others queued for the replicas.
     ///
@@ -262,16 +259,6 @@ pub struct TriggerArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct KillArgs {
-    #[command(flatten)]
-    pub connect: ConnectArgs,
-    /// The job.
-    pub job: String,
-    /// The run to stop; default: every run of the job in flight.
-    pub run_id: Option<String>,
-}
-
-#[derive(Debug, Args)]
 pub struct JobArgs {
     #[command(flatten)]
     pub connect: ConnectArgs,
@@ -428,7 +415,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
         Command::Repair(args) => repair(&args),
-        Command::Kill(args) => kill(&args),
+        Command::Kill(args) => kill::kill(&args),
         Command::Lock(args) => lock(args),
         Command::Notify(args) => match &args.command {
             NotifyCommand::Test(test) => notify::test(test),
@@ -626,20 +613,6 @@ fn trigger(args: &TriggerArgs) -> Exit {
                 Err(Failure::Exit(Exit::Failure))
             }
         }
-    })
-}
-
-/// `cronlease kill`.
-fn kill(args: &KillArgs) -> Exit {
-    operator_command(&args.connect, |target| async move {
-        operator::require_job(&target.store, target.config.as_ref(), &args.job).await?;
-        let who = operator::operator_identity();
-        let asked = operator::kill(&target.store, &args.job, args.run_id.as_deref(), &who).await?;
-        let mut out = String::new();
-        for run_id in asked {
-            out.push_str(&format!("{} {run_id}: kill asked by {who}\n", args.job));
-        }
-        Ok(out)
     })
 }
 

@@ -181,13 +181,17 @@ pub(super) fn history_entry(
             .filter(|_| status == Status::Excluded)
             .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
-        killed_by: fields
-            .get("killed_by")
-            .filter(|who| status == Status::Killed && !who.is_empty())
-            .map(|who| crate::inert::escape(who).into_owned()),
+        killed_by: killed_by(status, &fields),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// Who asked for a `killed` run to stop (its `killed_by`), control
+/// characters escaped; none for any other status.
+fn killed_by(status: Status, fields: &BTreeMap<String, String>) -> Option<String> {
+    let who = fields.get("killed_by")?;
+    (status == Status::Killed && !who.is_empty()).then(|| crate::inert::escape(who).into_owned())
 }
 
 /// The `param.<name>` fields of an outcome, those a job could have: a
