@@ -202,6 +202,37 @@ fn kill_stops_a_run_in_flight_from_any_replica_once_and_for_good() {
 }
 
 #[test]
+fn followers_on_failed_and_any_run_after_a_killed_run_and_those_on_ok_do_not() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let duration = cluster.path("duration");
+    let pid_file = cluster.path("pids");
+    std::fs::write(&duration, "60").unwrap();
+    let mut jobs = long_job("long", &duration, &pid_file);
+    for (follower, on) in [("on-ok", "ok"), ("on-failed", "failed"), ("on-any", "any")] {
+        jobs.push_str(&format!(
+            "[jobs.{follower}]\nafter = [\"long\"]\nafter_on = \"{on}\"\ncommand = [\"true\"]\n\n"
+        ));
+    }
+    cluster.start("alpha", &jobs);
+    cluster.start("bravo", &jobs);
+    cluster.wait_ready();
+    let config = cluster.config_path("alpha");
+    let (run_id, _) = start_run(&cluster, &config, "long", &pid_file);
+    op(&["kill", "long"], &config).expect_code(0);
+    assert_eq!(outcome(&cluster, "long", &run_id).status(), "killed");
+    for follower in ["on-failed", "on-any"] {
+        let run = wait_until(Duration::from_secs(20), "the follower's run", || {
+            cluster.outcomes(follower).into_iter().next()
+        });
+        assert_eq!(run.status(), "ok", "{follower}: {run:?}");
+        assert_eq!(run.field("upstream_status"), Some("killed"), "{run:?}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(cluster.outcomes("on-ok").is_empty(), "{}", cluster.logs());
+    cluster.stop_all();
+}
+
+#[test]
 fn a_kill_whose_publish_is_lost_stops_the_run_at_its_next_renewal() {
     let mut cluster = Cluster::new(RedisServer::start());
     let duration = cluster.path("duration");
