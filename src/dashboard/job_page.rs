@@ -79,6 +79,7 @@ pub(super) async fn job(
             h2 { "In flight" }
             ul { @for run in &job.running { li {
                 "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms))
+                @if let Some(who) = &run.kill_asked_by { " — " strong { "kill asked by " (who) } }
                 @if matches!(visitor, super::auth::Visitor::Operator(_)) {
                     " "
                     form.inline.kill method="post" action=(format!("/jobs/{}/kill", super::auth::percent_encode(&name))) {

@@ -405,11 +405,14 @@ fn in_flight(j: &JobStatus, now_ms: i64) -> String {
     match j.running.as_slice() {
         [] => "-".to_string(),
         [run] => format!(
-            "{} since {} fence {} run {}",
+            "{} since {} fence {} run {}{}",
             run.replica,
             ago(now_ms, run.started_ms),
             run.fence,
-            run.run_id
+            run.run_id,
+            run.kill_asked_by
+                .as_ref()
+                .map_or_else(String::new, |who| format!(" (kill asked by {who})"))
         ),
         runs => format!("{} runs", runs.len()),
     }

@@ -81,6 +81,10 @@ pub struct RunningStatus {
     pub fence: u64,
     /// When it started (Redis ms).
     pub started_ms: i64,
+    /// Who asked for it to stop (`cronlease kill`), while its holder has
+    /// not stopped it yet (control characters escaped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kill_asked_by: Option<String>,
 }
 
 /// The last outcome a job's state hash records.
@@ -239,6 +243,9 @@ fn runs_in_flight(running: &[(String, String)]) -> Vec<RunningStatus> {
                 tick_ms: entry["tick"].as_i64().unwrap_or(0),
                 fence: entry["fence"].as_u64().unwrap_or(0),
                 started_ms: entry["started"].as_i64().unwrap_or(0),
+                kill_asked_by: entry["kill"]
+                    .as_str()
+                    .map(|who| crate::inert::escape(who).into_owned()),
             }
         })
         .collect();

@@ -262,6 +262,16 @@ fn a_kill_whose_publish_is_lost_stops_the_run_at_its_next_renewal() {
         .query(&mut redis)
         .unwrap();
     let asked = Instant::now();
+    // Until its holder stops it, `status` says a kill was asked.
+    let status = op(&["status"], &config).expect_code(0);
+    if outcomes_of(&cluster, "long", &run_id).is_empty() {
+        assert!(
+            status.stdout().contains("kill asked by ops@elsewhere")
+                || !status.stdout().contains(&run_id),
+            "{}",
+            status.describe()
+        );
+    }
 
     let killed = outcome(&cluster, "long", &run_id);
     assert_eq!(killed.status(), "killed", "{killed:?}\n{}", cluster.logs());
