@@ -291,6 +291,42 @@ fn a_kill_whose_publish_is_lost_stops_the_run_at_its_next_renewal() {
     cluster.stop_all();
 }
 
+#[test]
+fn a_run_whose_holder_died_after_a_kill_was_asked_is_abandoned_and_not_rerun() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let duration = cluster.path("duration");
+    let pid_file = cluster.path("pids");
+    std::fs::write(&duration, "60").unwrap();
+    let jobs = long_job("long", &duration, &pid_file);
+    cluster.start("alpha", &jobs);
+    cluster.wait_ready();
+    let config = cluster.config_path("alpha");
+    let (run_id, pid) = start_run(&cluster, &config, "long", &pid_file);
+    cluster.start("bravo", &jobs);
+    cluster.wait_ready();
+    // The holder hears nothing (frozen), then dies.
+    cluster.replicas[0].sigstop();
+    op(&["kill", "long"], &config).expect_code(0);
+    cluster.replicas[0].kill9();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let swept = outcome(&cluster, "long", &run_id);
+    assert_eq!(swept.status(), "abandoned", "{swept:?}\n{}", cluster.logs());
+    assert_eq!(
+        swept.field("kill_asked_by"),
+        Some(who().as_str()),
+        "{swept:?}"
+    );
+    // on_holder_lost = "rerun", and yet no rerun: the operator asked for
+    // the run to stop.
+    std::thread::sleep(Duration::from_secs(4));
+    let all = cluster.outcomes("long");
+    assert_eq!(all.len(), 1, "{all:#?}\n{}", cluster.logs());
+    assert_eq!(pids(&pid_file).len(), 1, "rerun\n{}", cluster.logs());
+}
+
 /// The `p`th percentile (0–100) of sorted `values`.
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     let rank = (p * sorted.len()).div_ceil(100).max(1) - 1;
