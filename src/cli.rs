@@ -28,6 +28,7 @@ pub use pause::{PauseArgs, ResumeArgs};
 mod backfill;
 mod check;
 mod generate;
+mod kill;
 mod notify;
 mod pause;
 
@@ -75,6 +76,11 @@ pub enum Command {
     /// Prints the run id. With --wait, waits for the outcome and exits 0 on
     /// `ok`, 1 otherwise.
     Trigger(TriggerArgs),
+    /// Stop a job's runs in flight, or one (RUN_ID), on whichever replica
+    /// holds them: SIGTERM, SIGKILL after kill_grace; recorded `killed`
+    /// with who asked, never retried nor rerun. Exits 1 when none is in
+    /// flight.
+    Kill(kill::KillArgs),
     /// Run each past tick of a job's schedule in a range once: ticks that
     /// ran are skipped and listed, the others queued for the replicas.
     ///
@@ -409,6 +415,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
         Command::Repair(args) => repair(&args),
+        Command::Kill(args) => kill::kill(&args),
         Command::Lock(args) => lock(args),
         Command::Notify(args) => match &args.command {
             NotifyCommand::Test(test) => notify::test(test),
@@ -445,6 +452,7 @@ impl From<OperatorError> for Failure {
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_)
             | OperatorError::ClusterPaused
+            | OperatorError::NotInFlight(_)
             | OperatorError::Unreadable { .. } => Failure::Runtime(e.to_string()),
         }
     }

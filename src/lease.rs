@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use crate::store::StoreError;
+use crate::store::{Renewed, StoreError};
 use crate::telemetry;
 
 /// Fraction of the lease kept as a safety margin before the local
@@ -71,15 +71,22 @@ pub(crate) trait Leases: Send + Sync + 'static {
     /// The renewal of `hold`, whose lease is `lease`.
     fn renewal(&self, hold: &Self::Hold, lease: Duration) -> Self::Renewal;
 
-    /// Renews `renewals` in one pipeline: `true` where the lease is still
-    /// ours (and now runs a whole lease again).
+    /// Renews `renewals` in one pipeline: what each said (held, and then
+    /// the lease runs a whole lease again; held with a kill asked; lost).
     fn renew(
         &self,
         renewals: &[Self::Renewal],
-    ) -> impl Future<Output = Result<Vec<bool>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Renewed>, StoreError>> + Send;
 
     /// Tells `hold`'s holder that its lease can no longer be proven.
     fn lose(hold: &Self::Hold);
+
+    /// Tells `hold`'s holder that an operator asked for its work to stop
+    /// (its lease is still held). Nothing, for the users that are never
+    /// asked.
+    fn kill(hold: &Self::Hold) {
+        let _ = hold;
+    }
 
     /// The `job` label of `hold` on the lost leases counter.
     fn label(hold: &Self::Hold) -> String;
@@ -268,12 +275,18 @@ impl<U: Leases> Keeper<U> {
         let answer = self.shared.user.renew(&round.renewals).await;
         let mut table = self.table();
         match answer {
-            Ok(ours) => {
-                for (&id, ours) in round.ids.iter().zip(ours) {
-                    if ours {
-                        note_renewed::<U>(&mut table, id, sent);
-                    } else {
-                        note_lost::<U>(&mut table, id);
+            Ok(said) => {
+                for (&id, said) in round.ids.iter().zip(said) {
+                    match said {
+                        Renewed::Held => {
+                            note_renewed::<U>(&mut table, id, sent);
+                        }
+                        Renewed::KillAsked => {
+                            if let Some(hold) = note_renewed::<U>(&mut table, id, sent) {
+                                U::kill(hold);
+                            }
+                        }
+                        Renewed::Lost => note_lost::<U>(&mut table, id),
                     }
                 }
                 self.shared.user.count_held(table.len());
@@ -293,12 +306,17 @@ impl<U: Leases> Keeper<U> {
     }
 }
 
-/// Hold `id`'s renewal, sent at `sent`, said the lease is still ours.
-fn note_renewed<U: Leases>(table: &mut Table<U::Hold>, id: HoldId, sent: Instant) {
-    if let Some(hold) = table.renewed(id, sent) {
-        metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
-        U::log(hold, Event::Renewed);
-    }
+/// Hold `id`'s renewal, sent at `sent`, said the lease is still ours;
+/// returns the hold, when still in the table.
+fn note_renewed<U: Leases>(
+    table: &mut Table<U::Hold>,
+    id: HoldId,
+    sent: Instant,
+) -> Option<&U::Hold> {
+    let hold = table.renewed(id, sent)?;
+    metrics::counter!(telemetry::LEASE_RENEWALS, "result" => "ok").increment(1);
+    U::log(hold, Event::Renewed);
+    Some(hold)
 }
 
 /// Hold `id`'s renewal said the lease is no longer ours: its holder is

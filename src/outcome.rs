@@ -27,6 +27,13 @@ pub enum Status {
     Interrupted,
     /// The replica holding the run died; recorded by another replica.
     Abandoned,
+    /// An operator stopped the run (`cronlease kill`, the dashboard's
+    /// Kill button): its process group got SIGTERM, then SIGKILL after
+    /// `kill_grace` (a handler: [`Stop::Killed`](crate::Stop::Killed)).
+    /// Who asked is in the record's `killed_by`. Never retried nor rerun;
+    /// no notification (the operator knows); a follower whose `after_on`
+    /// is `failed` or `any` runs after it, as after `interrupted`.
+    Killed,
     /// The tick came while a run of the job was in flight (`overlap = "skip"`).
     SkippedOverlap,
     /// The claim won, but fewer Redis replicas than `min_replicas_ack`
@@ -52,6 +59,7 @@ impl Status {
             Status::LostLease => "lost_lease",
             Status::Interrupted => "interrupted",
             Status::Abandoned => "abandoned",
+            Status::Killed => "killed",
             Status::SkippedOverlap => "skipped_overlap",
             Status::NotDurable => "not_durable",
             Status::Missed => "missed",
@@ -62,13 +70,14 @@ impl Status {
 
 impl Status {
     /// Every status, in the order of the enum.
-    pub const ALL: [Status; 10] = [
+    pub const ALL: [Status; 11] = [
         Status::Ok,
         Status::Failed,
         Status::Timeout,
         Status::LostLease,
         Status::Interrupted,
         Status::Abandoned,
+        Status::Killed,
         Status::SkippedOverlap,
         Status::NotDurable,
         Status::Missed,

@@ -62,6 +62,10 @@ pub enum Stop {
     /// the daemon) and `shutdown_grace` is over: stop within `kill_grace`
     /// (SIGTERM, then SIGKILL).
     Shutdown,
+    /// An operator asked for the run to stop (`cronlease kill`, the
+    /// dashboard's Kill button): stop within `kill_grace` (SIGTERM, then
+    /// SIGKILL). Recorded `killed`; never retried.
+    Killed,
 }
 
 impl Stop {
@@ -72,6 +76,7 @@ impl Stop {
             Stop::LostLease => Status::LostLease,
             Stop::Timeout => Status::Timeout,
             Stop::Shutdown => Status::Interrupted,
+            Stop::Killed => Status::Killed,
         }
     }
 }

@@ -20,7 +20,7 @@ use tracing::{debug, error, warn};
 
 use crate::lease::{self, Event, Keeper, Leases};
 use crate::membership::RunInFlight;
-use crate::store::{Renewal, Store, StoreError};
+use crate::store::{Renewal, Renewed, Store, StoreError};
 use crate::task::Stop;
 use crate::telemetry;
 
@@ -69,6 +69,20 @@ impl Handle {
         });
     }
 
+    /// Stops the run `run_id` with [`Stop::Killed`] if this replica holds
+    /// it (an operator asked, `cronlease kill`); whether it does.
+    pub fn kill(&self, run_id: &str) -> bool {
+        let found = self.keeper.map_holds(|h| {
+            if h.run_id == run_id {
+                ask_kill(h);
+                true
+            } else {
+                false
+            }
+        });
+        found.contains(&true)
+    }
+
     /// The runs in flight.
     pub fn list(&self) -> Vec<RunInFlight> {
         self.keeper.map_holds(|h| RunInFlight {
@@ -77,6 +91,22 @@ impl Handle {
             tick_ms: h.tick_ms,
             fence: h.fence,
         })
+    }
+}
+
+/// Tells `hold`'s run to stop with [`Stop::Killed`], once: a run told
+/// to stop already (a kill asked before, a lost lease, a timeout) is left
+/// to that stop.
+fn ask_kill(hold: &LeaseHold) {
+    let first = hold.stop.send_if_modified(|stop| {
+        if stop.is_some() {
+            return false;
+        }
+        *stop = Some(Stop::Killed);
+        true
+    });
+    if first {
+        tracing::warn!(job = %hold.job, run_id = %hold.run_id, replica = %hold.replica, "an operator asked for the run to stop; stopping it");
     }
 }
 
@@ -99,12 +129,16 @@ impl Leases for Runs {
         }
     }
 
-    async fn renew(&self, renewals: &[Renewal]) -> Result<Vec<bool>, StoreError> {
+    async fn renew(&self, renewals: &[Renewal]) -> Result<Vec<Renewed>, StoreError> {
         self.store.renew(renewals, self.lease).await
     }
 
     fn lose(hold: &LeaseHold) {
         let _ = hold.stop.send(Some(Stop::LostLease));
+    }
+
+    fn kill(hold: &LeaseHold) {
+        ask_kill(hold);
     }
 
     fn label(hold: &LeaseHold) -> String {

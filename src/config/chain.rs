@@ -31,7 +31,7 @@ pub enum AfterOn {
     #[default]
     Ok,
     /// Each run that did not: `failed`, `timeout`, `lost_lease`,
-    /// `interrupted`, `abandoned`.
+    /// `interrupted`, `abandoned`, `killed`.
     Failed,
     /// Each run, whatever its end.
     Any,

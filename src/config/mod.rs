@@ -270,8 +270,8 @@ pub struct DaemonConfig {
     /// On SIGTERM, how long runs in flight may go on before they are
     /// interrupted.
     pub shutdown_grace: Duration,
-    /// Between SIGTERM and SIGKILL when a run is stopped (timeout, lost lease,
-    /// shutdown).
+    /// Between SIGTERM and SIGKILL when a run is stopped (timeout,
+    /// shutdown, `cronlease kill`).
     pub kill_grace: Duration,
     /// This replica's name in Redis; `None` means `<hostname>-<pid>-<hex>`.
     pub replica_id: Option<String>,

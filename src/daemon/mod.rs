@@ -74,6 +74,7 @@ mod ctx;
 mod error;
 mod follow;
 mod heartbeat;
+mod kills;
 mod latency;
 mod meters;
 mod notices;
@@ -121,7 +122,7 @@ pub struct World {
 }
 
 /// The replica's background tasks but the watchdog: heartbeat, spool
-/// courier, marks keeper and claims listener, owned by `background` and
+/// courier, marks keeper, claims listener and kill listener, owned by `background` and
 /// stopped by `service`. The trigger consumer
 /// and the chains' follower, which start runs, are the scheduler's.
 fn start_background(ctx: &Arc<Ctx>, background: &TaskTracker, service: &CancellationToken) {
@@ -129,6 +130,7 @@ fn start_background(ctx: &Arc<Ctx>, background: &TaskTracker, service: &Cancella
     background.spawn(spool_courier(ctx.run_side().handle(), service.clone()));
     background.spawn(marks_keeper(ctx.clone(), service.clone()));
     background.spawn(claims_listener(ctx.clone(), service.clone()));
+    background.spawn(kills::kill_listener(ctx.clone(), service.clone()));
 }
 
 /// Starts delivering notifications when the config has channels (the

@@ -1,4 +1,4 @@
-//! The dashboard's actions — run now, pause, resume — and logging in and
+//! The dashboard's actions — run now, pause, resume, kill — and logging in and
 //! out: every action through `auth::authorize` and then `operator`, as
 //! the command line takes them.
 
@@ -69,6 +69,7 @@ enum Action {
     Trigger,
     Pause,
     Resume,
+    Kill,
 }
 
 impl Action {
@@ -77,6 +78,7 @@ impl Action {
             "trigger" => Some(Action::Trigger),
             "pause" => Some(Action::Pause),
             "resume" => Some(Action::Resume),
+            "kill" => Some(Action::Kill),
             _ => None,
         }
     }
@@ -86,6 +88,7 @@ impl Action {
             Action::Trigger => "trigger",
             Action::Pause => "pause",
             Action::Resume => "resume",
+            Action::Kill => "kill",
         }
     }
 }
@@ -98,7 +101,8 @@ enum Caller {
     Browser,
 }
 
-/// `POST /jobs/{name}/{action}`: run now, pause or resume. Refused with
+/// `POST /jobs/{name}/{action}`: run now, pause, resume or kill (the run
+/// its `run` field names, as `cronlease kill JOB RUN_ID`). Refused with
 /// 403 and no change unless `auth::authorize` accepts the request.
 pub(super) async fn act(
     State(dashboard): State<Arc<Dashboard>>,
@@ -160,6 +164,14 @@ pub(super) async fn act(
         Action::Resume => operator::resume(&dashboard.store, &name, &who)
             .await
             .map(|_| String::new()),
+        Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {
+            Some(run_id) => operator::kill(&dashboard.store, &name, Some(run_id), &who)
+                .await
+                .map(|asked| asked.join(" ")),
+            None => Err(OperatorError::NotInFlight(
+                "no run named: the form's `run` field is empty".to_string(),
+            )),
+        },
     };
     dashboard.invalidate().await;
     if let Ok(run) = &result {
@@ -181,7 +193,7 @@ async fn target(
             dashboard,
             visitor,
             StatusCode::NOT_FOUND,
-            &format!("no action {action:?}: expected trigger, pause or resume"),
+            &format!("no action {action:?}: expected trigger, pause, resume or kill"),
         ));
     };
     let known = dashboard.job_table().contains_key(name);
@@ -242,6 +254,12 @@ async fn answer(
             visitor,
             StatusCode::CONFLICT,
             "The cluster is paused (cronlease pause --all): resume it first",
+        ),
+        Err(OperatorError::NotInFlight(e)) => error_page(
+            dashboard,
+            visitor,
+            StatusCode::CONFLICT,
+            &format!("Kill refused, nothing changed: {e}."),
         ),
         Err(e @ (OperatorError::Params { .. } | OperatorError::ParamsWithoutTable)) => error_page(
             dashboard,

@@ -313,6 +313,7 @@ mod tests {
             calendar: None,
             calendar_rule: None,
             params: Default::default(),
+            killed_by: None,
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();

@@ -77,7 +77,18 @@ pub(super) async fn job(
         p { a.explain href=(format!("/jobs/{}/explain", super::auth::percent_encode(&name))) { "Explain the latest tick" } " — what happened to it and why" }
         @if !job.running.is_empty() {
             h2 { "In flight" }
-            ul { @for run in &job.running { li { "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms)) } } }
+            ul { @for run in &job.running { li {
+                "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms))
+                @if let Some(who) = &run.kill_asked_by { " — " strong { "kill asked by " (who) } }
+                @if matches!(visitor, super::auth::Visitor::Operator(_)) {
+                    " "
+                    form.inline.kill method="post" action=(format!("/jobs/{}/kill", super::auth::percent_encode(&name))) {
+                        input type="hidden" name="csrf" value=(csrf);
+                        input type="hidden" name="run" value=(run.run_id);
+                        button.kill type="submit" data-run=(run.run_id) title="stop this run on its replica (SIGTERM, then SIGKILL after kill_grace); recorded as killed, never retried" { "Kill" }
+                    }
+                }
+            } } }
         }
         h2 { "Upcoming ticks" }
         (upcoming_ticks(definition, status.now_ms))
@@ -104,6 +115,7 @@ fn done_notice(query: &JobQuery) -> Markup {
                     "trigger" => { "Run now: queued as run " code { (query.run) } "; a replica picks it up within a second or two." }
                     "pause" => "Paused: no tick of this job starts until it is resumed, or its until passes.",
                     "resume" => "Resumed.",
+                    "kill" => { "Kill asked for run " code { (query.run) } "; its replica stops it within a second and records it killed." }
                     other => (other),
                 }
             }

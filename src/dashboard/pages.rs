@@ -383,6 +383,7 @@ fn job_row(
                 @match &job.last_outcome {
                     Some(o) => {
                         span class=(format!("badge {}", draw::status_class(o.status))) { (o.status) }
+                        @if let Some(who) = &o.killed_by { " " small { "by " (who) } }
                         " " small { "on " (if o.replica.is_empty() { "–" } else { &o.replica }) ", " (ago(now_ms, o.finished_ms)) }
                     }
                     None => span.muted { "never ran" },
@@ -504,7 +505,7 @@ pub(super) fn history_table(job: &str, history: &[operator::HistoryEntry]) -> Ma
                                     a.explain href=(explain_href(job, e.tick_ms)) title="why did this tick not run?" { (e.tick) }
                                 } @else { (e.tick) }
                             }
-                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.calendar.is_some() { " " small { (e.status_text().trim_start_matches(e.status.as_str()).trim()) } } @if e.stale { " " small.muted { "(stale)" } } }
+                            td { span class=(format!("badge {}", draw::status_class(e.status))) { (e.status) } @if e.calendar.is_some() { " " small { (e.status_text().trim_start_matches(e.status.as_str()).trim()) } } @if let Some(who) = &e.killed_by { " " small { "by " (who) } } @if e.stale { " " small.muted { "(stale)" } } }
                             td { (if e.replica.is_empty() { "–" } else { &e.replica }) }
                             td.num { (e.fence) }
                             td.num { (duration(e.duration_ms)) }

@@ -33,7 +33,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::clock::{RedisClock, local_now_us};
 use crate::lease::{self, Event, Leases};
-use crate::store::{LockRenewal, LockTicket, Store, StoreError};
+use crate::store::{LockRenewal, LockTicket, Renewed, Store, StoreError};
 
 pub(crate) use crate::lease::HoldId;
 
@@ -253,7 +253,7 @@ impl Leases for Locks {
         }
     }
 
-    async fn renew(&self, renewals: &[Renewing]) -> Result<Vec<bool>, StoreError> {
+    async fn renew(&self, renewals: &[Renewing]) -> Result<Vec<Renewed>, StoreError> {
         let renewals: Vec<LockRenewal<'_>> = renewals
             .iter()
             .map(|r| LockRenewal {
@@ -262,7 +262,11 @@ impl Leases for Locks {
                 fence: r.fence,
             })
             .collect();
-        self.store.lock_renew(&renewals).await
+        let held = self.store.lock_renew(&renewals).await?;
+        Ok(held
+            .into_iter()
+            .map(|held| if held { Renewed::Held } else { Renewed::Lost })
+            .collect())
     }
 
     fn lose(held: &Held) {

@@ -20,6 +20,7 @@
 -- answered `restored`. Within the dedup window (see remember_done) a second
 -- delivery of the same outcome (a retry after a lost reply, a spooled copy)
 -- is a no-op.
+-- A `killed` outcome gets `killed_by`, who asked (the run's entry's `kill`).
 -- Returns {current|restored|stale|duplicate, stream id[, rerun tick, fence,
 -- lease_key, started, ctx]}.
 local state, running, lease_key, runs, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
@@ -34,6 +35,19 @@ if ARGV[12] ~= 'first' then
   local at = redis.call('ZSCORE', done_at, run_id)
   if at then return {'duplicate', done_id(runs, done, run_id, at)} end
 end
+local fields = {unpack(ARGV, 15)}
+-- A run an operator stopped (kill.lua): who asked, from its entry in
+-- flight ('' once the entry is gone: recorded already, or Redis lost it).
+for i = 1, #fields - 1, 2 do
+  if fields[i] == 'status' then
+    if fields[i + 1] == 'killed' then
+      local e = read_entry(redis.call('HGET', running, run_id) or '')
+      fields[#fields + 1] = 'killed_by'
+      fields[#fields + 1] = e and type(e.kill) == 'string' and e.kill or ''
+    end
+    break
+  end
+end
 local kind = 'current'
 if redis.call('HDEL', running, run_id) == 0 then
   kind = 'stale'
@@ -45,7 +59,6 @@ if redis.call('HDEL', running, run_id) == 0 then
   end
 end
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end
-local fields = {unpack(ARGV, 15)}
 local id = record_outcome(state, runs, maxlen, fields, kind == 'stale')
 if kind ~= 'stale' then
   if notices then outcome_events(notices, state, fields, id_ms(id)) end

@@ -45,6 +45,7 @@ local SUMMARY_FIELDS = {
   status = 'outcome_status', tick = 'outcome_tick', fence = 'outcome_fence',
   replica = 'outcome_replica', finished_ms = 'outcome_finished_ms',
   duration_ms = 'outcome_duration_ms', run_id = 'outcome_run_id',
+  killed_by = 'outcome_killed_by',
 }
 
 -- Appends one outcome to the job's stream and, unless it is stale, makes it
@@ -266,7 +267,7 @@ end
 -- it; the follower's replicas start its run from there (after.lua).
 local INBOX_MAXLEN = 10000
 local RAN = {ok = true, failed = true, timeout = true, lost_lease = true, interrupted = true,
-  abandoned = true}
+  abandoned = true, killed = true}
 
 local function read_followers(raw, keys, first)
   if not raw or raw == '' then return nil end

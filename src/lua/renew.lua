@@ -1,7 +1,9 @@
 -- Extends one run's lease if it still holds our run id. Part of a pipeline
 -- that renews every run of a replica at once.
 -- KEYS: lease_key, running    ARGV: run_id, lease_ms
--- Returns 1 when renewed, 0 when the lease is no longer ours.
+-- Returns 1 when renewed, 2 when renewed and an operator asked for the run
+-- to stop (its entry's `kill`, written by kill.lua: read with the entry,
+-- at no further cost), 0 when the lease is not ours.
 local lease_key, running = KEYS[1], KEYS[2]
 local run_id, lease_ms = ARGV[1], tonumber(ARGV[2])
 if redis.call('GET', lease_key) ~= run_id then return 0 end
@@ -13,4 +15,5 @@ if not e then return 0 end
 redis.call('PEXPIRE', lease_key, lease_ms)
 e.expires = now_ms() + lease_ms
 redis.call('HSET', running, run_id, cjson.encode(e))
+if e.kill then return 2 end
 return 1

@@ -1,6 +1,8 @@
 -- Records `abandoned` for each run in flight whose lease was not renewed in
 -- time (its replica died or stalled). With on_holder_lost = "rerun", such a
--- tick (unless it was itself a rerun) joins the job's pending reruns, and the
+-- tick (unless it was itself a rerun, or an operator asked for it to stop:
+-- its entry's `kill`, kept in the record as `kill_asked_by`) joins the
+-- job's pending reruns, and the
 -- oldest pending rerun is started for the caller if the lease is free;
 -- otherwise the finish of the run holding it starts the rerun.
 -- An entry of `running` that is not one cronlease wrote (another writer, a
@@ -40,10 +42,16 @@ for i = 1, #entries, 2 do
       'replica', e.replica, 'host', e.host, 'started_ms', e.started, 'finished_ms', now,
       'duration_ms', now - e.started, 'status', 'abandoned', 'attempts', '0', 'output', '',
       'trigger', e.trigger, 'recorded_by', recorder}, ctx)
+    if type(e.kill) == 'string' then
+      fields[#fields + 1] = 'kill_asked_by'
+      fields[#fields + 1] = e.kill
+    end
     local id = record_outcome(state, runs, maxlen, fields, false)
     if notices then outcome_events(notices, state, fields, id_ms(id)) end
     tell_followers(followers, state, fields, id_ms(id))
-    if rerun and e.rerun == 0 then add_rerun(reruns, e.tick, run_id, e.fence, ctx) end
+    if rerun and e.rerun == 0 and not e.kill then
+      add_rerun(reruns, e.tick, run_id, e.fence, ctx)
+    end
   end
 end
 if rerun then

@@ -21,6 +21,9 @@ impl HistoryEntry {
     /// tick with its calendar (`excluded (holidays-cn)`, `excluded
     /// (outside trading-days)`).
     pub fn status_text(&self) -> String {
+        if let Some(who) = &self.killed_by {
+            return format!("{} by {who}", self.status);
+        }
         match (&self.calendar, self.calendar_rule) {
             (Some(calendar), Some(CalendarRule::Only)) => {
                 format!("{} (outside {calendar})", self.status)
@@ -71,6 +74,10 @@ pub struct HistoryEntry {
     /// name; a field whose name or value no job could have is left out.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub params: BTreeMap<String, String>,
+    /// A `killed` run: who asked (`cronlease kill`, the dashboard), its
+    /// control characters escaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub killed_by: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
@@ -174,9 +181,17 @@ pub(super) fn history_entry(
             .filter(|_| status == Status::Excluded)
             .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
+        killed_by: killed_by(status, &fields),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// Who asked for a `killed` run to stop (its `killed_by`), control
+/// characters escaped; none for any other status.
+fn killed_by(status: Status, fields: &BTreeMap<String, String>) -> Option<String> {
+    let who = fields.get("killed_by")?;
+    (status == Status::Killed && !who.is_empty()).then(|| crate::inert::escape(who).into_owned())
 }
 
 /// The `param.<name>` fields of an outcome, those a job could have: a

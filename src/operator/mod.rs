@@ -68,6 +68,10 @@ pub enum OperatorError {
         #[source]
         error: crate::config::ParamError,
     },
+    /// `cronlease kill`: nothing of the job is in flight (no run at all,
+    /// or not the run named).
+    #[error("{0}")]
+    NotInFlight(String),
     /// Parameters were given with no job table to check them against.
     #[error("parameters need the job table to be checked against (--config): nothing queued")]
     ParamsWithoutTable,
@@ -503,6 +507,29 @@ pub async fn repair(store: &Store, job: &str, who: &str) -> Result<Vec<String>, 
     let cleared = store.repair(job).await?;
     record(store, job, "repair", who, &cleared.join(" ")).await;
     Ok(cleared)
+}
+
+/// Asks the holders of `job`'s runs in flight to stop them (`run_id`:
+/// only that run), recorded in the job's actions (`kill`, the run ids);
+/// returns the run ids asked. None in flight (or not `run_id`) is
+/// [`OperatorError::NotInFlight`].
+pub async fn kill(
+    store: &Store,
+    job: &str,
+    run_id: Option<&str>,
+    who: &str,
+) -> Result<Vec<String>, OperatorError> {
+    let asked = store.kill(job, run_id, who).await?;
+    if asked.is_empty() {
+        return Err(OperatorError::NotInFlight(match run_id {
+            Some(run_id) => format!(
+                "run {run_id:?} of job {job:?} is not in flight (finished, never started, or of another job): nothing to kill; `cronlease status` lists the runs in flight"
+            ),
+            None => format!("job {job:?} has no run in flight: nothing to kill"),
+        }));
+    }
+    record(store, job, "kill", who, &asked.join(" ")).await;
+    Ok(asked)
 }
 
 /// The live replicas (at Redis time `now_ms`) whose heartbeat names the

@@ -42,7 +42,8 @@ fn paint(text: &str, colour: Colour) -> String {
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "skipped_overlap" | "paused" | "not_durable" | "CLUSTER PAUSED" => "33",
+        "interrupted" | "killed" | "skipped_overlap" | "paused" | "not_durable"
+        | "CLUSTER PAUSED" => "33",
         "excluded" => "36",
         _ => return text.to_string(),
     };
@@ -404,11 +405,14 @@ fn in_flight(j: &JobStatus, now_ms: i64) -> String {
     match j.running.as_slice() {
         [] => "-".to_string(),
         [run] => format!(
-            "{} since {} fence {} run {}",
+            "{} since {} fence {} run {}{}",
             run.replica,
             ago(now_ms, run.started_ms),
             run.fence,
-            run.run_id
+            run.run_id,
+            run.kill_asked_by
+                .as_ref()
+                .map_or_else(String::new, |who| format!(" (kill asked by {who})"))
         ),
         runs => format!("{} runs", runs.len()),
     }
@@ -418,13 +422,19 @@ fn in_flight(j: &JobStatus, now_ms: i64) -> String {
 fn last_outcome(j: &JobStatus) -> String {
     match &j.last_outcome {
         None => "-".to_string(),
-        Some(o) => format!(
-            "{} {} on {} ({})",
-            o.status,
-            short(o.tick_ms),
-            o.replica,
-            duration(o.duration_ms)
-        ),
+        Some(o) => {
+            let by = o
+                .killed_by
+                .as_ref()
+                .map_or_else(String::new, |who| format!(" by {who}"));
+            format!(
+                "{}{by} {} on {} ({})",
+                o.status,
+                short(o.tick_ms),
+                o.replica,
+                duration(o.duration_ms)
+            )
+        }
     }
 }
 

@@ -523,18 +523,24 @@ async fn supervise(
                     group.signal(Signal::SIGKILL);
                     kill_at = None;
                 }
-                (Stop::Timeout | Stop::Shutdown, None) => {
+                (Stop::Timeout | Stop::Shutdown | Stop::Killed, None) => {
                     if reason == Stop::Shutdown {
                         warn!(
                             job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
                             replica = %run.replica, "shutdown grace over: interrupting the run"
                         );
                     }
+                    if reason == Stop::Killed {
+                        warn!(
+                            job = %run.job, tick = %run.tick_label(), fence = run.fence, run_id = %run.run_id,
+                            replica = %run.replica, "an operator asked for the run to stop: terminating its process group"
+                        );
+                    }
                     ending = Some(reason);
                     group.signal(Signal::SIGTERM);
                     kill_at = Some(Instant::now() + run.grace);
                 }
-                (Stop::Timeout | Stop::Shutdown, Some(_)) => {}
+                (Stop::Timeout | Stop::Shutdown | Stop::Killed, Some(_)) => {}
             },
         }
     };

@@ -187,22 +187,29 @@ async fn retries_under_one_call() {
 }
 
 #[tokio::test]
-async fn lost_lease_kills_at_once_and_shutdown_interrupts() {
+async fn lost_lease_kills_at_once_and_shutdown_or_a_kill_interrupts() {
     let task = std::sync::Arc::new(process(shell("trap '' TERM; sleep 30")));
     for (stop, status, signal) in [
         (Stop::LostLease, Status::LostLease, Signal::SIGKILL),
         // TERM is trapped, so the kill_grace ends in SIGKILL.
         (Stop::Shutdown, Status::Interrupted, Signal::SIGKILL),
+        // An operator's kill: the same, recorded `killed`.
+        (Stop::Killed, Status::Killed, Signal::SIGKILL),
     ] {
         let (tx, rx) = watch::channel(None);
         let handle = tokio::spawn({
             let task = task.clone();
-            async move { execute(&*task, context(), once(), rx).await }
+            // Retries offered: none of these stops is retried.
+            let retries = Attempts {
+                retries: 2,
+                ..once()
+            };
+            async move { execute(&*task, context(), retries, rx).await }
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         tx.send(Some(stop)).unwrap();
         let result = handle.await.unwrap();
-        assert_eq!(result.status, status);
+        assert_eq!((result.status, result.attempts), (status, 1));
         assert_eq!(result.signal, Some(signal as i32));
     }
 }

@@ -27,7 +27,7 @@ pub fn sweep(reply: Value) -> Result<SweepReply, StoreError> {
 }
 
 /// The renew pipeline's replies, one per lease.
-pub fn renewals(replies: &[Value]) -> Vec<bool> {
+pub fn renewals(replies: &[Value]) -> Vec<super::Renewed> {
     run::parse_renewals(replies)
 }
 

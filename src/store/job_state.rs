@@ -81,6 +81,10 @@ pub struct RunningStatus {
     pub fence: u64,
     /// When it started (Redis ms).
     pub started_ms: i64,
+    /// Who asked for it to stop (`cronlease kill`), while its holder has
+    /// not stopped it yet (control characters escaped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kill_asked_by: Option<String>,
 }
 
 /// The last outcome a job's state hash records.
@@ -98,6 +102,9 @@ pub struct LastOutcome {
     pub duration_ms: i64,
     /// When it finished (Redis ms).
     pub finished_ms: i64,
+    /// A `killed` run: who asked (control characters escaped).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub killed_by: Option<String>,
 }
 
 /// A finding in a job's state: a `field` whose `value` no honest writer
@@ -216,6 +223,10 @@ fn last_outcome(state: &BTreeMap<String, String>) -> Option<LastOutcome> {
         fence: int("outcome_fence").unwrap_or(0).max(0) as u64,
         duration_ms: int("outcome_duration_ms").unwrap_or(0),
         finished_ms: int("outcome_finished_ms").unwrap_or(0),
+        killed_by: state
+            .get("outcome_killed_by")
+            .filter(|who| status == Status::Killed && !who.is_empty())
+            .map(|who| crate::inert::escape(who).into_owned()),
     })
 }
 
@@ -232,6 +243,9 @@ fn runs_in_flight(running: &[(String, String)]) -> Vec<RunningStatus> {
                 tick_ms: entry["tick"].as_i64().unwrap_or(0),
                 fence: entry["fence"].as_u64().unwrap_or(0),
                 started_ms: entry["started"].as_i64().unwrap_or(0),
+                kill_asked_by: entry["kill"]
+                    .as_str()
+                    .map(|who| crate::inert::escape(who).into_owned()),
             }
         })
         .collect();

@@ -232,6 +232,12 @@ impl Keys {
         format!("{}:after", self.prefix)
     }
 
+    /// Pub/sub channel on which `cronlease kill` (kill.lua) publishes the
+    /// id of each run it asks to stop, for its holder.
+    pub fn kill_channel(&self) -> String {
+        format!("{}:kill", self.prefix)
+    }
+
     /// Hash: the cluster's pause (`cronlease pause --all`): `paused`
     /// ("1" or "0" once resumed or ended), `id` (fresh at every pause and
     /// resume, what the replicas acknowledge in their heartbeats), `by`,

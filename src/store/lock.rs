@@ -544,13 +544,18 @@ impl Store {
             }
             pipe
         };
-        self.renew_all(
-            "lock renew",
-            &self.scripts.lock_renew,
-            renewals.len(),
-            build,
-        )
-        .await
+        let renewed = self
+            .renew_all(
+                "lock renew",
+                &self.scripts.lock_renew,
+                renewals.len(),
+                build,
+            )
+            .await?;
+        Ok(renewed
+            .into_iter()
+            .map(|r| r != super::Renewed::Lost)
+            .collect())
     }
 
     /// Who holds lock `name` now; None when it is free. A lease whose

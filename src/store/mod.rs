@@ -26,6 +26,7 @@ mod events;
 mod heartbeat;
 mod job_state;
 mod keys;
+mod kill;
 mod lock;
 mod operator;
 mod pause;
@@ -70,7 +71,8 @@ pub use job_state::{LastOutcome, Pause, Repair, RunningStatus};
 #[cfg(feature = "internals")]
 pub use run::DEDUP_MIN_ENTRIES;
 pub use run::{
-    DEDUP_WINDOW, FinishReply, Recorded, Renewal, Rerun, RerunOffer, SweepRequest, dedup_entries,
+    DEDUP_WINDOW, FinishReply, Recorded, Renewal, Renewed, Rerun, RerunOffer, SweepRequest,
+    dedup_entries,
 };
 
 pub use keys::Keys;
@@ -117,6 +119,7 @@ struct Scripts {
     outcome_fields: Script,
     overdue: Script,
     replica_dead: Script,
+    kill: Script,
 }
 
 impl Scripts {
@@ -149,6 +152,7 @@ impl Scripts {
             outcome_fields: Script::new(include_str!("../lua/outcome_fields.lua")),
             overdue: script(include_str!("../lua/overdue.lua")),
             replica_dead: script(include_str!("../lua/replica_dead.lua")),
+            kill: script(include_str!("../lua/kill.lua")),
         }
     }
 }

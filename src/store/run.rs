@@ -167,10 +167,30 @@ pub(super) fn parse_sweep(reply: Value) -> Result<SweepReply, StoreError> {
     })
 }
 
-/// The renew pipeline's replies: `true` where the script answered 1 (the
-/// lease is still ours); anything else is a lease lost.
-pub(super) fn parse_renewals(replies: &[Value]) -> Vec<bool> {
-    replies.iter().map(|r| as_int(r) == Some(1)).collect()
+/// What a renewal said of one lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewed {
+    /// The lease is still ours, and runs a whole lease again.
+    Held,
+    /// The lease is still ours, and an operator asked for the run to stop
+    /// (`cronlease kill`): the holder stops it with `Stop::Killed`.
+    KillAsked,
+    /// The lease is not ours: another run holds it, or it is gone.
+    Lost,
+}
+
+/// The renew pipeline's replies: held where the script answered 1 (the
+/// lease is still ours), held with a kill asked where it answered 2;
+/// anything else is a lease lost.
+pub(super) fn parse_renewals(replies: &[Value]) -> Vec<Renewed> {
+    replies
+        .iter()
+        .map(|r| match as_int(r) {
+            Some(1) => Renewed::Held,
+            Some(2) => Renewed::KillAsked,
+            _ => Renewed::Lost,
+        })
+        .collect()
 }
 
 /// The bytes of `notices`' arguments and keys in a finish.
@@ -184,15 +204,16 @@ fn notices_bytes(notices: &Notices) -> usize {
 impl Store {
     /// Sends `build`'s pipeline (one `script` call per lease, `count` of
     /// them) to every node; for each lease, whether a majority of the nodes
-    /// said it is still held (1). The daemon's runs and the library's
-    /// locks renew this way.
+    /// said it is still held (1 or 2), and whether any of those asked for
+    /// its run to stop (2). The daemon's runs and the library's locks
+    /// renew this way.
     pub(super) async fn renew_all(
         &self,
         what: &'static str,
         script: &Script,
         count: usize,
         build: impl Fn() -> redis::Pipeline,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Renewed>, StoreError> {
         let build = &build;
         let answers = self
             .on_all(|conn| async move {
@@ -203,22 +224,25 @@ impl Store {
         let answers = self.gather(what, answers)?;
         Ok((0..count)
             .map(|i| {
-                answers
-                    .iter()
-                    .filter(|held| held.get(i) == Some(&true))
-                    .count()
-                    >= self.majority()
+                let said = || answers.iter().filter_map(|lease| lease.get(i));
+                if said().filter(|&&r| r != Renewed::Lost).count() < self.majority() {
+                    Renewed::Lost
+                } else if said().any(|&r| r == Renewed::KillAsked) {
+                    Renewed::KillAsked
+                } else {
+                    Renewed::Held
+                }
             })
             .collect())
     }
 
-    /// Renews every lease in `renewals` in one pipeline; `true` where the
-    /// lease is still ours (with `quorum`: on a majority of the masters).
+    /// Renews every lease in `renewals` in one pipeline: what each renewal
+    /// said (with `quorum`: held on a majority of the masters).
     pub async fn renew(
         &self,
         renewals: &[Renewal],
         lease: Duration,
-    ) -> Result<Vec<bool>, StoreError> {
+    ) -> Result<Vec<Renewed>, StoreError> {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }

@@ -29,6 +29,7 @@ mod guide;
 mod harness;
 mod hostile;
 mod http_jobs;
+mod kill;
 mod locks;
 mod manual;
 mod metrics;

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use cronlease::config::{Config, Overlap};
 use cronlease::outcome::Outcome;
-use cronlease::store::{Attempt, ClaimReply, ClaimRequest, Recorded, Renewal, Store, StoreError};
+use cronlease::store::{
+    Attempt, ClaimReply, ClaimRequest, Recorded, Renewal, Renewed, Store, StoreError,
+};
 
 use crate::support::{
     RedisServer, claim_request, now_ms, ok_outcome, read_outcomes, runtime, test_claimant,
@@ -135,7 +137,10 @@ fn a_majority_claim_has_the_highest_fence_renews_with_a_majority_and_finishes_ev
             run_id: "r1".into(),
             lease_key: lease_key.clone(),
         }];
-        assert_eq!(store.renew(&renewal, LEASE).await.expect("renew"), [true]);
+        assert_eq!(
+            store.renew(&renewal, LEASE).await.expect("renew"),
+            [Renewed::Held]
+        );
         // The lease vanishes from one master: two of three still hold it.
         let drop_lease = |server: &RedisServer| {
             let _: () = redis::cmd("DEL")
@@ -146,13 +151,13 @@ fn a_majority_claim_has_the_highest_fence_renews_with_a_majority_and_finishes_ev
         drop_lease(&servers[0]);
         assert_eq!(
             store.renew(&renewal, LEASE).await.expect("renew"),
-            [true],
+            [Renewed::Held],
             "two of three masters hold the lease: the run goes on"
         );
         drop_lease(&servers[1]);
         assert_eq!(
             store.renew(&renewal, LEASE).await.expect("renew"),
-            [false],
+            [Renewed::Lost],
             "one of three masters holds the lease: the run must stop"
         );
 

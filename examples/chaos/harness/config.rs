@@ -58,7 +58,7 @@ pub const FOLLOWER_UPSTREAMS: [&str; 2] = ["slow", "rerun"];
 pub fn follower_follows(status: &str) -> bool {
     matches!(
         status,
-        "ok" | "failed" | "timeout" | "lost_lease" | "interrupted" | "abandoned"
+        "ok" | "failed" | "timeout" | "lost_lease" | "interrupted" | "abandoned" | "killed"
     )
 }
 
