@@ -23,10 +23,12 @@ use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
+pub use drain::{DrainArgs, UndrainArgs};
 pub use pause::{PauseArgs, ResumeArgs};
 
 mod backfill;
 mod check;
+mod drain;
 mod generate;
 mod notify;
 mod pause;
@@ -96,6 +98,17 @@ pub enum Command {
     /// Resume a paused job from its next tick, or end the cluster's pause
     /// (--all; jobs paused on their own stay paused).
     Resume(ResumeArgs),
+    /// Take a replica out of the rendezvous (for a deploy): it claims
+    /// nothing, the other replicas take its ticks at once, its runs in
+    /// flight go on.
+    ///
+    /// The drain is kept in Redis: the replica stays drained across its
+    /// restarts until `cronlease undrain`. --wait returns once its
+    /// heartbeat says drained (no run in flight), and exits 1 if it still
+    /// has runs after --timeout.
+    Drain(DrainArgs),
+    /// Put a drained replica back in the rendezvous: it claims again.
+    Undrain(UndrainArgs),
     /// Clear what no replica writes from a job's state in Redis (a
     /// high-water mark later than any claim could set, a fence past 2^53,
     /// quarantined runs in flight) once `status` shows it needs repair.
@@ -408,6 +421,8 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Backfill(args) => backfill::backfill(&args),
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
+        Command::Drain(args) => drain::drain(&args),
+        Command::Undrain(args) => drain::undrain(&args),
         Command::Repair(args) => repair(&args),
         Command::Lock(args) => lock(args),
         Command::Notify(args) => match &args.command {
@@ -441,6 +456,7 @@ impl From<OperatorError> for Failure {
             OperatorError::UnknownJob(_)
             | OperatorError::Params { .. }
             | OperatorError::BadPause(_)
+            | OperatorError::BadReplica(_)
             | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_)

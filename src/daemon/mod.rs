@@ -260,6 +260,11 @@ async fn stop(
 ) {
     systemd::notify(&[Notice::Stopping]);
     info!("shutting down: no more claims; waiting for runs in flight");
+    // Out of the rendezvous at once: the record written now says so and
+    // the others, told, rank without this replica, so no tick waits for
+    // its turn while its runs finish.
+    ctx.drain.stop();
+    ctx.heartbeat_now.notify_one();
     drain(ctx, &scheduler.tracker, background, service).await;
     if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
         warn!(error = %e, "cannot remove this replica's heartbeat");

@@ -37,6 +37,13 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
         if cancel.is_cancelled() {
             return;
         }
+        // A drained replica reads no request (the others do).
+        if ctx.drain.is_out() {
+            if !ctx.drain.wait_in(&cancel).await {
+                return;
+            }
+            continue;
+        }
         let Some(active) = reader.as_mut() else {
             let connected = async {
                 ctx.store.ensure_trigger_group().await?;
@@ -92,6 +99,13 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
             if cancel.is_cancelled() {
                 // Left pending: another replica takes it over.
                 return;
+            }
+            if ctx.drain.is_out() {
+                // Drained while reading it: handed back to the others.
+                if let Err(e) = ctx.store.requeue_trigger(&request).await {
+                    debug!(error = %e, "cannot hand a trigger back; it is taken over later");
+                }
+                continue;
             }
             handle_trigger(&ctx, request).await;
         }

@@ -21,6 +21,7 @@ mod backfill;
 mod batch;
 mod chain;
 mod claim;
+mod drain;
 mod error;
 mod events;
 mod heartbeat;
@@ -45,6 +46,7 @@ pub use events::NO_NOTICES;
 pub use events::{
     ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
 };
+pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
 /// How far ahead of Redis time a claim may set a job's high-water mark
