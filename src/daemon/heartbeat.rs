@@ -242,6 +242,20 @@ pub(super) async fn read_cluster_pause(ctx: &Ctx) {
     }
 }
 
+/// Reads this replica's drain mark before its first claim: a replica an
+/// operator drained stays drained across its restarts. Redis not
+/// answering leaves it in; its first heartbeat reads the mark again.
+pub(super) async fn read_drain(ctx: &Ctx) {
+    match ctx.store.drained().await {
+        Ok(drained) if drained.contains_key(&ctx.identity.replica) => {
+            ctx.drain.follow(OperatorMark::Drained);
+            info!("drained by an operator (cronlease undrain puts it back): claiming nothing");
+        }
+        Ok(_) => {}
+        Err(e) => debug!(error = %e, "cannot read this replica's drain mark yet"),
+    }
+}
+
 /// Removes a forgotten replica from the consumer groups of the events
 /// streams this replica knows (where it holds no entry).
 async fn forget_event_consumer(ctx: &Ctx, replica: &str) {

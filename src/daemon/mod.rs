@@ -219,6 +219,8 @@ pub async fn run(
     measure_clock(&ctx).await;
     // Before the first claim: started during a cluster pause, it claims nothing.
     heartbeat::read_cluster_pause(&ctx).await;
+    // And drained by an operator, it claims nothing until undrained.
+    heartbeat::read_drain(&ctx).await;
 
     let background = TaskTracker::new();
     let health = Arc::new(telemetry::Health::new(

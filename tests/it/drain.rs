@@ -1,0 +1,270 @@
+//! `cronlease drain` and `undrain`: a drained replica claims nothing and
+//! finishes its runs, the others take its ticks, and a rolling restart of
+//! three replicas under drain runs every tick exactly once. Real replica
+//! processes against a private redis-server, checked through the jobs'
+//! side effects, `status --json` and the cluster's actions stream.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Cluster, RedisServer, Run, cronlease, now_ms, probe_job, starts, wait_until};
+
+/// `cronlease ARGS… --config CONFIG`.
+fn op(args: &[&str], config: &Path) -> Run {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    all.push("--config".into());
+    all.push(config.into());
+    cronlease(all)
+}
+
+/// What `status --json` says of replica `id`.
+fn replica_status(config: &Path, id: &str) -> Value {
+    let run = op(&["status", "--json"], config).expect_code(0);
+    let report: Value = serde_json::from_str(run.stdout().trim())
+        .unwrap_or_else(|e| panic!("status --json is not JSON: {e}\n{}", run.describe()));
+    report["replicas"]
+        .as_array()
+        .and_then(|all| all.iter().find(|r| r["id"] == id))
+        .cloned()
+        .unwrap_or_else(|| panic!("no replica {id} in {report:#}"))
+}
+
+/// The probe file's `start` lines as (tick, replica, wall-clock ms).
+fn timed_starts(file: &Path) -> Vec<(i64, String, i64)> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|parts| parts.len() >= 5 && parts[0] == "start")
+        .map(|parts| {
+            (
+                parts[1].parse().unwrap(),
+                parts[3].to_string(),
+                parts[4].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The ticks with an `end` line.
+fn ended(file: &Path) -> BTreeSet<i64> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .filter(|parts| parts.len() >= 2 && parts[0] == "end")
+        .map(|parts| parts[1].parse().unwrap())
+        .collect()
+}
+
+/// Asserts every tick from the first to the last started exactly once.
+#[track_caller]
+fn every_tick_once(file: &Path, logs: &str) -> BTreeSet<i64> {
+    let side = starts(file);
+    let mut runs: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+    for (tick, _, replica) in &side {
+        runs.entry(*tick).or_default().push(replica);
+    }
+    let twice: Vec<_> = runs.iter().filter(|(_, r)| r.len() > 1).collect();
+    assert!(twice.is_empty(), "ticks run twice: {twice:?}\n{logs}");
+    let ticks: BTreeSet<i64> = runs.keys().copied().collect();
+    let (first, last) = (*ticks.first().unwrap(), *ticks.last().unwrap());
+    let missing: Vec<i64> = (0..=(last - first) / 1000)
+        .map(|i| first + i * 1000)
+        .filter(|tick| !ticks.contains(tick))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "ticks missed: {missing:?} (of {first}..={last})\n{side:?}\n{logs}"
+    );
+    ticks
+}
+
+/// SIGTERM to every replica still running; each must exit 0.
+fn stop_running(cluster: &mut Cluster) {
+    for replica in &mut cluster.replicas {
+        if replica.try_exit().is_none() {
+            replica.sigterm();
+        }
+    }
+    for replica in &mut cluster.replicas {
+        let status = replica.wait_exit(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "replica {} did not exit 0: {status:?}\n{}",
+            replica.name(),
+            replica.log()
+        );
+    }
+}
+
+#[test]
+fn a_rolling_restart_under_drain_misses_no_tick() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("every-second", "* * * * * *", &file, "sleep 0.3", "");
+    let mut index = BTreeMap::new();
+    for name in ["a", "b", "c"] {
+        index.insert(name, cluster.start(name, &jobs));
+    }
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(30), "3 ticks run", || {
+        (starts(&file).len() >= 3).then_some(())
+    });
+    let config = cluster.config_path("a");
+    for name in ["a", "b", "c"] {
+        let drained = op(&["drain", name, "--wait", "--timeout", "20s"], &config).expect_code(0);
+        assert!(
+            drained.stdout().contains(&format!("{name} is drained")),
+            "{}",
+            drained.describe()
+        );
+        let drained_at = now_ms();
+        let old = index[name];
+        cluster.replicas[old].sigterm();
+        let status = cluster.replicas[old].wait_exit(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        let new = cluster.start(name, &jobs);
+        index.insert(name, new);
+        cluster.replicas[new].wait_for_log("ready", Duration::from_secs(20));
+        // Started drained: the mark is in Redis.
+        wait_until(Duration::from_secs(10), "the restarted replica drained", || {
+            (replica_status(&config, name)["drain"] == "drained").then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let during: Vec<_> = timed_starts(&file)
+            .into_iter()
+            .filter(|(_, replica, at)| replica == name && *at > drained_at)
+            .collect();
+        assert!(
+            during.is_empty(),
+            "{name} started runs while drained: {during:?}\n{}",
+            cluster.logs()
+        );
+        op(&["undrain", name], &config).expect_code(0);
+        wait_until(Duration::from_secs(10), "the replica undrained", || {
+            replica_status(&config, name).get("drain").is_none().then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let end = now_ms() + 3000;
+    wait_until(Duration::from_secs(20), "ticks after the restarts", || {
+        starts(&file).iter().any(|s| s.0 > end).then_some(())
+    });
+    stop_running(&mut cluster);
+    let logs = cluster.logs();
+    let ticks = every_tick_once(&file, &logs);
+    assert!(ticks.len() >= 15, "{ticks:?}");
+    // Each restarted replica took ticks again once undrained.
+    let late: BTreeSet<String> = timed_starts(&file)
+        .into_iter()
+        .filter(|(tick, _, _)| *tick > end - 3000)
+        .map(|(_, replica, _)| replica)
+        .collect();
+    assert!(!late.is_empty(), "{logs}");
+    // Every drain and undrain is in the cluster's actions stream.
+    let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XRANGE")
+        .arg("cl:{cl:pause_all}:actions")
+        .arg("-")
+        .arg("+")
+        .query(&mut cluster.redis.client())
+        .expect("XRANGE");
+    let actions: Vec<(String, String)> = entries
+        .into_iter()
+        .map(|(_, fields)| {
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or_default()
+            };
+            (field("action"), field("detail"))
+        })
+        .collect();
+    let expected: Vec<(String, String)> = ["a", "b", "c"]
+        .iter()
+        .flat_map(|n| [("drain".to_string(), n.to_string()), ("undrain".to_string(), n.to_string())])
+        .collect();
+    assert_eq!(actions, expected);
+}
+
+#[test]
+fn a_drained_replica_claims_nothing_and_finishes_its_run() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job(
+        "slow",
+        "* * * * * *",
+        &file,
+        "sleep 2.5",
+        "overlap = \"allow\"",
+    );
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    let config = cluster.config_path("b");
+    // A run of `a` in flight (started, not ended).
+    let in_flight = wait_until(Duration::from_secs(30), "a run of a in flight", || {
+        let done = ended(&file);
+        timed_starts(&file)
+            .into_iter()
+            .find(|(tick, replica, _)| replica == "a" && !done.contains(tick))
+            .map(|(tick, _, _)| tick)
+    });
+    let run = op(&["drain", "a"], &config).expect_code(0);
+    assert!(run.stdout().contains("a drained by"), "{}", run.describe());
+    let state = replica_status(&config, "a");
+    assert_eq!(state["drain"], "draining", "{state:#}");
+    assert!(state["drained_by"]["by"].as_str().is_some_and(|by| !by.is_empty()), "{state:#}");
+    let text = op(&["status"], &config).expect_code(0).stdout();
+    assert!(text.contains("draining by"), "{text}");
+    let started = Instant::now();
+    let waited = op(&["drain", "a", "--wait", "--timeout", "20s"], &config).expect_code(0);
+    assert!(waited.stdout().contains("a is drained"), "{}", waited.describe());
+    // It waited for the run in flight, which ended.
+    assert!(ended(&file).contains(&in_flight), "{}", cluster.logs());
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let drained_at = now_ms();
+    assert_eq!(replica_status(&config, "a")["drain"], "drained");
+    let text = op(&["status"], &config).expect_code(0).stdout();
+    assert!(text.contains("drained by"), "{text}");
+    // Drained: a starts nothing (not even a manual run), b takes every
+    // tick.
+    op(&["trigger", "slow"], &config).expect_code(0);
+    std::thread::sleep(Duration::from_secs(4));
+    let by_a: Vec<_> = timed_starts(&file)
+        .into_iter()
+        .filter(|(_, replica, at)| replica == "a" && *at > drained_at)
+        .collect();
+    assert!(by_a.is_empty(), "a started runs while drained: {by_a:?}\n{}", cluster.logs());
+    assert!(
+        timed_starts(&file)
+            .iter()
+            .filter(|(_, replica, at)| replica == "b" && *at > drained_at)
+            .count()
+            >= 3,
+        "{}",
+        cluster.logs()
+    );
+    // Undrained: a claims again.
+    let run = op(&["undrain", "a"], &config).expect_code(0);
+    assert!(run.stdout().contains("a undrained by"), "{}", run.describe());
+    let undrained_at = now_ms();
+    wait_until(Duration::from_secs(20), "a run by a again", || {
+        timed_starts(&file)
+            .iter()
+            .any(|(_, replica, at)| replica == "a" && *at > undrained_at)
+            .then_some(())
+    });
+    assert!(replica_status(&config, "a").get("drain").is_none());
+    // Unknown replicas are refused, naming the known ones.
+    let refused = op(&["drain", "nobody"], &config).expect_code(2);
+    assert!(refused.stderr().contains("unknown replica \"nobody\""), "{}", refused.describe());
+    assert!(refused.stderr().contains("a, b"), "{}", refused.describe());
+    stop_running(&mut cluster);
+    every_tick_once(&file, &cluster.logs());
+}
