@@ -268,3 +268,100 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
     stop_running(&mut cluster);
     every_tick_once(&file, &cluster.logs());
 }
+
+#[test]
+fn the_dashboard_drains_and_undrains_a_replica_for_an_operator_only() {
+    use crate::dashboard::{TOKEN, TOKEN_ENV, dashboard_addr, eventually, goto, js};
+    use crate::support::Browser;
+    use fantoccini::Locator;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("every-second", "* * * * * *", &file, "true", "");
+    let daemon = format!(
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n"
+    );
+    cluster.start_with("a", &daemon, &jobs, None);
+    cluster.start_with("b", &daemon, &jobs, None);
+    cluster.wait_ready();
+    let config = cluster.config_path("a");
+    let base = format!("http://{}", dashboard_addr(&cluster.replicas[0]));
+    let state_of_b = r#"const row = document.querySelector('table.replicas tr[data-replica="b"]');
+        if (!row) return null;
+        return [row.querySelector('.badge.drain')?.textContent ?? '',
+                row.querySelector('button.drain') ? 'drain' : (row.querySelector('button.undrain') ? 'undrain' : '')];"#;
+    crate::support::runtime().block_on(async {
+        let browser = Browser::start().await;
+        // No session: no button, and a POST is refused.
+        goto(&browser, &format!("{base}/replicas")).await;
+        let buttons: usize = js(&browser, "return document.querySelectorAll('button.drain, button.undrain').length;").await;
+        assert_eq!(buttons, 0, "drain offered without logging in");
+        let forged = ureq_post(&format!("{base}/replicas/b/drain"), &[("csrf", "00ff")]);
+        assert_eq!(forged, 403);
+        assert!(replica_status(&config, "b").get("drain").is_none());
+
+        goto(&browser, &format!("{base}/login?next=/replicas")).await;
+        let name = browser.client.find(Locator::Id("name")).await.expect("#name");
+        name.send_keys("tester").await.expect("typing a name");
+        let token = browser.client.find(Locator::Id("token")).await.expect("#token");
+        token.send_keys(TOKEN).await.expect("typing the token");
+        browser.client.find(Locator::Id("login")).await.expect("#login").click().await.expect("log in");
+        eventually("the Drain button of b", async || {
+            let state: Option<(String, String)> = js(&browser, state_of_b).await;
+            state.filter(|(_, button)| button == "drain")
+        })
+        .await;
+        browser
+            .client
+            .find(Locator::Css(r#"tr[data-replica="b"] button.drain"#))
+            .await
+            .expect("b's Drain button")
+            .click()
+            .await
+            .expect("a click drains");
+        eventually("b shown drained, with an Undrain button", async || {
+            let state: Option<(String, String)> = js(&browser, state_of_b).await;
+            state.filter(|(badge, button)| badge == "drained" && button == "undrain")
+        })
+        .await;
+        let b = replica_status(&config, "b");
+        assert_eq!(b["drain"], "drained", "{b:#}");
+        assert!(
+            b["drained_by"]["by"].as_str().is_some_and(|by| by.contains("tester")),
+            "{b:#}"
+        );
+        browser
+            .client
+            .find(Locator::Css(r#"tr[data-replica="b"] button.undrain"#))
+            .await
+            .expect("b's Undrain button")
+            .click()
+            .await
+            .expect("a click undrains");
+        eventually("b shown in again", async || {
+            let state: Option<(String, String)> = js(&browser, state_of_b).await;
+            state.filter(|(badge, button)| badge.is_empty() && button == "drain")
+        })
+        .await;
+        assert!(replica_status(&config, "b").get("drain").is_none());
+    });
+    stop_running(&mut cluster);
+    every_tick_once(&file, &cluster.logs());
+}
+
+/// POSTs `form` to `url` without a session: the status code.
+fn ureq_post(url: &str, form: &[(&str, &str)]) -> u16 {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .proxy(None)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into();
+    agent
+        .post(url)
+        .send_form(form.iter().copied())
+        .unwrap_or_else(|e| panic!("POST {url} failed: {e}"))
+        .status()
+        .as_u16()
+}
