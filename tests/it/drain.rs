@@ -229,13 +229,34 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
     assert!(ended(&file).contains(&in_flight), "{}", cluster.logs());
     assert!(started.elapsed() < Duration::from_secs(20));
     let drained_at = now_ms();
+    let b_lines = cluster.replicas[1].log().lines().count();
     assert_eq!(replica_status(&config, "a")["drain"], "drained");
     let text = op(&["status"], &config).expect_code(0).stdout();
     assert!(text.contains("drained by"), "{text}");
     // Drained: a starts nothing (not even a manual run), b takes every
     // tick.
     op(&["trigger", "slow"], &config).expect_code(0);
-    std::thread::sleep(Duration::from_secs(4));
+    std::thread::sleep(Duration::from_secs(6));
+    // The drained replica left the ranking: b is the preferred replica of
+    // every tick and claims it at once, not after waiting for a's turn
+    // (`RANK_STEP`, 100 ms: about half the ticks would wait if a still
+    // ranked).
+    let lateness: Vec<i64> = cluster.replicas[1]
+        .log()
+        .lines()
+        .skip(b_lines)
+        .filter(|line| line.contains(" claimed ") && line.contains("trigger=\"schedule\""))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("lateness_ms=")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect();
+    let prompt = lateness.iter().filter(|ms| **ms < 100).count();
+    assert!(
+        lateness.len() >= 4 && prompt * 4 >= lateness.len() * 3,
+        "b waited for the drained replica's turn: claim lateness {lateness:?} ms\n{}",
+        cluster.logs()
+    );
     let by_a: Vec<_> = timed_starts(&file)
         .into_iter()
         .filter(|(_, replica, at)| replica == "a" && *at > drained_at)
