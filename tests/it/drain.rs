@@ -386,3 +386,63 @@ fn ureq_post(url: &str, form: &[(&str, &str)]) -> u16 {
         .status()
         .as_u16()
 }
+
+#[test]
+fn a_stopping_replica_leaves_the_ranking_while_its_run_finishes() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job(
+        "slow",
+        "* * * * * *",
+        &file,
+        "sleep 4",
+        "overlap = \"allow\"",
+    );
+    cluster.start("a", &jobs);
+    cluster.start("b", &jobs);
+    cluster.wait_ready();
+    let config = cluster.config_path("b");
+    let in_flight = wait_until(Duration::from_secs(30), "a run of a in flight", || {
+        let done = ended(&file);
+        timed_starts(&file)
+            .into_iter()
+            .find(|(tick, replica, _)| replica == "a" && !done.contains(tick))
+            .map(|(tick, _, _)| tick)
+    });
+    let b_lines = cluster.replicas[1].log().lines().count();
+    // SIGTERM, as systemd's stop: a claims nothing more, says so in its
+    // heartbeat, and finishes its run.
+    cluster.replicas[0].sigterm();
+    let stopped_at = now_ms();
+    wait_until(Duration::from_secs(5), "a shown draining", || {
+        (replica_status(&config, "a")["drain"] == "draining").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = cluster.replicas[0].wait_exit(Duration::from_secs(30));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    assert!(ended(&file).contains(&in_flight), "{}", cluster.logs());
+    let by_a: Vec<_> = timed_starts(&file)
+        .into_iter()
+        .filter(|(_, replica, at)| replica == "a" && *at > stopped_at)
+        .collect();
+    assert!(by_a.is_empty(), "a started runs while stopping: {by_a:?}");
+    // b took a's ticks at once, not after a's turn.
+    let lateness: Vec<i64> = cluster.replicas[1]
+        .log()
+        .lines()
+        .skip(b_lines)
+        .filter(|line| line.contains(" claimed ") && line.contains("trigger=\"schedule\""))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("lateness_ms=")?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .collect();
+    let prompt = lateness.iter().filter(|ms| **ms < 100).count();
+    assert!(
+        lateness.len() >= 3 && prompt * 4 >= lateness.len() * 3,
+        "b waited for the stopping replica's turn: claim lateness {lateness:?} ms\n{}",
+        cluster.logs()
+    );
+    stop_running(&mut cluster);
+    every_tick_once(&file, &cluster.logs());
+}
