@@ -23,7 +23,6 @@ use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
-pub use drain::{DrainArgs, UndrainArgs};
 pub use pause::{PauseArgs, ResumeArgs};
 
 mod backfill;
@@ -98,17 +97,11 @@ pub enum Command {
     /// Resume a paused job from its next tick, or end the cluster's pause
     /// (--all; jobs paused on their own stay paused).
     Resume(ResumeArgs),
-    /// Take a replica out of the rendezvous (for a deploy): it claims
-    /// nothing, the other replicas take its ticks at once, its runs in
-    /// flight go on.
-    ///
-    /// The drain is kept in Redis: the replica stays drained across its
-    /// restarts until `cronlease undrain`. --wait returns once its
-    /// heartbeat says drained (no run in flight), and exits 1 if it still
-    /// has runs after --timeout.
-    Drain(DrainArgs),
+    /// Take a replica out of the rendezvous for a deploy: it claims nothing
+    /// and its runs go on, across its restarts, until `undrain`.
+    Drain(drain::DrainArgs),
     /// Put a drained replica back in the rendezvous: it claims again.
-    Undrain(UndrainArgs),
+    Undrain(drain::UndrainArgs),
     /// Clear what no replica writes from a job's state in Redis (a
     /// high-water mark later than any claim could set, a fence past 2^53,
     /// quarantined runs in flight) once `status` shows it needs repair.

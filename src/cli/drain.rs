@@ -39,7 +39,9 @@ pub(super) fn drain(args: &DrainArgs) -> Exit {
         let replica = &args.replica;
         let done = operator::drain(&target.store, replica, &who).await?;
         let said = if done.changed {
-            format!("{replica} drained by {who}: it claims nothing until `cronlease undrain {replica}`; its runs in flight go on\n")
+            format!(
+                "{replica} drained by {who}: it claims nothing until `cronlease undrain {replica}`; its runs in flight go on\n"
+            )
         } else {
             format!("{replica} was drained already (recorded again by {who})\n")
         };

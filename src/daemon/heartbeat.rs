@@ -6,9 +6,9 @@
 use super::ctx::Ctx;
 use super::notices::{event_streams, replica_notices};
 use super::runs::{start_reruns, sweep};
+use super::state::{Drain, OperatorMark};
 use super::table::JobTable;
 use crate::clock::local_now_us;
-use super::state::{Drain, OperatorMark};
 use crate::membership::{DrainState, Heartbeat};
 use crate::store::REPLICA_FORGET_AFTER;
 use crate::store::ServerTime;
@@ -242,10 +242,17 @@ pub(super) async fn read_cluster_pause(ctx: &Ctx) {
     }
 }
 
-/// Reads this replica's drain mark before its first claim: a replica an
-/// operator drained stays drained across its restarts. Redis not
-/// answering leaves it in; its first heartbeat reads the mark again.
-pub(super) async fn read_drain(ctx: &Ctx) {
+/// Reads the cluster's pause and this replica's drain mark, before its
+/// first claim.
+pub(super) async fn read_holds(ctx: &Ctx) {
+    read_cluster_pause(ctx).await;
+    read_drain(ctx).await;
+}
+
+/// Reads this replica's drain mark: a replica an operator drained stays
+/// drained across its restarts. Redis not answering leaves it in; its
+/// first heartbeat reads the mark again.
+async fn read_drain(ctx: &Ctx) {
     match ctx.store.drained().await {
         Ok(drained) if drained.contains_key(&ctx.identity.replica) => {
             ctx.drain.follow(OperatorMark::Drained);
@@ -322,12 +329,7 @@ async fn tell_dead(
 /// Follows this replica's drain mark (`drained`: the replicas an operator
 /// drained), and tells the others at once when the drain state its record
 /// says changed, so that they rank without it (or with it) from then on.
-async fn tend_drain(
-    ctx: &Ctx,
-    beats: &mut Beats,
-    written: Option<DrainState>,
-    drained: &[String],
-) {
+async fn tend_drain(ctx: &Ctx, beats: &mut Beats, written: Option<DrainState>, drained: &[String]) {
     let mark = if drained.contains(&ctx.identity.replica) {
         OperatorMark::Drained
     } else {

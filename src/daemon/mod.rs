@@ -217,10 +217,8 @@ pub async fn run(
     ));
     ctx.check_runner(&jobs)?;
     measure_clock(&ctx).await;
-    // Before the first claim: started during a cluster pause, it claims nothing.
-    heartbeat::read_cluster_pause(&ctx).await;
-    // And drained by an operator, it claims nothing until undrained.
-    heartbeat::read_drain(&ctx).await;
+    // Before the first claim: a cluster pause or a drain holds it.
+    heartbeat::read_holds(&ctx).await;
 
     let background = TaskTracker::new();
     let health = Arc::new(telemetry::Health::new(

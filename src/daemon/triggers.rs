@@ -38,11 +38,8 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
             return;
         }
         // A drained replica reads no request (the others do).
-        if ctx.drain.is_out() {
-            if !ctx.drain.wait_in(&cancel).await {
-                return;
-            }
-            continue;
+        if ctx.drain.is_out() && !ctx.drain.wait_in(&cancel).await {
+            return;
         }
         let Some(active) = reader.as_mut() else {
             let connected = async {
@@ -101,14 +98,18 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 return;
             }
             if ctx.drain.is_out() {
-                // Drained while reading it: handed back to the others.
-                if let Err(e) = ctx.store.requeue_trigger(&request).await {
-                    debug!(error = %e, "cannot hand a trigger back; it is taken over later");
-                }
+                hand_back(&ctx, &request).await;
                 continue;
             }
             handle_trigger(&ctx, request).await;
         }
+    }
+}
+
+/// A request read as the replica was drained: handed back to the others.
+async fn hand_back(ctx: &Ctx, request: &TriggerRequest) {
+    if let Err(e) = ctx.store.requeue_trigger(request).await {
+        debug!(error = %e, "cannot hand a trigger back; it is taken over later");
     }
 }
 

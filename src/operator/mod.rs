@@ -26,8 +26,8 @@ mod history;
 mod pause;
 mod render;
 
-pub use drain::{DrainDone, DrainWait, drain, undrain, wait_drained};
 pub use backfill::{BackfillRefusal, BackfillReport, BackfillRequest, backfill, follow_backfill};
+pub use drain::{DrainDone, DrainWait, drain, undrain, wait_drained};
 #[cfg(feature = "dashboard")]
 pub(crate) use explain::span;
 pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};

@@ -97,7 +97,8 @@ impl Store {
             .arg(who)
             .arg("detail")
             .arg(replica);
-        self.write_everywhere("drain (recording it)", record).await?;
+        self.write_everywhere("drain (recording it)", record)
+            .await?;
         self.announce_drain(replica).await?;
         let changed = before != (change == DrainChange::Drain);
         Ok((at_ms, changed))

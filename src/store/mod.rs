@@ -41,12 +41,12 @@ use reply::{Reply, as_int, as_string, protocol};
 pub use audit::Action;
 pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
 pub use events::{
     ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
 };
-pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
 /// How far ahead of Redis time a claim may set a job's high-water mark

@@ -131,9 +131,11 @@ fn a_rolling_restart_under_drain_misses_no_tick() {
         index.insert(name, new);
         cluster.replicas[new].wait_for_log("ready", Duration::from_secs(20));
         // Started drained: the mark is in Redis.
-        wait_until(Duration::from_secs(10), "the restarted replica drained", || {
-            (replica_status(&config, name)["drain"] == "drained").then_some(())
-        });
+        wait_until(
+            Duration::from_secs(10),
+            "the restarted replica drained",
+            || (replica_status(&config, name)["drain"] == "drained").then_some(()),
+        );
         std::thread::sleep(Duration::from_millis(1500));
         let during: Vec<_> = timed_starts(&file)
             .into_iter()
@@ -146,7 +148,10 @@ fn a_rolling_restart_under_drain_misses_no_tick() {
         );
         op(&["undrain", name], &config).expect_code(0);
         wait_until(Duration::from_secs(10), "the replica undrained", || {
-            replica_status(&config, name).get("drain").is_none().then_some(())
+            replica_status(&config, name)
+                .get("drain")
+                .is_none()
+                .then_some(())
         });
         std::thread::sleep(Duration::from_secs(1));
     }
@@ -187,7 +192,12 @@ fn a_rolling_restart_under_drain_misses_no_tick() {
         .collect();
     let expected: Vec<(String, String)> = ["a", "b", "c"]
         .iter()
-        .flat_map(|n| [("drain".to_string(), n.to_string()), ("undrain".to_string(), n.to_string())])
+        .flat_map(|n| {
+            [
+                ("drain".to_string(), n.to_string()),
+                ("undrain".to_string(), n.to_string()),
+            ]
+        })
         .collect();
     assert_eq!(actions, expected);
 }
@@ -219,12 +229,21 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
     assert!(run.stdout().contains("a drained by"), "{}", run.describe());
     let state = replica_status(&config, "a");
     assert_eq!(state["drain"], "draining", "{state:#}");
-    assert!(state["drained_by"]["by"].as_str().is_some_and(|by| !by.is_empty()), "{state:#}");
+    assert!(
+        state["drained_by"]["by"]
+            .as_str()
+            .is_some_and(|by| !by.is_empty()),
+        "{state:#}"
+    );
     let text = op(&["status"], &config).expect_code(0).stdout();
     assert!(text.contains("draining by"), "{text}");
     let started = Instant::now();
     let waited = op(&["drain", "a", "--wait", "--timeout", "20s"], &config).expect_code(0);
-    assert!(waited.stdout().contains("a is drained"), "{}", waited.describe());
+    assert!(
+        waited.stdout().contains("a is drained"),
+        "{}",
+        waited.describe()
+    );
     // It waited for the run in flight, which ended.
     assert!(ended(&file).contains(&in_flight), "{}", cluster.logs());
     assert!(started.elapsed() < Duration::from_secs(20));
@@ -261,7 +280,11 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
         .into_iter()
         .filter(|(_, replica, at)| replica == "a" && *at > drained_at)
         .collect();
-    assert!(by_a.is_empty(), "a started runs while drained: {by_a:?}\n{}", cluster.logs());
+    assert!(
+        by_a.is_empty(),
+        "a started runs while drained: {by_a:?}\n{}",
+        cluster.logs()
+    );
     assert!(
         timed_starts(&file)
             .iter()
@@ -273,7 +296,11 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
     );
     // Undrained: a claims again.
     let run = op(&["undrain", "a"], &config).expect_code(0);
-    assert!(run.stdout().contains("a undrained by"), "{}", run.describe());
+    assert!(
+        run.stdout().contains("a undrained by"),
+        "{}",
+        run.describe()
+    );
     let undrained_at = now_ms();
     wait_until(Duration::from_secs(20), "a run by a again", || {
         timed_starts(&file)
@@ -284,7 +311,11 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
     assert!(replica_status(&config, "a").get("drain").is_none());
     // Unknown replicas are refused, naming the known ones.
     let refused = op(&["drain", "nobody"], &config).expect_code(2);
-    assert!(refused.stderr().contains("unknown replica \"nobody\""), "{}", refused.describe());
+    assert!(
+        refused.stderr().contains("unknown replica \"nobody\""),
+        "{}",
+        refused.describe()
+    );
     assert!(refused.stderr().contains("a, b"), "{}", refused.describe());
     stop_running(&mut cluster);
     every_tick_once(&file, &cluster.logs());
@@ -316,18 +347,37 @@ fn the_dashboard_drains_and_undrains_a_replica_for_an_operator_only() {
         let browser = Browser::start().await;
         // No session: no button, and a POST is refused.
         goto(&browser, &format!("{base}/replicas")).await;
-        let buttons: usize = js(&browser, "return document.querySelectorAll('button.drain, button.undrain').length;").await;
+        let buttons: usize = js(
+            &browser,
+            "return document.querySelectorAll('button.drain, button.undrain').length;",
+        )
+        .await;
         assert_eq!(buttons, 0, "drain offered without logging in");
         let forged = ureq_post(&format!("{base}/replicas/b/drain"), &[("csrf", "00ff")]);
         assert_eq!(forged, 403);
         assert!(replica_status(&config, "b").get("drain").is_none());
 
         goto(&browser, &format!("{base}/login?next=/replicas")).await;
-        let name = browser.client.find(Locator::Id("name")).await.expect("#name");
+        let name = browser
+            .client
+            .find(Locator::Id("name"))
+            .await
+            .expect("#name");
         name.send_keys("tester").await.expect("typing a name");
-        let token = browser.client.find(Locator::Id("token")).await.expect("#token");
+        let token = browser
+            .client
+            .find(Locator::Id("token"))
+            .await
+            .expect("#token");
         token.send_keys(TOKEN).await.expect("typing the token");
-        browser.client.find(Locator::Id("login")).await.expect("#login").click().await.expect("log in");
+        browser
+            .client
+            .find(Locator::Id("login"))
+            .await
+            .expect("#login")
+            .click()
+            .await
+            .expect("log in");
         eventually("the Drain button of b", async || {
             let state: Option<(String, String)> = js(&browser, state_of_b).await;
             state.filter(|(_, button)| button == "drain")
@@ -349,7 +399,9 @@ fn the_dashboard_drains_and_undrains_a_replica_for_an_operator_only() {
         let b = replica_status(&config, "b");
         assert_eq!(b["drain"], "drained", "{b:#}");
         assert!(
-            b["drained_by"]["by"].as_str().is_some_and(|by| by.contains("tester")),
+            b["drained_by"]["by"]
+                .as_str()
+                .is_some_and(|by| by.contains("tester")),
             "{b:#}"
         );
         browser
