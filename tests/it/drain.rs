@@ -163,7 +163,7 @@ fn a_rolling_restart_under_drain_misses_no_tick() {
     let logs = cluster.logs();
     let ticks = every_tick_once(&file, &logs);
     assert!(ticks.len() >= 15, "{ticks:?}");
-    // Each restarted replica took ticks again once undrained.
+    // The ticks after the restarts ran too.
     let late: BTreeSet<String> = timed_starts(&file)
         .into_iter()
         .filter(|(tick, _, _)| *tick > end - 3000)
@@ -200,6 +200,40 @@ fn a_rolling_restart_under_drain_misses_no_tick() {
         })
         .collect();
     assert_eq!(actions, expected);
+}
+
+#[test]
+fn a_rolling_restart_by_sigterm_alone_misses_no_tick() {
+    // What `systemctl restart` does on one host after another: the stop
+    // leaves the rendezvous by itself, and the new process starts in.
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job("every-second", "* * * * * *", &file, "sleep 0.3", "");
+    let mut index = BTreeMap::new();
+    for name in ["a", "b", "c"] {
+        index.insert(name, cluster.start(name, &jobs));
+    }
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(30), "3 ticks run", || {
+        (starts(&file).len() >= 3).then_some(())
+    });
+    for name in ["a", "b", "c"] {
+        let old = index[name];
+        cluster.replicas[old].sigterm();
+        let status = cluster.replicas[old].wait_exit(Duration::from_secs(30));
+        assert!(status.is_some_and(|s| s.success()), "{status:?}");
+        let new = cluster.start(name, &jobs);
+        index.insert(name, new);
+        cluster.replicas[new].wait_for_log("ready", Duration::from_secs(20));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let end = now_ms() + 2000;
+    wait_until(Duration::from_secs(20), "ticks after the restarts", || {
+        starts(&file).iter().any(|s| s.0 > end).then_some(())
+    });
+    stop_running(&mut cluster);
+    let ticks = every_tick_once(&file, &cluster.logs());
+    assert!(ticks.len() >= 10, "{ticks:?}");
 }
 
 #[test]
