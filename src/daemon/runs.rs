@@ -134,6 +134,10 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         if let Some(rerun) = deliver(&side, &job, &outcome).await {
             start_reruns(&side, &job, vec![rerun]);
         }
+        if side.drain.is_out() {
+            // Drained: its record says so once its last run is done.
+            side.heartbeat_now.notify_one();
+        }
     })
 }
 
