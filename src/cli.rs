@@ -27,6 +27,7 @@ pub use pause::{PauseArgs, ResumeArgs};
 
 mod backfill;
 mod check;
+mod drain;
 mod generate;
 mod kill;
 mod notify;
@@ -102,6 +103,11 @@ pub enum Command {
     /// Resume a paused job from its next tick, or end the cluster's pause
     /// (--all; jobs paused on their own stay paused).
     Resume(ResumeArgs),
+    /// Take a replica out of the rendezvous for a deploy: it claims nothing
+    /// and its runs go on, across its restarts, until `undrain`.
+    Drain(drain::DrainArgs),
+    /// Put a drained replica back in the rendezvous: it claims again.
+    Undrain(drain::UndrainArgs),
     /// Clear what no replica writes from a job's state in Redis (a
     /// high-water mark later than any claim could set, a fence past 2^53,
     /// quarantined runs in flight) once `status` shows it needs repair.
@@ -414,6 +420,8 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Backfill(args) => backfill::backfill(&args),
         Command::Pause(args) => pause::pause(&args),
         Command::Resume(args) => pause::resume(&args),
+        Command::Drain(args) => drain::drain(&args),
+        Command::Undrain(args) => drain::undrain(&args),
         Command::Repair(args) => repair(&args),
         Command::Kill(args) => kill::kill(&args),
         Command::Lock(args) => lock(args),
@@ -448,6 +456,7 @@ impl From<OperatorError> for Failure {
             OperatorError::UnknownJob(_)
             | OperatorError::Params { .. }
             | OperatorError::BadPause(_)
+            | OperatorError::BadReplica(_)
             | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_)

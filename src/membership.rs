@@ -56,6 +56,36 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// --all` waits until every live replica names the new one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_pause: Option<String>,
+    /// Whether the replica is out of the rendezvous (`cronlease drain`, or
+    /// its shutdown): it claims nothing and the others rank without it.
+    /// Absent: it claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainState>,
+}
+
+/// A replica out of the rendezvous, as its heartbeat tells it.
+///
+/// ```
+/// use cronlease::membership::DrainState;
+/// assert_eq!(serde_json::to_string(&DrainState::Drained).unwrap(), "\"drained\"");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DrainState {
+    /// It claims nothing, and still has runs in flight.
+    Draining,
+    /// It claims nothing and has no run in flight.
+    Drained,
+}
+
+impl DrainState {
+    /// How `status` and the dashboard name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainState::Draining => "draining",
+            DrainState::Drained => "drained",
+        }
+    }
 }
 
 /// A run in flight, as a heartbeat reports it.
@@ -160,6 +190,7 @@ mod tests {
             }],
             containment: Some("cgroup".into()),
             cluster_pause: Some("p1".into()),
+            drain: Some(DrainState::Draining),
         };
         let json = record.to_json();
         let full = Heartbeat::parse(&json).expect("a record");
@@ -177,6 +208,7 @@ mod tests {
             runs,
             containment,
             cluster_pause,
+            drain,
         } = light;
         assert_eq!(
             Heartbeat {
@@ -191,6 +223,7 @@ mod tests {
                 runs,
                 containment,
                 cluster_pause,
+                drain,
             },
             record
         );
@@ -210,6 +243,7 @@ mod tests {
             runs: Vec::new(),
             containment: None,
             cluster_pause: None,
+            drain: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

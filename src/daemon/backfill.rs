@@ -153,7 +153,8 @@ async fn take(
     cancel: &CancellationToken,
 ) -> Result<(), StoreError> {
     let notices = job_notices(ctx.store.keys(), job);
-    while !cancel.is_cancelled() {
+    // A drained replica takes no tick (the others do).
+    while !cancel.is_cancelled() && !ctx.drain.is_out() {
         let run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
         let claimant = ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices);

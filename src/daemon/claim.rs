@@ -50,6 +50,9 @@ pub(super) enum ClaimEnd {
     Lapsed,
     /// Another replica has it.
     Taken,
+    /// Not asked: this replica is drained (`cronlease drain`, shutdown),
+    /// the others claim.
+    Drained,
     /// Redis holds a state for the job that cronlease did not write: not
     /// claimed, and logged; the next tick asks again.
     Refused,
@@ -143,6 +146,11 @@ pub(super) async fn claim(
         // so no run starts from it.
         if cancel.is_cancelled() {
             return ClaimEnd::Cancelled;
+        }
+        // A drained replica asks nothing; an attempt that may have been
+        // sent is asked again, since only an answer tells whether it won.
+        if attempt == Attempt::First && side.drain.is_out() {
+            return ClaimEnd::Drained;
         }
         let marks = side.marks.get(&job.name);
         let request = ClaimRequest {

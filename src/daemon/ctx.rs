@@ -15,7 +15,7 @@ use uuid::Uuid;
 use super::error::DaemonError;
 use super::latency::ClaimLatency;
 use super::meters::Meters;
-use super::state::{LiveReplicas, MarkBook};
+use super::state::{DrainSwitch, LiveReplicas, MarkBook};
 use super::step::Step;
 use super::table::JobTable;
 use super::timer;
@@ -93,6 +93,8 @@ pub(super) struct Ctx {
     pub(super) meters: Meters,
     pub(super) claims: Claims,
     pub(super) runs: Runs,
+    /// Whether this replica claims (`cronlease drain`, shutdown).
+    pub(super) drain: DrainSwitch,
     /// Every job's next wake-up (see `timer`).
     pub(super) timer: timer::Timer<Step>,
 }
@@ -248,6 +250,7 @@ pub(super) struct ClaimSide<'a> {
     pub(super) identity: &'a Identity,
     pub(super) config: &'a Config,
     pub(super) redis: &'a RedisHealth,
+    pub(super) drain: &'a DrainSwitch,
 }
 
 impl<'a> ClaimSide<'a> {
@@ -282,6 +285,7 @@ pub(super) struct RunSide<'a> {
     pub(super) redis: &'a RedisHealth,
     pub(super) heartbeat_now: &'a Notify,
     pub(super) claiming: &'a CancellationToken,
+    pub(super) drain: &'a DrainSwitch,
     /// What [`RunSide::handle`] keeps: private, so that the run side
     /// cannot reach the rest through it.
     ctx: &'a Arc<Ctx>,
@@ -407,6 +411,7 @@ impl Ctx {
             claiming,
             redis: RedisHealth::new(),
             heartbeat_now: Notify::new(),
+            drain: DrainSwitch::new(),
             timer: timer::Timer::default(),
         }
     }
@@ -422,6 +427,7 @@ impl Ctx {
             identity: &self.identity,
             config: &self.config,
             redis: &self.redis,
+            drain: &self.drain,
         }
     }
 
@@ -438,6 +444,7 @@ impl Ctx {
             redis: &self.redis,
             heartbeat_now: &self.heartbeat_now,
             claiming: &self.claiming,
+            drain: &self.drain,
             ctx: self,
         }
     }

@@ -124,7 +124,11 @@ async fn read_inbox(
         }
         let full = entries.len() + forged.len() == BATCH;
         for entry in &entries {
-            if cancel.is_cancelled() || !follow(ctx, job, upstream, entry).await? {
+            // A drained replica leaves the entries to the others.
+            if cancel.is_cancelled()
+                || ctx.drain.is_out()
+                || !follow(ctx, job, upstream, entry).await?
+            {
                 return Ok(());
             }
         }

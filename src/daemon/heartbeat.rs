@@ -6,9 +6,10 @@
 use super::ctx::Ctx;
 use super::notices::{event_streams, replica_notices};
 use super::runs::{start_reruns, sweep};
+use super::state::{Drain, OperatorMark};
 use super::table::JobTable;
 use crate::clock::local_now_us;
-use crate::membership::Heartbeat;
+use crate::membership::{DrainState, Heartbeat};
 use crate::store::REPLICA_FORGET_AFTER;
 use crate::store::ServerTime;
 use std::collections::BTreeMap;
@@ -45,6 +46,9 @@ struct Beats {
     /// Silences of other replicas (replica, its last `last_seen_ms`) told
     /// as `replica_dead`, or found told: not asked again.
     told_dead: std::collections::HashSet<(String, i64)>,
+    /// The drain state the last record written told (see
+    /// [`own_record`]): a change is announced to the others at once.
+    drain_told: Option<DrainState>,
 }
 
 /// This replica's job hashes in Redis.
@@ -81,6 +85,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
         unreadable: std::collections::HashSet::new(),
         hashes: Hashes::Unknown,
         told_dead: std::collections::HashSet::new(),
+        drain_told: None,
     };
     loop {
         tokio::select! {
@@ -99,7 +104,7 @@ pub(super) async fn heartbeat_loop(ctx: Arc<Ctx>, cancel: CancellationToken) {
 
 /// One heartbeat: send ours, read everyone's, act on what they say.
 async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
-    let record = own_record(ctx).await;
+    let (record, drain) = own_record(ctx).await;
     let table = ctx.jobs.borrow().clone();
     let jobs = match &beats.hashes {
         Hashes::Stored(stored) if Arc::ptr_eq(stored, &table) => None,
@@ -156,10 +161,14 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
         .map_or_else(|| ctx.clock.now_ms(), |us| us.div_euclid(1000));
     ctx.redis.answered();
     note_epochs(ctx, beats, &reply.epochs);
+    tend_drain(ctx, beats, drain, &reply.drained).await;
     let others = read_others(ctx, beats, &reply.replicas);
+    // Drained replicas claim nothing: the others rank without them, so no
+    // tick waits for a drained replica's turn.
     let mut live: Vec<String> = others
         .iter()
-        .filter(|(_, record)| record.is_alive(server_ms))
+        .filter(|(_, record)| record.is_alive(server_ms) && record.drain.is_none())
+        .filter(|(id, _)| !reply.drained.iter().any(|drained| drained == id))
         .map(|(id, _)| id.to_string())
         .collect();
     if !live.contains(&ctx.identity.replica) {
@@ -233,6 +242,27 @@ pub(super) async fn read_cluster_pause(ctx: &Ctx) {
     }
 }
 
+/// Reads the cluster's pause and this replica's drain mark, before its
+/// first claim.
+pub(super) async fn read_holds(ctx: &Ctx) {
+    read_cluster_pause(ctx).await;
+    read_drain(ctx).await;
+}
+
+/// Reads this replica's drain mark: a replica an operator drained stays
+/// drained across its restarts. Redis not answering leaves it in; its
+/// first heartbeat reads the mark again.
+async fn read_drain(ctx: &Ctx) {
+    match ctx.store.drained().await {
+        Ok(drained) if drained.contains_key(&ctx.identity.replica) => {
+            ctx.drain.follow(OperatorMark::Drained);
+            info!("drained by an operator (cronlease undrain puts it back): claiming nothing");
+        }
+        Ok(_) => {}
+        Err(e) => debug!(error = %e, "cannot read this replica's drain mark yet"),
+    }
+}
+
 /// Removes a forgotten replica from the consumer groups of the events
 /// streams this replica knows (where it holds no entry).
 async fn forget_event_consumer(ctx: &Ctx, replica: &str) {
@@ -296,10 +326,42 @@ async fn tell_dead(
         .retain(|(replica, _)| others.iter().any(|(id, _)| id == replica));
 }
 
+/// Follows this replica's drain mark (`drained`: the replicas an operator
+/// drained), and tells the others at once when the drain state its record
+/// says changed, so that they rank without it (or with it) from then on.
+async fn tend_drain(ctx: &Ctx, beats: &mut Beats, written: Option<DrainState>, drained: &[String]) {
+    let mark = if drained.contains(&ctx.identity.replica) {
+        OperatorMark::Drained
+    } else {
+        OperatorMark::Undrained
+    };
+    if ctx.drain.follow(mark) {
+        match mark {
+            OperatorMark::Drained => {
+                info!("drained by an operator: claiming nothing; runs in flight go on")
+            }
+            OperatorMark::Undrained => info!("undrained by an operator: claiming again"),
+        }
+        // The record says so at once.
+        ctx.heartbeat_now.notify_one();
+    }
+    if written != beats.drain_told {
+        match ctx.store.announce_drain(&ctx.identity.replica).await {
+            Ok(()) => beats.drain_told = written,
+            Err(e) => debug!(error = %e, "cannot announce this replica's drain state yet"),
+        }
+    }
+}
+
 /// This replica's heartbeat record, as JSON (its job hashes apart: see
-/// [`job_hashes`]).
-async fn own_record(ctx: &Ctx) -> String {
+/// [`job_hashes`]), and the drain state it tells.
+async fn own_record(ctx: &Ctx) -> (String, Option<DrainState>) {
     let runs = ctx.runs.watchdog.list();
+    let drain = match (ctx.drain.get(), runs.is_empty()) {
+        (Drain::Active, _) => None,
+        (Drain::ByOperator | Drain::Stopping, true) => Some(DrainState::Drained),
+        (Drain::ByOperator | Drain::Stopping, false) => Some(DrainState::Draining),
+    };
     let record = Heartbeat {
         host: ctx.identity.host.clone(),
         pid: u64::from(ctx.identity.pid),
@@ -312,8 +374,9 @@ async fn own_record(ctx: &Ctx) -> String {
         runs,
         containment: ctx.containment_name().map(str::to_string),
         cluster_pause: ctx.claims.cluster_pause().map(|p| p.id),
+        drain,
     };
-    record.to_json()
+    (record.to_json(), drain)
 }
 
 /// The definition hash of each job of `table`, as JSON (job → hash), for
@@ -397,6 +460,11 @@ async fn tend_silent(
                 debug!(%replica, error = %e, "cannot forget a long-silent replica yet")
             }
         }
+        return;
+    }
+    // A drained replica's sweep would record them without a rerun: the
+    // others sweep.
+    if ctx.drain.is_out() {
         return;
     }
     let dead_after = record.dead_after_ms();

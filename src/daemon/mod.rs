@@ -219,8 +219,8 @@ pub async fn run(
     ));
     ctx.check_runner(&jobs)?;
     measure_clock(&ctx).await;
-    // Before the first claim: started during a cluster pause, it claims nothing.
-    heartbeat::read_cluster_pause(&ctx).await;
+    // Before the first claim: a cluster pause or a drain holds it.
+    heartbeat::read_holds(&ctx).await;
 
     let background = TaskTracker::new();
     let health = Arc::new(telemetry::Health::new(
@@ -262,6 +262,11 @@ async fn stop(
 ) {
     systemd::notify(&[Notice::Stopping]);
     info!("shutting down: no more claims; waiting for runs in flight");
+    // Out of the rendezvous at once: the record written now says so and
+    // the others, told, rank without this replica, so no tick waits for
+    // its turn while its runs finish.
+    ctx.drain.stop();
+    ctx.heartbeat_now.notify_one();
     drain(ctx, &scheduler.tracker, background, service).await;
     if let Err(e) = ctx.store.remove_replica(&ctx.identity.replica).await {
         warn!(error = %e, "cannot remove this replica's heartbeat");

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error};
 
-use crate::store::{MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
+use crate::store::{DRAIN_NOTICE, MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
 
 /// The place of `replica` (this one) in the rendezvous order of `job`'s
 /// `tick` among the `live` replicas: 0 claims at once, the others wait
@@ -103,8 +103,9 @@ pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
             let jobs = ctx.jobs.borrow().clone();
             let latest = ctx.clock.now_ms() + MAX_CLAIM_AHEAD_MS + CLOCK_SLACK_MS;
             for line in payload.lines() {
-                if line.starts_with(PAUSE_ALL_NOTICE) {
-                    // The cluster's pause changed: the heartbeat reads it.
+                if line.starts_with(PAUSE_ALL_NOTICE) || line.starts_with(DRAIN_NOTICE) {
+                    // The cluster's pause or a replica's drain changed:
+                    // the heartbeat reads it.
                     ctx.heartbeat_now.notify_one();
                     continue;
                 }

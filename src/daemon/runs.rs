@@ -134,6 +134,10 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         if let Some(rerun) = deliver(&side, &job, &outcome).await {
             start_reruns(&side, &job, vec![rerun]);
         }
+        if side.drain.is_out() {
+            // Drained: its record says so once its last run is done.
+            side.heartbeat_now.notify_one();
+        }
     })
 }
 
@@ -392,9 +396,12 @@ pub(super) fn start_reruns(side: &RunSide<'_>, job: &Arc<Job>, reruns: Vec<RunSt
 }
 
 /// Whether a finish or a sweep may claim a rerun of `job` for us: the job
-/// wants abandoned runs rerun, and no shutdown has begun.
+/// wants abandoned runs rerun, no shutdown has begun and the replica is
+/// not drained.
 fn reruns_wanted(side: &RunSide<'_>, job: &Job) -> bool {
-    job.on_holder_lost == OnHolderLost::Rerun && !side.claiming.is_cancelled()
+    job.on_holder_lost == OnHolderLost::Rerun
+        && !side.claiming.is_cancelled()
+        && !side.drain.is_out()
 }
 
 /// Records abandoned runs of `job`; returns the reruns claimed for us, if

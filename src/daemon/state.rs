@@ -223,6 +223,80 @@ impl LiveReplicas {
     }
 }
 
+/// Whether this replica claims: out of the rendezvous when an operator
+/// drained it (`cronlease drain`, read at each heartbeat) or once its
+/// shutdown began. Out, it starts no run: no tick, catch-up, manual run,
+/// follower, backfill or rerun; its runs in flight go on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Drain {
+    /// In the rendezvous: it claims.
+    Active,
+    /// Drained by an operator until undrained.
+    ByOperator,
+    /// Shutting down: out for good (the next process starts in).
+    Stopping,
+}
+
+/// The replica's [`Drain`], watched by the loops that wait to be back in.
+pub(super) struct DrainSwitch {
+    state: tokio::sync::watch::Sender<Drain>,
+}
+
+/// What the heartbeat read of this replica's operator mark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum OperatorMark {
+    Drained,
+    Undrained,
+}
+
+impl DrainSwitch {
+    pub(super) fn new() -> DrainSwitch {
+        DrainSwitch {
+            state: tokio::sync::watch::Sender::new(Drain::Active),
+        }
+    }
+
+    /// The state now.
+    pub(super) fn get(&self) -> Drain {
+        *self.state.borrow()
+    }
+
+    /// Whether the replica claims nothing.
+    pub(super) fn is_out(&self) -> bool {
+        self.get() != Drain::Active
+    }
+
+    /// Follows the operator's mark (a shutdown stays one); whether the
+    /// state changed.
+    pub(super) fn follow(&self, mark: OperatorMark) -> bool {
+        self.state.send_if_modified(|state| {
+            let next = match (*state, mark) {
+                (Drain::Stopping, _) => Drain::Stopping,
+                (_, OperatorMark::Drained) => Drain::ByOperator,
+                (_, OperatorMark::Undrained) => Drain::Active,
+            };
+            let changed = *state != next;
+            *state = next;
+            changed
+        })
+    }
+
+    /// Out for good: shutdown began.
+    pub(super) fn stop(&self) {
+        self.state.send_replace(Drain::Stopping);
+    }
+
+    /// Returns once the replica is in the rendezvous, or `false` when
+    /// `cancel` comes first.
+    pub(super) async fn wait_in(&self, cancel: &tokio_util::sync::CancellationToken) -> bool {
+        let mut watch = self.state.subscribe();
+        tokio::select! {
+            () = cancel.cancelled() => false,
+            found = watch.wait_for(|state| *state == Drain::Active) => found.is_ok(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,5 +373,20 @@ mod tests {
         assert_eq!(book.get("fine").last_tick, Some(1_000));
         book.note("fine", None, Some(MAX_FENCE + 1));
         assert_eq!(book.get("fine").fence, 2, "nor believed from an answer");
+    }
+
+    #[test]
+    fn a_drain_follows_the_operators_mark_but_a_shutdown_stays() {
+        let switch = DrainSwitch::new();
+        assert!(!switch.is_out());
+        assert!(switch.follow(OperatorMark::Drained));
+        assert_eq!(switch.get(), Drain::ByOperator);
+        assert!(!switch.follow(OperatorMark::Drained));
+        assert!(switch.follow(OperatorMark::Undrained));
+        assert_eq!(switch.get(), Drain::Active);
+        switch.stop();
+        assert!(!switch.follow(OperatorMark::Undrained));
+        assert!(!switch.follow(OperatorMark::Drained));
+        assert_eq!(switch.get(), Drain::Stopping);
     }
 }

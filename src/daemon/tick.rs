@@ -320,7 +320,7 @@ async fn follow(
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             None
         }
-        ClaimEnd::Taken | ClaimEnd::Refused | ClaimEnd::Ended => None,
+        ClaimEnd::Taken | ClaimEnd::Drained | ClaimEnd::Refused | ClaimEnd::Ended => None,
         // Not claimed in time, or not at all: what the job does next is
         // for its loop to say (a catch-up, or its end).
         ClaimEnd::Late | ClaimEnd::Cancelled => None,
@@ -337,7 +337,11 @@ async fn catch_up(
     turn: Option<tokio::sync::OwnedSemaphorePermit>,
 ) -> Option<i64> {
     let stored = last_tick(ctx, job, cancel).await?;
-    start_reruns(&ctx.run_side(), job, sweep(&ctx.run_side(), job).await);
+    // A drained replica leaves abandoned runs to the others' sweeps, which
+    // rerun them (its own would record them without a rerun).
+    if !ctx.drain.is_out() {
+        start_reruns(&ctx.run_side(), job, sweep(&ctx.run_side(), job).await);
+    }
     // The turn covers the reads and the sweep, not the claims below (nor
     // `run_all` waiting for its runs).
     drop(turn);

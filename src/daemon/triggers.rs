@@ -37,6 +37,10 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
         if cancel.is_cancelled() {
             return;
         }
+        // A drained replica reads no request (the others do).
+        if ctx.drain.is_out() && !ctx.drain.wait_in(&cancel).await {
+            return;
+        }
         let Some(active) = reader.as_mut() else {
             let connected = async {
                 ctx.store.ensure_trigger_group().await?;
@@ -93,8 +97,19 @@ pub(super) async fn trigger_consumer(ctx: Arc<Ctx>, cancel: CancellationToken) {
                 // Left pending: another replica takes it over.
                 return;
             }
+            if ctx.drain.is_out() {
+                hand_back(&ctx, &request).await;
+                continue;
+            }
             handle_trigger(&ctx, request).await;
         }
+    }
+}
+
+/// A request read as the replica was drained: handed back to the others.
+async fn hand_back(ctx: &Ctx, request: &TriggerRequest) {
+    if let Err(e) = ctx.store.requeue_trigger(request).await {
+        debug!(error = %e, "cannot hand a trigger back; it is taken over later");
     }
 }
 

@@ -276,7 +276,7 @@ async fn answer(
     }
 }
 
-fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
+pub(super) fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
     error_page(
         dashboard,
         visitor,
@@ -286,7 +286,7 @@ fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Respo
 }
 
 /// `429` with `Retry-After`: too many wrong tokens from this address.
-fn too_many(
+pub(super) fn too_many(
     dashboard: &Dashboard,
     visitor: &Visitor,
     wait: Duration,

@@ -21,6 +21,7 @@ mod explain_page;
 mod format;
 mod job_page;
 mod pages;
+mod replica_actions;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -215,6 +216,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
     Router::new()
         .route("/", get(pages::overview))
         .route("/replicas", get(pages::replicas))
+        .route("/replicas/{replica}/{action}", post(replica_actions::act))
         .route("/jobs/{name}", get(job_page::job))
         .route("/jobs/{name}/explain", get(explain_page::explain))
         .route("/jobs/{name}/{action}", post(actions::act))

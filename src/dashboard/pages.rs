@@ -720,6 +720,11 @@ pub(super) async fn replicas(
         Err(e) => return unavailable(&dashboard, &visitor, &e),
     };
     let ids: Vec<String> = status.replicas.iter().map(|r| r.id.clone()).collect();
+    let csrf = dashboard
+        .token
+        .as_ref()
+        .map(|t| t.csrf())
+        .unwrap_or_default();
     let main = html! {
         h1 { "Replicas" }
         table.replicas {
@@ -729,7 +734,13 @@ pub(super) async fn replicas(
                     @let drift: Vec<&str> = status.jobs.iter().filter(|j| j.config_drift.contains(&r.id)).map(|j| j.name.as_str()).collect();
                     tr data-replica=(r.id) {
                         th scope="row" { (r.id) @if r.id == dashboard.replica { " " small.muted { "(this one)" } } }
-                        td { @if r.alive { span.badge.active { "alive" } } @else { span.badge.s-failed { "dead" } } }
+                        td {
+                            @if r.alive { span.badge.active { "alive" } } @else { span.badge.s-failed { "dead" } }
+                            @if let Some(drain) = r.drain {
+                                " " span.badge.paused.drain title=(r.drained_by.as_ref().map(|m| format!("drained by {}", m.by)).unwrap_or_else(|| "shutting down".to_string())) { (drain.as_str()) }
+                            }
+                            (super::replica_actions::replica_button(&visitor, r, &csrf))
+                        }
                         td { (r.host) " " small.muted { "pid " (r.pid) } }
                         td { (r.version) }
                         td { (ago(status.now_ms, r.started_ms)) }

@@ -15,17 +15,19 @@ use futures_util::{StreamExt as _, TryStreamExt as _};
 use serde::Serialize;
 
 use crate::config::Job;
-use crate::membership::{Heartbeat, RunInFlight};
+use crate::membership::{DrainState, Heartbeat, RunInFlight};
 use crate::store::{Action, ChannelHealth, Store, StoreError};
 pub use crate::store::{LastOutcome, PlanMode, Repair, RunningStatus};
 
 mod backfill;
+mod drain;
 mod explain;
 mod history;
 mod pause;
 mod render;
 
 pub use backfill::{BackfillRefusal, BackfillReport, BackfillRequest, backfill, follow_backfill};
+pub use drain::{DrainDone, DrainWait, drain, undrain, wait_drained};
 #[cfg(feature = "dashboard")]
 pub(crate) use explain::span;
 pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
@@ -53,6 +55,10 @@ pub enum OperatorError {
         id: String,
         reason: String,
     },
+    /// A replica that cannot be drained or undrained (unknown, or its
+    /// record unreadable).
+    #[error("{0}")]
+    BadReplica(String),
     #[error("job {0:?} is paused (cronlease resume {0} first)")]
     Paused(String),
     /// The cluster is paused (`cronlease pause --all`).
@@ -103,6 +109,14 @@ pub struct ReplicaStatus {
     /// [`StatusReport::cluster_pause`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster_pause: Option<String>,
+    /// Out of the rendezvous (`cronlease drain`, or shutting down):
+    /// `draining` while it has runs in flight, then `drained`. A drain its
+    /// heartbeat has not told yet shows as `draining`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainState>,
+    /// The operator's drain of it, until `cronlease undrain`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drained_by: Option<crate::store::DrainMark>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -248,6 +262,8 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         containment: record.containment,
         config_hash: record.config_hash,
         cluster_pause: record.cluster_pause,
+        drain: record.drain,
+        drained_by: None,
     })
 }
 
@@ -340,6 +356,13 @@ async fn read_replicas(store: &Store, now_ms: i64) -> Result<Vec<ReplicaStatus>,
         .filter_map(|(id, raw)| parse_replica(id, raw, now_ms))
         .collect();
     replicas.sort_by(|a, b| a.id.cmp(&b.id));
+    let drained = store.drained().await?;
+    for replica in &mut replicas {
+        if let Some(mark) = drained.get(&replica.id) {
+            replica.drain.get_or_insert(DrainState::Draining);
+            replica.drained_by = Some(mark.clone());
+        }
+    }
     if replicas.iter().any(|r| r.config_hash.is_empty()) {
         let stored = store.hash(&store.keys().replica_jobs()).await?;
         fill_job_hashes(&mut replicas, &stored);
@@ -727,6 +750,8 @@ mod tests {
             containment: None,
             config_hash: [("j".to_string(), hash.to_string())].into(),
             cluster_pause: None,
+            drain: None,
+            drained_by: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
         assert_eq!(drift("j", None, &replicas), ["c"]);

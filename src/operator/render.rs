@@ -251,12 +251,25 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             r.pid.to_string(),
             r.version.clone(),
             ago(report.now_ms, r.last_seen_ms),
-            if r.alive { "alive" } else { "dead" }.to_string(),
+            replica_state(r),
             r.runs.len().to_string(),
             r.containment.clone().unwrap_or_else(|| "-".to_string()),
         ]);
     }
     rows
+}
+
+/// A replica's state: `alive` or `dead`, and out of the rendezvous
+/// `draining` or `drained` (with who drained it).
+fn replica_state(r: &super::ReplicaStatus) -> String {
+    let life = if r.alive { "alive" } else { "dead" };
+    match (r.drain, &r.drained_by) {
+        (None, _) => life.to_string(),
+        (Some(drain), Some(mark)) if !mark.by.is_empty() => {
+            format!("{life}, {} by {}", drain.as_str(), mark.by)
+        }
+        (Some(drain), _) => format!("{life}, {}", drain.as_str()),
+    }
 }
 
 /// The jobs table of `status`, header first.

@@ -35,6 +35,8 @@ pub struct HeartbeatReply {
     /// Whether this replica's job hashes are in Redis (on every master)
     /// after this heartbeat.
     pub jobs_stored: bool,
+    /// The replicas an operator drained (`Keys::drain`).
+    pub drained: Vec<String>,
 }
 
 /// One Redis master's epoch, as a heartbeat read it.
@@ -96,6 +98,7 @@ impl Store {
             server_us: None,
             replicas: Vec::new(),
             jobs_stored: true,
+            drained: Vec::new(),
         };
         let last_seen = |raw: &str| {
             Heartbeat::parse_without_hashes(raw)
@@ -106,6 +109,11 @@ impl Store {
             merged.epochs.extend(answer.epochs);
             merged.server_us = merged.server_us.or(answer.server_us);
             merged.jobs_stored &= answer.jobs_stored;
+            for replica in answer.drained {
+                if !merged.drained.contains(&replica) {
+                    merged.drained.push(replica);
+                }
+            }
             for (id, raw) in answer.replicas {
                 match merged.replicas.iter_mut().find(|(seen, _)| *seen == id) {
                     Some(known) if last_seen(&known.1) < last_seen(&raw) => known.1 = raw,
@@ -145,7 +153,9 @@ impl Store {
             .arg(self.keys.replicas())
             .cmd("HEXISTS")
             .arg(self.keys.replica_jobs())
-            .arg(replica);
+            .arg(replica)
+            .cmd("HKEYS")
+            .arg(self.keys.drain());
         if time == ServerTime::Read {
             pipe.cmd("TIME");
         }
@@ -153,6 +163,11 @@ impl Store {
         let time = match time {
             ServerTime::Read => replies.pop(),
             ServerTime::Skip => None,
+        };
+        let drained: Vec<String> = match replies.pop() {
+            Some(value) => redis::from_redis_value(value)
+                .map_err(|e| protocol("HKEYS", &Value::SimpleString(e.to_string())))?,
+            None => Vec::new(),
         };
         let jobs_stored = replies.pop().as_ref().and_then(as_int) == Some(1);
         let replicas: Vec<(String, String)> = match replies.pop() {
@@ -187,6 +202,7 @@ impl Store {
             server_us,
             replicas,
             jobs_stored,
+            drained,
         })
     }
 

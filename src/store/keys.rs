@@ -200,6 +200,13 @@ impl Keys {
         format!("{0}:{{{0}:replicas}}:jobs", self.prefix)
     }
 
+    /// Hash: replica id → JSON `{"by", "at_ms"}` of the operator who
+    /// drained it (`cronlease drain`), until `cronlease undrain`; beside
+    /// the heartbeats (the same hash tag as [`Keys::replica_jobs`]).
+    pub fn drain(&self) -> String {
+        format!("{0}:{{{0}:replicas}}:drain", self.prefix)
+    }
+
     /// Stream: the replicas' own notification events (`replica_dead`),
     /// beside their heartbeats (the same hash tag as
     /// [`Keys::replica_jobs`]).

@@ -21,6 +21,7 @@ mod backfill;
 mod batch;
 mod chain;
 mod claim;
+mod drain;
 mod error;
 mod events;
 mod heartbeat;
@@ -41,6 +42,7 @@ use reply::{Reply, as_int, as_string, protocol};
 pub use audit::Action;
 pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
 pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
 pub use events::{

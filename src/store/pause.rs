@@ -359,7 +359,7 @@ impl Store {
     }
 
     /// `cmd` on every master (a majority must take it).
-    async fn write_everywhere(
+    pub(super) async fn write_everywhere(
         &self,
         what: &'static str,
         cmd: redis::Cmd,

@@ -19,6 +19,7 @@ mod cron_differential;
 mod cron_reference;
 mod daemon;
 mod dashboard;
+mod drain;
 mod embedded;
 mod embedded_processes;
 mod engine;

@@ -191,6 +191,7 @@ fn heartbeat() -> impl Strategy<Value = Heartbeat> {
                     runs,
                     containment: (pid % 2 == 0).then(|| "cgroup".to_string()),
                     cluster_pause: None,
+                    drain: None,
                 }
             },
         )

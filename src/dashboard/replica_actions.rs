@@ -1,0 +1,135 @@
+//! The replicas page's actions: drain and undrain a replica (`cronlease
+//! drain` and `undrain`), through `auth::authorize` as the job actions.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::rejection::FormRejection;
+use axum::extract::{ConnectInfo, Form, Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+
+use super::auth::{self, Refusal, Visitor};
+use super::pages::error_page;
+use super::{Dashboard, Fresh};
+use crate::operator::{self, OperatorError, ReplicaStatus};
+
+/// A drain or undrain form: its CSRF token.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct ReplicaForm {
+    #[serde(default)]
+    csrf: Option<String>,
+}
+
+/// What a replica action does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplicaAction {
+    Drain,
+    Undrain,
+}
+
+impl ReplicaAction {
+    fn parse(text: &str) -> Option<ReplicaAction> {
+        match text {
+            "drain" => Some(ReplicaAction::Drain),
+            "undrain" => Some(ReplicaAction::Undrain),
+            _ => None,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            ReplicaAction::Drain => "drain",
+            ReplicaAction::Undrain => "undrain",
+        }
+    }
+}
+
+/// `POST /replicas/{id}/{action}`: drain or undrain. Refused with 403 and
+/// no change unless `auth::authorize` accepts the request. A script (a
+/// bearer token) is answered a line, a browser the replicas page.
+pub(super) async fn act(
+    State(dashboard): State<Arc<Dashboard>>,
+    Path((replica, action)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    form: Result<Form<ReplicaForm>, FormRejection>,
+) -> Response {
+    let form = form.map(|Form(f)| f).unwrap_or_default();
+    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let script = headers.contains_key(header::AUTHORIZATION);
+    if script && let Err(wait) = dashboard.throttle.check(peer.ip()) {
+        return super::actions::too_many(&dashboard, &visitor, wait, peer);
+    }
+    let who = match auth::authorize(
+        dashboard.token.as_ref(),
+        &headers,
+        form.csrf.as_deref(),
+        peer,
+        &dashboard.replica,
+    ) {
+        Ok(who) => who,
+        Err(refusal) => {
+            if script && refusal == Refusal::NotAuthorized {
+                dashboard.throttle.failed(peer.ip());
+            }
+            tracing::warn!(%replica, action, peer = %peer, reason = %refusal, "dashboard action refused");
+            return super::actions::refused(&dashboard, &visitor, &refusal);
+        }
+    };
+    let Some(action) = ReplicaAction::parse(&action) else {
+        return error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::NOT_FOUND,
+            &format!("no action {action:?}: expected drain or undrain"),
+        );
+    };
+    let result = match action {
+        ReplicaAction::Drain => operator::drain(&dashboard.store, &replica, &who).await,
+        ReplicaAction::Undrain => operator::undrain(&dashboard.store, &replica, &who).await,
+    };
+    dashboard.invalidate().await;
+    match result {
+        Ok(_) => {
+            tracing::info!(%replica, action = action.as_str(), %who, "dashboard action");
+            let _ = dashboard.status(Fresh::Now).await;
+            if script {
+                (StatusCode::OK, format!("{} {replica}\n", action.as_str())).into_response()
+            } else {
+                Redirect::to("/replicas").into_response()
+            }
+        }
+        Err(e @ OperatorError::BadReplica(_)) => {
+            error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &e.to_string())
+        }
+        Err(e) => error_page(
+            &dashboard,
+            &visitor,
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!("{} {replica} failed: {e}", action.as_str()),
+        ),
+    }
+}
+
+/// The replica's Drain or Undrain button, for an operator.
+pub(super) fn replica_button(visitor: &Visitor, replica: &ReplicaStatus, csrf: &str) -> Markup {
+    let id = auth::percent_encode(&replica.id);
+    html! {
+        @if let Visitor::Operator(_) = visitor {
+            @if replica.drained_by.is_some() {
+                form.inline method="post" action=(format!("/replicas/{id}/undrain")) {
+                    input type="hidden" name="csrf" value=(csrf);
+                    button.undrain type="submit" title="it claims again" { "Undrain" }
+                }
+            } @else {
+                form.inline method="post" action=(format!("/replicas/{id}/drain")) {
+                    input type="hidden" name="csrf" value=(csrf);
+                    button.drain type="submit" title="it claims nothing, the others take its ticks, its runs in flight go on" { "Drain" }
+                }
+            }
+        }
+    }
+}
