@@ -17,12 +17,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, RedisConfig};
 use crate::exit::Exit;
-use crate::lock::LockError;
-use crate::lock::command::CommandError;
 use crate::operator::{self, OperatorError};
 use crate::outcome::Status;
 use crate::store::{Store, StoreError};
 use crate::task::Tasks;
+pub use lock::LockArgs;
 pub use pause::{PauseArgs, ResumeArgs};
 
 mod backfill;
@@ -30,6 +29,7 @@ mod check;
 mod drain;
 mod generate;
 mod kill;
+mod lock;
 mod notify;
 mod pause;
 
@@ -272,34 +272,7 @@ pub struct JobArgs {
     pub job: String,
 }
 
-#[derive(Debug, Args)]
-pub struct LockArgs {
-    #[command(flatten)]
-    pub connect: ConnectArgs,
-    /// The lock's name: [A-Za-z0-9_.-], 1 to 128 characters.
-    #[arg(value_parser = parse_name)]
-    pub name: String,
-    /// How long the lock stays valid without renewal (renewed every third):
-    /// more than 3 × the Redis command timeout (the config's, or 5 s with
-    /// --redis-url), and at most 1h.
-    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_lease)]
-    pub lease: Duration,
-    /// Wait up to this long for the lock instead of exiting 75 at once.
-    #[arg(long, value_name = "D", value_parser = parse_cli_duration)]
-    pub wait: Option<Duration>,
-    /// Also pass this variable of the caller's environment to the command
-    /// (a name, or a prefix ending in `*`); repeatable. By default the
-    /// command gets PATH, LANG, LC_*, TZ, HOME, USER, LOGNAME and TMPDIR,
-    /// and the config's `[daemon] inherit_env`; never a secret of
-    /// cronlease's own (its Redis password or URL variables).
-    #[arg(long = "inherit-env", value_name = "NAME", value_parser = parse_env_pattern)]
-    pub inherit_env: Vec<crate::config::EnvPattern>,
-    /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<String>,
-}
-
-fn parse_cli_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_cli_duration(text: &str) -> Result<Duration, String> {
     crate::config::parse_duration(text, Duration::from_secs(7 * 24 * 3600))
 }
 
@@ -424,7 +397,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Undrain(args) => drain::undrain(&args),
         Command::Repair(args) => repair(&args),
         Command::Kill(args) => kill::kill(&args),
-        Command::Lock(args) => lock(args),
+        Command::Lock(args) => lock::lock(args),
         Command::Notify(args) => match &args.command {
             NotifyCommand::Test(test) => notify::test(test),
         },
@@ -646,40 +619,6 @@ fn repair(args: &JobArgs) -> Exit {
 fn parse_env_pattern(text: &str) -> Result<crate::config::EnvPattern, String> {
     crate::config::EnvPattern::parse(text).ok_or_else(|| {
         format!("{text:?} is not a variable name: expected letters, digits and _, optionally ending in *")
-    })
-}
-
-/// `cronlease lock`.
-fn lock(args: LockArgs) -> Exit {
-    operator_command(&args.connect, |target| async move {
-        let shutdown = CancellationToken::new();
-        let signals = watch_signals(shutdown.clone(), None)
-            .map_err(|e| Failure::Runtime(format!("cannot install signal handlers: {e}")))?;
-        let identity = crate::daemon::Identity::new(None);
-        let options = crate::lock::command::LockOptions {
-            name: args.name.clone(),
-            lease: args.lease,
-            wait: args.wait,
-            kill_grace: target
-                .config
-                .as_ref()
-                .map_or(Duration::from_secs(10), |c| c.daemon.kill_grace),
-            command: args.command.clone(),
-            env: crate::runner::RunEnv::for_lock(target.config.as_ref(), &args.inherit_env),
-            holder: format!("{}:{}", operator::operator_identity(), identity.pid),
-            host: identity.host,
-        };
-        let result = crate::lock::command::run(target.store, options, shutdown.clone()).await;
-        shutdown.cancel();
-        let _ = signals.await;
-        match result {
-            Ok(Exit::Success) => Ok(String::new()),
-            Ok(code) => Err(Failure::Exit(code)),
-            Err(e @ CommandError::Lock(LockError::Name(_) | LockError::Lease { .. })) => {
-                Err(Failure::Invalid(e.to_string()))
-            }
-            Err(e) => Err(Failure::Runtime(e.to_string())),
-        }
     })
 }
 
