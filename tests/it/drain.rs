@@ -5,7 +5,7 @@
 //! side effects, `status --json` and the cluster's actions stream.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -236,22 +236,17 @@ fn a_rolling_restart_by_sigterm_alone_misses_no_tick() {
     assert!(ticks.len() >= 10, "{ticks:?}");
 }
 
-#[test]
-fn a_drained_replica_claims_nothing_and_finishes_its_run() {
+/// Replicas `a` and `b` of a job every second whose runs do `body`
+/// (`overlap = "allow"`), once a run of `a` is in flight: the cluster, the
+/// side-effect file, `b`'s config and that run's tick.
+fn two_replicas_with_a_run_of_a(body: &str) -> (Cluster, PathBuf, PathBuf, i64) {
     let mut cluster = Cluster::new(RedisServer::start());
     let file = cluster.path("side-effects");
-    let jobs = probe_job(
-        "slow",
-        "* * * * * *",
-        &file,
-        "sleep 2.5",
-        "overlap = \"allow\"",
-    );
+    let jobs = probe_job("slow", "* * * * * *", &file, body, "overlap = \"allow\"");
     cluster.start("a", &jobs);
     cluster.start("b", &jobs);
     cluster.wait_ready();
     let config = cluster.config_path("b");
-    // A run of `a` in flight (started, not ended).
     let in_flight = wait_until(Duration::from_secs(30), "a run of a in flight", || {
         let done = ended(&file);
         timed_starts(&file)
@@ -259,6 +254,13 @@ fn a_drained_replica_claims_nothing_and_finishes_its_run() {
             .find(|(tick, replica, _)| replica == "a" && !done.contains(tick))
             .map(|(tick, _, _)| tick)
     });
+    (cluster, file, config, in_flight)
+}
+
+#[test]
+fn a_drained_replica_claims_nothing_and_finishes_its_run() {
+    // A run of `a` in flight (started, not ended).
+    let (mut cluster, file, config, in_flight) = two_replicas_with_a_run_of_a("sleep 2.5");
     let run = op(&["drain", "a"], &config).expect_code(0);
     assert!(run.stdout().contains("a drained by"), "{}", run.describe());
     let state = replica_status(&config, "a");
@@ -475,26 +477,7 @@ fn ureq_post(url: &str, form: &[(&str, &str)]) -> u16 {
 
 #[test]
 fn a_stopping_replica_leaves_the_ranking_while_its_run_finishes() {
-    let mut cluster = Cluster::new(RedisServer::start());
-    let file = cluster.path("side-effects");
-    let jobs = probe_job(
-        "slow",
-        "* * * * * *",
-        &file,
-        "sleep 4",
-        "overlap = \"allow\"",
-    );
-    cluster.start("a", &jobs);
-    cluster.start("b", &jobs);
-    cluster.wait_ready();
-    let config = cluster.config_path("b");
-    let in_flight = wait_until(Duration::from_secs(30), "a run of a in flight", || {
-        let done = ended(&file);
-        timed_starts(&file)
-            .into_iter()
-            .find(|(tick, replica, _)| replica == "a" && !done.contains(tick))
-            .map(|(tick, _, _)| tick)
-    });
+    let (mut cluster, file, config, in_flight) = two_replicas_with_a_run_of_a("sleep 4");
     let b_lines = cluster.replicas[1].log().lines().count();
     // SIGTERM, as systemd's stop: a claims nothing more, says so in its
     // heartbeat, and finishes its run.
