@@ -84,8 +84,12 @@ fn nothing_escapes(mode: &str) {
     let config_arg = config.to_string_lossy().to_string();
     let mut replica = Replica::start(&config, "a");
     replica.wait_for_log("ready", Duration::from_secs(30));
-    let status = cronlease(["status", "--json", "--config", &config_arg]).expect_code(0);
-    let report: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
+    // Its first heartbeat record may come a moment after it says ready.
+    let (status, report) = wait_until(Duration::from_secs(10), "the replica's record", || {
+        let status = cronlease(["status", "--json", "--config", &config_arg]).expect_code(0);
+        let report: serde_json::Value = serde_json::from_str(&status.stdout()).unwrap();
+        (report["replicas"][0].is_object()).then_some((status, report))
+    });
     assert_eq!(
         report["replicas"][0]["containment"],
         mode,
