@@ -5,13 +5,13 @@
 
 use super::ctx::Ctx;
 use super::state::LiveReplicas;
-use super::time::pause;
+use super::wake::listen;
 use crate::telemetry;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error};
+use tracing::error;
 
 use crate::store::{DRAIN_NOTICE, MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
 
@@ -74,57 +74,34 @@ pub(super) fn rendezvous_score(replica: &str, job: &str, tick_ms: i64) -> u64 {
 /// Listens to the claims channel and remembers, per job, the highest tick
 /// announced. Reconnects on its own; a gap only costs extra claims.
 pub(super) async fn claims_listener(ctx: Arc<Ctx>, cancel: CancellationToken) {
-    use futures_util::StreamExt;
     let mut forged = Forged {
         logged: None,
         since: 0,
     };
-    loop {
-        let mut pubsub = match ctx.store.claims_subscriber().await {
-            Ok(pubsub) => pubsub,
-            Err(e) => {
-                debug!(error = %e, "cannot subscribe to claim announcements yet");
-                if !pause(Duration::from_secs(1), &cancel).await {
-                    return;
-                }
+    let subscribe = || ctx.store.claims_subscriber();
+    listen(subscribe, "claim announcements", &cancel, |payload| {
+        let jobs = ctx.jobs.borrow().clone();
+        let latest = ctx.clock.now_ms() + MAX_CLAIM_AHEAD_MS + CLOCK_SLACK_MS;
+        for line in payload.lines() {
+            if line.starts_with(PAUSE_ALL_NOTICE) || line.starts_with(DRAIN_NOTICE) {
+                // The cluster's pause or a replica's drain changed: the
+                // heartbeat reads it.
+                ctx.heartbeat_now.notify_one();
                 continue;
             }
-        };
-        let mut messages = pubsub.on_message();
-        loop {
-            let message = tokio::select! {
-                () = cancel.cancelled() => return,
-                message = messages.next() => message,
-            };
-            let Some(message) = message else { break };
-            let Ok(payload) = message.get_payload::<String>() else {
-                continue;
-            };
-            let jobs = ctx.jobs.borrow().clone();
-            let latest = ctx.clock.now_ms() + MAX_CLAIM_AHEAD_MS + CLOCK_SLACK_MS;
-            for line in payload.lines() {
-                if line.starts_with(PAUSE_ALL_NOTICE) || line.starts_with(DRAIN_NOTICE) {
-                    // The cluster's pause or a replica's drain changed:
-                    // the heartbeat reads it.
-                    ctx.heartbeat_now.notify_one();
-                    continue;
+            match announced_claim(line) {
+                Some((job, tick, fence))
+                    if jobs.contains_key(job) && tick <= latest && fence <= MAX_FENCE =>
+                {
+                    // A hint: it ends a wait for a turn, and raises the
+                    // fence asked for (see `MarkBook::hear`).
+                    ctx.marks.hear(job, tick, fence);
                 }
-                match announced_claim(line) {
-                    Some((job, tick, fence))
-                        if jobs.contains_key(job) && tick <= latest && fence <= MAX_FENCE =>
-                    {
-                        // A hint: it ends a wait for a turn, and raises the
-                        // fence asked for (see `MarkBook::hear`).
-                        ctx.marks.hear(job, tick, fence);
-                    }
-                    _ => forged.note(line),
-                }
+                _ => forged.note(line),
             }
         }
-        if !pause(Duration::from_millis(200), &cancel).await {
-            return;
-        }
-    }
+    })
+    .await;
 }
 
 /// One line of an announcement, `<job> <tick> <fence>` (job names have no
