@@ -39,7 +39,7 @@ fn redis_cli(redis: &RedisServer, args: &[&str]) {
     );
 }
 
-/// Every kind of garbage the issue names, in every structure a replica or
+/// Every kind of garbage a forger could write, in every structure a replica or
 /// an operator command reads.
 fn write_garbage(redis: &RedisServer) {
     let garbage: &[&[&str]] = &[

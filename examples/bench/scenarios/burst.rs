@@ -1,5 +1,5 @@
-//! (e) burst: 10,000 jobs all due at the same instant, 3 replicas (issue
-//! 21's top-of-the-hour peak): every job on `*/10 * * * * *`, so a burst
+//! (e) burst: 10,000 jobs all due at the same instant, 3 replicas (the
+//! top-of-the-hour peak): every job on `*/10 * * * * *`, so a burst
 //! of 10,000 ticks every 10 s and nothing in between; after one burst of
 //! warm-up, the window starts 5 s before a burst (30 s: three bursts;
 //! `--seconds 10`: one), so its snapshots fall between bursts. Targets: every due tick started, no

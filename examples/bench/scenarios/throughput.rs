@@ -1,9 +1,9 @@
-//! (b) throughput: 10,000 jobs every second, 3 replicas. Targets (issue
-//! 21): every due tick started, no duplicate, p99 lateness ≤ 100 ms, claim
-//! attempts per tick ≤ 1.1, replica CPU ≤ 25 µs per run (all replicas
-//! summed over the runs), redis-server CPU ≤ 25 µs per run, peak RSS
-//! ≤ 60 MB per replica. The EVALSHA ceiling is printed as context, not a
-//! target. With BullMQ where Node is found: the peer row.
+//! (b) throughput: 10,000 jobs every second, 3 replicas. Targets: every
+//! due tick started, no duplicate, p99 lateness ≤ 100 ms, claim attempts
+//! per tick ≤ 1.1, replica CPU ≤ 25 µs per run (all replicas summed over
+//! the runs), redis-server CPU ≤ 25 µs per run, peak RSS ≤ 60 MB per
+//! replica. The EVALSHA ceiling is printed as context, not a target. With
+//! BullMQ where Node is found: the peer row.
 
 use anyhow::Result;
 
