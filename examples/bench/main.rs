@@ -11,6 +11,7 @@
 //! scripts/bench footprint                # start-up and RSS at 10,000 and 100,000 idle jobs
 //! scripts/bench processes --seconds 10   # 1,000 `true` a second against the spawn floor
 //! scripts/bench throughput --no-peer     # without the BullMQ peer row
+//! scripts/bench throughput --placement   # and again with groups and tags on
 //! scripts/bench soak                     # Redis keys and memory over 5 minutes
 //! ```
 //!
@@ -38,7 +39,14 @@
 //!   replicas' CPU in the window summed, over the runs started in it),
 //!   redis-server CPU ≤ 25 µs per run (its CPU in the window from `/proc`
 //!   over the runs), peak RSS ≤ 60 MB per replica. Then the BullMQ peer
-//!   row. Works with `--replica-kind embedded` too.
+//!   row. Works with `--replica-kind embedded` too. With `--placement`
+//!   (daemon replicas), a second cluster in the same run measures the
+//!   same window with placement on: every replica tagged `bench`, every
+//!   job `run_on = ["bench"]` and in one of 10 concurrency groups (`max`
+//!   large enough never to hold a run back, so the cost of taking and
+//!   giving back a slot is measured, not waiting); the table compares the
+//!   two windows' cost per run (replica and redis-server CPU, Redis
+//!   commands), lateness and claim attempts, with ratios. No peer row then.
 //! - `burst` (the top-of-the-hour peak): 10,000 jobs on
 //!   `*/10 * * * * *`, so all 10,000 are due at the same instant every
 //!   10 s and none in between, 3 replicas; after one burst of warm-up, the
@@ -240,7 +248,7 @@ use clap::{Parser, ValueEnum};
 use common::{cronlease_binary, install_interrupt_handler, on_path};
 use serde_json::Value;
 
-use cluster::{JobKind, ReplicaKind};
+use cluster::{JobKind, Placement, ReplicaKind};
 use scenarios::Report;
 
 /// The default log filter of the replicas: warnings, and the one info line
@@ -392,6 +400,12 @@ struct Args {
     /// Keep the work directory (configs, logs) afterwards.
     #[arg(long)]
     keep: bool,
+    /// `throughput` only: measure it twice in one run, as it is and then
+    /// with every job in one of 10 concurrency groups and run on a tag
+    /// every replica has, and print the cost per run of both and their
+    /// ratios.
+    #[arg(long)]
+    placement: bool,
 }
 
 fn main() -> ExitCode {
@@ -416,6 +430,8 @@ struct Env {
     kind: JobKind,
     /// Whether the BullMQ peer runs after this scenario.
     peer: bool,
+    /// Whether `throughput` measures a second window with placement on.
+    placement: Placement,
     rust_log: String,
     machine: Value,
     clk_tck: f64,
@@ -525,6 +541,11 @@ fn prepare(args: &Args) -> Result<Env> {
         jobs: args.jobs.map(|k| k as usize),
         kind,
         peer: !args.no_peer,
+        placement: if args.placement {
+            Placement::GroupsAndTags
+        } else {
+            Placement::None
+        },
         rust_log: args.rust_log.clone(),
         machine,
         clk_tck: measure::clk_tck(),

@@ -14,14 +14,69 @@ pub fn job_name(n: usize) -> String {
     format!("j{n:05}")
 }
 
-/// The `[jobs.*]` tables of `jobs` jobs on `schedule`, each running `kind`.
-pub fn jobs_toml(jobs: usize, schedule: Schedule, kind: JobKind) -> String {
-    let mut toml = String::with_capacity(jobs * 64);
+/// Whether the cluster's jobs are placed: in concurrency groups and on a
+/// tag every replica has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// No group, no tag: any replica claims any job, without limit.
+    None,
+    /// [`PLACEMENT_GROUPS`] groups, each job in one (round robin), each
+    /// group's `max` the whole table (so no run waits for a slot), and
+    /// every job `run_on` the tag [`PLACEMENT_TAG`] that every replica
+    /// has: the cost of the checks, not of waiting.
+    GroupsAndTags,
+}
+
+/// How many concurrency groups [`Placement::GroupsAndTags`] spreads the
+/// jobs over.
+pub const PLACEMENT_GROUPS: usize = 10;
+
+/// The tag every replica has and every job runs on under
+/// [`Placement::GroupsAndTags`].
+const PLACEMENT_TAG: &str = "bench";
+
+impl Placement {
+    /// What `[daemon]` says under this placement.
+    pub fn daemon_lines(self) -> String {
+        match self {
+            Placement::None => String::new(),
+            Placement::GroupsAndTags => format!("tags = [\"{PLACEMENT_TAG}\"]\n"),
+        }
+    }
+
+    /// What job `n` says under this placement, beside its schedule.
+    fn job_lines(self, n: usize) -> String {
+        match self {
+            Placement::None => String::new(),
+            Placement::GroupsAndTags => format!(
+                "run_on = [\"{PLACEMENT_TAG}\"]\ngroup = \"g{}\"\n",
+                n % PLACEMENT_GROUPS
+            ),
+        }
+    }
+
+    /// The `[groups.*]` tables of a table of `jobs` jobs.
+    fn groups_toml(self, jobs: usize) -> String {
+        match self {
+            Placement::None => String::new(),
+            Placement::GroupsAndTags => (0..PLACEMENT_GROUPS)
+                .map(|g| format!("[groups.g{g}]\nmax = {}\n\n", jobs.max(1)))
+                .collect(),
+        }
+    }
+}
+
+/// The `[jobs.*]` tables of `jobs` jobs on `schedule`, each running `kind`,
+/// placed as `placement` says (with the `[groups.*]` tables it needs).
+pub fn jobs_toml(jobs: usize, schedule: Schedule, kind: JobKind, placement: Placement) -> String {
+    let mut toml = placement.groups_toml(jobs);
+    toml.reserve(jobs * 64);
     for n in 0..jobs {
         toml.push_str(&format!(
-            "[jobs.{}]\nschedule = \"{}\"\n{}\n\n",
+            "[jobs.{}]\nschedule = \"{}\"\n{}{}\n\n",
             job_name(n),
             schedule.cron(),
+            placement.job_lines(n),
             kind.job_lines()
         ));
     }

@@ -30,6 +30,7 @@ use crate::measure::proc_cpu_s;
 use crate::replica_stats::{LogCounts, ReplicaStats};
 use crate::scrape::proc_status_kb;
 use crate::ticks::Schedule;
+pub use config::{PLACEMENT_GROUPS, Placement};
 use config::{check_config, jobs_toml};
 use replica::{Launch, Replica};
 
@@ -84,6 +85,19 @@ impl<'a> Cluster<'a> {
         schedule: Schedule,
         daemon_lines: &str,
     ) -> Result<Cluster<'a>> {
+        Cluster::start_placed(env, name, jobs, schedule, daemon_lines, Placement::None)
+    }
+
+    /// [`Cluster::start_with_daemon_lines`], with `jobs` jobs on `schedule`
+    /// placed as `placement` says.
+    pub fn start_placed(
+        env: &'a Env,
+        name: &str,
+        jobs: usize,
+        schedule: Schedule,
+        daemon_lines: &str,
+        placement: Placement,
+    ) -> Result<Cluster<'a>> {
         let dir = env.work.join(name);
         std::fs::create_dir_all(&dir)
             .with_context(|| format!("cannot create {}", dir.display()))?;
@@ -96,9 +110,9 @@ impl<'a> Cluster<'a> {
             redis,
             conn,
             replicas: Vec::new(),
-            jobs_toml: jobs_toml(jobs, schedule, env.kind),
+            jobs_toml: jobs_toml(jobs, schedule, env.kind, placement),
             jobs,
-            daemon_lines: daemon_lines.to_string(),
+            daemon_lines: format!("{daemon_lines}{}", placement.daemon_lines()),
             offset_us: 0,
             checked: false,
             hwm_before_scrape: Vec::new(),

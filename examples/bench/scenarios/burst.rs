@@ -12,6 +12,7 @@ use super::{
     single_window,
 };
 use crate::Env;
+use crate::cluster::Placement;
 use crate::ticks::Schedule;
 
 /// Seconds between two bursts (divides 60: `*/N` of the seconds field).
@@ -38,6 +39,7 @@ pub fn run(env: &Env) -> Result<Report> {
         r,
         seconds,
         schedule,
+        placement: Placement::None,
     };
     let run = single_window(env, "burst", shape)?;
     let f = &run.figures;

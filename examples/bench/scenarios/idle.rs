@@ -7,6 +7,7 @@ use anyhow::Result;
 use super::{Report, SingleShape, finish_single, single_window};
 use crate::Env;
 use crate::clock::local_ms;
+use crate::cluster::Placement;
 use crate::targets::Target;
 use crate::ticks::Schedule;
 
@@ -25,6 +26,7 @@ pub fn run(env: &Env) -> Result<Report> {
         r,
         seconds,
         schedule,
+        placement: Placement::None,
     };
     let run = single_window(env, "idle", shape)?;
     let f = &run.figures;

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use super::{Report, SingleRun, SingleShape, duplicates_target, finish_single, single_window};
 use crate::Env;
+use crate::cluster::Placement;
 use crate::handler::{HandlerFigures, show_us};
 use crate::peer;
 use crate::targets::Target;
@@ -27,6 +28,7 @@ pub fn run(env: &Env) -> Result<Report> {
         r,
         seconds,
         schedule,
+        placement: Placement::None,
     };
     let run = single_window(env, "latency", shape)?;
     let mut targets = vec![duplicates_target(&run.figures)];

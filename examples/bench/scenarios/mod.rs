@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::Env;
 use crate::ceiling::{Ceiling, print_ceiling};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Placement};
 use crate::common::print_table;
 use crate::figures::{Figures, figures_rows};
 use crate::handler::HandlerFigures;
@@ -63,6 +63,7 @@ pub struct SingleShape {
     pub r: usize,
     pub seconds: u64,
     pub schedule: Schedule,
+    pub placement: Placement,
 }
 
 /// Starts the cluster, measures one window, stops it and measures the
@@ -73,13 +74,14 @@ pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<Single
         r,
         seconds,
         schedule,
+        placement,
     } = shape;
     println!(
         "\n({name}) starting redis-server and {r} replicas with {k} jobs… (load average {})",
         loadavg()
     );
     let loadavg_before = loadavg();
-    let mut cluster = Cluster::start(env, name, k, schedule)?;
+    let mut cluster = Cluster::start_placed(env, name, k, schedule, "", placement)?;
     cluster.add_replicas(r)?;
     cluster.warm_up()?;
     if let Schedule::EveryNSeconds { .. } = schedule {

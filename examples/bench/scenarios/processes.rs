@@ -17,6 +17,7 @@ use super::{
 };
 use crate::Env;
 use crate::cluster::JobKind;
+use crate::cluster::Placement;
 use crate::floor::Floor;
 use crate::targets::Target;
 use crate::ticks::{Percentiles, Schedule};
@@ -39,6 +40,7 @@ pub fn run(env: &Env) -> Result<Report> {
         r,
         seconds,
         schedule: Schedule::EverySecond,
+        placement: Placement::None,
     };
     let run = single_window(env, "processes", shape)?;
     let floor = Floor::measure(k, seconds as usize, &env.work.join("processes"))?;

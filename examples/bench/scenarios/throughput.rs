@@ -5,14 +5,17 @@
 //! replica. The EVALSHA ceiling is printed as context, not a target. With
 //! BullMQ where Node is found: the peer row.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use serde_json::{Value, json};
 
 use super::{
     Report, SingleRun, SingleShape, all_started_target, duplicates_target, finish_single,
     lateness_target, peak_rss_target, single_window,
 };
 use crate::Env;
-use crate::figures::show_us_per_run;
+use crate::cluster::{PLACEMENT_GROUPS, Placement, ReplicaKind};
+use crate::common::print_table;
+use crate::figures::{Figures, show_us_per_run};
 use crate::peer;
 use crate::targets::Target;
 use crate::ticks::Schedule;
@@ -24,23 +27,123 @@ pub fn run(env: &Env) -> Result<Report> {
     let k = env.jobs(10_000);
     let r = 3;
     let seconds = env.seconds(30);
-    let title = format!(
-        "(b) throughput: {k} jobs every second, {r} {} replicas, {seconds} s window, job kind {}",
-        env.kind.replica_kind().name(),
-        env.kind.name()
-    );
-    let schedule = Schedule::EverySecond;
-    let shape = SingleShape {
+    let shape = |placement| SingleShape {
         k,
         r,
         seconds,
-        schedule,
+        schedule: Schedule::EverySecond,
+        placement,
     };
-    let run = single_window(env, "throughput", shape)?;
-    let targets = targets(&run);
-    let mut report = finish_single(env, "throughput", &title, &run, targets);
-    peer::attach(env, "throughput", &run, k, &mut report);
-    Ok(report)
+    let title = |placed: &str| {
+        format!(
+            "(b) throughput: {k} jobs every second{placed}, {r} {} replicas, {seconds} s window, \
+             job kind {}",
+            env.kind.replica_kind().name(),
+            env.kind.name()
+        )
+    };
+    match env.placement {
+        Placement::None => {
+            let run = single_window(env, "throughput", shape(Placement::None))?;
+            let targets = targets(&run);
+            let mut report = finish_single(env, "throughput", &title(""), &run, targets);
+            peer::attach(env, "throughput", &run, k, &mut report);
+            Ok(report)
+        }
+        Placement::GroupsAndTags => {
+            if env.kind.replica_kind() != ReplicaKind::Daemon {
+                bail!("--placement measures daemon replicas: groups are a `cronlease run` setting");
+            }
+            let plain = single_window(env, "throughput", shape(Placement::None))?;
+            let without = finish_single(env, "throughput", &title(""), &plain, targets(&plain));
+            let placed = single_window(env, "throughput-placed", shape(Placement::GroupsAndTags))?;
+            let with_title = title(&format!(
+                " in {PLACEMENT_GROUPS} concurrency groups, run on a tag"
+            ));
+            let with = finish_single(env, "throughput", &with_title, &placed, targets(&placed));
+            Ok(compare(&plain.figures, &placed.figures, without, with))
+        }
+    }
+}
+
+/// The cost per run without placement and with it, side by side with their
+/// ratios (with / without), printed and in the report; it passes when both
+/// windows met their targets.
+fn compare(plain: &Figures, placed: &Figures, without: Report, with: Report) -> Report {
+    let lateness = |f: &Figures, pick: fn(&crate::ticks::Percentiles) -> i64| {
+        f.lateness.as_ref().map(|l| pick(l) as f64)
+    };
+    let rows: [(&str, Option<f64>, Option<f64>); 7] = [
+        (
+            "replica CPU per run (all replicas), µs",
+            plain.cpu_per_run_us(),
+            placed.cpu_per_run_us(),
+        ),
+        (
+            "redis-server CPU per run, µs",
+            plain.redis_cpu_per_run_us(),
+            placed.redis_cpu_per_run_us(),
+        ),
+        (
+            "Redis commands per run",
+            plain.commands_per_run(),
+            placed.commands_per_run(),
+        ),
+        (
+            "claim attempts per tick",
+            plain.claims_per_tick,
+            placed.claims_per_tick,
+        ),
+        (
+            "p50 lateness, ms",
+            lateness(plain, |l| l.p50),
+            lateness(placed, |l| l.p50),
+        ),
+        (
+            "p99 lateness, ms",
+            lateness(plain, |l| l.p99),
+            lateness(placed, |l| l.p99),
+        ),
+        (
+            "runs started",
+            Some(plain.ticks.runs_started as f64),
+            Some(placed.ticks.runs_started as f64),
+        ),
+    ];
+    let show = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.2}"));
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if a > 0.0 => Some(b / a),
+        _ => None,
+    };
+    println!(
+        "\n(b) throughput, placement: {PLACEMENT_GROUPS} concurrency groups and a tag against none, \
+         same build, same run"
+    );
+    let table: Vec<Vec<String>> = rows
+        .iter()
+        .map(|(name, a, b)| {
+            let r = ratio(*a, *b).map_or("-".to_string(), |r| format!("{r:.2}x"));
+            vec![name.to_string(), show(*a), show(*b), r]
+        })
+        .collect();
+    print_table(
+        &["metric", "without", "with groups and tags", "ratio"].map(String::from),
+        &table,
+    );
+    let ratios: serde_json::Map<String, Value> = rows
+        .iter()
+        .map(|(name, a, b)| (name.to_string(), json!(ratio(*a, *b))))
+        .collect();
+    Report {
+        pass: without.pass && with.pass,
+        json: json!({
+            "scenario": "throughput",
+            "placement": {"groups": PLACEMENT_GROUPS, "tags": true},
+            "without": without.json,
+            "with": with.json,
+            "ratios": ratios,
+        }),
+    }
 }
 
 fn targets(run: &SingleRun) -> Vec<Target> {
