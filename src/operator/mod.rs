@@ -672,16 +672,33 @@ pub async fn trigger(
 }
 
 /// `user@host` of whoever runs the command, for `paused_by` and
-/// `requested_by`.
+/// `requested_by`. The user is the operating system's: the name of the
+/// process's real user id in the user database, never `$USER` or
+/// `$LOGNAME`, which whoever starts the command sets as they please (a uid
+/// without a name is written `uid<N>`).
 pub fn operator_identity() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("pid{}", std::process::id()));
+    let uid = nix::unistd::getuid();
+    let user = match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) if plain_name(&user.name) => user.name,
+        _ => format!("uid{uid}"),
+    };
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
+        .filter(|h| plain_name(h))
         .unwrap_or_else(|| "unknown-host".to_string());
     format!("{user}@{host}")
+}
+
+/// Whether a user or host name may go into a record as it is: 1 to 255
+/// printable characters without spaces (what the user database and the
+/// kernel hold is trusted no further than that).
+fn plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && name
+            .chars()
+            .all(|c| c.is_ascii_graphic() || (!c.is_ascii() && !c.is_control()))
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {

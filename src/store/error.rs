@@ -11,7 +11,7 @@ pub enum StoreError {
         #[source]
         source: redis::RedisError,
     },
-    #[error("redis: {0}")]
+    #[error("{}", redis_message(.0))]
     Redis(#[from] redis::RedisError),
     #[error(transparent)]
     Link(#[from] LinkError),
@@ -40,6 +40,19 @@ pub enum StoreError {
         field: String,
         value: String,
     },
+}
+
+/// How a Redis error reads: a refusal by the user's ACL rules says so
+/// and where the rules are explained; any other as Redis put it.
+fn redis_message(error: &redis::RedisError) -> String {
+    if error.code() == Some("NOPERM") {
+        return format!(
+            "Redis refused it: {} (the ACL rules of the Redis user in `[redis]` do not allow \
+             this action; the guide's \"Access\" page shows rules for viewers and operators)",
+            error.detail().unwrap_or("no permission")
+        );
+    }
+    format!("redis: {error}")
 }
 
 impl StoreError {

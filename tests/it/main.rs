@@ -7,6 +7,7 @@
 //! running one hidden test (`support::TestChild`). `dashboard` looks at the
 //! replicas' dashboards in a headless Chromium (`support::Browser`).
 
+mod access;
 mod ahead;
 mod backfill;
 mod batching;
