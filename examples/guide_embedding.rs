@@ -41,6 +41,7 @@ async fn main() -> Result<(), Error> {
     // Joined, or why it refused (e.g. Redis may evict keys).
     scheduler.ready().await?;
     // ANCHOR_END: scheduler
+    scheduler.add(JobBuilder::new("import", "0 2 * * *").run(import))?;
     // ANCHOR: add_remove
     scheduler.add(JobBuilder::new("report", "H * * * *").run(report))?;
     println!("jobs: {:?}", scheduler.jobs());
@@ -170,5 +171,24 @@ async fn lock_variants(cluster: &Cluster) -> Result<(), Error> {
 
 async fn migrate(fence: u64) -> Result<(), Error> {
     let _ = fence;
+    Ok(())
+}
+
+// ANCHOR: live_output
+/// An import that shows its progress while it runs: `cronlease logs
+/// import --follow` and the dashboard's job page print these lines.
+async fn import(run: Run) -> Result<(), Error> {
+    use std::io::Write;
+    let mut out = run.output();
+    for batch in 1..=3 {
+        import_batch(batch, run.fence()).await?;
+        writeln!(out, "imported batch {batch} of 3")?;
+    }
+    Ok(())
+}
+// ANCHOR_END: live_output
+
+async fn import_batch(batch: u32, fence: u64) -> Result<(), Error> {
+    let _ = (batch, fence);
     Ok(())
 }

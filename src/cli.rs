@@ -30,6 +30,7 @@ mod drain;
 mod generate;
 mod kill;
 mod lock;
+mod logs;
 mod notify;
 mod pause;
 
@@ -82,6 +83,14 @@ pub enum Command {
     /// with who asked, never retried nor rerun. Exits 1 when none is in
     /// flight.
     Kill(kill::KillArgs),
+    /// Print a run's output while it runs, from any host: the job's newest
+    /// run in flight, or --run RUN_ID; --follow prints lines as they come
+    /// until the run ends.
+    ///
+    /// What a run prints goes to a capped stream in Redis while it runs
+    /// (the lines the log gets, at most 1,000 of 2 KiB each) and is kept a
+    /// minute after it ends; `history --output` keeps the tail for good.
+    Logs(logs::LogsArgs),
     /// Run each past tick of a job's schedule in a range once: ticks that
     /// ran are skipped and listed, the others queued for the replicas.
     ///
@@ -397,6 +406,7 @@ pub fn run_with(cli: Cli, tasks: Tasks) -> Exit {
         Command::Undrain(args) => drain::undrain(&args),
         Command::Repair(args) => repair(&args),
         Command::Kill(args) => kill::kill(&args),
+        Command::Logs(args) => logs::logs(&args),
         Command::Lock(args) => lock::lock(args),
         Command::Notify(args) => match &args.command {
             NotifyCommand::Test(test) => notify::test(test),

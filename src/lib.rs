@@ -166,6 +166,11 @@ pub mod link;
 mod link;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
+pub mod live;
+#[cfg(not(feature = "internals"))]
+mod live;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod lock;
 #[cfg(not(feature = "internals"))]
 mod lock;
@@ -246,7 +251,7 @@ pub use config::{
 pub use config::{EventKind, SmtpTls};
 pub use embed::{
     Cluster, ConnectionError, Job, JobBuilder, ParamSpec, RedisSettings, RefusedError, Run,
-    Scheduler, SchedulerBuilder, SchedulerError,
+    RunOutput, Scheduler, SchedulerBuilder, SchedulerError,
 };
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]

@@ -132,6 +132,8 @@ pub struct RunContext {
     /// The values of the run's parameters (the job's `params`), by name:
     /// checked, defaults included; empty for a job without any.
     pub params: crate::config::ParamValues,
+    /// Where its output lines go while it runs (see [`crate::live`]).
+    pub live: crate::live::LiveLines,
 }
 
 impl RunContext {

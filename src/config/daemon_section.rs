@@ -28,6 +28,7 @@ pub(super) struct RawDaemon {
     state_dir: Option<Spanned<String>>,
     history: Option<Spanned<i64>>,
     output_tail_bytes: Option<Spanned<i64>>,
+    live_output_lines: Option<Spanned<i64>>,
     spool_max_bytes: Option<Spanned<i64>>,
     heartbeat: Option<Spanned<String>>,
     log_format: Option<LogFormat>,
@@ -58,6 +59,7 @@ impl RawDaemon {
             state_dir: None,
             history: None,
             output_tail_bytes: None,
+            live_output_lines: None,
             spool_max_bytes: None,
             heartbeat: None,
             log_format: None,
@@ -154,6 +156,13 @@ pub(super) fn validate_daemon(
         4096,
         0..1_048_577,
     );
+    let live_output_lines = checker.integer(
+        S,
+        "live_output_lines",
+        raw.live_output_lines.as_ref(),
+        1000,
+        0..100_001,
+    );
     let mut secrets = super::secret_env_names(
         redis.as_ref().and_then(|r| r.password_env.as_deref()),
         dashboard_token.as_ref(),
@@ -183,6 +192,8 @@ pub(super) fn validate_daemon(
         history: u32::try_from(history).expect("history was checked to be within 1..=1_000_000"),
         output_tail_bytes: usize::try_from(output_tail_bytes)
             .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
+        live_output_lines: usize::try_from(live_output_lines)
+            .expect("live_output_lines was checked to be within 0..=100000"),
         spool_max_bytes,
         heartbeat,
         log_format: raw.log_format.unwrap_or(LogFormat::Text),

@@ -283,6 +283,9 @@ pub struct DaemonConfig {
     pub history: u32,
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
+    /// Lines of a run's live output kept in Redis while it runs (see
+    /// [`crate::live`]); 0: none sent.
+    pub live_output_lines: usize,
     /// The most the spool's files may hold, in bytes: an outcome that
     /// would pass it is not written to disk but kept in memory (the guide,
     /// "The job table", `[daemon]`).

@@ -85,18 +85,12 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .registered(&job.name);
     let task = registered.unwrap_or_else(|| command_task(side, job, &start));
-    let run = RunContext {
-        job: job.name.clone(),
-        tick_ms: start.tick_ms,
-        fence: start.fence,
-        run_id: start.run_id.clone(),
-        replica: side.identity.replica.clone(),
-        attempt: 0,
-        grace: side.config.daemon.kill_grace,
-        upstream: start.upstream.clone(),
-        trigger: start.trigger,
-        params: start.params.clone(),
-    };
+    let (live, live_writer) = crate::live::channel(
+        &job.name,
+        &start.run_id,
+        side.config.daemon.live_output_lines,
+    );
+    let run = run_context(side, job, &start, live);
     let attempts = Attempts {
         timeout: job.timeout,
         retries: job.retries,
@@ -121,7 +115,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
             let lateness_ms = start.started_ms - start.tick_ms;
             meters.lateness().record(lateness_ms.max(0) as f64 / 1000.0);
         }
-        let result = task::execute(&*task, run, attempts, stop_rx).await;
+        let result = execute(&*task, run, attempts, stop_rx, live_writer, &handle).await;
         // Opened once the task is done: while it runs, only the handle is
         // kept (thousands of runs may be in flight).
         let side = handle.side();
@@ -139,6 +133,52 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
             side.heartbeat_now.notify_one();
         }
     })
+}
+
+/// What a run's task is told of the run.
+fn run_context(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: &RunStart,
+    live: crate::live::LiveLines,
+) -> RunContext {
+    RunContext {
+        job: job.name.clone(),
+        tick_ms: start.tick_ms,
+        fence: start.fence,
+        run_id: start.run_id.clone(),
+        replica: side.identity.replica.clone(),
+        attempt: 0,
+        grace: side.config.daemon.kill_grace,
+        upstream: start.upstream.clone(),
+        trigger: start.trigger,
+        params: start.params.clone(),
+        live,
+    }
+}
+
+/// Runs the task's attempts with the live output's writer beside them, in
+/// the same future: the writer ends with the task, its last lines and
+/// the end entry sent before the outcome is recorded.
+async fn execute(
+    task: &dyn task::Task,
+    run: RunContext,
+    attempts: Attempts,
+    stop: watch::Receiver<Option<task::Stop>>,
+    live_writer: crate::live::LiveWriter,
+    handle: &super::ctx::RunHandle,
+) -> RunResult {
+    let store = handle.side().store;
+    let task_ended = tokio::sync::Notify::new();
+    let (result, ()) = tokio::join!(
+        async {
+            let result = task::execute(task, run, attempts, stop).await;
+            task_ended.notify_one();
+            result
+        },
+        live_writer.run(store, task_ended.notified())
+    );
+    result
 }
 
 /// The job's command as a process task, or its request as an HTTP task;

@@ -62,7 +62,7 @@ mod run;
 mod scheduler;
 
 pub use job::{Job, JobBuilder, ParamSpec};
-pub use run::Run;
+pub use run::{Run, RunOutput};
 pub use scheduler::{Scheduler, SchedulerBuilder};
 
 /// The name the embedded configuration's problems are reported under.

@@ -2,6 +2,7 @@
 //! future under the engine's stop signal.
 
 use super::StdError;
+use crate::live::Source;
 use crate::outcome::Status;
 use crate::outcome::Tail;
 use crate::task::Attempt;
@@ -223,6 +224,54 @@ impl Run {
     pub async fn stopped(&mut self) -> Stop {
         self.stop.next().await
     }
+
+    /// A writer for the run's live output: each line written to it is
+    /// shown while the run runs by `cronlease logs JOB --follow` and the
+    /// dashboard's job page, on any host (each line cut to 2 KiB; the
+    /// newest 1,000 lines are kept until a minute after the run). Never
+    /// waits on Redis: a line written faster than it can be sent is left
+    /// out, and the output says how many were. A line without its newline
+    /// is shown when the writer is flushed or dropped. Lines written after
+    /// the run ended go nowhere.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// use std::io::Write;
+    ///
+    /// let job = JobBuilder::new("import", "0 2 * * *").run(|run: Run| async move {
+    ///     let mut out = run.output();
+    ///     for batch in 1..=3 {
+    ///         writeln!(out, "imported batch {batch}")?;
+    ///     }
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn output(&self) -> RunOutput {
+        RunOutput {
+            lines: self.context.live.clone(),
+            partial: Vec::new(),
+        }
+    }
+}
+
+/// A run's live output, as [`Run::output`] gives it: an
+/// [`std::io::Write`] whose lines are shown while the run runs.
+///
+/// ```
+/// use cronlease::{JobBuilder, Run};
+/// use std::io::Write;
+///
+/// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+///     let mut out = run.output();
+///     write!(out, "rows: ")?;
+///     writeln!(out, "{}", 42)?; // one line: "rows: 42"
+///     Ok::<(), std::io::Error>(())
+/// });
+/// ```
+#[derive(Debug)]
+pub struct RunOutput {
+    lines: crate::live::LiveLines,
+    partial: Vec<u8>,
 }
 
 /// An async function as a task.
@@ -317,5 +366,40 @@ where
             }
             AttemptEnd::bare(Status::Failed)
         }
+    }
+}
+
+impl std::io::Write for RunOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut rest = buf;
+        while let Some(newline) = rest.iter().position(|&b| b == b'\n') {
+            if self.partial.is_empty() {
+                self.lines.push(Source::Handler, &rest[..newline]);
+            } else {
+                self.partial.extend_from_slice(&rest[..newline]);
+                self.lines.push(Source::Handler, &self.partial);
+                self.partial.clear();
+            }
+            rest = &rest[newline + 1..];
+        }
+        // A line longer than any kept is cut here, not held whole.
+        let room = crate::live::MAX_LINE_BYTES.saturating_sub(self.partial.len());
+        self.partial
+            .extend_from_slice(&rest[..rest.len().min(room)]);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.partial.is_empty() {
+            self.lines.push(Source::Handler, &self.partial);
+            self.partial.clear();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for RunOutput {
+    fn drop(&mut self) {
+        let _ = std::io::Write::flush(self);
     }
 }

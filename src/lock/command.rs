@@ -146,6 +146,7 @@ async fn run_held(
         upstream: None,
         trigger: crate::outcome::Trigger::Manual,
         params: Default::default(),
+        live: crate::live::LiveLines::off(),
     };
     let once = Attempts {
         timeout: None,

@@ -23,6 +23,7 @@ mod backfill;
 mod drain;
 mod explain;
 mod history;
+mod live;
 mod pause;
 mod render;
 
@@ -36,6 +37,7 @@ pub use history::{
     wait_for_outcome,
 };
 #[cfg(feature = "dashboard")]
+pub use live::{Follow, LiveEnd, follow_live, live_run};
 pub use pause::REASON_MAX_CHARS;
 pub use pause::{
     ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,

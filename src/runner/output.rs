@@ -1,6 +1,6 @@
 //! A command's output: its two streams read line by line in bounded
-//! memory, every line into the run's tail, and into the log under a per-run
-//! rate limit.
+//! memory, every line into the run's tail, and into the log and the live
+//! output under a per-run rate limit.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{info, warn};
 
 use super::environment::Redactor;
+use crate::live::Source;
 use crate::outcome::Tail;
 use crate::task::RunContext;
 
@@ -127,11 +128,12 @@ impl LogBudget {
     /// Logs how many lines were left out since the last report, if any.
     fn report(&mut self, run: &RunContext) {
         if self.suppressed > 0 {
-            warn!(
-                job = %run.job, run_id = %run.run_id, suppressed = self.suppressed,
+            let note = format!(
                 "{} lines of output suppressed (more than {LOG_PER_SECOND} a second); the outcome's tail has the last of them",
                 self.suppressed
             );
+            warn!(job = %run.job, run_id = %run.run_id, suppressed = self.suppressed, "{note}");
+            run.live.push(Source::Cronlease, note.as_bytes());
             self.suppressed = 0;
         }
     }
@@ -179,8 +181,8 @@ impl Output {
         tokio::task::consume_budget().await;
         let (budget, redactor) = (&mut self.budget, &self.redactor);
         tokio::select! {
-            line = next_line(&mut self.stdout) => log_line(run, tail, "stdout", line, &mut self.stdout, budget, redactor),
-            line = next_line(&mut self.stderr) => log_line(run, tail, "stderr", line, &mut self.stderr, budget, redactor),
+            line = next_line(&mut self.stdout) => log_line(run, tail, Source::Stdout, line, &mut self.stdout, budget, redactor),
+            line = next_line(&mut self.stderr) => log_line(run, tail, Source::Stderr, line, &mut self.stderr, budget, redactor),
         }
     }
 
@@ -211,7 +213,7 @@ async fn next_line(reader: &mut Option<LineReader>) -> std::io::Result<bool> {
 fn log_line(
     run: &RunContext,
     tail: &mut Tail,
-    stream: &'static str,
+    stream: Source,
     read: std::io::Result<bool>,
     source: &mut Option<LineReader>,
     budget: &mut LogBudget,
@@ -231,7 +233,8 @@ fn log_line(
             tail.push_line(line);
             if budget.admit(run) == Admit::Log {
                 let shown = String::from_utf8_lossy(&line[..line.len().min(MAX_LOG_LINE)]);
-                info!(job = %run.job, run_id = %run.run_id, stream, "{shown}");
+                info!(job = %run.job, run_id = %run.run_id, stream = stream.as_str(), "{shown}");
+                run.live.push(stream, line);
             }
         }
         Ok(false) | Err(_) => *source = None,

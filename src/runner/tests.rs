@@ -32,6 +32,7 @@ fn context() -> RunContext {
         upstream: None,
         trigger: crate::outcome::Trigger::Schedule,
         params: Default::default(),
+        live: crate::live::LiveLines::off(),
     }
 }
 

@@ -64,6 +64,14 @@ impl Keys {
         self.job_key(job, "running")
     }
 
+    /// Stream: the live output of `job`'s run `run_id` (see
+    /// [`crate::live`]).
+    pub fn live(&self, job: &str, run_id: &str) -> String {
+        let mut key = self.job_key(job, "live:");
+        key.push_str(run_id);
+        key
+    }
+
     /// String with PX: the run id of the holder (`…:lease:<run id>` with
     /// `overlap = "allow"`).
     pub fn lease(&self, job: &str) -> String {

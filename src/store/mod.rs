@@ -28,6 +28,7 @@ mod heartbeat;
 mod job_state;
 mod keys;
 mod kill;
+mod live;
 mod lock;
 mod operator;
 mod pause;
@@ -78,6 +79,7 @@ pub use run::{
 };
 
 pub use keys::Keys;
+pub use live::{LiveBatch, LiveEntry};
 pub use lock::{
     LockHolder, LockHolderTag, LockRenewal, LockReply, LockRequest, LockTicket, Reentry,
 };

@@ -32,6 +32,7 @@ mod harness;
 mod hostile;
 mod http_jobs;
 mod kill;
+mod live_output;
 mod locks;
 mod manual;
 mod metrics;
