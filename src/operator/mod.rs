@@ -36,8 +36,8 @@ pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,
     wait_for_outcome,
 };
-#[cfg(feature = "dashboard")]
 pub use live::{Follow, LiveEnd, follow_live, live_run};
+#[cfg(feature = "dashboard")]
 pub use pause::REASON_MAX_CHARS;
 pub use pause::{
     ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,
