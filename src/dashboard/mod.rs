@@ -16,6 +16,7 @@
 
 mod actions;
 mod auth;
+mod data;
 mod draw;
 mod explain_page;
 mod format;
@@ -35,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DashboardRead, Job};
-use crate::operator::{self, HistoryEntry, Locks, OperatorError, OutputTail, StatusReport};
+use crate::operator::{self, Locks, OperatorError, StatusReport};
 use crate::outcome::Status;
 use crate::store::Store;
 
@@ -183,18 +184,6 @@ impl Dashboard {
         let runs = Arc::new(runs);
         *cached = Some((Instant::now(), runs.clone()));
         Ok(runs)
-    }
-
-    /// The newest outcomes of `job`, with or without their output.
-    async fn history(
-        &self,
-        job: &str,
-        count: usize,
-        output: OutputTail,
-    ) -> Result<Vec<HistoryEntry>, OperatorError> {
-        Ok(operator::history(&self.store, job, count, output)
-            .await?
-            .outcomes)
     }
 
     /// Forgets the snapshot, so the next page shows an action's effect.
