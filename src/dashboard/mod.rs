@@ -15,6 +15,7 @@
 //! `draw` their SVG (outcome strips, the timeline, charts).
 
 mod actions;
+mod api;
 mod auth;
 mod data;
 mod draw;
@@ -213,6 +214,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/logout", post(actions::logout))
         .route("/assets/style.css", get(pages::style))
         .route("/assets/app.js", get(pages::script))
+        .merge(api::router())
         .with_state(dashboard)
 }
 

@@ -226,6 +226,7 @@ pub struct StatusReport {
 
 /// A cluster lock as `status --lock NAME` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct LockStatus {
     pub name: String,
     /// None: free.
