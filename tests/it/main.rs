@@ -8,6 +8,7 @@
 //! replicas' dashboards in a headless Chromium (`support::Browser`).
 
 mod ahead;
+mod api;
 mod backfill;
 mod batching;
 mod bounds;
