@@ -64,7 +64,7 @@ pub(super) async fn job(
         .unwrap_or_default();
     let main = html! {
         h1 { (name) }
-        (super::pages::cluster_pause_banner(&status))
+        (super::pages::cluster_pause_banner(status))
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
         (job_actions(&visitor, job, &csrf, param_fields(definition)))
