@@ -18,8 +18,9 @@ use crate::store::Action;
 /// Why a view could not be read.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ViewError {
-    /// No job of that name, in the job table or in Redis.
-    #[error("no job {0:?} in this replica's job table")]
+    /// No job of that name, in the job table or in Redis (the message
+    /// says which, and the names close to it where known).
+    #[error("{0}")]
     NoJob(String),
     /// A query value that cannot be taken (which, and what would be valid).
     #[error("{0}")]
@@ -155,7 +156,7 @@ pub(super) async fn job_view(
         .jobs
         .iter()
         .position(|j| j.name == name)
-        .ok_or_else(|| ViewError::NoJob(name.to_string()))?;
+        .ok_or_else(|| no_job(name))?;
     let definition = dashboard.job_table().get(name).cloned();
     let ticks = upcoming_ticks(definition.as_deref(), status.now_ms, upcoming);
     let actions = operator::actions(&dashboard.store, name, actions).await?;
@@ -236,8 +237,13 @@ pub(super) async fn require_job(dashboard: &Dashboard, name: &str) -> Result<(),
     {
         Ok(())
     } else {
-        Err(ViewError::NoJob(name.to_string()))
+        Err(no_job(name))
     }
+}
+
+/// The error of a job named `name` that does not exist.
+fn no_job(name: &str) -> ViewError {
+    ViewError::NoJob(format!("no job {name:?} in this replica's job table"))
 }
 
 /// The explanation of job `name`'s `tick` (as `--tick` takes it; `None`:
@@ -256,7 +262,7 @@ pub(super) async fn explanation(
     match operator::explain(&dashboard.store, Some(&*table), name, tick).await {
         Ok(explanation) => Ok(explanation),
         Err(ExplainError::Operator(e)) => Err(ViewError::Redis(e)),
-        Err(ExplainError::UnknownJob { .. }) => Err(ViewError::NoJob(name.to_string())),
+        Err(e @ ExplainError::UnknownJob { .. }) => Err(ViewError::NoJob(e.to_string())),
         Err(e @ ExplainError::NoSchedule(_)) => Err(ViewError::BadQuery(e.to_string())),
     }
 }
