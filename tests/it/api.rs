@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::dashboard::{TOKEN, TOKEN_ENV, dashboard_addr};
-use crate::support::{Cluster, RedisServer, wait_until};
+use crate::support::{Cluster, RedisServer, http, wait_until};
 
 /// How long anything awaited may take on a loaded machine.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -234,6 +234,35 @@ fn every_documented_route_reads_and_acts_as_the_pages_do() {
         .error(400, "invalid_query");
     api.get("/jobs", &[], "?sate=paused", Auth::Token)
         .error(400, "invalid_query");
+
+    // A browser logged in to the pages reads with its login cookie, and
+    // takes no action with it alone (the pages' forms carry a CSRF token).
+    let login = http::post_form(
+        &api.addr,
+        &api.addr,
+        "/login",
+        &format!("token={TOKEN}&name=reader&next=/"),
+    );
+    assert_eq!(login.status, 303, "{login:?}");
+    let cookies: Vec<&str> = login
+        .headers
+        .iter()
+        .filter(|(name, _)| name == "set-cookie")
+        .filter_map(|(_, value)| value.split(';').next())
+        .collect();
+    let cookie = format!("Cookie: {}\r\n", cookies.join("; "));
+    let read = http::get(&api.addr, &api.addr, "/api/v1/jobs", &cookie);
+    assert_eq!(read.status, 200, "{}", read.body);
+    let acted = http::send(
+        &api.addr,
+        &format!(
+            "POST /api/v1/jobs/report/trigger HTTP/1.1\r\nHost: {0}\r\nConnection: close\r\n{cookie}Content-Length: 0\r\n\r\n",
+            api.addr
+        ),
+        b"",
+    );
+    assert_eq!(acted.status, 401, "{}", acted.body);
+    assert!(acted.body.contains("token_missing"), "{}", acted.body);
 
     // A job: its state, next ticks and settings.
     let report = api.get("/jobs/{name}", &[("name", "report")], "", Auth::Token);

@@ -14,7 +14,9 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiError, ErrorBody, ErrorCode, Permission, body, check, json, recorded_as};
+use super::{
+    ActionKind, ApiError, ErrorBody, ErrorCode, Permission, body, check, json, recorded_as,
+};
 use crate::dashboard::Dashboard;
 use crate::dashboard::data::{self, ActionDone, JobAction, ReplicaAction};
 use crate::operator::{self, OperatorError, PauseOptions};
@@ -163,7 +165,12 @@ pub(super) async fn trigger(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let identity = check(&dashboard, &headers, peer, Permission::Act)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Act(ActionKind::Trigger),
+    )?;
     let request: TriggerBody = body(&headers, bytes)?;
     let params = request.params.into_iter().collect();
     let done = act(
@@ -205,7 +212,12 @@ pub(super) async fn pause(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let identity = check(&dashboard, &headers, peer, Permission::Act)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Act(ActionKind::Pause),
+    )?;
     let request: PauseBody = body(&headers, bytes)?;
     let until = match request.until.as_deref().map(str::trim) {
         None | Some("") => None,
@@ -260,7 +272,12 @@ pub(super) async fn resume(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let identity = check(&dashboard, &headers, peer, Permission::Act)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Act(ActionKind::Resume),
+    )?;
     let EmptyBody {} = body(&headers, bytes)?;
     let done = act(&dashboard, &name, JobAction::Resume, &identity, peer).await?;
     Ok(answer(name, done))
@@ -293,7 +310,12 @@ pub(super) async fn kill(
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let identity = check(&dashboard, &headers, peer, Permission::Act)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Act(ActionKind::Kill),
+    )?;
     let request: KillBody = body(&headers, bytes)?;
     let run = request.run_id.filter(|r| !r.trim().is_empty());
     let done = act(&dashboard, &name, JobAction::Kill(run), &identity, peer).await?;
@@ -309,7 +331,11 @@ async fn replica_action(
     peer: SocketAddr,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let identity = check(dashboard, headers, peer, Permission::Act)?;
+    let kind = match action {
+        ReplicaAction::Drain => ActionKind::Drain,
+        ReplicaAction::Undrain => ActionKind::Undrain,
+    };
+    let identity = check(dashboard, headers, peer, Permission::Act(kind))?;
     let EmptyBody {} = body(headers, bytes)?;
     let who = recorded_as(dashboard, &identity, peer);
     let done = data::act_on_replica(dashboard, &id, action, &who).await?;

@@ -6,7 +6,7 @@
 //! generated from the handlers and types here (`doc`).
 //!
 //! A request says who it is with `Authorization: Bearer <token>` (or, for
-//! reads, the pages' session cookie); [`permit`] alone decides what that
+//! reads, the pages' login cookie); [`permit`] alone decides what that
 //! identity may do. Errors are `{"error": {"code", "message"}}` with a
 //! stable code per kind ([`ErrorCode`]).
 
@@ -288,14 +288,14 @@ pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
 /// Who a request says it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Identity {
-    /// No token, no session.
+    /// No token, no login cookie.
     Nobody,
     /// The dashboard's token, as a bearer token; `name` is what actions
     /// taken with it are recorded as.
     Token { name: String },
-    /// The pages' session cookie (a browser that logged in), under the
+    /// The pages' login cookie (a browser that logged in), under the
     /// name given at login.
-    Session { name: String },
+    LoggedIn { name: String },
     /// A bearer token that is not the dashboard's (or a malformed
     /// `Authorization` header).
     Wrong,
@@ -310,8 +310,32 @@ const TOKEN_NAME: &str = "api";
 pub(super) enum Permission {
     /// Read what the pages show.
     Read,
-    /// Take an action: run now, pause, resume, kill, drain, undrain.
-    Act,
+    /// Take this action.
+    Act(ActionKind),
+}
+
+/// The actions the API takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ActionKind {
+    Trigger,
+    Pause,
+    Resume,
+    Kill,
+    Drain,
+    Undrain,
+}
+
+impl ActionKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ActionKind::Trigger => "trigger",
+            ActionKind::Pause => "pause",
+            ActionKind::Resume => "resume",
+            ActionKind::Kill => "kill",
+            ActionKind::Drain => "drain",
+            ActionKind::Undrain => "undrain",
+        }
+    }
 }
 
 /// The identity of a request from `peer` with `headers`: a wrong bearer
@@ -324,7 +348,7 @@ pub(super) fn identify(
 ) -> Result<Identity, ApiError> {
     let Some(authorization) = headers.get(header::AUTHORIZATION) else {
         return Ok(match Visitor::of(dashboard.token.as_ref(), headers) {
-            Visitor::Operator(name) => Identity::Session { name },
+            Visitor::Operator(name) => Identity::LoggedIn { name },
             Visitor::ReadOnly | Visitor::Anonymous => Identity::Nobody,
         });
     };
@@ -359,9 +383,10 @@ pub(super) fn identify(
 }
 
 /// Whether `identity` may do `permission` on this dashboard: the one
-/// check every route passes. Reads follow the pages (open unless `[daemon]
+/// check every route passes (where roles of scoped tokens would be
+/// looked up, by identity and action). Reads follow the pages (open unless `[daemon]
 /// dashboard_read = "token"` with a token); actions need the token as a
-/// bearer token (a session cookie alone would need the pages' CSRF token).
+/// bearer token (the login cookie alone would need the pages' CSRF token).
 pub(super) fn permit(
     dashboard: &Dashboard,
     identity: &Identity,
@@ -386,18 +411,23 @@ pub(super) fn permit(
             match identity {
                 Identity::Wrong => Err(wrong()),
                 _ if open => Ok(()),
-                Identity::Token { .. } | Identity::Session { .. } => Ok(()),
+                Identity::Token { .. } | Identity::LoggedIn { .. } => Ok(()),
                 Identity::Nobody => Err(missing("reading (dashboard_read = \"token\")")),
             }
         }
-        Permission::Act => match identity {
+        Permission::Act(action) => match identity {
             _ if !has_token => Err(ApiError::new(
                 ErrorCode::ActionsDisabled,
-                "actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)",
+                format!(
+                    "actions are off ({} refused): this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)",
+                    action.as_str()
+                ),
             )),
             Identity::Token { .. } => Ok(()),
             Identity::Wrong => Err(wrong()),
-            Identity::Nobody | Identity::Session { .. } => Err(missing("an action")),
+            Identity::Nobody | Identity::LoggedIn { .. } => {
+                Err(missing(&format!("an action ({})", action.as_str())))
+            }
         },
     }
 }
@@ -418,7 +448,7 @@ pub(super) fn check(
 /// (or the cluster's) actions, as the pages record theirs.
 pub(super) fn recorded_as(dashboard: &Dashboard, identity: &Identity, peer: SocketAddr) -> String {
     let name = match identity {
-        Identity::Token { name } | Identity::Session { name } => name.as_str(),
+        Identity::Token { name } | Identity::LoggedIn { name } => name.as_str(),
         Identity::Nobody | Identity::Wrong => "nobody",
     };
     auth::recorded_as(name, &dashboard.replica, peer)

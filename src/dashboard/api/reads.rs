@@ -75,6 +75,7 @@ pub(super) struct JobsBody {
         (status = 200, description = "The jobs", body = JobsBody),
         (status = 400, description = "invalid_query", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
     security((), ("bearer" = []))
@@ -199,6 +200,7 @@ pub(super) struct JobBody {
     responses(
         (status = 200, description = "The job", body = JobBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
@@ -300,6 +302,7 @@ pub(super) struct HistoryBody {
         (status = 200, description = "A page of outcomes", body = HistoryBody),
         (status = 400, description = "invalid_query", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
@@ -359,6 +362,7 @@ pub(super) struct ExplainQuery {
         (status = 200, description = "The explanation, as `cronlease explain --json`", body = Object),
         (status = 400, description = "invalid_query", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
@@ -408,6 +412,7 @@ pub(super) struct RunsBody {
     responses(
         (status = 200, description = "The runs in flight", body = RunsBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
     security((), ("bearer" = []))
@@ -457,6 +462,7 @@ pub(super) struct ReplicasBody {
     responses(
         (status = 200, description = "The replicas", body = ReplicasBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
     security((), ("bearer" = []))
@@ -484,7 +490,7 @@ pub(super) struct LocksBody {
     locks: Vec<LockStatus>,
 }
 
-/// `GET /api/v1/locks`: the cluster locks held now.
+/// `GET /api/v1/locks`: the cluster locks that are held.
 #[utoipa::path(
     get,
     path = "/api/v1/locks",
@@ -492,6 +498,7 @@ pub(super) struct LocksBody {
     responses(
         (status = 200, description = "The locks", body = LocksBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
+        (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
     ),
     security((), ("bearer" = []))
