@@ -522,6 +522,8 @@ fn every_documented_route_reads_and_acts_as_the_pages_do() {
     // Outside the routes.
     let url = format!("http://{}/api/v1/cron", api.addr);
     answer(&url, api.agent.get(&url).call()).error(404, "route_not_found");
+    let url = format!("http://{}/api/v1/jobs/report/trigger", api.addr);
+    answer(&url, api.agent.get(&url).call()).error(405, "method_not_allowed");
 
     // Every route the document lists was called above.
     let documented = documented(&doc.body);

@@ -101,7 +101,7 @@ pub(super) fn router() -> Router<Arc<Dashboard>> {
     routes()
         .into_iter()
         .fold(Router::new(), |router, (_, path, handler)| {
-            router.route(path, handler)
+            router.route(path, handler.fallback(wrong_method))
         })
         .route("/api/v1/{*rest}", any(no_route))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -112,6 +112,17 @@ async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
         ErrorCode::RouteNotFound,
         format!(
             "no route {method} {}: the routes are listed in {PREFIX}/openapi.json",
+            uri.path()
+        ),
+    )
+    .into_response()
+}
+
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        format!(
+            "{} takes no {method}: reads are GET, actions POST (see {PREFIX}/openapi.json)",
             uri.path()
         ),
     )
@@ -144,6 +155,8 @@ pub(super) enum ErrorCode {
     ReplicaNotFound,
     /// 404: no such route under `/api/v1`.
     RouteNotFound,
+    /// 405: a route called with a method it does not take.
+    MethodNotAllowed,
     /// 409: the job is paused (resume it first).
     JobPaused,
     /// 409: the cluster is paused (`cronlease resume --all` first).
@@ -175,6 +188,7 @@ impl ErrorCode {
             ErrorCode::JobNotFound | ErrorCode::ReplicaNotFound | ErrorCode::RouteNotFound => {
                 StatusCode::NOT_FOUND
             }
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::JobPaused | ErrorCode::ClusterPaused | ErrorCode::NotInFlight => {
                 StatusCode::CONFLICT
             }
