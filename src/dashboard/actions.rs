@@ -14,9 +14,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::Dashboard;
 use super::auth::{self, Refusal, Visitor};
+use super::data::{self, JobAction};
 use super::pages::{error_page, layout, respond};
-use super::{Dashboard, Fresh};
 use crate::operator::{self, OperatorError};
 
 /// An action form: its CSRF token and, for a run now, the values of the
@@ -83,6 +84,16 @@ impl Action {
         }
     }
 
+    /// The form's action of a job action.
+    fn of(action: &JobAction) -> Action {
+        match action {
+            JobAction::Trigger(_) => Action::Trigger,
+            JobAction::Pause(_) => Action::Pause,
+            JobAction::Resume => Action::Resume,
+            JobAction::Kill(_) => Action::Kill,
+        }
+    }
+
     fn as_str(self) -> &'static str {
         match self {
             Action::Trigger => "trigger",
@@ -142,76 +153,56 @@ pub(super) async fn act(
             return refused(&dashboard, &visitor, &refusal);
         }
     };
-    let action = match target(&dashboard, &visitor, &name, &action).await {
-        Ok(action) => action,
-        Err(response) => return response,
-    };
-    let result = match action {
-        Action::Trigger => {
-            let params = form.params();
-            let table = dashboard.job_table();
-            match operator::check_params(table.get(&name).map(|j| &**j), &name, &params) {
-                Ok(()) => operator::trigger(&dashboard.store, &name, &who, &params).await,
-                Err(e) => Err(e),
-            }
-        }
-        Action::Pause => match form.pause_options() {
-            Ok(options) => operator::pause(&dashboard.store, &name, &who, &options)
-                .await
-                .map(|_| String::new()),
-            Err(e) => Err(e),
-        },
-        Action::Resume => operator::resume(&dashboard.store, &name, &who)
-            .await
-            .map(|_| String::new()),
-        Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {
-            Some(run_id) => operator::kill(&dashboard.store, &name, Some(run_id), &who)
-                .await
-                .map(|asked| asked.join(" ")),
-            None => Err(OperatorError::NotInFlight(
-                "no run named: the form's `run` field is empty".to_string(),
-            )),
-        },
-    };
-    dashboard.invalidate().await;
-    if let Ok(run) = &result {
-        tracing::info!(job = %name, action = action.as_str(), %who, run = %run, "dashboard action");
-    }
-    answer(&dashboard, &visitor, caller, action, &name, result).await
-}
-
-/// The action named `action` on job `name`, if both exist; else the page
-/// that says which does not.
-async fn target(
-    dashboard: &Dashboard,
-    visitor: &Visitor,
-    name: &str,
-    action: &str,
-) -> Result<Action, Response> {
-    let Some(action) = Action::parse(action) else {
-        return Err(error_page(
-            dashboard,
-            visitor,
+    let Some(action) = Action::parse(&action) else {
+        return error_page(
+            &dashboard,
+            &visitor,
             StatusCode::NOT_FOUND,
             &format!("no action {action:?}: expected trigger, pause, resume or kill"),
-        ));
+        );
     };
-    let known = dashboard.job_table().contains_key(name);
-    let known = known || dashboard.store.job_exists(name).await.unwrap_or(false);
-    if !known {
-        return Err(error_page(
-            dashboard,
-            visitor,
-            StatusCode::NOT_FOUND,
-            &format!("no job {name:?}"),
-        ));
-    }
-    Ok(action)
+    let action = match action {
+        Action::Trigger => JobAction::Trigger(form.params()),
+        Action::Pause => match form.pause_options() {
+            Ok(options) => JobAction::Pause(options),
+            Err(e) => return answer(&dashboard, &visitor, caller, action, &name, Err(e)),
+        },
+        Action::Resume => JobAction::Resume,
+        Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {
+            Some(run_id) => JobAction::Kill(Some(run_id.clone())),
+            None => {
+                let e = OperatorError::NotInFlight(
+                    "no run named: the form's `run` field is empty".to_string(),
+                );
+                return answer(&dashboard, &visitor, caller, action, &name, Err(e));
+            }
+        },
+    };
+    let result = match data::act(&dashboard, &name, &action, &who).await {
+        Ok(Some(done)) => Ok(done.run()),
+        Ok(None) => {
+            return error_page(
+                &dashboard,
+                &visitor,
+                StatusCode::NOT_FOUND,
+                &format!("no job {name:?}"),
+            );
+        }
+        Err(e) => Err(e),
+    };
+    answer(
+        &dashboard,
+        &visitor,
+        caller,
+        Action::of(&action),
+        &name,
+        result,
+    )
 }
 
 /// What the caller is told of an action's `result`: a script a line, a
 /// browser the job's page (or an error page either way).
-async fn answer(
+fn answer(
     dashboard: &Dashboard,
     visitor: &Visitor,
     caller: Caller,
@@ -220,23 +211,19 @@ async fn answer(
     result: Result<String, OperatorError>,
 ) -> Response {
     match result {
-        Ok(run) => {
-            // Read the state again now, so the next page shows the change.
-            let _ = dashboard.status(Fresh::Now).await;
-            match caller {
-                Caller::Script => (
-                    StatusCode::OK,
-                    format!("{} {name} {run}\n", action.as_str()),
-                )
-                    .into_response(),
-                Caller::Browser => Redirect::to(&format!(
-                    "/jobs/{name}?done={}&run={}",
-                    action.as_str(),
-                    auth::percent_encode(&run)
-                ))
+        Ok(run) => match caller {
+            Caller::Script => (
+                StatusCode::OK,
+                format!("{} {name} {run}\n", action.as_str()),
+            )
                 .into_response(),
-            }
-        }
+            Caller::Browser => Redirect::to(&format!(
+                "/jobs/{name}?done={}&run={}",
+                action.as_str(),
+                auth::percent_encode(&run)
+            ))
+            .into_response(),
+        },
         Err(OperatorError::Paused(job)) => error_page(
             dashboard,
             visitor,

@@ -195,7 +195,7 @@ pub(super) fn authorize(
     replica: &str,
 ) -> Result<String, Refusal> {
     let token = token.ok_or(Refusal::NoToken)?;
-    let via = |name: &str| format!("{name} via dashboard on {replica} from {}", peer.ip());
+    let via = |name: &str| recorded_as(name, replica, peer);
     if let Some(bearer) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -215,6 +215,12 @@ pub(super) fn authorize(
         Some(value) if token.verify(b"cronlease dashboard csrf", value) => Ok(via(&name)),
         _ => Err(Refusal::BadCsrf),
     }
+}
+
+/// Who an action is recorded as in the job's actions: `name via
+/// dashboard on REPLICA from ADDRESS`.
+pub(super) fn recorded_as(name: &str, replica: &str, peer: SocketAddr) -> String {
+    format!("{name} via dashboard on {replica} from {}", peer.ip())
 }
 
 /// The login form's check: the token, and (as for every form) the origin.

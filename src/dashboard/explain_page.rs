@@ -13,9 +13,9 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::format::{ago, duration, iso, utc};
-use super::pages::{chain_facts, error_page, layout, looking, respond, unavailable};
-use super::{Dashboard, auth};
-use crate::operator::{self, ExplainError, Explanation, Verdict};
+use super::pages::{chain_facts, layout, looking, respond, view_error};
+use super::{Dashboard, auth, data};
+use crate::operator::{Explanation, Verdict};
 
 /// The page's query: the tick, as `--tick` takes it.
 #[derive(Debug, Default, Deserialize)]
@@ -35,20 +35,9 @@ pub(super) async fn explain(
         Ok(seen) => seen,
         Err(page) => return page,
     };
-    let tick = match query.tick.as_deref().map(operator::parse_tick) {
-        None => None,
-        Some(Ok(tick)) => Some(tick),
-        Some(Err(message)) => {
-            return error_page(&dashboard, &visitor, StatusCode::BAD_REQUEST, &message);
-        }
-    };
-    let table = dashboard.job_table();
-    let explanation = match operator::explain(&dashboard.store, Some(&*table), &name, tick).await {
+    let explanation = match data::explanation(&dashboard, &name, query.tick.as_deref()).await {
         Ok(explanation) => explanation,
-        Err(ExplainError::Operator(e)) => return unavailable(&dashboard, &visitor, &e),
-        Err(e) => {
-            return error_page(&dashboard, &visitor, StatusCode::NOT_FOUND, &e.to_string());
-        }
+        Err(e) => return view_error(&dashboard, &visitor, &e),
     };
     let title = format!("{name} · {}", explanation.tick);
     respond(

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
-use chrono::DateTime;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::data::{self, HistoryPage, UpcomingTick};
 use super::format::{ago, iso, until, utc};
 use super::pages::{
-    ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, chain_facts, error_page, history_table, job_actions,
-    layout, looking, next_tick_cell, respond, schedule_cell, state_cell, unavailable,
+    ACTIONS_SHOWN, JOB_HISTORY, UPCOMING, chain_facts, history_table, job_actions, layout, looking,
+    next_tick_cell, respond, schedule_cell, state_cell, view_error,
 };
 use super::{Dashboard, draw};
 use crate::config::Job;
@@ -38,31 +38,25 @@ pub(super) async fn job(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let (visitor, status) = match looking(&dashboard, &headers, &uri).await {
+    let (visitor, _) = match looking(&dashboard, &headers, &uri).await {
         Ok(seen) => seen,
         Err(page) => return page,
     };
-    let Some(job) = status.jobs.iter().find(|j| j.name == name) else {
-        return error_page(
-            &dashboard,
-            &visitor,
-            StatusCode::NOT_FOUND,
-            &format!("no job {name:?} in this replica's job table"),
-        );
+    let view = match data::job_view(&dashboard, &name, UPCOMING, ACTIONS_SHOWN).await {
+        Ok(view) => view,
+        Err(e) => return view_error(&dashboard, &visitor, &e),
     };
-    let table = dashboard.job_table();
-    let definition = table.get(&name).map(|j| &**j);
-    let history = match dashboard
-        .history(&name, JOB_HISTORY, OutputTail::Include)
-        .await
-    {
+    let page = HistoryPage {
+        before: None,
+        limit: JOB_HISTORY,
+        output: OutputTail::Include,
+    };
+    let history = match data::history(&dashboard, &name, page).await {
         Ok(history) => history,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
+        Err(e) => return view_error(&dashboard, &visitor, &e),
     };
-    let actions = match operator::actions(&dashboard.store, &name, ACTIONS_SHOWN).await {
-        Ok(actions) => actions,
-        Err(e) => return unavailable(&dashboard, &visitor, &e),
-    };
+    let (status, job, definition) = (&view.status, view.job(), view.definition.as_deref());
+    let actions = &view.actions;
     let csrf = dashboard
         .token
         .as_ref()
@@ -70,7 +64,7 @@ pub(super) async fn job(
         .unwrap_or_default();
     let main = html! {
         h1 { (name) }
-        (super::pages::cluster_pause_banner(&status))
+        (super::pages::cluster_pause_banner(status))
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
         (job_actions(&visitor, job, &csrf, param_fields(definition)))
@@ -91,13 +85,13 @@ pub(super) async fn job(
             } } }
         }
         h2 { "Upcoming ticks" }
-        (upcoming_ticks(definition, status.now_ms))
+        (upcoming_ticks(definition, &view.upcoming, status.now_ms))
         (recent_runs(&history))
         h2 { "History" }
         (history_table(&name, &history))
         h2 { "Operator actions" }
         @if actions.is_empty() { p.muted { "None recorded." } } @else {
-            ul.actions-log { @for a in &actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } @if let Some(end) = a.until_ms { " until " (utc(end)) } @if !a.reason.is_empty() { " — " (a.reason) } } } }
+            ul.actions-log { @for a in actions { li { time datetime=(iso(a.at_ms)) { (utc(a.at_ms)) } " " strong { (a.action) } " by " (a.who) @if !a.detail.is_empty() { " (" code { (a.detail) } ")" } @if let Some(end) = a.until_ms { " until " (utc(end)) } @if !a.reason.is_empty() { " — " (a.reason) } } } }
         }
     };
     respond(
@@ -182,19 +176,18 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
 }
 
 /// The job's next ticks, local and UTC, with a countdown.
-fn upcoming_ticks(definition: Option<&Job>, now_ms: i64) -> Markup {
-    let now = DateTime::from_timestamp_millis(now_ms).unwrap_or_default();
-    let schedule = definition.and_then(|d| d.schedule.as_ref());
-    let upcoming = schedule
-        .map(|s| s.upcoming(now, UPCOMING))
-        .unwrap_or_default();
+fn upcoming_ticks(definition: Option<&Job>, upcoming: &[UpcomingTick], now_ms: i64) -> Markup {
+    let zone = definition
+        .and_then(|d| d.schedule.as_ref())
+        .map(|s| s.timezone().name())
+        .unwrap_or("");
     html! {
         @if upcoming.is_empty() { p.muted { "None." } } @else {
             table.upcoming {
-                thead { tr { th scope="col" { "Local (" (schedule.map(|s| s.timezone().name()).unwrap_or("")) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
-                tbody { @for tick in &upcoming {
-                    @let excluded = definition.and_then(|d| d.excluded_by(tick.timestamp_millis()));
-                    tr.excluded[excluded.is_some()] { td { (schedule.map(|s| s.timezone().format_local(*tick)).unwrap_or_default()) } td { (utc(tick.timestamp_millis())) } td { span.countdown data-at-ms=(tick.timestamp_millis()) { (until(now_ms, tick.timestamp_millis())) } @if let Some(e) = excluded { " " span.badge.s-excluded { "not run: " (e) } } } }
+                thead { tr { th scope="col" { "Local (" (zone) ")" } th scope="col" { "UTC" } th scope="col" { "In" } } }
+                tbody { @for tick in upcoming {
+                    @let at_ms = tick.at.timestamp_millis();
+                    tr.excluded[tick.excluded_by.is_some()] { td { (tick.local) } td { (utc(at_ms)) } td { span.countdown data-at-ms=(at_ms) { (until(now_ms, at_ms)) } @if let Some(e) = &tick.excluded_by { " " span.badge.s-excluded { "not run: " (e) } } } }
                 } }
             }
         }

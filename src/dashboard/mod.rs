@@ -15,7 +15,9 @@
 //! `draw` their SVG (outcome strips, the timeline, charts).
 
 mod actions;
+mod api;
 mod auth;
+mod data;
 mod draw;
 mod explain_page;
 mod format;
@@ -35,7 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{DashboardRead, Job};
-use crate::operator::{self, HistoryEntry, Locks, OperatorError, OutputTail, StatusReport};
+use crate::operator::{self, Locks, OperatorError, StatusReport};
 use crate::outcome::Status;
 use crate::store::Store;
 
@@ -185,18 +187,6 @@ impl Dashboard {
         Ok(runs)
     }
 
-    /// The newest outcomes of `job`, with or without their output.
-    async fn history(
-        &self,
-        job: &str,
-        count: usize,
-        output: OutputTail,
-    ) -> Result<Vec<HistoryEntry>, OperatorError> {
-        Ok(operator::history(&self.store, job, count, output)
-            .await?
-            .outcomes)
-    }
-
     /// Forgets the snapshot, so the next page shows an action's effect.
     async fn invalidate(&self) {
         *self.snapshot.lock().await = None;
@@ -224,6 +214,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/logout", post(actions::logout))
         .route("/assets/style.css", get(pages::style))
         .route("/assets/app.js", get(pages::script))
+        .merge(api::router())
         .with_state(dashboard)
 }
 

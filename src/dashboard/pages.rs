@@ -13,6 +13,7 @@ use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
 use super::auth::{self, Visitor};
+use super::data::{StateFilter, ViewError, jobs_matching};
 use super::format::{ago, clock, duration, iso, until, utc};
 use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
 use crate::config::{DashboardRead, Job};
@@ -182,6 +183,20 @@ pub(super) fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &Operator
     )
 }
 
+/// The page of a view's error: 404 for a job that does not exist, 400
+/// for a query that cannot be taken, 503 when Redis cannot be read.
+pub(super) fn view_error(dashboard: &Dashboard, visitor: &Visitor, e: &ViewError) -> Response {
+    match e {
+        ViewError::NoJob(_) => {
+            error_page(dashboard, visitor, StatusCode::NOT_FOUND, &e.to_string())
+        }
+        ViewError::BadQuery(message) => {
+            error_page(dashboard, visitor, StatusCode::BAD_REQUEST, message)
+        }
+        ViewError::Redis(e) => unavailable(dashboard, visitor, e),
+    }
+}
+
 /// The overview's query: a name filter, a state filter and the page.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct OverviewQuery {
@@ -191,77 +206,6 @@ pub(super) struct OverviewQuery {
     state: String,
     #[serde(default)]
     page: Option<usize>,
-}
-
-/// The overview's state filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StateFilter {
-    All,
-    Active,
-    Paused,
-    Running,
-    Failing,
-    Drift,
-    Ended,
-}
-
-impl StateFilter {
-    const ALL: [StateFilter; 7] = [
-        StateFilter::All,
-        StateFilter::Active,
-        StateFilter::Paused,
-        StateFilter::Running,
-        StateFilter::Failing,
-        StateFilter::Drift,
-        StateFilter::Ended,
-    ];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            StateFilter::All => "all",
-            StateFilter::Active => "active",
-            StateFilter::Paused => "paused",
-            StateFilter::Running => "running",
-            StateFilter::Failing => "failing",
-            StateFilter::Drift => "drift",
-            StateFilter::Ended => "ended",
-        }
-    }
-
-    fn label(self) -> &'static str {
-        match self {
-            StateFilter::All => "all jobs",
-            StateFilter::Active => "active",
-            StateFilter::Paused => "paused",
-            StateFilter::Running => "running now",
-            StateFilter::Failing => "last run not ok",
-            StateFilter::Drift => "config drift",
-            StateFilter::Ended => "past their last tick",
-        }
-    }
-
-    fn parse(text: &str) -> StateFilter {
-        StateFilter::ALL
-            .into_iter()
-            .find(|f| f.as_str() == text)
-            .unwrap_or(StateFilter::All)
-    }
-
-    fn keeps(self, job: &JobStatus) -> bool {
-        match self {
-            StateFilter::All => true,
-            StateFilter::Active => !job.paused && job.warning.is_none(),
-            StateFilter::Paused => job.paused,
-            StateFilter::Running => !job.running.is_empty(),
-            StateFilter::Failing => job
-                .last_outcome
-                .as_ref()
-                // A tick its calendars left out is not a failure.
-                .is_some_and(|o| !matches!(o.status, Status::Ok | Status::Excluded)),
-            StateFilter::Drift => !job.config_drift.is_empty(),
-            StateFilter::Ended => job.warning.is_some(),
-        }
-    }
 }
 
 /// `GET /`: every job, filtered and paged.
@@ -275,14 +219,8 @@ pub(super) async fn overview(
         Ok(seen) => seen,
         Err(page) => return page,
     };
-    let filter = StateFilter::parse(&query.state);
-    let needle = query.q.trim().to_lowercase();
-    let matching: Vec<&JobStatus> = status
-        .jobs
-        .iter()
-        .filter(|j| needle.is_empty() || j.name.to_lowercase().contains(&needle))
-        .filter(|j| filter.keeps(j))
-        .collect();
+    let filter = StateFilter::parse(&query.state).unwrap_or(StateFilter::All);
+    let matching = jobs_matching(&status, &query.q, filter);
     let pages = matching.len().div_ceil(PAGE_SIZE).max(1);
     let page = query.page.unwrap_or(1).clamp(1, pages);
     let shown = &matching[(page - 1) * PAGE_SIZE..(page * PAGE_SIZE).min(matching.len())];

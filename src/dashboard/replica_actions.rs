@@ -11,10 +11,11 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::Dashboard;
 use super::auth::{self, Refusal, Visitor};
+use super::data::{self, ReplicaAction};
 use super::pages::error_page;
-use super::{Dashboard, Fresh};
-use crate::operator::{self, OperatorError, ReplicaStatus};
+use crate::operator::{OperatorError, ReplicaStatus};
 
 /// A drain or undrain form: its CSRF token.
 #[derive(Debug, Default, Deserialize)]
@@ -23,27 +24,12 @@ pub(super) struct ReplicaForm {
     csrf: Option<String>,
 }
 
-/// What a replica action does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReplicaAction {
-    Drain,
-    Undrain,
-}
-
-impl ReplicaAction {
-    fn parse(text: &str) -> Option<ReplicaAction> {
-        match text {
-            "drain" => Some(ReplicaAction::Drain),
-            "undrain" => Some(ReplicaAction::Undrain),
-            _ => None,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            ReplicaAction::Drain => "drain",
-            ReplicaAction::Undrain => "undrain",
-        }
+/// The replica action named `text`.
+fn parse(text: &str) -> Option<ReplicaAction> {
+    match text {
+        "drain" => Some(ReplicaAction::Drain),
+        "undrain" => Some(ReplicaAction::Undrain),
+        _ => None,
     }
 }
 
@@ -79,7 +65,7 @@ pub(super) async fn act(
             return super::actions::refused(&dashboard, &visitor, &refusal);
         }
     };
-    let Some(action) = ReplicaAction::parse(&action) else {
+    let Some(action) = parse(&action) else {
         return error_page(
             &dashboard,
             &visitor,
@@ -87,15 +73,8 @@ pub(super) async fn act(
             &format!("no action {action:?}: expected drain or undrain"),
         );
     };
-    let result = match action {
-        ReplicaAction::Drain => operator::drain(&dashboard.store, &replica, &who).await,
-        ReplicaAction::Undrain => operator::undrain(&dashboard.store, &replica, &who).await,
-    };
-    dashboard.invalidate().await;
-    match result {
+    match data::act_on_replica(&dashboard, &replica, action, &who).await {
         Ok(_) => {
-            tracing::info!(%replica, action = action.as_str(), %who, "dashboard action");
-            let _ = dashboard.status(Fresh::Now).await;
             if script {
                 (StatusCode::OK, format!("{} {replica}\n", action.as_str())).into_response()
             } else {

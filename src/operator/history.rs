@@ -238,6 +238,37 @@ pub async fn history(
     output: OutputTail,
 ) -> Result<HistoryReport, OperatorError> {
     let entries = store.history(job, count).await?;
+    Ok(history_report(job, entries, output))
+}
+
+/// The `count` outcomes of `job` recorded before the stream entry
+/// `before` (an outcome's `id`, itself left out; `None`: the newest),
+/// newest first: a page of the dashboard's history.
+#[cfg_attr(
+    not(feature = "dashboard"),
+    allow(dead_code, reason = "read by the dashboard only")
+)]
+pub async fn history_page(
+    store: &Store,
+    job: &str,
+    before: Option<&str>,
+    count: usize,
+    output: OutputTail,
+) -> Result<HistoryReport, OperatorError> {
+    let entries = match before {
+        Some(before) => store.history_before(job, before, count).await?,
+        None => store.history(job, count).await?,
+    };
+    Ok(history_report(job, entries, output))
+}
+
+/// The report of the stream `entries` of `job`, each read or named
+/// unreadable.
+fn history_report(
+    job: &str,
+    entries: Vec<(String, Vec<(String, String)>)>,
+    output: OutputTail,
+) -> HistoryReport {
     let mut report = HistoryReport {
         job: job.to_string(),
         outcomes: Vec::with_capacity(entries.len()),
@@ -252,7 +283,7 @@ pub async fn history(
             }
         }
     }
-    Ok(report)
+    report
 }
 
 /// The newest `count` outcomes of `job`, newest first, each with only

@@ -33,14 +33,14 @@ pub use drain::{DrainDone, DrainWait, drain, undrain, wait_drained};
 pub(crate) use explain::span;
 pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
 pub use history::{
-    HistoryEntry, HistoryReport, OutputTail, history, outcome_strip, require_job, runs_since,
-    wait_for_outcome,
+    HistoryEntry, HistoryReport, OutputTail, history, history_page, outcome_strip, require_job,
+    runs_since, wait_for_outcome,
 };
 pub use live::{Follow, LiveEnd, follow_live, live_run};
 #[cfg(feature = "dashboard")]
 pub use pause::REASON_MAX_CHARS;
 pub use pause::{
-    ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,
+    ClusterChange, PauseOptions, Paused, Until, check_reason, pause, pause_all, resume, resume_all,
 };
 pub use render::{OutputText, render_history, render_status, use_colour};
 
@@ -228,6 +228,7 @@ pub struct StatusReport {
 
 /// A cluster lock as `status --lock NAME` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct LockStatus {
     pub name: String,
     /// None: free.

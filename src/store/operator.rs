@@ -40,6 +40,28 @@ impl Store {
         self.read_cmd(cmd).await
     }
 
+    /// The `count` entries of a job's outcome stream before the entry
+    /// `before` (a stream id, itself left out), newest first: the next
+    /// page of the dashboard's API.
+    #[cfg_attr(
+        not(feature = "dashboard"),
+        allow(dead_code, reason = "read by the dashboard only")
+    )]
+    pub async fn history_before(
+        &self,
+        job: &str,
+        before: &str,
+        count: usize,
+    ) -> Result<Vec<(String, Vec<(String, String)>)>, StoreError> {
+        let mut cmd = redis::cmd("XREVRANGE");
+        cmd.arg(self.keys.runs(job))
+            .arg(format!("({before}"))
+            .arg("-")
+            .arg("COUNT")
+            .arg(count);
+        self.read_cmd(cmd).await
+    }
+
     /// The newest `count` entries of a job's outcome stream, newest
     /// first, with only the fields named in `fields` (`outcome_fields.lua`:
     /// Redis leaves the rest, the output tail above all, out of the reply).

@@ -9,6 +9,7 @@
 
 mod access;
 mod ahead;
+mod api;
 mod backfill;
 mod batching;
 mod bounds;
