@@ -83,6 +83,11 @@ pub(super) async fn job(
                     }
                 }
             } } }
+            section #live-output data-src=(format!("/jobs/{}/live", super::auth::percent_encode(&name))) {
+                h2 { "Live output" }
+                p.muted.state { "The newest run's output as it prints it (the log's lines, the newest 1,000 kept); with JavaScript only." }
+                pre.live {}
+            }
         }
         h2 { "Upcoming ticks" }
         (upcoming_ticks(definition, &view.upcoming, status.now_ms))

@@ -22,6 +22,7 @@ mod draw;
 mod explain_page;
 mod format;
 mod job_page;
+mod live;
 mod pages;
 mod replica_actions;
 
@@ -209,6 +210,7 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/replicas/{replica}/{action}", post(replica_actions::act))
         .route("/jobs/{name}", get(job_page::job))
         .route("/jobs/{name}/explain", get(explain_page::explain))
+        .route("/jobs/{name}/live", get(live::live))
         .route("/jobs/{name}/{action}", post(actions::act))
         .route("/login", get(actions::login_form).post(actions::login))
         .route("/logout", post(actions::logout))

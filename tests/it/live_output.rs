@@ -271,3 +271,56 @@ fn logs_says_what_it_cannot_show() {
     );
     cluster.stop_all();
 }
+
+#[test]
+fn the_job_page_streams_a_runs_lines_while_it_runs() {
+    use crate::dashboard::{dashboard_addr, eventually, goto, js};
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    let jobs = manual(
+        "ticker",
+        "for i in 1 2 3 4 5 6 7 8; do echo \"line $i\"; sleep 1; done",
+    );
+    let daemon = "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n";
+    cluster.start_with("alpha", daemon, &jobs, None);
+    cluster.start_with("bravo", daemon, &jobs, None);
+    cluster.wait_ready();
+    let base = format!("http://{}", dashboard_addr(&cluster.replicas[0]));
+    trigger(&cluster.config_path("alpha"), "ticker");
+    wait_until(Duration::from_secs(10), "the run in flight", || {
+        cronlease([
+            "logs",
+            "ticker",
+            "--config",
+            &cluster.config_path("alpha").display().to_string(),
+        ])
+        .stdout()
+        .contains("line 1")
+        .then_some(())
+    });
+    crate::support::runtime().block_on(async {
+        let browser = crate::support::Browser::start().await;
+        goto(&browser, &format!("{base}/jobs/ticker")).await;
+        let shown = "return document.querySelector('pre.live')?.textContent ?? '';";
+        let early: String = eventually("line 3 on the page", async || {
+            let text: String = js(&browser, shown).await;
+            text.contains("line 3").then_some(text)
+        })
+        .await;
+        assert!(
+            cluster.outcomes("ticker").is_empty(),
+            "the lines came only after the run: {early}"
+        );
+        assert!(early.starts_with("line 1\nline 2\nline 3\n"), "{early}");
+        let state = "return document.querySelector('#live-output .state')?.textContent ?? '';";
+        eventually("the end of the run on the page", async || {
+            let text: String = js(&browser, state).await;
+            (text == "the run ended").then_some(())
+        })
+        .await;
+        let all: String = js(&browser, shown).await;
+        let expected: String = (1..=8).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(all, expected);
+    });
+    cluster.stop_all();
+}

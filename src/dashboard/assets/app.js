@@ -1,5 +1,6 @@
-// cronlease dashboard: live countdowns and a refresh of <main> every few
-// seconds. The pages work without it; it only saves the reload.
+// cronlease dashboard: live countdowns, a refresh of <main> every few
+// seconds and a run's live output. The pages work without it; it only
+// saves the reload.
 "use strict";
 (function () {
   const REFRESH_MS = 3000;
@@ -45,7 +46,13 @@
       if (!fresh || typing(live)) return;
       const open = new Set([...live.querySelectorAll("details[open]")].map((d) => d.id));
       for (const d of fresh.querySelectorAll("details")) if (open.has(d.id)) d.open = true;
+      // The live output panel keeps its stream and its lines while it
+      // follows the same run.
+      const following = live.querySelector("#live-output");
       live.replaceChildren(...fresh.childNodes);
+      const slot = live.querySelector("#live-output");
+      if (following && slot && following.dataset.src === slot.dataset.src) slot.replaceWith(following);
+      liveOutput();
       // The footer's Redis time too, so it says how fresh the page is.
       const footer = document.querySelector("footer");
       const freshFooter = page.querySelector("footer");
@@ -59,7 +66,38 @@
     }
   }
 
+  // Follows the run's output (server-sent events) into the panel's <pre>,
+  // keeping the newest MAX_LINES lines; closes at the run's end.
+  const MAX_LINES = 1000;
+  function liveOutput() {
+    const panel = document.querySelector("#live-output");
+    if (!panel || panel.dataset.following) return;
+    panel.dataset.following = "1";
+    const pre = panel.querySelector("pre");
+    const state = panel.querySelector(".state");
+    const events = new EventSource(panel.dataset.src);
+    const add = (source) => (event) => {
+      const line = document.createElement("span");
+      line.className = "live-" + source;
+      const marked = source === "stderr" || source === "cronlease";
+      line.textContent = (marked ? "[" + source + "] " : "") + event.data + "\n";
+      pre.append(line);
+      while (pre.childElementCount > MAX_LINES) pre.firstElementChild.remove();
+      pre.scrollTop = pre.scrollHeight;
+    };
+    for (const source of ["stdout", "stderr", "handler", "cronlease"]) {
+      events.addEventListener(source, add(source));
+    }
+    const close = (text) => (event) => {
+      events.close();
+      if (state) state.textContent = event.data || text;
+    };
+    events.addEventListener("end", close("the run ended"));
+    events.addEventListener("gone", close("the run is gone"));
+  }
+
   countdowns();
+  liveOutput();
   setInterval(countdowns, 1000);
   setInterval(refresh, REFRESH_MS);
 })();
