@@ -16,14 +16,21 @@ use tracing::error;
 use crate::store::{DRAIN_NOTICE, MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
 
 /// The place of `replica` (this one) in the rendezvous order of `job`'s
-/// `tick` among the `live` replicas: 0 claims at once, the others wait
-/// their turn.
-pub(super) fn rank(live: &LiveReplicas, replica: &str, job: &str, tick_ms: i64) -> usize {
+/// `tick` among the `live` replicas whose tags match `run_on` (the job's:
+/// a replica that may not run it takes no place, so the first matching
+/// one claims at once): 0 claims at once, the others wait their turn.
+pub(super) fn rank(
+    live: &LiveReplicas,
+    replica: &str,
+    (job, run_on): (&str, &[String]),
+    tick_ms: i64,
+) -> usize {
     let live = live.snapshot();
     let own = rendezvous_score(replica, job, tick_ms);
     live.iter()
-        .filter(|id| **id != replica)
-        .filter(|id| rendezvous_score(id, job, tick_ms) > own)
+        .filter(|other| other.id != replica)
+        .filter(|other| crate::config::tags_match(&other.tags, run_on))
+        .filter(|other| rendezvous_score(&other.id, job, tick_ms) > own)
         .count()
 }
 

@@ -587,6 +587,10 @@ pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
             }
             " "
         }
+        @if let Some(why) = &job.unplaced {
+            span.badge.unplaced title=(why) { "no matching replica" }
+            " "
+        }
         @if job.paused {
             span.badge.paused { "paused" }
             @if let Some(by) = &job.paused_by { " " small { "by " (by) } }

@@ -117,6 +117,9 @@ pub struct ReplicaStatus {
     /// The operator's drain of it, until `cronlease undrain`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drained_by: Option<crate::store::DrainMark>,
+    /// Its `[daemon] tags`, which jobs' `run_on` ask for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -167,6 +170,21 @@ pub struct JobStatus {
     /// queued since the queue was last empty (`cronlease backfill`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backfill: Option<BackfillLeft>,
+    /// From the job table: the tags a replica needs to run it (`run_on`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_on: Vec<String>,
+    /// From the job table: `every_replica` for a broadcast job; absent
+    /// for one run per tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::config::Mode>,
+    /// Why no run of the job starts now, when no live replica has the
+    /// tags of its `run_on` ("no live replica has tags gpu"): its ticks
+    /// are recorded missed meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unplaced: Option<String>,
+    /// The live replicas, not drained, whose tags match the job's
+    /// `run_on` (all live ones when it has none).
+    pub matching_replicas: Vec<String>,
 }
 
 /// One of a job's calendars as `status` shows it.
@@ -263,6 +281,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         config_hash: record.config_hash,
         cluster_pause: record.cluster_pause,
         drain: record.drain,
+        tags: record.tags,
         drained_by: None,
     })
 }
@@ -460,6 +479,12 @@ async fn job_status(
         warning: job.and_then(|j| {
             crate::config::job_warning(j, now).or_else(|| runs_warning(j, state.runs_started))
         }),
+        unplaced: job.and_then(|j| placement_warning(j, replicas)),
+        run_on: job.map(|j| j.run_on.clone()).unwrap_or_default(),
+        mode: job
+            .map(|j| j.mode)
+            .filter(|m| *m != crate::config::Mode::One),
+        matching_replicas: matching_replicas(job.map_or(&[], |j| &j.run_on), replicas),
         active_from: window.from.map(rfc3339),
         active_until: window.until.map(rfc3339),
         max_runs: job.and_then(|j| j.max_runs),
@@ -478,6 +503,30 @@ async fn job_status(
         backfill,
         name,
     })
+}
+
+/// The live replicas, not drained, whose tags have every tag of
+/// `run_on`: those that may start the job's runs.
+pub fn matching_replicas(run_on: &[String], replicas: &[ReplicaStatus]) -> Vec<String> {
+    replicas
+        .iter()
+        .filter(|r| r.alive && r.drain.is_none())
+        .filter(|r| crate::config::tags_match(&r.tags, run_on))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+/// Why no run of `job` starts while no live replica has the tags its
+/// `run_on` asks for: its ticks are recorded missed
+/// (`no_matching_replica`).
+fn placement_warning(job: &Job, replicas: &[ReplicaStatus]) -> Option<String> {
+    if job.run_on.is_empty() || !matching_replicas(&job.run_on, replicas).is_empty() {
+        return None;
+    }
+    Some(format!(
+        "no live replica has tags {}: its ticks are recorded missed (no_matching_replica) until one with them runs",
+        job.run_on.join(", ")
+    ))
 }
 
 /// Whether `job` has started every run its `max_runs` allows.
@@ -751,6 +800,7 @@ mod tests {
             config_hash: [("j".to_string(), hash.to_string())].into(),
             cluster_pause: None,
             drain: None,
+            tags: Vec::new(),
             drained_by: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
