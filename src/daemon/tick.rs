@@ -289,12 +289,15 @@ async fn record_unplaced(ctx: &Ctx, job: &Job, tick_ms: i64) {
     {
         Ok(recorded) => {
             ctx.redis.answered();
-            if recorded {
+            if let Some(previous) = recorded {
                 ctx.meters.job(&job.name).count_missed(1);
                 warn!(
                     job = %job.name, tick = %rfc3339(tick_ms), run_on = %job.run_on.join(","),
                     "tick recorded missed: no live replica has the tags the job's run_on asks for"
                 );
+                // Ticks between the mark and this one that nobody claimed
+                // (a matching replica died and was still taken as alive).
+                record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             }
         }
         Err(e) => {

@@ -11,25 +11,25 @@
 -- ARGV: tick_ms, recorder replica, host, maxlen, notification rules
 --       (read_notices; '' for none), channel, job name, run_on (the tags,
 --       space-separated)
--- Returns 1 when it recorded the tick, 0 when not: a claim or a record
--- covers it already, it is still ahead by Redis time, or the state holds
--- values cronlease did not write (the claims name those).
+-- Returns the high-water mark it moved past (-1: none) when it recorded
+-- the tick: the caller records the schedule's ticks between the two as
+-- missed (missed.lua), as after a claim. -2 when it did not record it: a
+-- claim or a record covers it already, it is still ahead by Redis time,
+-- or the state holds values cronlease did not write (the claims name
+-- those). `missed_until` is left to missed.lua, which records the ticks
+-- before this one.
 local state, runs = KEYS[1], KEYS[2]
 local tick, recorder, host, maxlen = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local channel, job, run_on = ARGV[6], ARGV[7], ARGV[8]
 local fields = redis.call('HMGET', state, 'last_tick', 'fence')
 local corrupt = corrupt_values(fields[1], fields[2])
-if corrupt then return 0 end
+if corrupt then return -2 end
 local stored = tonumber(fields[1] or '-1')
 local fence = tonumber(fields[2] or '0')
-if tick <= stored then return 0 end
+if tick <= stored then return -2 end
 local now = now_ms()
-if tick > now then return 0 end
+if tick > now then return -2 end
 redis.call('HSET', state, 'last_tick', ARGV[1])
-local missed_until = tonumber(redis.call('HGET', state, 'missed_until') or '-1') or -1
-if tick > missed_until then
-  redis.call('HSET', state, 'missed_until', ARGV[1])
-end
 record_outcome(state, runs, maxlen, {'tick', ARGV[1], 'fence', '0', 'run_id', '',
   'replica', '', 'host', host, 'started_ms', now, 'finished_ms', now, 'duration_ms', '0',
   'status', 'missed', 'attempts', '0', 'output', '', 'trigger', 'schedule',
@@ -38,4 +38,4 @@ redis.call('HINCRBY', state, 'missed_total', 1)
 announce_claim(channel, job .. ' ' .. ARGV[1] .. ' ' .. string.format('%d', fence))
 emit(read_notices(KEYS[3], ARGV[5]), state, 'missed', {'tick', ARGV[1], 'status', 'missed',
   'replica', recorder, 'last_tick', ARGV[1], 'count', 1, 'reason', 'no_matching_replica'})
-return 1
+return stored

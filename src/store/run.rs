@@ -471,14 +471,16 @@ impl Store {
 
     /// Records `job`'s tick `tick_ms` as missed because no live replica
     /// has every tag of `run_on` (`unplaced.lua`): once, and only when no
-    /// claim or record covers it yet. Whether this call recorded it.
+    /// claim or record covers it yet. When this call recorded it, the
+    /// high-water mark it moved past (-1: none), whose gap to the tick the
+    /// caller records missed ([`Store::record_missed`]).
     pub async fn record_unplaced(
         &self,
         job: &str,
         tick_ms: i64,
         recorder: &Claimant<'_>,
         run_on: &[String],
-    ) -> Result<bool, StoreError> {
+    ) -> Result<Option<i64>, StoreError> {
         let mut invocation = self.scripts.unplaced.prepare_invoke();
         invocation
             .key(self.keys.state(job))
@@ -492,8 +494,8 @@ impl Store {
             .arg(self.keys.claims_channel())
             .arg(job)
             .arg(run_on.join(" "));
-        let recorded: Vec<u64> = self.invoke_on_all("record_unplaced", &invocation).await?;
-        Ok(recorded.into_iter().any(|n| n > 0))
+        let answers: Vec<i64> = self.invoke_on_all("record_unplaced", &invocation).await?;
+        Ok(answers.into_iter().filter(|previous| *previous >= -1).min())
     }
 
     /// The stream id of a run's recorded outcome, once there is one (and

@@ -40,6 +40,7 @@ mod notify_events;
 mod operator;
 mod params;
 mod pauses;
+mod placement;
 mod pid_one;
 mod properties;
 mod quorum;

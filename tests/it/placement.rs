@@ -1,0 +1,211 @@
+//! Placement: replica tags and a job's `run_on` (only matching replicas
+//! run it; a tick no live replica matches is recorded missed with the
+//! reason `no_matching_replica`), and their config errors. Real replica
+//! processes against a private redis-server, checked through the jobs'
+//! side effects, the outcome stream and the operator commands.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{
+    Cluster, ConfigFile, RedisServer, Run, cronlease, now_ms, probe_job, starts, wait_until,
+};
+
+/// `cronlease ARGS… --config CONFIG`.
+fn op(args: &[&str], config: &Path) -> Run {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+    all.push("--config".into());
+    all.push(config.into());
+    cronlease(all)
+}
+
+/// `ARGS… --json`, parsed.
+#[track_caller]
+fn op_json(args: &[&str], config: &Path) -> Value {
+    let mut all = args.to_vec();
+    all.push("--json");
+    let run = op(&all, config).expect_code(0);
+    serde_json::from_str(run.stdout().trim())
+        .unwrap_or_else(|e| panic!("not JSON: {e}\n{}", run.describe()))
+}
+
+/// The ticks started, each with the replicas that started it.
+fn runs_by_tick(file: &Path) -> BTreeMap<i64, Vec<String>> {
+    let mut by_tick: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (tick, _, replica) in starts(file) {
+        by_tick.entry(tick).or_default().push(replica);
+    }
+    by_tick
+}
+
+/// SIGTERM to every replica still running; each must exit 0.
+pub(crate) fn stop_running(cluster: &mut Cluster) {
+    for replica in &mut cluster.replicas {
+        if replica.try_exit().is_none() {
+            replica.sigterm();
+        }
+    }
+    for replica in &mut cluster.replicas {
+        let status = replica.wait_exit(Duration::from_secs(30));
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "replica {} did not exit 0: {status:?}\n{}",
+            replica.name(),
+            replica.log()
+        );
+    }
+}
+
+#[test]
+fn only_replicas_with_every_tag_run_a_job_and_ticks_none_matches_are_missed() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job(
+        "train",
+        "* * * * * *",
+        &file,
+        "true",
+        "run_on = [\"gpu\", \"eu\"]",
+    );
+    let b_tags = "tags = [\"gpu\", \"eu\"]";
+    cluster.start_with("a", "tags = [\"gpu\"]", &jobs, None);
+    let b = cluster.start_with("b", b_tags, &jobs, None);
+    cluster.start("c", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(30), "5 ticks run", || {
+        (runs_by_tick(&file).len() >= 5).then_some(())
+    });
+    let config = cluster.config_path("a");
+    let status = op(&["status"], &config).expect_code(0).stdout();
+    assert!(status.contains("tags"), "a tags column: {status}");
+    assert!(!status.contains("no live replica has tags"), "{status}");
+
+    // The matching replica stops: the others record its ticks missed.
+    cluster.replicas[b].sigterm();
+    let stopped = cluster.replicas[b].wait_exit(Duration::from_secs(20));
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
+    let stopped_ms = now_ms();
+    let unplaced = wait_until(Duration::from_secs(20), "3 ticks recorded unplaced", || {
+        let missed: Vec<i64> = cluster
+            .outcomes("train")
+            .iter()
+            .filter(|o| o.field("reason") == Some("no_matching_replica"))
+            .map(|o| o.tick())
+            .collect();
+        (missed.len() >= 3).then_some(missed)
+    });
+    let outcomes = cluster.outcomes("train");
+    for tick in &unplaced {
+        let records: Vec<_> = outcomes.iter().filter(|o| o.tick() == *tick).collect();
+        assert_eq!(records.len(), 1, "tick {tick} recorded once: {records:?}");
+        assert_eq!(records[0].status(), "missed");
+        assert_eq!(records[0].field("run_on"), Some("eu gpu"));
+    }
+    let status = op(&["status"], &config).expect_code(0).stdout();
+    assert!(
+        status.contains("job \"train\": no live replica has tags eu, gpu"),
+        "{status}"
+    );
+    let report = op_json(&["status"], &config);
+    let job = &report["jobs"][0];
+    assert_eq!(job["run_on"], serde_json::json!(["eu", "gpu"]), "{job:#}");
+    assert_eq!(job["matching_replicas"], serde_json::json!([]), "{job:#}");
+    let history = op_json(&["history", "train"], &config);
+    let shown = history["outcomes"]
+        .as_array()
+        .expect("outcomes")
+        .iter()
+        .filter(|o| o["no_matching_replica"] == "eu,gpu")
+        .count();
+    assert!(shown >= 3, "{history:#}");
+    let text = op(&["history", "train"], &config).expect_code(0).stdout();
+    assert!(
+        text.contains("missed (no replica with tags eu,gpu)"),
+        "{text}"
+    );
+    let tick = unplaced[0].to_string();
+    let explained = op_json(&["explain", "train", "--tick", &tick], &config);
+    assert_eq!(explained["verdict"], "missed", "{explained:#}");
+    assert_eq!(
+        explained["reasons"][0]["kind"], "no_matching_replica",
+        "{explained:#}"
+    );
+    let text = op(&["explain", "train", "--tick", &tick], &config)
+        .expect_code(0)
+        .stdout();
+    assert!(text.contains("no live replica had the tags eu,gpu"), "{text}");
+
+    // Back: its runs resume, and the others still run none.
+    let b = cluster.start_with("b", b_tags, &jobs, None);
+    cluster.replicas[b].wait_for_log("ready", Duration::from_secs(20));
+    let restarted_ms = now_ms();
+    wait_until(Duration::from_secs(30), "3 ticks run after the restart", || {
+        let after = runs_by_tick(&file)
+            .into_keys()
+            .filter(|tick| *tick > restarted_ms)
+            .count();
+        (after >= 3).then_some(())
+    });
+    stop_running(&mut cluster);
+    let logs = cluster.logs();
+    let by_tick = runs_by_tick(&file);
+    for (tick, replicas) in &by_tick {
+        assert_eq!(replicas, &["b"], "tick {tick} run by b alone, once\n{logs}");
+        assert!(
+            !unplaced.contains(tick),
+            "tick {tick} both run and missed\n{logs}"
+        );
+    }
+    let late: Vec<_> = by_tick
+        .keys()
+        .filter(|tick| **tick > stopped_ms + 1000 && **tick < restarted_ms - 1000)
+        .collect();
+    assert!(late.is_empty(), "ran while b was away: {late:?}\n{logs}");
+}
+
+#[test]
+fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
+    let check = |text: &str, expected: &[&str]| {
+        let config = ConfigFile::new(text);
+        let run = cronlease(["check", "--config", &config.path().to_string_lossy()]);
+        let out = format!("{}{}", run.stdout(), run.stderr());
+        assert_ne!(run.code(), Some(0), "{text}\n{}", run.describe());
+        for fragment in expected {
+            assert!(
+                out.contains(fragment),
+                "{fragment:?} not in:\n{out}\nfor:\n{text}"
+            );
+        }
+    };
+    let redis = "[redis]\nurl = \"redis://127.0.0.1:1\"\n";
+    let job = "[jobs.clean]\nschedule = \"@hourly\"\ncommand = [\"true\"]\n";
+    check(
+        &format!("{redis}[daemon]\ntags = [\"gpu\", \"e u\"]\n{job}"),
+        &[":4:", "field `tags`", "invalid tag \"e u\"", "A-Z a-z 0-9 _ . -"],
+    );
+    check(
+        &format!("{redis}{job}run_on = [\"\"]\n"),
+        &[":6:", "job \"clean\"", "field `run_on`", "invalid tag \"\""],
+    );
+    check(
+        &format!("{redis}{job}mode = \"all\"\n"),
+        &[":6:", "field `mode`", "unknown variant `all`", "`one`", "`every_replica`"],
+    );
+    check(
+        &format!("{redis}{job}mode = \"every_replica\"\noverlap = \"replace\"\n"),
+        &[":6:", "field `mode`", "cannot go with `overlap = \"replace\"`"],
+    );
+    check(
+        &format!("{redis}{job}mode = \"every_replica\"\nmax_runs = 3\n"),
+        &["field `mode`", "cannot go with `max_runs`"],
+    );
+    check(
+        &format!(
+            "{redis}{job}[jobs.after]\nafter = [\"clean\"]\ncommand = [\"true\"]\nmode = \"every_replica\"\n"
+        ),
+        &[":9:", "job \"after\"", "cannot go with `after`"],
+    );
+}
