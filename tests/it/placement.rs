@@ -136,19 +136,26 @@ fn only_replicas_with_every_tag_run_a_job_and_ticks_none_matches_are_missed() {
     let text = op(&["explain", "train", "--tick", &tick], &config)
         .expect_code(0)
         .stdout();
-    assert!(text.contains("no live replica had the tags eu,gpu"), "{text}");
+    assert!(
+        text.contains("no live replica had the tags eu,gpu"),
+        "{text}"
+    );
 
     // Back: its runs resume, and the others still run none.
     let b = cluster.start_with("b", b_tags, &jobs, None);
     cluster.replicas[b].wait_for_log("ready", Duration::from_secs(20));
     let restarted_ms = now_ms();
-    wait_until(Duration::from_secs(30), "3 ticks run after the restart", || {
-        let after = runs_by_tick(&file)
-            .into_keys()
-            .filter(|tick| *tick > restarted_ms)
-            .count();
-        (after >= 3).then_some(())
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "3 ticks run after the restart",
+        || {
+            let after = runs_by_tick(&file)
+                .into_keys()
+                .filter(|tick| *tick > restarted_ms)
+                .count();
+            (after >= 3).then_some(())
+        },
+    );
     stop_running(&mut cluster);
     let logs = cluster.logs();
     let by_tick = runs_by_tick(&file);
@@ -184,7 +191,12 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
     let job = "[jobs.clean]\nschedule = \"@hourly\"\ncommand = [\"true\"]\n";
     check(
         &format!("{redis}[daemon]\ntags = [\"gpu\", \"e u\"]\n{job}"),
-        &[":4:", "field `tags`", "invalid tag \"e u\"", "A-Z a-z 0-9 _ . -"],
+        &[
+            ":4:",
+            "field `tags`",
+            "invalid tag \"e u\"",
+            "A-Z a-z 0-9 _ . -",
+        ],
     );
     check(
         &format!("{redis}{job}run_on = [\"\"]\n"),
@@ -192,11 +204,21 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
     );
     check(
         &format!("{redis}{job}mode = \"all\"\n"),
-        &[":6:", "field `mode`", "unknown variant `all`", "`one`", "`every_replica`"],
+        &[
+            ":6:",
+            "field `mode`",
+            "unknown variant `all`",
+            "`one`",
+            "`every_replica`",
+        ],
     );
     check(
         &format!("{redis}{job}mode = \"every_replica\"\noverlap = \"replace\"\n"),
-        &[":6:", "field `mode`", "cannot go with `overlap = \"replace\"`"],
+        &[
+            ":6:",
+            "field `mode`",
+            "cannot go with `overlap = \"replace\"`",
+        ],
     );
     check(
         &format!("{redis}{job}mode = \"every_replica\"\nmax_runs = 3\n"),
@@ -208,4 +230,83 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
         ),
         &[":9:", "job \"after\"", "cannot go with `after`"],
     );
+}
+
+#[test]
+fn the_library_runs_a_job_only_on_instances_with_its_tags() {
+    use std::sync::{Arc, Mutex};
+
+    use cronlease::{JobBuilder, Run, SchedulerError};
+
+    use crate::support::{cluster as connect, multi_thread_runtime};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let seen: Arc<Mutex<Vec<(i64, String)>>> = Arc::default();
+    let job = || {
+        let seen = seen.clone();
+        JobBuilder::new("train", "* * * * * *")
+            .run_on(["gpu"])
+            .run(move |run: Run| {
+                let seen = seen.clone();
+                async move {
+                    seen.lock()
+                        .expect("no test thread panics holding it")
+                        .push((run.tick().as_millisecond(), run.replica().to_string()));
+                    Ok::<(), std::io::Error>(())
+                }
+            })
+    };
+    multi_thread_runtime().block_on(async {
+        let mut schedulers = Vec::new();
+        for (id, tags) in [
+            ("shop-gpu", vec!["gpu", "eu"]),
+            ("shop-1", vec![]),
+            ("shop-2", vec!["eu"]),
+        ] {
+            let scheduler = connect(&redis)
+                .await
+                .scheduler()
+                .replica_id(id)
+                .tags(tags)
+                .state_dir(&dir.path().join(id))
+                .lease(Duration::from_secs(2))
+                .heartbeat(Duration::from_secs(1))
+                .shutdown_grace(Duration::from_secs(1))
+                .job(job())
+                .start()
+                .expect("valid settings");
+            schedulers.push(scheduler);
+        }
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let refused = connect(&redis)
+            .await
+            .scheduler()
+            .tag("g p u")
+            .state_dir(&dir.path().join("bad"))
+            .start();
+        let Err(SchedulerError::Config(error)) = refused else {
+            panic!("a bad tag was accepted");
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains("field `tags`") && text.contains("invalid tag \"g p u\""),
+            "{text}"
+        );
+        for scheduler in schedulers {
+            scheduler.shutdown().await.expect("a clean shutdown");
+        }
+    });
+    let seen = seen
+        .lock()
+        .expect("no test thread panics holding it")
+        .clone();
+    assert!(seen.len() >= 3, "{seen:?}");
+    assert!(
+        seen.iter().all(|(_, replica)| replica == "shop-gpu"),
+        "{seen:?}"
+    );
+    let mut ticks: Vec<i64> = seen.iter().map(|(tick, _)| *tick).collect();
+    ticks.dedup();
+    assert_eq!(ticks.len(), seen.len(), "each tick once: {seen:?}");
 }
