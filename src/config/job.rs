@@ -284,7 +284,8 @@ pub(super) fn validate_named_job(
 }
 
 /// What a broadcast job (`mode = "every_replica"`) cannot be: a
-/// follower (a chain's run is one run in the cluster), under a quorum
+/// follower (a chain's run is one run in the cluster), rerun elsewhere
+/// (`on_holder_lost = "rerun"`), under a quorum
 /// (each replica's mark would need a quorum claim of its own), limited by
 /// `max_runs` (counted per tick in the cluster), nor `overlap =
 /// "replace"` (each replica's run holds its own lease; none replaces
@@ -320,6 +321,12 @@ fn broadcast_combinations(
         refuse(
             "`max_runs`",
             "max_runs counts the ticks that start a run in the cluster, and a broadcast tick starts one per replica",
+        );
+    }
+    if job.on_holder_lost == OnHolderLost::Rerun {
+        refuse(
+            "`on_holder_lost = \"rerun\"`",
+            "a rerun is claimed by whichever replica sweeps, and a broadcast run belongs to its own replica",
         );
     }
     if job.overlap == Overlap::Replace {

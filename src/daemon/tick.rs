@@ -24,6 +24,7 @@ use super::time::{LATE_MS, pause, rfc3339, to_datetime};
 use super::timer::Alarm;
 use crate::config::Job;
 use crate::config::Misfire;
+use crate::config::Mode;
 use crate::outcome::Trigger;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -145,6 +146,10 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             let own = &ctx.identity.replica;
             if !placed_here(&ctx.config, job) {
                 return unplaced_alarm(ctx, alarm, tick_ms);
+            }
+            // A broadcast job: each matching replica claims its own run.
+            if job.mode == Mode::EveryReplica {
+                return Some(alarm);
             }
             let rank = rank(&ctx.claims.live, own, (&job.name, &job.run_on), tick_ms);
             if rank == 0 {
@@ -481,7 +486,16 @@ async fn catch_up(
 async fn last_tick(ctx: &Ctx, job: &Job, cancel: &CancellationToken) -> Option<Option<i64>> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match ctx.store.last_tick(&job.name).await {
+        // A broadcast job's mark is this replica's own.
+        let read = match job.mode {
+            Mode::EveryReplica => {
+                ctx.store
+                    .replica_last_tick(&job.name, &ctx.identity.replica)
+                    .await
+            }
+            _ => ctx.store.last_tick(&job.name).await,
+        };
+        match read {
             Ok(stored) => {
                 ctx.redis.answered();
                 return Some(stored);

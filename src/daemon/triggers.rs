@@ -251,6 +251,14 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         not_ours(ctx, &request, NotOurs::Missing).await;
         return;
     };
+    if job.mode == crate::config::Mode::EveryReplica {
+        warn!(
+            job = %job.name, run_id = %request.run_id, id = %request.id,
+            "trigger request for a broadcast job (mode = \"every_replica\"), which runs only at its ticks; dropped"
+        );
+        let _ = ctx.store.ack_trigger(&request.id).await;
+        return;
+    }
     if !super::ctx::placed_here(&ctx.config, &job) {
         not_ours(ctx, &request, NotOurs::Unplaced(&job.run_on)).await;
         return;

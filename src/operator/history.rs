@@ -314,6 +314,37 @@ pub async fn outcome_strip(
     Ok(strip)
 }
 
+/// The latest tick of a broadcast job (`mode = "every_replica"`) with an
+/// outcome, and each replica's outcome of it, from its newest `count`
+/// outcomes (records of no replica, `missed` ones, left out).
+pub(super) async fn broadcast_tick(
+    store: &Store,
+    job: &str,
+    count: usize,
+) -> Result<Option<(i64, Vec<HistoryEntry>)>, OperatorError> {
+    let entries = store
+        .history_fields(
+            job,
+            count,
+            &["status", "tick", "replica", "fence", "trigger"],
+        )
+        .await?;
+    let outcomes: Vec<HistoryEntry> = entries
+        .into_iter()
+        .filter_map(|(id, fields)| history_entry(id, fields, OutputTail::Omit).ok())
+        .filter(|entry| !entry.replica.is_empty())
+        .collect();
+    let Some(tick_ms) = outcomes.iter().map(|entry| entry.tick_ms).max() else {
+        return Ok(None);
+    };
+    let mut of_tick: Vec<HistoryEntry> = outcomes
+        .into_iter()
+        .filter(|entry| entry.tick_ms == tick_ms)
+        .collect();
+    of_tick.sort_by(|a, b| a.replica.cmp(&b.replica));
+    Ok(Some((tick_ms, of_tick)))
+}
+
 /// The outcomes each of `jobs` recorded since `since_ms` (by the Redis
 /// time of their recording), its newest `per_job` at most, read
 /// [`READ_AHEAD`] jobs at a time. Unreadable entries are left out with a

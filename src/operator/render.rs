@@ -447,6 +447,9 @@ fn in_flight(j: &JobStatus, now_ms: i64) -> String {
 
 /// The job's last outcome: status, tick, replica and duration, or "-".
 fn last_outcome(j: &JobStatus) -> String {
+    if let Some(tick) = &j.broadcast {
+        return format!("last: {} ({})", tick.summary(), short(tick.tick_ms));
+    }
     match &j.last_outcome {
         None => "-".to_string(),
         Some(o) => {

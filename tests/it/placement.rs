@@ -42,13 +42,16 @@ fn runs_by_tick(file: &Path) -> BTreeMap<i64, Vec<String>> {
 }
 
 /// SIGTERM to every replica still running; each must exit 0.
-pub(crate) fn stop_running(cluster: &mut Cluster) {
-    for replica in &mut cluster.replicas {
+fn stop_running(cluster: &mut Cluster) {
+    let mut running = Vec::new();
+    for (index, replica) in cluster.replicas.iter_mut().enumerate() {
         if replica.try_exit().is_none() {
             replica.sigterm();
+            running.push(index);
         }
     }
-    for replica in &mut cluster.replicas {
+    for index in running {
+        let replica = &mut cluster.replicas[index];
         let status = replica.wait_exit(Duration::from_secs(30));
         assert!(
             status.is_some_and(|s| s.success()),
@@ -230,6 +233,23 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
         ),
         &[":9:", "job \"after\"", "cannot go with `after`"],
     );
+    check(
+        &format!("{redis}{job}mode = \"every_replica\"\non_holder_lost = \"rerun\"\n"),
+        &[
+            "field `mode`",
+            "cannot go with `on_holder_lost = \"rerun\"`",
+        ],
+    );
+    check(
+        &format!(
+            "{redis}{job}mode = \"every_replica\"\n[jobs.report]\nafter = [\"clean\"]\ncommand = [\"true\"]\n"
+        ),
+        &[
+            "job \"report\"",
+            "field `after`",
+            "\"clean\" in `after` is a broadcast job",
+        ],
+    );
 }
 
 #[test]
@@ -309,4 +329,111 @@ fn the_library_runs_a_job_only_on_instances_with_its_tags() {
     let mut ticks: Vec<i64> = seen.iter().map(|(tick, _)| *tick).collect();
     ticks.dedup();
     assert_eq!(ticks.len(), seen.len(), "each tick once: {seen:?}");
+}
+
+#[test]
+fn a_broadcast_job_runs_each_tick_once_on_every_replica_across_a_kill_and_restart() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let jobs = probe_job(
+        "clean-cache",
+        "* * * * * *",
+        &file,
+        "sleep 0.3",
+        "mode = \"every_replica\"",
+    );
+    for name in ["a", "b", "c"] {
+        cluster.start(name, &jobs);
+    }
+    cluster.wait_ready();
+    let config = cluster.config_path("a");
+    // Each of the three runs each tick.
+    let full = wait_until(Duration::from_secs(30), "3 ticks run by all three", || {
+        let full: Vec<i64> = runs_by_tick(&file)
+            .into_iter()
+            .filter(|(_, replicas)| replicas.len() == 3)
+            .map(|(tick, _)| tick)
+            .collect();
+        (full.len() >= 3).then_some(full)
+    });
+    wait_until(Duration::from_secs(10), "status: last 3 of 3 ok", || {
+        let text = op(&["status"], &config).expect_code(0).stdout();
+        text.contains("last: 3 of 3 ok").then_some(())
+    });
+    let history = op_json(&["history", "clean-cache"], &config);
+    let tick = full[0];
+    let mut replicas: Vec<&str> = history["outcomes"]
+        .as_array()
+        .expect("outcomes")
+        .iter()
+        .filter(|o| o["tick_ms"] == tick)
+        .map(|o| o["replica"].as_str().expect("a replica"))
+        .collect();
+    replicas.sort();
+    assert_eq!(replicas, ["a", "b", "c"], "{history:#}");
+
+    // b dies without a word and comes back under its name.
+    let b = cluster.index_of("b");
+    cluster.replicas[b].kill9();
+    let killed_ms = now_ms();
+    std::thread::sleep(Duration::from_millis(2500));
+    let b = cluster.start("b", &jobs);
+    cluster.replicas[b].wait_for_log("ready", Duration::from_secs(20));
+    let restarted_ms = now_ms();
+    wait_until(Duration::from_secs(30), "b runs again", || {
+        let again = runs_by_tick(&file)
+            .into_iter()
+            .filter(|(tick, replicas)| *tick > restarted_ms && replicas.iter().any(|r| r == "b"))
+            .count();
+        (again >= 3).then_some(())
+    });
+    stop_running(&mut cluster);
+    let logs = cluster.logs();
+    let by_tick = runs_by_tick(&file);
+    for (tick, replicas) in &by_tick {
+        let mut sorted = replicas.clone();
+        sorted.sort();
+        let before = sorted.len();
+        sorted.dedup();
+        assert_eq!(
+            before,
+            sorted.len(),
+            "tick {tick} run twice on one replica: {replicas:?}\n{logs}"
+        );
+    }
+    // a and c missed nothing meanwhile.
+    let (first, last) = (
+        *by_tick.keys().next().expect("ticks"),
+        *by_tick.keys().last().expect("ticks"),
+    );
+    for name in ["a", "c"] {
+        let missing: Vec<i64> = (0..=(last - first) / 1000)
+            .map(|i| first + i * 1000)
+            .filter(|tick| *tick > killed_ms - 3000 && *tick < restarted_ms + 3000)
+            .filter(|tick| {
+                !by_tick
+                    .get(tick)
+                    .is_some_and(|r| r.iter().any(|r| r == name))
+            })
+            .collect();
+        assert!(missing.is_empty(), "{name} missed {missing:?}\n{logs}");
+    }
+}
+
+#[test]
+fn a_broadcast_job_is_not_triggered_by_hand() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = crate::support::write_config(
+        dir.path(),
+        &redis.url(),
+        "",
+        "[jobs.clean-cache]\nschedule = \"@hourly\"\ncommand = [\"true\"]\nmode = \"every_replica\"\n",
+    );
+    let run = op(&["trigger", "clean-cache"], &config).expect_code(2);
+    assert!(
+        run.stderr().contains("broadcast job") && run.stderr().contains("nothing queued"),
+        "{}",
+        run.describe()
+    );
 }
