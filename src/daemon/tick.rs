@@ -270,7 +270,8 @@ async fn claim_turn(
         return next_alarm(ctx, job, tick_ms);
     }
     if !placed_here(&ctx.config, job) {
-        if !ctx.claims.live.any_match(&job.run_on) {
+        // A drained replica records nothing either: the others do.
+        if !ctx.drain.is_out() && !ctx.claims.live.any_match(&job.run_on) {
             record_unplaced(ctx, job, tick_ms).await;
         }
         return next_alarm(ctx, job, tick_ms);

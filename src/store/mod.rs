@@ -46,7 +46,8 @@ pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
 pub use events::{
-    ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
+    ChannelHealth, DeliveryFailure, EventRecord, GaveUp, MissedReason, NoticeRules, Notices,
+    PendingEvent,
 };
 pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
