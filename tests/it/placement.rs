@@ -437,3 +437,42 @@ fn a_broadcast_job_is_not_triggered_by_hand() {
         run.describe()
     );
 }
+
+#[test]
+fn the_dashboard_shows_a_job_no_replica_matches_and_a_broadcast_tick() {
+    use crate::support::http;
+
+    let mut cluster = Cluster::new(RedisServer::start());
+    let daemon = "dashboard_listen = \"127.0.0.1:0\"\ndashboard_read = \"public\"\n";
+    let jobs = "[jobs.train]\nschedule = \"* * * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\nrun_on = [\"gpu\"]\n\
+                [jobs.clean-cache]\nschedule = \"* * * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\nmode = \"every_replica\"\n";
+    let web = cluster.start_with("web-1", daemon, jobs, None);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(20), "a tick recorded unplaced", || {
+        cluster
+            .outcomes("train")
+            .iter()
+            .any(|o| o.field("reason") == Some("no_matching_replica"))
+            .then_some(())
+    });
+    let addr = crate::dashboard::dashboard_addr(&cluster.replicas[web]);
+    let get = |path: &str| {
+        let answer = http::get(&addr, &addr, path, "");
+        assert_eq!(answer.status, 200, "{path}: {answer:?}");
+        answer.body
+    };
+    let overview = get("/");
+    assert!(overview.contains("no matching replica"), "{overview}");
+    assert!(overview.contains("last: 1 of 1 ok"), "{overview}");
+    let page = get("/jobs/train");
+    assert!(
+        page.contains("no live replica has tags gpu") && page.contains("replicas with tags"),
+        "{page}"
+    );
+    let page = get("/jobs/clean-cache");
+    assert!(
+        page.contains("every_replica") && page.contains("1 of 1 ok"),
+        "{page}"
+    );
+    cluster.stop_all();
+}
