@@ -187,6 +187,47 @@ mod tests {
     }
 
     #[test]
+    fn only_the_replicas_that_match_a_job_take_a_place_in_its_ranking() {
+        use crate::daemon::state::LiveReplica;
+        let tags = |list: &[&str]| list.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let live = LiveReplicas::new("a", &tags(&["gpu"]));
+        live.replace(vec![
+            LiveReplica {
+                id: "a".into(),
+                tags: tags(&["gpu"]),
+            },
+            LiveReplica {
+                id: "b".into(),
+                tags: tags(&["eu", "gpu"]),
+            },
+            LiveReplica {
+                id: "c".into(),
+                tags: Vec::new(),
+            },
+        ]);
+        let run_on = tags(&["gpu"]);
+        let mut c_first_among_all = 0;
+        for tick in 0..200 {
+            let tick_ms = 1_795_000_000_000 + tick * 1000;
+            let matching: Vec<usize> = ["a", "b"]
+                .iter()
+                .map(|id| rank(&live, id, ("train", &run_on), tick_ms))
+                .collect();
+            let mut sorted = matching.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1], "tick {tick_ms}: {matching:?}");
+            if rank(&live, "c", ("train", &[]), tick_ms) == 0 {
+                c_first_among_all += 1;
+            }
+        }
+        // c, which does not match, would often come first among everyone:
+        // a matching replica waits for none of those turns.
+        assert!(c_first_among_all > 20, "{c_first_among_all}");
+        let only_b = tags(&["eu", "gpu"]);
+        assert_eq!(rank(&live, "b", ("train", &only_b), 1_795_000_000_000), 0);
+    }
+
+    #[test]
     fn rendezvous_spreads_ticks_evenly_and_ranks_are_a_permutation() {
         let replicas = ["web-1", "web-2", "web-3"];
         let mut first = [0usize; 3];

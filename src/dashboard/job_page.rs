@@ -178,7 +178,7 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
                 dt { "Runs on" } dd {
                     @if job.run_on.is_empty() { "any replica" } @else { "replicas with tags " code { (job.run_on.join(", ")) } }
                     @if let Some(mode) = job.mode { " · mode " code { (mode) } }
-                    " · matching now: "
+                    " · matching replicas: "
                     @if job.matching_replicas.is_empty() { span.warn { "none" } } @else { (job.matching_replicas.join(", ")) }
                 }
             }

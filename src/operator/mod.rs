@@ -183,7 +183,7 @@ pub struct JobStatus {
     /// for one run per tick.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mode: Option<crate::config::Mode>,
-    /// Why no run of the job starts now, when no live replica has the
+    /// Why no run of the job starts while no live replica has the
     /// tags of its `run_on` ("no live replica has tags gpu"): its ticks
     /// are recorded missed meanwhile.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -234,6 +234,12 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
         &[":9:", "job \"after\"", "cannot go with `after`"],
     );
     check(
+        &format!(
+            "[redis]\nquorum = [\"redis://127.0.0.1:1\", \"redis://127.0.0.1:2\", \"redis://127.0.0.1:3\"]\n{job}mode = \"every_replica\"\n"
+        ),
+        &["field `mode`", "cannot go with `[redis] quorum`"],
+    );
+    check(
         &format!("{redis}{job}mode = \"every_replica\"\non_holder_lost = \"rerun\"\n"),
         &[
             "field `mode`",
