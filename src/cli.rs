@@ -440,6 +440,7 @@ impl From<OperatorError> for Failure {
             | OperatorError::Params { .. }
             | OperatorError::BadPause(_)
             | OperatorError::BadReplica(_)
+            | OperatorError::Broadcast(_)
             | OperatorError::ParamsWithoutTable => Failure::Invalid(e.to_string()),
             OperatorError::Store(e) => e.into(),
             OperatorError::Paused(_)

@@ -245,7 +245,8 @@ mod watchdog;
 
 pub use calendar::{Calendar, CalendarError};
 pub use config::{
-    AfterOn, AfterParams, ConfigError, Join, Misfire, OnHolderLost, Overlap, ParamError, Problem,
+    AfterOn, AfterParams, ConfigError, Join, Misfire, Mode, OnHolderLost, Overlap, ParamError,
+    Problem,
 };
 #[cfg(feature = "notify")]
 pub use config::{EventKind, SmtpTls};

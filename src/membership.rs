@@ -61,6 +61,10 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// Absent: it claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainState>,
+    /// The replica's `[daemon] tags`, sorted: which jobs' `run_on` it
+    /// matches. Absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// A replica out of the rendezvous, as its heartbeat tells it.
@@ -191,6 +195,7 @@ mod tests {
             containment: Some("cgroup".into()),
             cluster_pause: Some("p1".into()),
             drain: Some(DrainState::Draining),
+            tags: vec!["gpu".into()],
         };
         let json = record.to_json();
         let full = Heartbeat::parse(&json).expect("a record");
@@ -209,6 +214,7 @@ mod tests {
             containment,
             cluster_pause,
             drain,
+            tags,
         } = light;
         assert_eq!(
             Heartbeat {
@@ -224,6 +230,7 @@ mod tests {
                 containment,
                 cluster_pause,
                 drain,
+                tags,
             },
             record
         );
@@ -244,6 +251,7 @@ mod tests {
             containment: None,
             cluster_pause: None,
             drain: None,
+            tags: Vec::new(),
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

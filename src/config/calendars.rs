@@ -436,7 +436,9 @@ mod tests {
         // was before calendars existed, so replicas of both releases agree.
         let debug = format!("{plain:?}");
         assert!(
-            debug.ends_with(", calendars: JobCalendars { exclude: [], only: [] } }"),
+            debug.ends_with(
+                ", calendars: JobCalendars { exclude: [], only: [] }, run_on: [], mode: One }"
+            ),
             "{debug}"
         );
         let declared = job("[calendars.c]\ndates = [\"2026-10-01\"]\n", "");

@@ -227,6 +227,19 @@ fn check_chains_among(
                     ),
                 );
                 broken.insert(name.clone());
+            } else if jobs
+                .get(upstream)
+                .is_some_and(|up| up.mode == super::Mode::EveryReplica)
+            {
+                checker.problem(
+                    at.get(name).cloned(),
+                    Some(&format!("jobs.{name}")),
+                    Some("after"),
+                    format!(
+                        "{upstream:?} in `after` is a broadcast job (mode = \"every_replica\"), whose every tick ends once per replica: expected an upstream with mode = \"one\""
+                    ),
+                );
+                broken.insert(name.clone());
             }
         }
     }

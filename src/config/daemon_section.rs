@@ -47,6 +47,7 @@ pub(super) struct RawDaemon {
     repeat_every: Option<Spanned<String>>,
     retry_for: Option<Spanned<String>>,
     dashboard_url: Option<Spanned<String>>,
+    tags: Option<Given<Vec<Given<String>>>>,
 }
 
 impl RawDaemon {
@@ -78,6 +79,7 @@ impl RawDaemon {
             repeat_every: None,
             retry_for: None,
             dashboard_url: None,
+            tags: None,
         }
     }
 }
@@ -183,6 +185,7 @@ pub(super) fn validate_daemon(
     let notify = daemon_rules(checker, rules, declared);
     let inherit_env = super::run_env::inherit_env(checker, S, raw.inherit_env, &secrets);
     let spool_max_bytes = spool_max_bytes(checker, raw.spool_max_bytes.as_ref());
+    let tags = super::placement::tag_list(checker, S, "tags", raw.tags);
     Some(DaemonConfig {
         lease,
         shutdown_grace,
@@ -207,6 +210,7 @@ pub(super) fn validate_daemon(
         containment: raw.containment.unwrap_or_default(),
         inherit_env,
         notify,
+        tags,
     })
 }
 

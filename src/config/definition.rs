@@ -63,6 +63,12 @@ impl Job {
         if self.calendars.is_empty() {
             text = text.replace(", calendars: JobCalendars { exclude: [], only: [] }", "");
         }
+        if self.run_on.is_empty() {
+            text = text.replacen(", run_on: []", "", 1);
+        }
+        if self.mode == super::Mode::One {
+            text = text.replacen(", mode: One", "", 1);
+        }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
             hash ^= u64::from(byte);

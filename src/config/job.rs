@@ -21,8 +21,8 @@ use super::params::{RawParam, check_http_templates, job_params};
 use super::run_env;
 use super::timetable::{Expressions, Moment, RawTimetable, job_timetable};
 use super::{
-    ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, OnHolderLost, Overlap,
-    Problem, RedisConfig, TokenSource, Topology,
+    ChannelSpec, Command, DaemonNotify, Job, Leftovers, Limits, Misfire, Mode, OnHolderLost,
+    Overlap, Problem, RedisConfig, TokenSource, Topology,
 };
 use crate::calendar::{Calendar, JobCalendars};
 use crate::schedule::{DstGap, DstRepeat, Timetable};
@@ -87,6 +87,8 @@ pub(crate) struct JobSpec {
     pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
     pub(crate) exclude: Option<Given<Vec<Given<String>>>>,
     pub(crate) only: Option<Given<Vec<Given<String>>>>,
+    pub(crate) run_on: Option<Given<Vec<Given<String>>>>,
+    pub(crate) mode: Option<Given<Mode>>,
     /// The calendars an embedded job was given (`JobBuilder::exclude`,
     /// `only`), which its `exclude` and `only` name; a table's jobs name
     /// the table's `[calendars.<name>]`.
@@ -240,7 +242,12 @@ pub(super) fn validate_named_job(
             ),
         );
     }
-    let job = validate_job(checker, &section, name, spec?, context)?;
+    let spec = spec?;
+    let mode_at = spec.mode.as_ref().and_then(Given::at);
+    let job = validate_job(checker, &section, name, spec, context)?;
+    if job.mode == Mode::EveryReplica {
+        broadcast_combinations(checker, &section, mode_at, &job, context);
+    }
     if context.quorum && job.on_holder_lost == OnHolderLost::Rerun {
         checker.problem(
             name_at,
@@ -274,6 +281,60 @@ pub(super) fn validate_named_job(
         );
     }
     Some(job)
+}
+
+/// What a broadcast job (`mode = "every_replica"`) cannot be: a
+/// follower (a chain's run is one run in the cluster), rerun elsewhere
+/// (`on_holder_lost = "rerun"`), under a quorum
+/// (each replica's mark would need a quorum claim of its own), limited by
+/// `max_runs` (counted per tick in the cluster), nor `overlap =
+/// "replace"` (each replica's run holds its own lease; none replaces
+/// another's). Each refusal names the setting at the place of `mode`.
+fn broadcast_combinations(
+    checker: &mut Checker<'_>,
+    section: &str,
+    mode_at: Option<Range<usize>>,
+    job: &Job,
+    context: &JobContext,
+) {
+    let mut refuse = |field: &str, why: &str| {
+        checker.problem(
+            mode_at.clone(),
+            Some(section),
+            Some("mode"),
+            format!("mode = \"every_replica\" cannot go with {field}: {why}; expected mode = \"one\" or no {field}"),
+        );
+    };
+    if job.after.is_some() {
+        refuse(
+            "`after`",
+            "a follower's run is one run in the cluster, started by its upstream's outcome",
+        );
+    }
+    if context.quorum {
+        refuse(
+            "`[redis] quorum`",
+            "each replica's high-water mark would need a quorum claim of its own",
+        );
+    }
+    if job.max_runs.is_some() {
+        refuse(
+            "`max_runs`",
+            "max_runs counts the ticks that start a run in the cluster, and a broadcast tick starts one per replica",
+        );
+    }
+    if job.on_holder_lost == OnHolderLost::Rerun {
+        refuse(
+            "`on_holder_lost = \"rerun\"`",
+            "a rerun is claimed by whichever replica sweeps, and a broadcast run belongs to its own replica",
+        );
+    }
+    if job.overlap == Overlap::Replace {
+        refuse(
+            "`overlap = \"replace\"`",
+            "each replica's run holds a lease of its own, which no other run replaces",
+        );
+    }
 }
 
 pub(super) const MAX_JOB_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -312,6 +373,8 @@ fn validate_job(
         &raw.tasks_max,
     );
     let params = job_params(checker, section, std::mem::take(&mut raw.params));
+    let run_on = super::placement::tag_list(checker, section, "run_on", raw.run_on.take());
+    let mode = raw.mode.as_ref().map_or(Mode::One, |m| *m.get());
     if let Some(Command::Http(request)) = &command {
         check_http_templates(checker, section, request, &params);
     }
@@ -339,6 +402,8 @@ fn validate_job(
         notify,
         params,
         calendars,
+        run_on,
+        mode,
     })
 }
 

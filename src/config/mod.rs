@@ -65,10 +65,13 @@ mod notify_rules;
 pub use notify_rules::{DaemonNotify, EventKind, EventSet, NotifyRules};
 mod outline;
 mod params;
+mod placement;
 pub use params::{
     Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, Param, ParamError, ParamValues, Params,
     env_name as param_env_name, is_param_name, substitute, value_problem as param_value_problem,
 };
+pub(crate) use placement::is_tag;
+pub use placement::{Mode, tags_match};
 mod redis_section;
 mod run_env;
 mod timetable;
@@ -319,6 +322,9 @@ pub struct DaemonConfig {
     /// rule for `replica_dead`, the delivery's retry and the dashboard's
     /// external URL.
     pub notify: DaemonNotify,
+    /// The replica's tags (`[daemon] tags`), sorted: a job's `run_on`
+    /// names those a replica must have to start its runs.
+    pub tags: Vec<String>,
 }
 
 /// A name in `inherit_env`: a variable's name, or a prefix ending in `*`.
@@ -500,6 +506,11 @@ pub struct Job {
     /// The calendars that leave ticks of the schedule out (`exclude`,
     /// `only`): see [`Job::excluded_by`].
     pub calendars: crate::calendar::JobCalendars,
+    /// The tags a replica must have to start a run of the job (`run_on`),
+    /// sorted; empty: any replica.
+    pub run_on: Vec<String>,
+    /// One run per tick, or one on every matching replica (`mode`).
+    pub mode: Mode,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each

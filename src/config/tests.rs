@@ -354,3 +354,38 @@ fn a_job_without_the_new_timing_settings_keeps_its_definition_hash() {
         "{debug}"
     );
 }
+
+#[test]
+fn a_job_without_placement_keeps_its_definition_hash_and_one_with_it_differs() {
+    let job = |extra: &str| {
+        let text = format!(
+            "[redis]\nurl = \"redis://127.0.0.1:1\"\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"x\"]\nworkdir = \"/tmp\"\n{extra}"
+        );
+        parse(&text).unwrap_or_else(|e| panic!("{e}")).jobs["a"].clone()
+    };
+    let plain = job("");
+    let debug = format!("{plain:?}");
+    // What `definition_hash` takes out, so that replicas of releases
+    // before these settings agree on the jobs that do not use them.
+    assert!(debug.ends_with(", run_on: [], mode: One }"), "{debug}");
+    let without = debug.replacen(", run_on: [], mode: One", "", 1);
+    assert!(!without.contains("run_on") && !without.contains("mode:"));
+    assert_eq!(
+        plain.definition_hash(),
+        job("run_on = []").definition_hash()
+    );
+    assert_eq!(
+        plain.definition_hash(),
+        job("mode = \"one\"").definition_hash()
+    );
+    assert_ne!(
+        plain.definition_hash(),
+        job("run_on = [\"gpu\"]").definition_hash()
+    );
+    assert_ne!(
+        plain.definition_hash(),
+        job("mode = \"every_replica\"").definition_hash()
+    );
+    let tagged = job("run_on = [\"gpu\", \"eu\", \"gpu\"]");
+    assert_eq!(tagged.run_on, ["eu", "gpu"], "sorted, without repeats");
+}

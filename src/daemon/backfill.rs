@@ -153,8 +153,10 @@ async fn take(
     cancel: &CancellationToken,
 ) -> Result<(), StoreError> {
     let notices = job_notices(ctx.store.keys(), job);
-    // A drained replica takes no tick (the others do).
-    while !cancel.is_cancelled() && !ctx.drain.is_out() {
+    // A drained replica takes no tick (the others do), nor does one whose
+    // tags do not match the job's `run_on`.
+    let placed = super::ctx::placed_here(&ctx.config, job);
+    while placed && !cancel.is_cancelled() && !ctx.drain.is_out() {
         let run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
         let claimant = ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices);

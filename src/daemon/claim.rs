@@ -13,6 +13,7 @@ use super::time::{LATE_MS, pause, rfc3339, to_datetime};
 use crate::calendar::Exclusion;
 use crate::config::Job;
 use crate::config::Misfire;
+use crate::config::Mode;
 use crate::outcome::Trigger;
 use crate::store::Attempt;
 use crate::store::ClaimReply;
@@ -173,7 +174,12 @@ pub(super) async fn claim(
         };
         let sent = Instant::now();
         attempt = Attempt::Again;
-        let next = match side.store.claim(&request).await {
+        // A broadcast job's tick is claimed by each replica for itself.
+        let reply = match job.mode {
+            Mode::EveryReplica => side.store.claim_broadcast(&request).await,
+            _ => side.store.claim(&request).await,
+        };
+        let next = match reply {
             Ok(reply) => {
                 side.redis.answered();
                 if let Some(woke) = measure.take() {

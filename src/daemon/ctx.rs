@@ -339,6 +339,14 @@ impl RunHandle {
     }
 }
 
+/// Whether this replica (its `[daemon] tags` in `config`) may start runs
+/// of `job`: it has every tag of the job's `run_on`. A replica that may
+/// not starts no run of it: no tick, catch-up, manual run, follower,
+/// backfill or rerun.
+pub(super) fn placed_here(config: &Config, job: &Job) -> bool {
+    crate::config::tags_match(&config.daemon.tags, &job.run_on)
+}
+
 /// This replica as the claimant of `job`'s ticks, runs and reruns;
 /// `min_fence` is the highest fence it has seen for the job (its marks),
 /// `notices` the job's notification rules ([`job_notices`]).
@@ -385,7 +393,7 @@ impl Ctx {
             marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
             meters: Meters::default(),
             claims: Claims {
-                live: LiveReplicas::new(&parts.identity.replica),
+                live: LiveReplicas::new(&parts.identity.replica, &config.daemon.tags),
                 latency: ClaimLatency::default(),
                 cluster_pause: std::sync::Mutex::new(None),
             },

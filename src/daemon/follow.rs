@@ -124,9 +124,11 @@ async fn read_inbox(
         }
         let full = entries.len() + forged.len() == BATCH;
         for entry in &entries {
-            // A drained replica leaves the entries to the others.
+            // A drained replica leaves the entries to the others, and so
+            // does one whose tags do not match the job's `run_on`.
             if cancel.is_cancelled()
                 || ctx.drain.is_out()
+                || !super::ctx::placed_here(&ctx.config, job)
                 || !follow(ctx, job, upstream, entry).await?
             {
                 return Ok(());

@@ -6,7 +6,7 @@
 use super::ctx::Ctx;
 use super::notices::{event_streams, replica_notices};
 use super::runs::{start_reruns, sweep};
-use super::state::{Drain, OperatorMark};
+use super::state::{Drain, LiveReplica, OperatorMark};
 use super::table::JobTable;
 use crate::clock::local_now_us;
 use crate::membership::{DrainState, Heartbeat};
@@ -165,14 +165,20 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     let others = read_others(ctx, beats, &reply.replicas);
     // Drained replicas claim nothing: the others rank without them, so no
     // tick waits for a drained replica's turn.
-    let mut live: Vec<String> = others
+    let mut live: Vec<LiveReplica> = others
         .iter()
         .filter(|(_, record)| record.is_alive(server_ms) && record.drain.is_none())
         .filter(|(id, _)| !reply.drained.iter().any(|drained| drained == id))
-        .map(|(id, _)| id.to_string())
+        .map(|(id, record)| LiveReplica {
+            id: id.to_string(),
+            tags: record.tags.clone(),
+        })
         .collect();
-    if !live.contains(&ctx.identity.replica) {
-        live.push(ctx.identity.replica.clone());
+    if !live.iter().any(|r| r.id == ctx.identity.replica) {
+        live.push(LiveReplica {
+            id: ctx.identity.replica.clone(),
+            tags: ctx.config.daemon.tags.clone(),
+        });
     }
     ctx.claims.live.replace(live);
     for (replica, record) in &others {
@@ -375,6 +381,7 @@ async fn own_record(ctx: &Ctx) -> (String, Option<DrainState>) {
         containment: ctx.containment_name().map(str::to_string),
         cluster_pause: ctx.claims.cluster_pause().map(|p| p.id),
         drain,
+        tags: ctx.config.daemon.tags.clone(),
     };
     (record.to_json(), drain)
 }

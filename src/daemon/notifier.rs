@@ -395,6 +395,14 @@ fn detail(kind: EventKind, record: &EventRecord) -> String {
             "ok again after {count} failure(s) since {}",
             at(record.failing_since_ms)
         ),
+        EventKind::Missed
+            if record.reason == Some(crate::store::MissedReason::NoMatchingReplica) =>
+        {
+            format!(
+                "tick {} missed: no live replica had the tags its run_on asks for (no_matching_replica)",
+                at(record.tick_ms)
+            )
+        }
         EventKind::Missed => format!(
             "{count} tick(s) nobody claimed, from {} to {}",
             at(record.tick_ms),

@@ -16,14 +16,21 @@ use tracing::error;
 use crate::store::{DRAIN_NOTICE, MAX_CLAIM_AHEAD_MS, MAX_FENCE, PAUSE_ALL_NOTICE};
 
 /// The place of `replica` (this one) in the rendezvous order of `job`'s
-/// `tick` among the `live` replicas: 0 claims at once, the others wait
-/// their turn.
-pub(super) fn rank(live: &LiveReplicas, replica: &str, job: &str, tick_ms: i64) -> usize {
+/// `tick` among the `live` replicas whose tags match `run_on` (the job's:
+/// a replica that may not run it takes no place, so the first matching
+/// one claims at once): 0 claims at once, the others wait their turn.
+pub(super) fn rank(
+    live: &LiveReplicas,
+    replica: &str,
+    (job, run_on): (&str, &[String]),
+    tick_ms: i64,
+) -> usize {
     let live = live.snapshot();
     let own = rendezvous_score(replica, job, tick_ms);
     live.iter()
-        .filter(|id| **id != replica)
-        .filter(|id| rendezvous_score(id, job, tick_ms) > own)
+        .filter(|other| other.id != replica)
+        .filter(|other| crate::config::tags_match(&other.tags, run_on))
+        .filter(|other| rendezvous_score(&other.id, job, tick_ms) > own)
         .count()
 }
 
@@ -177,6 +184,47 @@ mod tests {
             claims,
             [("draw", 1_000, 7), ("report", 2_000, 3), ("old", 5, 6)]
         );
+    }
+
+    #[test]
+    fn only_the_replicas_that_match_a_job_take_a_place_in_its_ranking() {
+        use crate::daemon::state::LiveReplica;
+        let tags = |list: &[&str]| list.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let live = LiveReplicas::new("a", &tags(&["gpu"]));
+        live.replace(vec![
+            LiveReplica {
+                id: "a".into(),
+                tags: tags(&["gpu"]),
+            },
+            LiveReplica {
+                id: "b".into(),
+                tags: tags(&["eu", "gpu"]),
+            },
+            LiveReplica {
+                id: "c".into(),
+                tags: Vec::new(),
+            },
+        ]);
+        let run_on = tags(&["gpu"]);
+        let mut c_first_among_all = 0;
+        for tick in 0..200 {
+            let tick_ms = 1_795_000_000_000 + tick * 1000;
+            let matching: Vec<usize> = ["a", "b"]
+                .iter()
+                .map(|id| rank(&live, id, ("train", &run_on), tick_ms))
+                .collect();
+            let mut sorted = matching.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [0, 1], "tick {tick_ms}: {matching:?}");
+            if rank(&live, "c", ("train", &[]), tick_ms) == 0 {
+                c_first_among_all += 1;
+            }
+        }
+        // c, which does not match, would often come first among everyone:
+        // a matching replica waits for none of those turns.
+        assert!(c_first_among_all > 20, "{c_first_among_all}");
+        let only_b = tags(&["eu", "gpu"]);
+        assert_eq!(rank(&live, "b", ("train", &only_b), 1_795_000_000_000), 0);
     }
 
     #[test]

@@ -440,6 +440,7 @@ pub(super) fn start_reruns(side: &RunSide<'_>, job: &Arc<Job>, reruns: Vec<RunSt
 /// not drained.
 fn reruns_wanted(side: &RunSide<'_>, job: &Job) -> bool {
     job.on_holder_lost == OnHolderLost::Rerun
+        && super::ctx::placed_here(side.config, job)
         && !side.claiming.is_cancelled()
         && !side.drain.is_out()
 }

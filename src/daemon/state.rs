@@ -196,30 +196,48 @@ impl MarkBook {
     }
 }
 
-/// The replicas that heartbeat recently (this one included), sorted: the
-/// candidates of the rendezvous ranking. The heartbeat replaces the list;
-/// the job loops read snapshots.
-pub(super) struct LiveReplicas(Mutex<Arc<Vec<String>>>);
+/// The replicas that heartbeat recently (this one included), sorted by
+/// name, with their tags: the candidates of the rendezvous ranking. The
+/// heartbeat replaces the list; the job loops read snapshots.
+pub(super) struct LiveReplicas(Mutex<Arc<Vec<LiveReplica>>>);
+
+/// One live replica: its name and its `[daemon] tags`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct LiveReplica {
+    pub(super) id: String,
+    pub(super) tags: Vec<String>,
+}
 
 impl LiveReplicas {
     /// Only this replica, until the first heartbeat says more.
-    pub(super) fn new(own: &str) -> LiveReplicas {
-        LiveReplicas(Mutex::new(Arc::new(vec![own.to_string()])))
+    pub(super) fn new(own: &str, tags: &[String]) -> LiveReplicas {
+        LiveReplicas(Mutex::new(Arc::new(vec![LiveReplica {
+            id: own.to_string(),
+            tags: tags.to_vec(),
+        }])))
     }
 
-    pub(super) fn replace(&self, mut live: Vec<String>) {
-        live.sort();
+    pub(super) fn replace(&self, mut live: Vec<LiveReplica>) {
+        live.sort_by(|a, b| a.id.cmp(&b.id));
         *self
             .0
             .lock()
             .expect("live mutex poisoned: a panic while swapping an Arc") = Arc::new(live);
     }
 
-    pub(super) fn snapshot(&self) -> Arc<Vec<String>> {
+    pub(super) fn snapshot(&self) -> Arc<Vec<LiveReplica>> {
         self.0
             .lock()
             .expect("live mutex poisoned: a panic while swapping an Arc")
             .clone()
+    }
+
+    /// Whether some live replica (this one included) has every tag of
+    /// `run_on`.
+    pub(super) fn any_match(&self, run_on: &[String]) -> bool {
+        self.snapshot()
+            .iter()
+            .any(|replica| crate::config::tags_match(&replica.tags, run_on))
     }
 }
 

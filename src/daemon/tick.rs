@@ -14,14 +14,17 @@
 
 use super::claim::{Ahead, ClaimEnd, claim, record_missed};
 use super::ctx::Ctx;
+use super::ctx::placed_here;
 use super::meters::ClaimCount;
-use super::rendezvous::{rank, rank_wait};
+use super::notices::job_notices;
+use super::rendezvous::{MAX_RANK_WAIT, rank, rank_wait};
 use super::runs::{deliver, not_durable_outcome, start_reruns, start_run, sweep};
 use super::step::{JobAlarm, Step};
 use super::time::{LATE_MS, pause, rfc3339, to_datetime};
 use super::timer::Alarm;
 use crate::config::Job;
 use crate::config::Misfire;
+use crate::config::Mode;
 use crate::outcome::Trigger;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -31,7 +34,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// At most this many jobs read their state and sweep at once when they
 /// catch up (at start, or when Redis is back).
@@ -139,12 +142,16 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             // meanwhile, so Redis sees about one claim per tick however
             // many replicas run. Ranked now, not when the alarm was set:
             // replicas come and go.
-            let rank = rank(
-                &ctx.claims.live,
-                &ctx.identity.replica,
-                &alarm.job.name,
-                tick_ms,
-            );
+            let job = &alarm.job;
+            let own = &ctx.identity.replica;
+            if !placed_here(&ctx.config, job) {
+                return unplaced_alarm(ctx, alarm, tick_ms);
+            }
+            // A broadcast job: each matching replica claims its own run.
+            if job.mode == Mode::EveryReplica {
+                return Some(alarm);
+            }
+            let rank = rank(&ctx.claims.live, own, (&job.name, &job.run_on), tick_ms);
             if rank == 0 {
                 return Some(alarm);
             }
@@ -165,6 +172,38 @@ fn on_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm) -> Option<JobAlarm> {
             None
         }
     }
+}
+
+/// The alarm of a tick of a job this replica may not run (its tags lack
+/// some of the job's `run_on`): nothing to do while a live replica
+/// matches (the job's next tick is its next alarm); else a turn after
+/// the whole rendezvous wait, plus a step per rank among all live
+/// replicas, at which the tick is recorded missed with the reason
+/// `no_matching_replica` unless a claim or a record was announced
+/// ([`claim_turn`]).
+fn unplaced_alarm(ctx: &Arc<Ctx>, mut alarm: JobAlarm, tick_ms: i64) -> Option<JobAlarm> {
+    let job = &alarm.job;
+    if ctx.claims.live.any_match(&job.run_on) {
+        if let Some((at, step)) = next_alarm(ctx, job, tick_ms) {
+            alarm.at = at;
+            alarm.step = step;
+            ctx.timer.set(alarm);
+        }
+        return None;
+    }
+    let rank = rank(
+        &ctx.claims.live,
+        &ctx.identity.replica,
+        (&job.name, &[]),
+        tick_ms,
+    );
+    let latency = ctx.claims.latency.ms();
+    alarm.at = ctx.clock.instant_at(tick_ms)
+        + rank_wait(MAX_RANK_WAIT, latency)
+        + rank_wait(rank, latency);
+    alarm.step = Step::Turn { tick_ms };
+    ctx.timer.set(alarm);
+    None
 }
 
 /// One step of a job's life, from its alarm `at` to the next one: catch
@@ -230,10 +269,48 @@ async fn claim_turn(
     if announced(ctx, job, tick_ms) {
         return next_alarm(ctx, job, tick_ms);
     }
+    if !placed_here(&ctx.config, job) {
+        // A drained replica records nothing either: the others do.
+        if !ctx.drain.is_out() && !ctx.claims.live.any_match(&job.run_on) {
+            record_unplaced(ctx, job, tick_ms).await;
+        }
+        return next_alarm(ctx, job, tick_ms);
+    }
     // Only the preferred replica's claims are made ahead and measure the
     // load: the others' come when their turn does, and one that claims
     // after a dead preferred replica must not stretch the next takeover.
     claim_and_follow(ctx, job, cancel, tick_ms, Ahead::No).await
+}
+
+/// Records `tick_ms` of `job`, which no live replica may run, as missed
+/// with the reason `no_matching_replica` (once in the cluster: the
+/// script records it only past the job's high-water mark).
+async fn record_unplaced(ctx: &Ctx, job: &Job, tick_ms: i64) {
+    let notices = job_notices(ctx.store.keys(), job);
+    let recorder = ctx.claimant(job, 0, &notices);
+    match ctx
+        .store
+        .record_unplaced(&job.name, tick_ms, &recorder, &job.run_on)
+        .await
+    {
+        Ok(recorded) => {
+            ctx.redis.answered();
+            if let Some(previous) = recorded {
+                ctx.meters.job(&job.name).count_missed(1);
+                warn!(
+                    job = %job.name, tick = %rfc3339(tick_ms), run_on = %job.run_on.join(","),
+                    "tick recorded missed: no live replica has the tags the job's run_on asks for"
+                );
+                // Ticks between the mark and this one that nobody claimed
+                // (a matching replica died and was still taken as alive).
+                record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
+            }
+        }
+        Err(e) => {
+            ctx.redis.failed(&e);
+            warn!(job = %job.name, error = %e, "cannot record a tick no replica may run");
+        }
+    }
 }
 
 /// Whether a claim of `tick_ms` is known: another replica announced it (or
@@ -345,6 +422,11 @@ async fn catch_up(
     // The turn covers the reads and the sweep, not the claims below (nor
     // `run_all` waiting for its runs).
     drop(turn);
+    // A replica that may not run the job claims none of its ticks: the
+    // matching ones catch up.
+    if !placed_here(&ctx.config, job) {
+        return Some(ctx.clock.now_ms());
+    }
     let now = ctx.clock.now_ms();
     let last = match (stored, ctx.marks.get(&job.name).last_tick) {
         (Some(a), Some(b)) => a.max(b),
@@ -405,7 +487,16 @@ async fn catch_up(
 async fn last_tick(ctx: &Ctx, job: &Job, cancel: &CancellationToken) -> Option<Option<i64>> {
     let mut backoff = Duration::from_millis(100);
     loop {
-        match ctx.store.last_tick(&job.name).await {
+        // A broadcast job's mark is this replica's own.
+        let read = match job.mode {
+            Mode::EveryReplica => {
+                ctx.store
+                    .replica_last_tick(&job.name, &ctx.identity.replica)
+                    .await
+            }
+            _ => ctx.store.last_tick(&job.name).await,
+        };
+        match read {
             Ok(stored) => {
                 ctx.redis.answered();
                 return Some(stored);

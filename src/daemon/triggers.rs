@@ -117,12 +117,22 @@ async fn hand_back(ctx: &Ctx, request: &TriggerRequest) {
 /// does not have: replicas that all lack it cannot pass it around faster.
 const HAND_BACK_AFTER: Duration = Duration::from_millis(200);
 
+/// Why a request is not this replica's to run.
+#[derive(Clone, Copy)]
+enum NotOurs<'a> {
+    /// It does not have the job.
+    Missing,
+    /// Its tags lack some of the job's `run_on` (these).
+    Unplaced(&'a [String]),
+}
+
 /// A request for a job this replica does not have (its job table differs
-/// from another replica's, as during a rolling change of the table): handed
-/// back to the group while a live replica has the job, dropped with a
-/// warning when none has (a request cronlease did not write, or a job no
-/// replica runs).
-async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
+/// from another replica's, as during a rolling change of the table) or may
+/// not run (its tags do not match the job's `run_on`): handed back to the
+/// group while a live replica has the job (and matches), dropped with a
+/// warning when none has (a request cronlease did not write, a job no
+/// replica runs, or one no live replica has the tags for).
+async fn not_ours(ctx: &Ctx, request: &TriggerRequest, why: NotOurs<'_>) {
     let now_ms = ctx.clock.now_ms();
     let keys = ctx.store.keys();
     let read = async {
@@ -144,7 +154,11 @@ async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
                                 && crate::membership::parse_job_hashes(raw)
                                     .is_ok_and(|jobs| jobs.contains_key(&request.job))
                         });
-                    beat.is_alive(now_ms) && has_job
+                    let placed = match why {
+                        NotOurs::Missing => true,
+                        NotOurs::Unplaced(run_on) => crate::config::tags_match(&beat.tags, run_on),
+                    };
+                    beat.is_alive(now_ms) && has_job && placed
                 })
             })
             .map(|(id, _)| id)
@@ -156,6 +170,15 @@ async fn not_ours(ctx: &Ctx, request: &TriggerRequest) {
         }
     };
     if holders.is_empty() {
+        if let NotOurs::Unplaced(run_on) = why {
+            warn!(
+                job = %request.job, run_id = %request.run_id, id = %request.id,
+                run_on = %run_on.join(","),
+                "trigger request for a job no live replica has the tags of its run_on for; dropped"
+            );
+            let _ = ctx.store.ack_trigger(&request.id).await;
+            return;
+        }
         warn!(
             job = %request.job, run_id = %request.run_id, id = %request.id,
             "trigger request for a job no live replica has (or not one cronlease wrote); dropped"
@@ -225,7 +248,19 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     }
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
-        not_ours(ctx, &request).await;
+        not_ours(ctx, &request, NotOurs::Missing).await;
+        return;
+    };
+    if job.mode == crate::config::Mode::EveryReplica {
+        warn!(
+            job = %job.name, run_id = %request.run_id, id = %request.id,
+            "trigger request for a broadcast job (mode = \"every_replica\"), which runs only at its ticks; dropped"
+        );
+        let _ = ctx.store.ack_trigger(&request.id).await;
+        return;
+    }
+    if !super::ctx::placed_here(&ctx.config, &job) {
+        not_ours(ctx, &request, NotOurs::Unplaced(&job.run_on)).await;
         return;
     };
     let Some(params) = request_params(ctx, &job, &request).await else {

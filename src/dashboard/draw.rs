@@ -313,6 +313,7 @@ mod tests {
             calendar: None,
             calendar_rule: None,
             params: Default::default(),
+            no_matching_replica: None,
             killed_by: None,
             output: None,
         };

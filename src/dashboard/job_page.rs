@@ -173,6 +173,22 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
                     (c.rule.as_str()) " " code { (c.name) } " " small.muted { "(" (c.events) " events, " (c.timezone) ", " (c.hash) ")" }
                 } }
             }
+            @if !job.run_on.is_empty() || job.mode.is_some() {
+                dt { "Runs on" } dd {
+                    @if job.run_on.is_empty() { "any replica" } @else { "replicas with tags " code { (job.run_on.join(", ")) } }
+                    @if let Some(mode) = job.mode { " · mode " code { (mode) } }
+                    " · matching replicas: "
+                    @if job.matching_replicas.is_empty() { span.warn { "none" } } @else { (job.matching_replicas.join(", ")) }
+                }
+            }
+            @if let Some(tick) = &job.broadcast {
+                dt { "Last tick" } dd {
+                    (tick.summary()) " " small.muted { "(" (tick.tick) ")" }
+                    @for o in &tick.outcomes {
+                        " " span class=(format!("badge {}", super::draw::status_class(o.status))) title=(o.status) { (o.replica) }
+                    }
+                }
+            }
             dt { "Missed ticks" } dd { (job.missed_ticks) }
             @if let Some(b) = &job.backfill { dt { "Backfill" } dd { (b.left) " of " (b.queued) " ticks left" } }
             @if !job.config_drift.is_empty() { dt { "Config drift" } dd.warn { (job.config_drift.join(", ")) } }

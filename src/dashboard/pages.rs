@@ -318,13 +318,17 @@ fn job_row(
                 @if job.running.is_empty() { span.muted { "–" } }
             }
             td {
-                @match &job.last_outcome {
-                    Some(o) => {
+                @match (&job.broadcast, &job.last_outcome) {
+                    (Some(tick), _) => {
+                        span class=(format!("badge {}", if tick.ok == tick.outcomes.len() { "s-ok" } else { "s-failed" })) { "last: " (tick.summary()) }
+                        " " small { (ago(now_ms, tick.tick_ms)) }
+                    }
+                    (None, Some(o)) => {
                         span class=(format!("badge {}", draw::status_class(o.status))) { (o.status) }
                         @if let Some(who) = &o.killed_by { " " small { "by " (who) } }
                         " " small { "on " (if o.replica.is_empty() { "–" } else { &o.replica }) ", " (ago(now_ms, o.finished_ms)) }
                     }
-                    None => span.muted { "never ran" },
+                    (None, None) => span.muted { "never ran" },
                 }
             }
             td { @if let Some(strip) = strip { (draw::strip(strip)) } }
@@ -523,6 +527,10 @@ pub(super) fn state_cell(job: &JobStatus, now_ms: i64) -> Markup {
             span.badge.repair title=(format!("its state in Redis held {} = {:?}, which no replica writes: check who writes to Redis, then run `cronlease repair {}`", repair.field, repair.value, job.name)) {
                 "needs repair (" (repair.field) ")"
             }
+            " "
+        }
+        @if let Some(why) = &job.unplaced {
+            span.badge.unplaced title=(why) { "no matching replica" }
             " "
         }
         @if job.paused {

@@ -5,6 +5,7 @@ use super::StdError;
 use crate::Run;
 use crate::calendar::Calendar;
 use crate::config::Misfire;
+use crate::config::Mode;
 use crate::config::OnHolderLost;
 use crate::config::Overlap;
 use crate::config::{Expressions, Moment};
@@ -238,6 +239,34 @@ impl JobBuilder {
     /// ```
     pub fn overlap(self, overlap: Overlap) -> JobBuilder {
         self.set(|spec| spec.overlap = Some(overlap))
+    }
+
+    /// Runs the job only on instances that have every one of `tags`
+    /// (`run_on`; see [`SchedulerBuilder::tag`](crate::SchedulerBuilder::tag)):
+    /// the others never start a run of it, and a tick no live instance
+    /// matches is recorded missed with the reason `no_matching_replica`.
+    ///
+    /// ```
+    /// let job = cronlease::JobBuilder::new("train", "0 * * * *").run_on(["gpu"]);
+    /// ```
+    pub fn run_on<'t>(self, tags: impl IntoIterator<Item = &'t str>) -> JobBuilder {
+        let tags = tags
+            .into_iter()
+            .map(|tag| Given::code(tag.to_string()))
+            .collect();
+        self.set(|spec| spec.run_on = Some(Given::code(tags)))
+    }
+
+    /// How many runs a tick makes (`mode`, default [`Mode::One`]):
+    /// [`Mode::EveryReplica`] runs each tick once on every live instance
+    /// that matches the job's [`JobBuilder::run_on`].
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Mode};
+    /// let job = JobBuilder::new("clean-cache", "*/10 * * * *").mode(Mode::EveryReplica);
+    /// ```
+    pub fn mode(self, mode: Mode) -> JobBuilder {
+        self.set(|spec| spec.mode = Some(Given::code(mode)))
     }
 
     /// What becomes of ticks missed while no instance could claim them

@@ -175,6 +175,42 @@ impl SchedulerBuilder {
         self.set("kill_grace", duration(grace))
     }
 
+    /// Adds one of this instance's tags (`[daemon] tags`): a job whose
+    /// [`JobBuilder::run_on`](crate::JobBuilder::run_on) names tags runs
+    /// only on instances that have every one of them. 1 to 64 characters
+    /// from `A-Z a-z 0-9 _ . -`; a bad one is refused at
+    /// [`SchedulerBuilder::start`] ([`SchedulerError::Config`](crate::SchedulerError::Config),
+    /// field `tags`).
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
+    /// let scheduler = cluster.scheduler().tag("gpu").tag("eu").start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tag(mut self, tag: &str) -> SchedulerBuilder {
+        let tags = self
+            .daemon
+            .entry("tags")
+            .or_insert_with(|| toml::Value::Array(Vec::new()));
+        if let toml::Value::Array(tags) = tags {
+            tags.push(tag.into());
+        }
+        self
+    }
+
+    /// This instance's tags, replacing any given before (see
+    /// [`SchedulerBuilder::tag`]).
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
+    /// let scheduler = cluster.scheduler().tags(["gpu", "eu"]).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tags<'t>(self, tags: impl IntoIterator<Item = &'t str>) -> SchedulerBuilder {
+        let tags = tags.into_iter().map(toml::Value::from).collect();
+        self.set("tags", toml::Value::Array(tags))
+    }
+
     fn set(mut self, key: &str, value: toml::Value) -> SchedulerBuilder {
         self.daemon.insert(key.into(), value);
         self

@@ -34,6 +34,10 @@ pub enum BackfillError {
     TooMany { job: String, first_past: String },
     #[error("--concurrency must be at least 1")]
     NoConcurrency,
+    #[error(
+        "job {0:?} is a broadcast job (mode = \"every_replica\"): each replica keeps its own ticks, and a backfill's ticks would run on one replica each"
+    )]
+    Broadcast(String),
 }
 
 /// The ticks of a backfill's range: those it may run, and those the job's
@@ -167,6 +171,9 @@ pub async fn backfill(
 ) -> Result<BackfillReport, BackfillRefusal> {
     if request.concurrency == 0 {
         return Err(BackfillError::NoConcurrency.into());
+    }
+    if request.job.mode == crate::config::Mode::EveryReplica {
+        return Err(BackfillError::Broadcast(request.job.name.clone()).into());
     }
     let candidates = backfill_candidates(request.job, request.from_ms, request.to_ms)?;
     let ticks = candidates.run;

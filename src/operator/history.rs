@@ -24,6 +24,9 @@ impl HistoryEntry {
         if let Some(who) = &self.killed_by {
             return format!("{} by {who}", self.status);
         }
+        if let Some(run_on) = &self.no_matching_replica {
+            return format!("{} (no replica with tags {run_on})", self.status);
+        }
         match (&self.calendar, self.calendar_rule) {
             (Some(calendar), Some(CalendarRule::Only)) => {
                 format!("{} (outside {calendar})", self.status)
@@ -70,6 +73,11 @@ pub struct HistoryEntry {
     pub calendar: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub calendar_rule: Option<CalendarRule>,
+    /// A `missed` tick no live replica had the tags for (its record's
+    /// `reason` is `no_matching_replica`): the job's `run_on` then,
+    /// comma-separated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub no_matching_replica: Option<String>,
     /// The values of the run's parameters (`param.<name>` fields), by
     /// name; a field whose name or value no job could have is left out.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
@@ -181,10 +189,29 @@ pub(super) fn history_entry(
             .filter(|_| status == Status::Excluded)
             .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
+        no_matching_replica: no_matching_replica(status, &fields),
         killed_by: killed_by(status, &fields),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// The `run_on` of a `missed` record whose reason is
+/// `no_matching_replica` (`unplaced.lua`), comma-separated; none for any
+/// other record, or when a tag is not one a job could name.
+fn no_matching_replica(status: Status, fields: &BTreeMap<String, String>) -> Option<String> {
+    if status != Status::Missed
+        || fields.get("reason").map(String::as_str) != Some("no_matching_replica")
+    {
+        return None;
+    }
+    let run_on = fields.get("run_on").map(String::as_str).unwrap_or("");
+    let tags: Vec<&str> = run_on.split(' ').filter(|t| !t.is_empty()).collect();
+    if tags.iter().all(|t| crate::config::is_tag(t)) {
+        Some(tags.join(","))
+    } else {
+        Some("?".to_string())
+    }
 }
 
 /// Who asked for a `killed` run to stop (its `killed_by`), control
@@ -316,6 +343,37 @@ pub async fn outcome_strip(
         }
     }
     Ok(strip)
+}
+
+/// The latest tick of a broadcast job (`mode = "every_replica"`) with an
+/// outcome, and each replica's outcome of it, from its newest `count`
+/// outcomes (records of no replica, `missed` ones, left out).
+pub(super) async fn broadcast_tick(
+    store: &Store,
+    job: &str,
+    count: usize,
+) -> Result<Option<(i64, Vec<HistoryEntry>)>, OperatorError> {
+    let entries = store
+        .history_fields(
+            job,
+            count,
+            &["status", "tick", "replica", "fence", "trigger"],
+        )
+        .await?;
+    let outcomes: Vec<HistoryEntry> = entries
+        .into_iter()
+        .filter_map(|(id, fields)| history_entry(id, fields, OutputTail::Omit).ok())
+        .filter(|entry| !entry.replica.is_empty())
+        .collect();
+    let Some(tick_ms) = outcomes.iter().map(|entry| entry.tick_ms).max() else {
+        return Ok(None);
+    };
+    let mut of_tick: Vec<HistoryEntry> = outcomes
+        .into_iter()
+        .filter(|entry| entry.tick_ms == tick_ms)
+        .collect();
+    of_tick.sort_by(|a, b| a.replica.cmp(&b.replica));
+    Ok(Some((tick_ms, of_tick)))
 }
 
 /// The outcomes each of `jobs` recorded since `since_ms` (by the Redis

@@ -80,6 +80,12 @@ pub enum OperatorError {
     /// or not the run named).
     #[error("{0}")]
     NotInFlight(String),
+    /// A broadcast job (`mode = "every_replica"`) runs only at its ticks,
+    /// once on every matching replica: a manual run of it is refused.
+    #[error(
+        "job {0:?} is a broadcast job (mode = \"every_replica\"): it runs at its ticks on every matching replica, and a manual run would run on one of them only; nothing queued"
+    )]
+    Broadcast(String),
     /// Parameters were given with no job table to check them against.
     #[error("parameters need the job table to be checked against (--config): nothing queued")]
     ParamsWithoutTable,
@@ -119,6 +125,9 @@ pub struct ReplicaStatus {
     /// The operator's drain of it, until `cronlease undrain`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drained_by: Option<crate::store::DrainMark>,
+    /// Its `[daemon] tags`, which jobs' `run_on` ask for.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -169,6 +178,93 @@ pub struct JobStatus {
     /// queued since the queue was last empty (`cronlease backfill`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backfill: Option<BackfillLeft>,
+    /// From the job table: the tags a replica needs to run it (`run_on`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub run_on: Vec<String>,
+    /// From the job table: `every_replica` for a broadcast job; absent
+    /// for one run per tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mode: Option<crate::config::Mode>,
+    /// Why no run of the job starts while no live replica has the
+    /// tags of its `run_on` ("no live replica has tags gpu"): its ticks
+    /// are recorded missed meanwhile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unplaced: Option<String>,
+    /// A broadcast job's latest tick with an outcome: how its replicas'
+    /// runs of it ended (`status`: "last: 3 of 3 ok").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub broadcast: Option<BroadcastTick>,
+    /// The live replicas, not drained, whose tags match the job's
+    /// `run_on` (all live ones when it has none).
+    pub matching_replicas: Vec<String>,
+}
+
+/// The latest tick of a broadcast job (`mode = "every_replica"`) with an
+/// outcome, replica by replica.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BroadcastTick {
+    pub tick: String,
+    pub tick_ms: i64,
+    /// Its outcomes, one per replica that ran it, by replica name.
+    pub outcomes: Vec<BroadcastOutcome>,
+    /// How many of them are `ok`.
+    pub ok: usize,
+    /// Its runs still in flight.
+    pub running: usize,
+}
+
+/// One replica's outcome of a broadcast tick.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BroadcastOutcome {
+    pub replica: String,
+    pub status: crate::outcome::Status,
+}
+
+impl BroadcastTick {
+    /// As `status` shows it: `3 of 3 ok`, `2 of 3 ok, 1 running`.
+    pub fn summary(&self) -> String {
+        let done = self.outcomes.len();
+        let total = done + self.running;
+        match self.running {
+            0 => format!("{} of {total} ok", self.ok),
+            running => format!("{} of {total} ok, {running} running", self.ok),
+        }
+    }
+}
+
+/// How many outcomes `status` reads to find a broadcast job's latest
+/// tick: enough for that many replicas.
+const BROADCAST_OUTCOMES: usize = 256;
+
+/// The latest tick of broadcast job `name` with an outcome, with its runs
+/// in flight (`running`).
+async fn broadcast_status(
+    store: &Store,
+    name: &str,
+    running: &[RunningStatus],
+) -> Result<Option<BroadcastTick>, OperatorError> {
+    let Some((tick_ms, outcomes)) =
+        history::broadcast_tick(store, name, BROADCAST_OUTCOMES).await?
+    else {
+        return Ok(None);
+    };
+    let ok = outcomes
+        .iter()
+        .filter(|o| o.status == crate::outcome::Status::Ok)
+        .count();
+    Ok(Some(BroadcastTick {
+        tick: rfc3339(DateTime::from_timestamp_millis(tick_ms).unwrap_or_default()),
+        tick_ms,
+        ok,
+        running: running.iter().filter(|r| r.tick_ms == tick_ms).count(),
+        outcomes: outcomes
+            .into_iter()
+            .map(|o| BroadcastOutcome {
+                replica: o.replica,
+                status: o.status,
+            })
+            .collect(),
+    }))
 }
 
 /// One of a job's calendars as `status` shows it.
@@ -266,6 +362,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         config_hash: record.config_hash,
         cluster_pause: record.cluster_pause,
         drain: record.drain,
+        tags: record.tags,
         drained_by: None,
     })
 }
@@ -430,6 +527,10 @@ async fn job_status(
 ) -> Result<JobStatus, OperatorError> {
     let state = store.job_state(&name).await?;
     let running = store.running_runs(&name).await?;
+    let broadcast = match job.map(|j| j.mode) {
+        Some(crate::config::Mode::EveryReplica) => broadcast_status(store, &name, &running).await?,
+        _ => None,
+    };
     let left = store.backfill_left(&name).await?;
     let backfill = (left > 0).then_some(BackfillLeft {
         left,
@@ -463,6 +564,13 @@ async fn job_status(
         warning: job.and_then(|j| {
             crate::config::job_warning(j, now).or_else(|| runs_warning(j, state.runs_started))
         }),
+        unplaced: job.and_then(|j| placement_warning(j, replicas)),
+        broadcast,
+        run_on: job.map(|j| j.run_on.clone()).unwrap_or_default(),
+        mode: job
+            .map(|j| j.mode)
+            .filter(|m| *m != crate::config::Mode::One),
+        matching_replicas: matching_replicas(job.map_or(&[], |j| &j.run_on), replicas),
         active_from: window.from.map(rfc3339),
         active_until: window.until.map(rfc3339),
         max_runs: job.and_then(|j| j.max_runs),
@@ -481,6 +589,30 @@ async fn job_status(
         backfill,
         name,
     })
+}
+
+/// The live replicas, not drained, whose tags have every tag of
+/// `run_on`: those that may start the job's runs.
+pub fn matching_replicas(run_on: &[String], replicas: &[ReplicaStatus]) -> Vec<String> {
+    replicas
+        .iter()
+        .filter(|r| r.alive && r.drain.is_none())
+        .filter(|r| crate::config::tags_match(&r.tags, run_on))
+        .map(|r| r.id.clone())
+        .collect()
+}
+
+/// Why no run of `job` starts while no live replica has the tags its
+/// `run_on` asks for: its ticks are recorded missed
+/// (`no_matching_replica`).
+fn placement_warning(job: &Job, replicas: &[ReplicaStatus]) -> Option<String> {
+    if job.run_on.is_empty() || !matching_replicas(&job.run_on, replicas).is_empty() {
+        return None;
+    }
+    Some(format!(
+        "no live replica has tags {}: its ticks are recorded missed (no_matching_replica) until one with them runs",
+        job.run_on.join(", ")
+    ))
 }
 
 /// Whether `job` has started every run its `max_runs` allows.
@@ -617,8 +749,9 @@ pub fn parse_param(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Checks the parameters `given` for a manual run of `job` (name, value)
-/// against `definition`, the job as the caller's job table has it: every
+/// Checks a manual run of `job` against `definition`, the job as the
+/// caller's job table has it: a broadcast job is refused; the parameters
+/// `given` (name, value): every
 /// name declared, given once, every value valid and allowed. None given
 /// is always valid (the replica uses the defaults); some given with no
 /// definition (no table, or a job not in it) cannot be checked and are
@@ -628,6 +761,9 @@ pub fn check_params(
     job: &str,
     given: &[(String, String)],
 ) -> Result<(), OperatorError> {
+    if definition.is_some_and(|d| d.mode == crate::config::Mode::EveryReplica) {
+        return Err(OperatorError::Broadcast(job.to_string()));
+    }
     if given.is_empty() {
         return Ok(());
     }
@@ -771,6 +907,7 @@ mod tests {
             config_hash: [("j".to_string(), hash.to_string())].into(),
             cluster_pause: None,
             drain: None,
+            tags: Vec::new(),
             drained_by: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];

@@ -153,7 +153,8 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     let warnings: Vec<String> = report
         .jobs
         .iter()
-        .filter_map(|j| j.warning.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
+        .flat_map(|j| [&j.warning, &j.unplaced].map(|w| (j, w)))
+        .filter_map(|(j, w)| w.as_ref().map(|w| format!("job {:?}: {w}", j.name)))
         .chain(report.channels.iter().filter_map(|c| {
             c.failure.as_ref().map(|f| channel_warning(report.now_ms, &c.channel, f))
         }))
@@ -244,8 +245,13 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
         .map(String::from)
         .to_vec(),
     ];
+    // Tags get a column when some replica has them.
+    let tagged = report.replicas.iter().any(|r| !r.tags.is_empty());
+    if tagged {
+        rows[0].push("tags".to_string());
+    }
     for r in &report.replicas {
-        rows.push(vec![
+        let mut row = vec![
             r.id.clone(),
             r.host.clone(),
             r.pid.to_string(),
@@ -254,7 +260,15 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             replica_state(r),
             r.runs.len().to_string(),
             r.containment.clone().unwrap_or_else(|| "-".to_string()),
-        ]);
+        ];
+        if tagged {
+            row.push(if r.tags.is_empty() {
+                "-".to_string()
+            } else {
+                r.tags.join(",")
+            });
+        }
+        rows.push(row);
     }
     rows
 }
@@ -433,6 +447,9 @@ fn in_flight(j: &JobStatus, now_ms: i64) -> String {
 
 /// The job's last outcome: status, tick, replica and duration, or "-".
 fn last_outcome(j: &JobStatus) -> String {
+    if let Some(tick) = &j.broadcast {
+        return format!("last: {} ({})", tick.summary(), short(tick.tick_ms));
+    }
     match &j.last_outcome {
         None => "-".to_string(),
         Some(o) => {

@@ -666,6 +666,70 @@ impl Store {
         Ok(reply)
     }
 
+    /// Claims a tick of a broadcast job (`mode = "every_replica"`) for the
+    /// claimant's replica (`broadcast.lua`): against its own high-water
+    /// mark, with no rendezvous. Answers as a claim does. Never with a
+    /// quorum (the config refuses it), nor batched.
+    pub async fn claim_broadcast(
+        &self,
+        request: &ClaimRequest<'_>,
+    ) -> Result<ClaimReply, StoreError> {
+        let keys = &self.keys;
+        let job = request.job;
+        let notices = request.claimant.notices;
+        let exclusion = request.exclusion.map(Exclusion::as_arg).unwrap_or_default();
+        let mut invocation = self.scripts.broadcast.prepare_invoke();
+        invocation
+            .key(keys.state(job))
+            .key(keys.running(job))
+            .key(keys.replica_lease(job, request.claimant.replica))
+            .key(keys.runs(job))
+            .key(keys.actions(job))
+            .key(keys.replica_ticks(job));
+        if !notices.is_none() {
+            invocation.key(keys.events(job));
+        }
+        invocation
+            .arg(request.tick_ms)
+            .arg(request.run_id)
+            .arg(duration_ms(request.claimant.lease))
+            .arg(request.claimant.overlap.as_str())
+            .arg(request.claimant.replica)
+            .arg(request.claimant.host)
+            .arg(0)
+            .arg(request.claimant.history)
+            .arg(-1)
+            .arg(request.claimant.min_fence)
+            .arg(request.trigger.as_str())
+            .arg(match request.when_busy {
+                WhenBusy::Skip => "0",
+                WhenBusy::Wait => "1",
+            })
+            .arg("")
+            .arg(job)
+            .arg(request.deadline_ms)
+            .arg(request.attempt.as_arg())
+            .arg(-1)
+            .arg(request.cluster_pause.as_arg())
+            .arg(exclusion)
+            .arg(notices.arg());
+        let replies: Vec<Value> = self.invoke_on_all("claim_broadcast", &invocation).await?;
+        parse_claim(replies.into_iter().next().unwrap_or(Value::Nil))
+    }
+
+    /// `replica`'s high-water mark of a broadcast job, if it has one.
+    pub async fn replica_last_tick(
+        &self,
+        job: &str,
+        replica: &str,
+    ) -> Result<Option<i64>, StoreError> {
+        let key = self.keys.replica_ticks(job);
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(&key).arg(replica);
+        let raw: Option<String> = self.read_cmd(cmd).await?;
+        Ok(raw.and_then(|raw| raw.parse().ok()))
+    }
+
     /// The job's high-water mark, if it has one.
     /// With `quorum`, the highest of a majority's.
     pub async fn last_tick(&self, job: &str) -> Result<Option<i64>, StoreError> {

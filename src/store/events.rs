@@ -130,6 +130,17 @@ pub struct EventRecord {
     pub within_ms: Option<i64>,
     pub last_seen_ms: Option<i64>,
     pub silent_ms: Option<i64>,
+    /// Why a `missed` tick was not run, when a record says more than
+    /// that nobody claimed it.
+    pub reason: Option<MissedReason>,
+}
+
+/// Why a tick was recorded `missed`, besides nobody claiming it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissedReason {
+    /// No live replica had every tag of the job's `run_on`
+    /// (`unplaced.lua`).
+    NoMatchingReplica,
 }
 
 impl EventRecord {
@@ -200,6 +211,9 @@ fn parse_entry(entry: Value) -> Option<EventRecord> {
             "within_ms" => record.within_ms = number(),
             "last_seen_ms" => record.last_seen_ms = number(),
             "silent_ms" => record.silent_ms = number(),
+            "reason" if text == "no_matching_replica" => {
+                record.reason = Some(MissedReason::NoMatchingReplica)
+            }
             _ => {}
         }
     }

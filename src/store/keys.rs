@@ -59,6 +59,19 @@ impl Keys {
         self.job_key(job, "state")
     }
 
+    /// Hash: replica → the latest tick of a broadcast job (`mode =
+    /// "every_replica"`) it claimed (`broadcast.lua`): its own high-water
+    /// mark, so that it runs each tick once, restarts included.
+    pub fn replica_ticks(&self, job: &str) -> String {
+        self.job_key(job, "replica_ticks")
+    }
+
+    /// String with PX: the run id of `replica`'s run of a broadcast job
+    /// (its lease; `…:lease:<run id>` with `overlap = "allow"`).
+    pub fn replica_lease(&self, job: &str, replica: &str) -> String {
+        format!("{}:replica:{replica}", self.lease(job))
+    }
+
     /// Hash: run id → JSON of the run in flight.
     pub fn running(&self, job: &str) -> String {
         self.job_key(job, "running")

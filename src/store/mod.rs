@@ -47,7 +47,8 @@ pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
 pub use events::{
-    ChannelHealth, DeliveryFailure, EventRecord, GaveUp, NoticeRules, Notices, PendingEvent,
+    ChannelHealth, DeliveryFailure, EventRecord, GaveUp, MissedReason, NoticeRules, Notices,
+    PendingEvent,
 };
 pub use pause::{ClusterHold, ClusterPause, PAUSE_ALL_NOTICE, PauseAnswer, PauseRequest};
 
@@ -117,6 +118,8 @@ struct Scripts {
     pause_all: Script,
     pause_all_end: Script,
     missed: Script,
+    unplaced: Script,
+    broadcast: Script,
     release: Script,
     raise_fence: Script,
     repair: Script,
@@ -150,6 +153,8 @@ impl Scripts {
             pause_all: Script::new(include_str!("../lua/pause_all.lua")),
             pause_all_end: Script::new(include_str!("../lua/pause_all_end.lua")),
             missed: script(include_str!("../lua/missed.lua")),
+            unplaced: script(include_str!("../lua/unplaced.lua")),
+            broadcast: script(include_str!("../lua/broadcast.lua")),
             release: Script::new(include_str!("../lua/release.lua")),
             raise_fence: Script::new(include_str!("../lua/raise_fence.lua")),
             repair: script(include_str!("../lua/repair.lua")),

@@ -65,10 +65,6 @@ impl Store {
     /// The newest `count` entries of a job's outcome stream, newest
     /// first, with only the fields named in `fields` (`outcome_fields.lua`:
     /// Redis leaves the rest, the output tail above all, out of the reply).
-    #[cfg_attr(
-        not(feature = "dashboard"),
-        allow(dead_code, reason = "read by the dashboard only")
-    )]
     pub async fn history_fields(
         &self,
         job: &str,

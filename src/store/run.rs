@@ -469,6 +469,35 @@ impl Store {
         Ok(new.into_iter().max().unwrap_or(0))
     }
 
+    /// Records `job`'s tick `tick_ms` as missed because no live replica
+    /// has every tag of `run_on` (`unplaced.lua`): once, and only when no
+    /// claim or record covers it yet. When this call recorded it, the
+    /// high-water mark it moved past (-1: none), whose gap to the tick the
+    /// caller records missed ([`Store::record_missed`]).
+    pub async fn record_unplaced(
+        &self,
+        job: &str,
+        tick_ms: i64,
+        recorder: &Claimant<'_>,
+        run_on: &[String],
+    ) -> Result<Option<i64>, StoreError> {
+        let mut invocation = self.scripts.unplaced.prepare_invoke();
+        invocation
+            .key(self.keys.state(job))
+            .key(self.keys.runs(job))
+            .key(self.keys.events(job))
+            .arg(tick_ms)
+            .arg(recorder.replica)
+            .arg(recorder.host)
+            .arg(recorder.history)
+            .arg(recorder.notices.arg())
+            .arg(self.keys.claims_channel())
+            .arg(job)
+            .arg(run_on.join(" "));
+        let answers: Vec<i64> = self.invoke_on_all("record_unplaced", &invocation).await?;
+        Ok(answers.into_iter().filter(|previous| *previous >= -1).min())
+    }
+
     /// The stream id of a run's recorded outcome, once there is one (and
     /// while the dedup window and the stream remember it): the entry of the
     /// ms the window dated it with this run id, or what an earlier release

@@ -374,3 +374,49 @@ fn an_entry_whose_reader_died_is_taken_over_and_survives_a_restart_from_the_aof(
         );
     });
 }
+
+#[test]
+fn a_tick_no_replica_matches_is_recorded_and_told_once_with_its_reason() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = connect_store(&server, "cl", "2s").await;
+        let rules = notices(&store, "train", Duration::from_secs(3600));
+        let stream = store.keys().events("train");
+        let mut claimant = test_claimant(Duration::from_secs(30), Overlap::Skip, 100);
+        claimant.notices = &rules;
+        let run_on = ["gpu".to_string()];
+        let tick = now_ms() - 1_000;
+        let first = store
+            .record_unplaced("train", tick, &claimant, &run_on)
+            .await
+            .expect("unplaced");
+        assert_eq!(first, Some(-1), "recorded, past no mark");
+        // Whoever asks again (another replica, a retry) records nothing.
+        let again = store
+            .record_unplaced("train", tick, &claimant, &run_on)
+            .await
+            .expect("unplaced again");
+        assert_eq!(again, None);
+        // Nor is a tick still ahead recorded.
+        let ahead = store
+            .record_unplaced("train", now_ms() + 60_000, &claimant, &run_on)
+            .await
+            .expect("unplaced ahead");
+        assert_eq!(ahead, None);
+        let told = read_all(&store, &stream, "r1").await;
+        assert_eq!(told.len(), 2, "one missed event per channel: {told:#?}");
+        assert_eq!(told[0].event, "missed");
+        assert_eq!(told[0].tick_ms, Some(tick));
+        assert_eq!(
+            told[0].reason,
+            Some(cronlease::store::MissedReason::NoMatchingReplica)
+        );
+        // The next one moves past the first: the mark it passed is the
+        // first tick, whose gap the caller records.
+        let next = store
+            .record_unplaced("train", tick + 500, &claimant, &run_on)
+            .await
+            .expect("unplaced next");
+        assert_eq!(next, Some(tick));
+    });
+}

@@ -258,6 +258,26 @@ fn missed_verdict(
     } else {
         format!("{}{}", missed.recorded_by, host_text(&missed.host))
     };
+    if let Some(run_on) = &missed.entry.no_matching_replica {
+        explanation.summary = format!(
+            "missed: no live replica had the tags {run_on} its run_on asks for; recorded as missed by {recorder} {} after the tick",
+            span(late_ms)
+        );
+        explanation.reasons.push(reason(
+            "no_matching_replica",
+            format!(
+                "no live replica had every tag of the job's run_on ({run_on}) at the tick, so none could claim it; {recorder} recorded it missed at {}",
+                text_of(recorded_at)
+            ),
+            json!({
+                "run_on": run_on.split(',').collect::<Vec<_>>(),
+                "recorded_by": missed.recorded_by,
+                "recorded_at_ms": recorded_at,
+                "replicas": known_json(&explanation.replicas),
+            }),
+        ));
+        return;
+    }
     explanation.summary = format!(
         "missed: nobody claimed it in time; recorded as missed by {recorder} {} after the tick",
         span(late_ms)
