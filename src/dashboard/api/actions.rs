@@ -150,7 +150,7 @@ fn answer(name: String, done: ActionDone) -> Response {
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
         (status = 403, description = "actions_disabled", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
-        (status = 409, description = "job_paused, cluster_paused", body = ErrorBody),
+        (status = 409, description = "job_paused, cluster_paused, broadcast_job", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 415, description = "unsupported_media_type", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),

@@ -163,6 +163,9 @@ pub(super) enum ErrorCode {
     ClusterPaused,
     /// 409: no run of the job (or not the run named) is in flight.
     NotInFlight,
+    /// 409: a broadcast job (`mode = "every_replica"`) is not run on
+    /// demand.
+    BroadcastJob,
     /// 413: the body is larger than the API reads.
     PayloadTooLarge,
     /// 415: a body that is not `application/json`.
@@ -189,9 +192,10 @@ impl ErrorCode {
                 StatusCode::NOT_FOUND
             }
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::JobPaused | ErrorCode::ClusterPaused | ErrorCode::NotInFlight => {
-                StatusCode::CONFLICT
-            }
+            ErrorCode::JobPaused
+            | ErrorCode::ClusterPaused
+            | ErrorCode::NotInFlight
+            | ErrorCode::BroadcastJob => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::TooManyAttempts => StatusCode::TOO_MANY_REQUESTS,
@@ -269,6 +273,7 @@ impl From<OperatorError> for ApiError {
                 ErrorCode::InvalidParams
             }
             OperatorError::NotInFlight(_) => ErrorCode::NotInFlight,
+            OperatorError::Broadcast(_) => ErrorCode::BroadcastJob,
             OperatorError::Unreadable { .. } => ErrorCode::UnreadableData,
             OperatorError::Store(_) => ErrorCode::RedisUnavailable,
         };
