@@ -73,6 +73,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
         exclusion: None,
+        group: None,
     };
     let ClaimReply::Claimed {
         fence,

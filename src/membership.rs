@@ -61,6 +61,10 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// Absent: it claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<DrainState>,
+    /// The most runs it keeps in flight at once (`[daemon] max_runs`).
+    /// Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
 }
 
 /// A replica out of the rendezvous, as its heartbeat tells it.
@@ -191,6 +195,7 @@ mod tests {
             containment: Some("cgroup".into()),
             cluster_pause: Some("p1".into()),
             drain: Some(DrainState::Draining),
+            max_runs: Some(2),
         };
         let json = record.to_json();
         let full = Heartbeat::parse(&json).expect("a record");
@@ -209,6 +214,7 @@ mod tests {
             containment,
             cluster_pause,
             drain,
+            max_runs,
         } = light;
         assert_eq!(
             Heartbeat {
@@ -224,6 +230,7 @@ mod tests {
                 containment,
                 cluster_pause,
                 drain,
+                max_runs,
             },
             record
         );

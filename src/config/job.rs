@@ -15,6 +15,7 @@ use super::calendars::{Calendars, job_calendars};
 use super::chain::{AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
+use super::groups::{GroupContext, Groups, job_group};
 use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::params::{RawParam, check_http_templates, job_params};
@@ -87,6 +88,7 @@ pub(crate) struct JobSpec {
     pub(crate) params: BTreeMap<Given<String>, Given<RawParam>>,
     pub(crate) exclude: Option<Given<Vec<Given<String>>>>,
     pub(crate) only: Option<Given<Vec<Given<String>>>>,
+    pub(crate) group: Option<Given<String>>,
     /// The calendars an embedded job was given (`JobBuilder::exclude`,
     /// `only`), which its `exclude` and `only` name; a table's jobs name
     /// the table's `[calendars.<name>]`.
@@ -146,6 +148,9 @@ pub(crate) struct JobContext {
     notify: NotifyContext,
     /// The table's calendars, which `exclude` and `only` name.
     calendars: Calendars,
+    /// The table's concurrency groups, which `group` names, and whether
+    /// the deployment can hold them.
+    groups: GroupContext,
 }
 
 impl JobContext {
@@ -168,7 +173,21 @@ impl JobContext {
             ),
             notify: NotifyContext::default(),
             calendars: Calendars::default(),
+            groups: GroupContext {
+                groups: Groups::default(),
+                refused: match redis.map(|r| &r.topology) {
+                    Some(Topology::Quorum(_)) => Some("quorum"),
+                    Some(Topology::Cluster(_)) => Some("cluster"),
+                    _ => None,
+                },
+            },
         }
+    }
+
+    /// The context with the table's concurrency groups.
+    pub(crate) fn with_groups(mut self, groups: Groups) -> JobContext {
+        self.groups.groups = groups;
+        self
     }
 
     /// The context with the table's calendars.
@@ -312,6 +331,7 @@ fn validate_job(
         &raw.tasks_max,
     );
     let params = job_params(checker, section, std::mem::take(&mut raw.params));
+    let group = job_group(checker, section, raw.group.as_ref(), &context.groups);
     if let Some(Command::Http(request)) = &command {
         check_http_templates(checker, section, request, &params);
     }
@@ -339,6 +359,7 @@ fn validate_job(
         notify,
         params,
         calendars,
+        group,
     })
 }
 

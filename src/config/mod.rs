@@ -48,7 +48,9 @@ mod definition;
 mod document;
 mod duplicates;
 mod environment;
+mod groups;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
+pub use groups::JobGroup;
 mod http_job;
 pub use http_job::{HttpRequest, Redirects};
 mod job;
@@ -281,6 +283,11 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// Approximate number of outcomes kept per job (`XADD MAXLEN ~`).
     pub history: u32,
+    /// How many runs this replica keeps in flight at once, whatever
+    /// started them (`max_runs`); a replica with that many leaves ticks,
+    /// manual runs, followers and backfill ticks to the others. None: no
+    /// limit.
+    pub max_runs: Option<u32>,
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
     /// The most the spool's files may hold, in bytes: an outcome that
@@ -497,6 +504,9 @@ pub struct Job {
     /// The calendars that leave ticks of the schedule out (`exclude`,
     /// `only`): see [`Job::excluded_by`].
     pub calendars: crate::calendar::JobCalendars,
+    /// The concurrency group whose slots the job's runs take (`group`):
+    /// at most its `max` runs of its jobs at once across the cluster.
+    pub group: Option<JobGroup>,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each

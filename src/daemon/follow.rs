@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
+use super::capacity::RunSlot;
 use super::ctx::Ctx;
+use super::meters::ClaimCount;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_reruns, start_run, sweep};
 use super::time::pause;
@@ -149,6 +151,12 @@ async fn follow(
     let Some(after) = &job.after else {
         return Ok(false);
     };
+    // A replica with its `max_runs` in flight leaves the entry to the
+    // others (or to its next visit).
+    let Some(slot) = ctx.capacity.try_take() else {
+        ctx.meters.count_claim(&job.name, ClaimCount::Capacity);
+        return Ok(false);
+    };
     let run_id = Uuid::new_v4().to_string();
     let join: &[String] = match after.join {
         Join::All => &after.upstreams,
@@ -184,6 +192,7 @@ async fn follow(
             run_id,
             sent,
             params,
+            slot,
         },
         reply,
     )
@@ -235,6 +244,7 @@ struct Started {
     run_id: String,
     sent: Instant,
     params: ParamValues,
+    slot: RunSlot,
 }
 
 /// Starts the run `reply` claimed (and sweeps the job when the claim saw
@@ -253,6 +263,7 @@ async fn act_on(
         run_id,
         sent,
         params,
+        slot,
     } = started;
     let cause = &entry.upstream_run_id;
     match reply {
@@ -284,6 +295,7 @@ async fn act_on(
                     not_before: None,
                     upstream: upstream_of.map(Arc::new),
                     params,
+                    slot: Some(slot),
                 },
             );
             ctx.heartbeat_now.notify_one();

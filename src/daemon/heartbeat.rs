@@ -375,6 +375,7 @@ async fn own_record(ctx: &Ctx) -> (String, Option<DrainState>) {
         containment: ctx.containment_name().map(str::to_string),
         cluster_pause: ctx.claims.cluster_pause().map(|p| p.id),
         drain,
+        max_runs: ctx.capacity.max(),
     };
     (record.to_json(), drain)
 }

@@ -68,6 +68,7 @@ use crate::watchdog::{self};
 use systemd::Notice;
 
 mod backfill;
+mod capacity;
 mod claim;
 mod courier;
 mod ctx;

@@ -3,6 +3,7 @@
 //! consumer left pending, and starts the runs this replica wins.
 
 use super::ctx::Ctx;
+use super::meters::ClaimCount;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
@@ -231,6 +232,13 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     let Some(params) = request_params(ctx, &job, &request).await else {
         return;
     };
+    // A replica with its `max_runs` in flight leaves the request pending:
+    // another replica (or this one, once it has room) takes it over.
+    let Some(slot) = ctx.capacity.try_take() else {
+        ctx.meters.count_claim(&job.name, ClaimCount::Capacity);
+        debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run here (max_runs); left pending");
+        return;
+    };
     let sent = Instant::now();
     let notices = job_notices(ctx.store.keys(), &job);
     let reply = ctx
@@ -266,6 +274,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     not_before: None,
                     upstream: None,
                     params,
+                    slot: Some(slot),
                 },
             );
             ctx.heartbeat_now.notify_one();

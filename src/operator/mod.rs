@@ -117,6 +117,20 @@ pub struct ReplicaStatus {
     /// The operator's drain of it, until `cronlease undrain`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub drained_by: Option<crate::store::DrainMark>,
+    /// The most runs it keeps in flight at once (`[daemon] max_runs`);
+    /// none: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+}
+
+impl ReplicaStatus {
+    /// Its runs in flight, and of how many when it has a limit: `2 of 2`.
+    pub fn runs_of_max(&self) -> String {
+        match self.max_runs {
+            Some(max) => format!("{} of {max}", self.runs.len()),
+            None => self.runs.len().to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -222,6 +236,32 @@ pub struct StatusReport {
     /// after.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelHealth>,
+    /// The concurrency groups the job table's jobs name, with their use.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupStatus>,
+}
+
+/// A concurrency group as `status` shows it: its slots in use (runs of
+/// its jobs in flight across the cluster) and the ticks waiting for one.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct GroupStatus {
+    pub name: String,
+    pub max: u32,
+    pub running: u64,
+    pub waiting: u64,
+    /// The group's jobs in the table.
+    pub jobs: Vec<String>,
+}
+
+impl GroupStatus {
+    /// `db: 2 of 2 running, 3 waiting`.
+    pub fn summary(&self) -> String {
+        let mut text = format!("{}: {} of {} running", self.name, self.running, self.max);
+        if self.waiting > 0 {
+            text.push_str(&format!(", {} waiting", self.waiting));
+        }
+        text
+    }
 }
 
 /// A cluster lock as `status --lock NAME` shows it.
@@ -264,6 +304,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         cluster_pause: record.cluster_pause,
         drain: record.drain,
         drained_by: None,
+        max_runs: record.max_runs,
     })
 }
 
@@ -296,6 +337,26 @@ pub async fn status<J: Borrow<Job>>(
     locks: Locks<'_>,
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
+    let mut groups: BTreeMap<String, GroupStatus> = BTreeMap::new();
+    for job in jobs
+        .iter()
+        .flat_map(|table| table.values())
+        .map(|job| job.borrow())
+    {
+        if let Some(group) = &job.group {
+            groups
+                .entry(group.name.clone())
+                .or_insert_with(|| GroupStatus {
+                    name: group.name.clone(),
+                    max: group.max,
+                    running: 0,
+                    waiting: 0,
+                    jobs: Vec::new(),
+                })
+                .jobs
+                .push(job.name.clone());
+        }
+    }
     let replicas = read_replicas(store, now_ms).await?;
     let names = job_names(jobs, &replicas);
     let replicas_ref = &replicas;
@@ -336,6 +397,9 @@ pub async fn status<J: Borrow<Job>>(
     }
     let channels = store.channel_health().await?;
     let cluster_pause = store.cluster_pause().await?.filter(|p| p.holds(now_ms));
+    for group in groups.values_mut() {
+        (group.running, group.waiting) = store.group_use(&group.name, now_ms).await?;
+    }
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
@@ -344,6 +408,7 @@ pub async fn status<J: Borrow<Job>>(
         jobs,
         locks: held,
         channels,
+        groups: groups.into_values().collect(),
     })
 }
 
@@ -752,6 +817,7 @@ mod tests {
             cluster_pause: None,
             drain: None,
             drained_by: None,
+            max_runs: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
         assert_eq!(drift("j", None, &replicas), ["c"]);

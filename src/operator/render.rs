@@ -150,6 +150,17 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     out.push_str(&table(&replica_rows(report), colour));
     let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
     out.push_str(&table(&job_rows(report), colour));
+    if !report.groups.is_empty() {
+        let _ = writeln!(out, "\ngroups ({}):", report.groups.len());
+        for group in &report.groups {
+            let _ = writeln!(
+                out,
+                "{}  ({})",
+                crate::inert::escape(&group.summary()),
+                group.jobs.join(", ")
+            );
+        }
+    }
     let warnings: Vec<String> = report
         .jobs
         .iter()
@@ -252,7 +263,7 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             r.version.clone(),
             ago(report.now_ms, r.last_seen_ms),
             replica_state(r),
-            r.runs.len().to_string(),
+            r.runs_of_max(),
             r.containment.clone().unwrap_or_else(|| "-".to_string()),
         ]);
     }

@@ -51,6 +51,19 @@ pub struct ClaimRequest<'a> {
     /// script records it `excluded` (answer `Excluded`) instead of
     /// claiming it for a run.
     pub exclusion: Option<&'a Exclusion>,
+    /// The job's concurrency group, if it has one: the claim takes one of
+    /// its slots, or answers `GroupFull` and changes nothing else.
+    pub group: Option<GroupClaim<'a>>,
+}
+
+/// What a claim of a job in a concurrency group says of the group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupClaim<'a> {
+    pub name: &'a str,
+    pub max: u32,
+    /// Redis time until which the tick may wait for a slot: while it
+    /// waits, younger ticks of the group let it go first.
+    pub until_ms: i64,
 }
 
 /// What a claim does when a run of the job is in flight and the overlap
@@ -175,6 +188,10 @@ pub enum ClaimReply {
     /// The job has started its `max_runs` runs of the schedule: it has no
     /// more ticks. Nothing was claimed.
     Ended { runs_started: u64, fence: u64 },
+    /// The job's concurrency group has no slot free (`used` of its max,
+    /// `waiting` ticks waiting, this one among them): nothing changed; the
+    /// caller asks again while the tick's grace lasts.
+    GroupFull { used: u64, waiting: u64, fence: u64 },
 }
 
 pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
@@ -221,6 +238,11 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             field: r.string(1)?,
             value: r.string_or_empty(2),
         },
+        "group_full" => ClaimReply::GroupFull {
+            used: u64::try_from(r.int(1)?).unwrap_or(0),
+            waiting: u64::try_from(r.int(2)?).unwrap_or(0),
+            fence: r.fence_or_zero(3)?,
+        },
         "ended" => ClaimReply::Ended {
             runs_started: u64::try_from(r.int(1)?).unwrap_or(0),
             fence: r.fence_or_zero(2)?,
@@ -256,6 +278,7 @@ impl ClaimReply {
             ClaimReply::Lapsed => "lapsed",
             ClaimReply::Corrupt { .. } => "corrupt",
             ClaimReply::Ended { .. } => "ended",
+            ClaimReply::GroupFull { .. } => "group_full",
         }
     }
 }
@@ -588,6 +611,7 @@ impl Store {
             + notices.arg().len()
             + exclusion.len()
             + keys.job_key_len(job, "events")
+            + request.group.map_or(0, |g| 3 * g.name.len() + 60)
             + CLAIM_NUMBERS_BYTES;
         let mut args = redis::Cmd::with_capacity(CLAIM_KEYS + CLAIM_ARGS, bytes);
         for part in parts {
@@ -595,6 +619,10 @@ impl Store {
         }
         if !notices.is_none() {
             args.write_arg_fmt(keys.job_key_arg(job, "events"));
+        }
+        if let Some(group) = &request.group {
+            args.arg(keys.group_slots(group.name))
+                .arg(keys.group_waiting(group.name));
         }
         args.arg(request.tick_ms)
             .arg(request.run_id)
@@ -618,7 +646,12 @@ impl Store {
             .arg(request.claimant.max_runs.map_or(-1, i64::from))
             .arg(request.cluster_pause.as_arg())
             .arg(exclusion);
-        if !notices.is_none() {
+        if let Some(group) = &request.group {
+            args.arg(notices.arg())
+                .arg(group.name)
+                .arg(group.max)
+                .arg(group.until_ms);
+        } else if !notices.is_none() {
             args.arg(notices.arg());
         }
         args
@@ -627,11 +660,9 @@ impl Store {
     /// How many keys [`Store::claim_args`] names: the job's events stream
     /// too when the claim may tell a late start.
     fn claim_keys(request: &ClaimRequest<'_>) -> usize {
-        if request.claimant.notices.is_none() {
-            CLAIM_KEYS
-        } else {
-            CLAIM_KEYS + 1
-        }
+        let events = usize::from(!request.claimant.notices.is_none());
+        let group = if request.group.is_some() { 2 } else { 0 };
+        CLAIM_KEYS + events + group
     }
 
     async fn claim_on(
@@ -686,5 +717,151 @@ impl Store {
             .into_iter()
             .flatten()
             .max())
+    }
+}
+
+/// Why a tick is recorded `skipped_capacity`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapacityCause {
+    /// Every replica that could claim it had its `[daemon] max_runs` in
+    /// flight.
+    Replicas,
+    /// The job's concurrency group had no slot free.
+    Group,
+}
+
+impl CapacityCause {
+    /// The record's `reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacityCause::Replicas => "capacity",
+            CapacityCause::Group => "group",
+        }
+    }
+}
+
+/// A tick whose grace passed without room for it, to be recorded
+/// `skipped_capacity`.
+#[derive(Debug, Clone)]
+pub struct CapacitySkip<'a> {
+    pub job: &'a str,
+    pub tick_ms: i64,
+    pub run_id: &'a str,
+    pub claimant: Claimant<'a>,
+    pub trigger: Trigger,
+    pub cause: CapacityCause,
+    /// The job's group, if it has one (its waiting tick is dropped).
+    pub group: Option<GroupClaim<'a>>,
+}
+
+/// What became of a tick recorded `skipped_capacity`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CapacitySkipReply {
+    /// Recorded; `previous` is the high-water mark it moved past (-1:
+    /// none).
+    Skipped { previous: i64, fence: u64 },
+    /// Claimed (or recorded) by another replica meanwhile.
+    Taken { last_tick: i64, fence: u64 },
+    /// The job's state hash holds a `field` that is not a number.
+    Corrupt { field: String, value: String },
+}
+
+impl Store {
+    /// Records a tick no replica had room for as `skipped_capacity`
+    /// (`skip_capacity.lua`), once: a tick claimed or recorded meanwhile
+    /// answers `Taken`.
+    pub async fn skip_for_capacity(
+        &self,
+        request: &CapacitySkip<'_>,
+    ) -> Result<CapacitySkipReply, StoreError> {
+        let mut invocation = self.scripts.skip_capacity.prepare_invoke();
+        invocation
+            .key(self.keys.state(request.job))
+            .key(self.keys.runs(request.job));
+        if let Some(group) = &request.group {
+            invocation.key(self.keys.group_waiting(group.name));
+        }
+        invocation
+            .arg(request.tick_ms)
+            .arg(request.run_id)
+            .arg(request.claimant.replica)
+            .arg(request.claimant.host)
+            .arg(request.claimant.history)
+            .arg(request.trigger.as_str())
+            .arg(request.cause.as_str())
+            .arg(request.group.map_or("", |g| g.name))
+            .arg(self.keys.claims_channel())
+            .arg(request.job)
+            .arg(
+                request
+                    .group
+                    .map_or(String::new(), |g| g.until_ms.to_string()),
+            );
+        let answers: Vec<Value> = self.invoke_on_all("skip_capacity", &invocation).await?;
+        let mut parsed = Vec::new();
+        for answer in answers {
+            parsed.push(parse_capacity_skip(answer)?);
+        }
+        // With a quorum, any master that recorded it says it was recorded.
+        let skipped = parsed
+            .iter()
+            .position(|reply| matches!(reply, CapacitySkipReply::Skipped { .. }));
+        let first = skipped.unwrap_or(0);
+        parsed
+            .into_iter()
+            .nth(first)
+            .ok_or(StoreError::QuorumUnsupported {
+                what: "skip_capacity",
+            })
+    }
+}
+
+fn parse_capacity_skip(reply: Value) -> Result<CapacitySkipReply, StoreError> {
+    let r = Reply::new(reply, "skip_capacity")?;
+    Ok(match r.string(0)?.as_str() {
+        "skipped" => CapacitySkipReply::Skipped {
+            previous: r.int_or(1, -1),
+            fence: r.fence_or_zero(2)?,
+        },
+        "taken" => CapacitySkipReply::Taken {
+            last_tick: r.int(1)?,
+            fence: r.fence_or_zero(2)?,
+        },
+        "corrupt" => CapacitySkipReply::Corrupt {
+            field: r.string(1)?,
+            value: r.string_or_empty(2),
+        },
+        _ => return Err(r.bad()),
+    })
+}
+
+impl Store {
+    /// Concurrency group `group`'s use at Redis time `now_ms`: slots held
+    /// by a live lease, and ticks waiting for one (live waiters).
+    pub async fn group_use(&self, group: &str, now_ms: i64) -> Result<(u64, u64), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("ZCOUNT")
+            .arg(self.keys.group_slots(group))
+            .arg(format!("({now_ms}"))
+            .arg("+inf")
+            .cmd("ZRANGE")
+            .arg(self.keys.group_waiting(group))
+            .arg(0)
+            .arg(-1);
+        let pipe = &pipe;
+        let (running, waiting): (u64, Vec<String>) = self
+            .read(|mut conn| async move { pipe.query_async(&mut conn).await })
+            .await?;
+        // A waiter lives until the instant its member ends with.
+        let live = waiting
+            .iter()
+            .filter(|w| {
+                w.rsplit(' ')
+                    .next()
+                    .and_then(|until| until.parse::<i64>().ok())
+                    .is_some_and(|until| until >= now_ms)
+            })
+            .count();
+        Ok((running, u64::try_from(live).unwrap_or(u64::MAX)))
     }
 }

@@ -41,7 +41,10 @@ use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
-pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+pub use claim::{
+    CapacityCause, CapacitySkip, CapacitySkipReply, ClaimReply, ClaimRequest, GroupClaim,
+    StateCheck, StateField, WhenBusy,
+};
 pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
@@ -122,6 +125,7 @@ struct Scripts {
     overdue: Script,
     replica_dead: Script,
     kill: Script,
+    skip_capacity: Script,
 }
 
 impl Scripts {
@@ -155,6 +159,7 @@ impl Scripts {
             overdue: script(include_str!("../lua/overdue.lua")),
             replica_dead: script(include_str!("../lua/replica_dead.lua")),
             kill: script(include_str!("../lua/kill.lua")),
+            skip_capacity: script(include_str!("../lua/skip_capacity.lua")),
         }
     }
 }

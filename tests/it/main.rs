@@ -41,6 +41,7 @@ mod operator;
 mod params;
 mod pauses;
 mod pid_one;
+mod placement;
 mod properties;
 mod quorum;
 mod run_env;

@@ -192,6 +192,7 @@ fn heartbeat() -> impl Strategy<Value = Heartbeat> {
                     containment: (pid % 2 == 0).then(|| "cgroup".to_string()),
                     cluster_pause: None,
                     drain: None,
+                    max_runs: (pid % 3 == 0).then_some(2),
                 }
             },
         )

@@ -61,6 +61,7 @@ pub fn claim_request<'a>(
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
         exclusion: None,
+        group: None,
     }
 }
 
