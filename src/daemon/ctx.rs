@@ -262,7 +262,7 @@ impl<'a> ClaimSide<'a> {
     /// This replica as the claimant of `job`'s ticks (see [`claimant`]).
     pub(super) fn claimant<'b>(
         &self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b>
@@ -301,7 +301,7 @@ impl<'a> RunSide<'a> {
     /// This replica as the claimant of `job`'s reruns (see [`claimant`]).
     pub(super) fn claimant<'b>(
         &self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b>
@@ -351,7 +351,7 @@ impl RunHandle {
 fn claimant<'a>(
     identity: &'a Identity,
     config: &Config,
-    job: &Job,
+    job: &'a Job,
     min_fence: u64,
     notices: &'a Notices,
 ) -> Claimant<'a> {
@@ -364,6 +364,7 @@ fn claimant<'a>(
         min_fence,
         notices,
         max_runs: job.max_runs,
+        group: job.group.as_ref(),
     }
 }
 
@@ -528,7 +529,7 @@ impl Ctx {
     /// [`claimant`]).
     pub(super) fn claimant<'b>(
         &'b self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b> {

@@ -320,6 +320,11 @@ async fn act_on(
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")
         }
         FollowReply::Expired => return false,
+        FollowReply::GroupFull => {
+            ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
+            debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run waits: its group has no slot free");
+            return false;
+        }
         FollowReply::Corrupt { field, value } => {
             error!(
                 job = %job.name, field, value, key = %ctx.store.keys().state(&job.name),

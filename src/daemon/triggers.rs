@@ -291,6 +291,13 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                 "manual run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it (the replicas re-seed it from what they remember)"
             );
         }
+        Ok(ManualReply::GroupFull) => {
+            // Left pending: taken over (by us or another replica) once the
+            // group has room.
+            ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
+            debug!(job = %job.name, run_id = %request.run_id, "manual run waits: its group has no slot free");
+            return;
+        }
         Err(e) => {
             // Left pending: taken over (by us or another replica) later.
             ctx.redis.failed(&e);

@@ -492,9 +492,11 @@ local function group_waiter(job, tick, until_ms)
   return job .. ' ' .. string.format('%d', tick) .. ' ' .. string.format('%d', until_ms)
 end
 
--- Takes a slot of the group for `run_id` (true), or registers the tick
--- as waiting until `until_ms` and answers {slots used, ticks waiting}.
-local function group_take(slots, waiting, max, run_id, job, tick, until_ms, now, lease_ms)
+-- Whether a run may take a slot of the group now, for a tick `tick`:
+-- slots whose lease passed and waiters whose grace passed are dropped
+-- first; then the free slots must outnumber the live waiters older than
+-- the tick. Also answers the slots in use.
+local function group_admits(slots, waiting, max, tick, now)
   redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
   local used = redis.call('ZCARD', slots)
   local older = 0
@@ -502,11 +504,23 @@ local function group_take(slots, waiting, max, run_id, job, tick, until_ms, now,
     local u = tonumber(string.match(w, ' (%-?%d+)$') or '')
     if not u or u < now then redis.call('ZREM', waiting, w) else older = older + 1 end
   end
+  return max - used > older, used
+end
+
+-- Holds a slot of the group for `run_id` while its lease lasts.
+local function group_hold(slots, run_id, now, lease_ms)
+  redis.call('ZADD', slots, now + lease_ms, run_id)
+  redis.call('PEXPIRE', slots, lease_ms + GROUP_SLOTS_SPARE_MS)
+end
+
+-- Takes a slot of the group for `run_id` (true), or registers the tick
+-- as waiting until `until_ms` and answers {slots used, ticks waiting}.
+local function group_take(slots, waiting, max, run_id, job, tick, until_ms, now, lease_ms)
+  local admitted, used = group_admits(slots, waiting, max, tick, now)
   local me = group_waiter(job, tick, until_ms)
-  if max - used > older then
+  if admitted then
     redis.call('ZREM', waiting, me)
-    redis.call('ZADD', slots, now + lease_ms, run_id)
-    redis.call('PEXPIRE', slots, lease_ms + GROUP_SLOTS_SPARE_MS)
+    group_hold(slots, run_id, now, lease_ms)
     return true
   end
   if until_ms > now then

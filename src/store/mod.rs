@@ -212,6 +212,9 @@ pub struct Claimant<'a> {
     /// The job's `max_runs`: a claim that finds the job has started that
     /// many runs of its schedule answers `Ended`. None: no limit.
     pub max_runs: Option<u32>,
+    /// The job's concurrency group: a manual run, a follower's run or a
+    /// backfill tick takes one of its slots, or waits.
+    pub group: Option<&'a crate::config::JobGroup>,
 }
 
 /// What the eviction and persistence settings of the server are.

@@ -37,6 +37,7 @@ pub fn test_claimant(lease: Duration, overlap: Overlap, history: u32) -> Claiman
         min_fence: 0,
         notices: &cronlease::store::NO_NOTICES,
         max_runs: None,
+        group: None,
     }
 }
 
