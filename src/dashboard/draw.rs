@@ -314,6 +314,8 @@ mod tests {
             calendar_rule: None,
             params: Default::default(),
             killed_by: None,
+            reason: None,
+            group: None,
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();

@@ -24,6 +24,12 @@ impl HistoryEntry {
         if let Some(who) = &self.killed_by {
             return format!("{} by {who}", self.status);
         }
+        if self.status == Status::SkippedCapacity {
+            return match &self.group {
+                Some(group) => format!("{} (group {group} full)", self.status),
+                None => format!("{} (no replica had room)", self.status),
+            };
+        }
         match (&self.calendar, self.calendar_rule) {
             (Some(calendar), Some(CalendarRule::Only)) => {
                 format!("{} (outside {calendar})", self.status)
@@ -78,6 +84,13 @@ pub struct HistoryEntry {
     /// control characters escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub killed_by: Option<String>,
+    /// A `skipped_capacity` tick: why (`capacity`: every replica had its
+    /// `max_runs` in flight; `group`: the job's group had no slot free)
+    /// and the group, escaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
@@ -182,6 +195,14 @@ pub(super) fn history_entry(
             .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
         killed_by: killed_by(status, &fields),
+        reason: fields
+            .get("reason")
+            .filter(|_| status == Status::SkippedCapacity)
+            .map(|r| crate::inert::escape(r).into_owned()),
+        group: fields
+            .get("group")
+            .filter(|_| status == Status::SkippedCapacity)
+            .map(|g| crate::inert::escape(g).into_owned()),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })

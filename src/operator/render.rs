@@ -39,11 +39,14 @@ fn paint(text: &str, colour: Colour) -> String {
     if let Some(rest) = text.strip_prefix("excluded (") {
         return paint("excluded", colour) + " (" + rest;
     }
+    if let Some(rest) = text.strip_prefix("skipped_capacity (") {
+        return paint("skipped_capacity", colour) + " (" + rest;
+    }
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "killed" | "skipped_overlap" | "paused" | "not_durable"
-        | "CLUSTER PAUSED" => "33",
+        "interrupted" | "killed" | "skipped_overlap" | "skipped_capacity" | "paused"
+        | "not_durable" | "CLUSTER PAUSED" => "33",
         "excluded" => "36",
         _ => return text.to_string(),
     };
