@@ -74,7 +74,8 @@ fn capacity_verdict(explanation: &mut Explanation, full: &Recorded) {
     };
     match &e.group {
         Some(group) => {
-            explanation.summary = format!("not run: its group {group} had no slot free");
+            explanation.summary =
+                format!("its group {group} had no slot free within the tick's grace");
             explanation.reasons.push(reason(
                 "group_full",
                 format!(
@@ -84,7 +85,7 @@ fn capacity_verdict(explanation: &mut Explanation, full: &Recorded) {
             ));
         }
         None => {
-            explanation.summary = "not run: no replica had room for it".to_string();
+            explanation.summary = "no replica had room for it within the tick's grace".to_string();
             explanation.reasons.push(reason(
                 "capacity",
                 format!(
