@@ -251,6 +251,7 @@ mod tests {
             containment: None,
             cluster_pause: None,
             drain: None,
+            max_runs: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

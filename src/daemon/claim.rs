@@ -5,12 +5,13 @@
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 //! What it sees of the replica is a `ClaimSide`, which holds no runs.
 
-use super::capacity::RunSlot;
 use super::ctx::ClaimSide;
+pub(super) use super::ending::ClaimEnd;
 use super::meters::ClaimCount;
 use super::notices::job_notices;
+use super::room::{ROOM_POLL, Waiting, group_claim, group_full, reserve, with_slot};
 use super::runs::RunStart;
-use super::time::{LATE_MS, pause, rfc3339, to_datetime};
+use super::time::{pause, rfc3339, to_datetime};
 use crate::calendar::Exclusion;
 use crate::config::Job;
 use crate::config::Misfire;
@@ -18,9 +19,9 @@ use crate::outcome::Trigger;
 use crate::store::Attempt;
 use crate::store::ClaimReply;
 use crate::store::ClaimRequest;
+use crate::store::Notices;
 use crate::store::StoreError;
 use crate::store::WhenBusy;
-use crate::store::{CapacityCause, CapacitySkip, CapacitySkipReply, GroupClaim};
 use crate::telemetry;
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -30,59 +31,6 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::store::StateCheck;
-
-/// How the claim of a tick ended.
-pub(super) enum ClaimEnd {
-    /// Ours: the run may start. `previous` is the high-water mark this claim
-    /// moved past (-1: none); `expired` says the claim saw leases of this
-    /// job that lapsed (a sweep records them).
-    Won {
-        start: RunStart,
-        previous: i64,
-        expired: bool,
-    },
-    /// Ours, but fewer Redis replicas than `min_replicas_ack` acknowledged
-    /// the claim: it is recorded, not run.
-    NotDurable {
-        start: RunStart,
-        acked: u32,
-    },
-    /// Ours, but the lease lapsed before Redis answered: not run; a sweep
-    /// records it abandoned.
-    Lapsed,
-    /// Another replica has it.
-    Taken,
-    /// Not asked: this replica is drained (`cronlease drain`, shutdown),
-    /// the others claim.
-    Drained,
-    /// Redis holds a state for the job that cronlease did not write: not
-    /// claimed, and logged; the next tick asks again.
-    Refused,
-    /// The job is paused: the tick is skipped.
-    Paused {
-        previous: i64,
-    },
-    /// A run is in flight and the job's overlap policy skips the tick.
-    Busy {
-        previous: i64,
-    },
-    /// The job has started its `max_runs` runs of the schedule: it has no
-    /// more ticks.
-    Ended,
-    /// The job's calendars leave the tick out: recorded `excluded`.
-    Excluded {
-        previous: i64,
-    },
-    /// No replica had room for the tick (`[daemon] max_runs`), or the
-    /// job's group no slot, within its grace: recorded `skipped_capacity`.
-    SkippedCapacity {
-        previous: i64,
-    },
-    /// The tick was not claimed in time (Redis was unreachable, or answered
-    /// only after the deadline): the misfire policy decides.
-    Late,
-    Cancelled,
-}
 
 /// Whether a claim may be made ahead of its tick.
 #[derive(Clone, Copy)]
@@ -131,44 +79,35 @@ pub(super) async fn claim(
     // One run id for every attempt: the claim script recognises a retry of
     // a claim that won but whose reply was lost.
     let run_id = Uuid::new_v4().to_string();
-    let mut trigger = trigger;
-    let wait_until = wait_until(job, tick_ms);
-    // A replica with its `max_runs` in flight makes no claim: the others
-    // take the tick at their turn, and this one waits for room within the
-    // tick's grace.
-    let mut slot = match room(side, job, tick_ms, wait_until, cancel).await {
-        Ok(slot) => Some(slot),
-        Err(Full::Cancelled) => return ClaimEnd::Cancelled,
-        Err(Full::Taken) => return ClaimEnd::Taken,
-        Err(Full::GraceOver) => {
-            let skip = SkipFor {
-                run_id: &run_id,
-                trigger,
-                cause: CapacityCause::Replicas,
-                wait_until,
-            };
-            return skip_for_capacity(side, job, tick_ms, skip).await;
-        }
+    let began = Instant::now();
+    // A replica with its `max_runs` in flight makes no claim (see `room`).
+    let (slot, mut waiting) = match reserve(side, job, tick_ms, trigger, &run_id, cancel).await {
+        Ok(reserved) => reserved,
+        Err(end) => return end,
     };
-    if side.clock.now_ms() > tick_ms + LATE_MS && trigger == Trigger::Schedule {
-        // Waited past the time a tick is on time: a late start.
-        trigger = Trigger::Misfire;
-    }
-    let mut deadline_ms = claim_deadline(job, tick_ms, trigger);
-    let mut failures = Failures::new(deadline_ms);
+    let mut slot = Some(slot);
+    let mut failures = Failures::new(waiting.deadline_ms);
     // Only the first answer measures the load: an `early` answer's wait
-    // for the tick would feed the lead back into itself.
+    // for the tick would feed the lead back into itself; nor does a claim
+    // that waited for room.
     let mut measure = match ahead {
-        Ahead::By { woke, .. } => Some(woke),
-        Ahead::No => None,
+        Ahead::By { woke, .. } if began.elapsed() < ROOM_POLL / 4 => Some(woke),
+        Ahead::By { .. } | Ahead::No => None,
     };
     let mut attempt = Attempt::First;
     let notices = job_notices(side.store.keys(), job);
     // Calendars leave out ticks of the schedule (on time or caught up),
     // never a run asked for; decided once, from this replica's config.
-    let exclusion = match trigger {
+    let exclusion = match waiting.trigger {
         Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
         Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
+    };
+    let asked = Asked {
+        tick_ms,
+        run_id: &run_id,
+        ahead,
+        notices: &notices,
+        exclusion: exclusion.as_ref(),
     };
     loop {
         // The one check of the job's cancellation on a claim's path: no
@@ -182,59 +121,18 @@ pub(super) async fn claim(
         if attempt == Attempt::First && side.drain.is_out() {
             return ClaimEnd::Drained;
         }
-        let marks = side.marks.get(&job.name);
-        let request = ClaimRequest {
-            job: &job.name,
-            tick_ms,
-            run_id: &run_id,
-            claimant: side.claimant(job, marks.min_fence(), &notices),
-            min_tick: marks.last_tick.unwrap_or(-1),
-            trigger,
-            when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
-                WhenBusy::Wait
-            } else {
-                WhenBusy::Skip
-            },
-            deadline_ms,
-            lead_ms: ahead.script_lead_ms(),
-            attempt,
-            cluster_pause: side.claims.cluster_hold(),
-            exclusion: exclusion.as_ref(),
-            group: group_claim(job, wait_until),
-        };
+        let request = request(side, job, &asked, &waiting, attempt);
+        let trigger = waiting.trigger;
         let sent = Instant::now();
         attempt = Attempt::Again;
         let next = match side.store.claim(&request).await {
-            Ok(ClaimReply::GroupFull {
-                used,
-                waiting,
-                fence,
-            }) => {
-                // Definite: the attempt changed nothing, so the next one
-                // is a first attempt again.
-                side.redis.answered();
-                measure = None;
-                attempt = Attempt::First;
-                side.marks.note(&job.name, None, Some(fence));
-                let now = side.clock.now_ms();
-                if now > wait_until {
-                    let skip = SkipFor {
-                        run_id: &run_id,
-                        trigger,
-                        cause: CapacityCause::Group,
-                        wait_until,
-                    };
-                    return skip_for_capacity(side, job, tick_ms, skip).await;
-                }
-                side.meters.count_claim(&job.name, ClaimCount::GroupFull);
-                debug!(job = %job.name, tick = %rfc3339(tick_ms), used, waiting, "the job's group has no slot free; waiting");
-                if now > tick_ms + LATE_MS {
-                    trigger = Trigger::Misfire;
-                }
-                // The claim may take effect as long as the tick may wait.
-                deadline_ms = deadline_ms.max(wait_until);
-                failures.deadline_ms = deadline_ms;
-                ControlFlow::Continue(GROUP_POLL)
+            // Definite: the attempt changed nothing, so the next one is a
+            // first attempt again.
+            Ok(full @ ClaimReply::GroupFull { .. }) => {
+                (measure, attempt) = (None, Attempt::First);
+                let next = group_full(side, job, tick_ms, &run_id, &mut waiting, full).await;
+                failures.deadline_ms = waiting.deadline_ms;
+                next
             }
             Ok(reply) => {
                 side.redis.answered();
@@ -246,19 +144,7 @@ pub(super) async fn claim(
             Err(e) => failures.failed(side, job, tick_ms, &run_id, &e),
         };
         let wait = match next {
-            ControlFlow::Break(ClaimEnd::Won {
-                mut start,
-                previous,
-                expired,
-            }) => {
-                start.slot = slot.take();
-                return ClaimEnd::Won {
-                    start,
-                    previous,
-                    expired,
-                };
-            }
-            ControlFlow::Break(end) => return end,
+            ControlFlow::Break(end) => return with_slot(end, &mut slot),
             ControlFlow::Continue(wait) => wait,
         };
         // Cut short by a cancellation, which the check above then sees.
@@ -266,171 +152,44 @@ pub(super) async fn claim(
     }
 }
 
-/// How often a tick waiting for a slot of its group asks again.
-const GROUP_POLL: Duration = Duration::from_millis(200);
-
-/// How often a replica with its `max_runs` in flight looks again for room
-/// besides when a run of its own ends (and for a claim announced).
-const ROOM_POLL: Duration = Duration::from_millis(200);
-
-/// Redis time until which a tick of `job` may wait for room (a replica
-/// with a slot free, a slot of its group): its misfire grace (only
-/// [`LATE_MS`] with `misfire = "skip"`), and at most until the job's next
-/// tick, which then takes its place (but with `misfire = "run_all"`,
-/// whose ticks each wait their grace). Every replica computes the same
-/// instant, which names the tick among a group's waiting ones.
-fn wait_until(job: &Job, tick_ms: i64) -> i64 {
-    let window = match job.misfire {
-        Misfire::Skip => LATE_MS,
-        Misfire::RunOnce | Misfire::RunAll => {
-            i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX)
-        }
-    };
-    let end = tick_ms.saturating_add(window.max(LATE_MS));
-    if job.misfire == Misfire::RunAll {
-        return end;
-    }
-    match job.next_after(to_datetime(tick_ms)) {
-        Some(next) => end.min(next.timestamp_millis().max(tick_ms + LATE_MS)),
-        None => end,
-    }
-}
-
-/// The job's group, as its claim says it.
-fn group_claim(job: &Job, until_ms: i64) -> Option<GroupClaim<'_>> {
-    job.group.as_ref().map(|group| GroupClaim {
-        name: &group.name,
-        max: group.max,
-        until_ms,
-    })
-}
-
-/// Why a full replica makes no claim of a tick.
-enum Full {
-    Cancelled,
-    /// Another replica announced its claim.
-    Taken,
-    /// The tick's grace passed with no room here.
-    GraceOver,
-}
-
-/// A slot of the replica's capacity for a claim of `tick_ms`, waiting for
-/// one while no other replica announces the tick and its grace lasts.
-async fn room(
-    side: &ClaimSide<'_>,
-    job: &Job,
+/// What every attempt of one claim asks, besides what may change between
+/// attempts.
+struct Asked<'a> {
     tick_ms: i64,
-    wait_until: i64,
-    cancel: &CancellationToken,
-) -> Result<RunSlot, Full> {
-    let mut counted = false;
-    loop {
-        // Registered before the count is read: a run ending in between
-        // wakes the wait below.
-        let freed = side.capacity.freed();
-        if let Some(slot) = side.capacity.try_take() {
-            return Ok(slot);
-        }
-        if !counted {
-            counted = true;
-            side.meters.count_claim(&job.name, ClaimCount::Capacity);
-            debug!(
-                job = %job.name, tick = %rfc3339(tick_ms), in_flight = side.capacity.in_flight(),
-                max_runs = side.capacity.max(), "this replica is full; the tick is left to the others"
-            );
-        }
-        if cancel.is_cancelled() {
-            return Err(Full::Cancelled);
-        }
-        if side.marks.covers(&job.name, tick_ms) {
-            side.meters.count_claim(&job.name, ClaimCount::Announced);
-            return Err(Full::Taken);
-        }
-        if side.clock.now_ms() > wait_until {
-            return Err(Full::GraceOver);
-        }
-        tokio::select! {
-            () = freed => {}
-            () = tokio::time::sleep(ROOM_POLL) => {}
-            () = cancel.cancelled() => {}
-        }
-    }
-}
-
-/// What a tick with no room is recorded with.
-struct SkipFor<'a> {
     run_id: &'a str,
-    trigger: Trigger,
-    cause: CapacityCause,
-    wait_until: i64,
+    ahead: Ahead,
+    notices: &'a Notices,
+    exclusion: Option<&'a Exclusion>,
 }
 
-/// Records `tick_ms` `skipped_capacity` (once, whichever replica gives up
-/// first); the claim's end.
-async fn skip_for_capacity(
-    side: &ClaimSide<'_>,
-    job: &Job,
-    tick_ms: i64,
-    skip: SkipFor<'_>,
-) -> ClaimEnd {
-    let notices = job_notices(side.store.keys(), job);
-    let request = CapacitySkip {
+/// One attempt's request.
+fn request<'a>(
+    side: &ClaimSide<'a>,
+    job: &'a Job,
+    asked: &Asked<'a>,
+    waiting: &Waiting,
+    attempt: Attempt,
+) -> ClaimRequest<'a> {
+    let marks = side.marks.get(&job.name);
+    let trigger = waiting.trigger;
+    ClaimRequest {
         job: &job.name,
-        tick_ms,
-        run_id: skip.run_id,
-        claimant: side.claimant(job, side.marks.get(&job.name).min_fence(), &notices),
-        trigger: skip.trigger,
-        cause: skip.cause,
-        group: group_claim(job, skip.wait_until),
-    };
-    let tick = rfc3339(tick_ms);
-    match side.store.skip_for_capacity(&request).await {
-        Ok(CapacitySkipReply::Skipped { previous, fence }) => {
-            side.redis.answered();
-            side.meters
-                .count_claim(&job.name, ClaimCount::SkippedCapacity);
-            side.marks.note(&job.name, Some(tick_ms), Some(fence));
-            let group = job.group.as_ref().map(|g| g.name.as_str());
-            warn!(
-                job = %job.name, %tick, reason = skip.cause.as_str(), group,
-                "tick recorded as skipped_capacity: no room for it within its grace"
-            );
-            ClaimEnd::SkippedCapacity { previous }
-        }
-        Ok(CapacitySkipReply::Taken { last_tick, fence }) => {
-            side.redis.answered();
-            side.marks.note(&job.name, Some(last_tick), Some(fence));
-            ClaimEnd::Taken
-        }
-        Ok(CapacitySkipReply::Corrupt { field, value }) => {
-            side.meters.count_claim(&job.name, ClaimCount::Corrupt);
-            error!(
-                job = %job.name, %tick, field, value, key = %side.store.keys().state(&job.name),
-                "tick not recorded: the job's state hash in Redis holds a {field} cronlease did not write; `cronlease repair` clears it"
-            );
-            ClaimEnd::Refused
-        }
-        Err(e) => {
-            side.redis.failed(&e);
-            warn!(job = %job.name, %tick, error = %e, "cannot record a tick skipped for capacity; the next claim records it missed");
-            ClaimEnd::Refused
-        }
-    }
-}
-
-/// Redis time after which a claim of `tick_ms` must take no effect: a
-/// tick of the schedule is late after [`LATE_MS`], the others when the
-/// job's misfire grace has passed.
-fn claim_deadline(job: &Job, tick_ms: i64, trigger: Trigger) -> i64 {
-    match trigger {
-        Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire
-        | Trigger::Rerun
-        | Trigger::Manual
-        | Trigger::Chain
-        | Trigger::Backfill => {
-            tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
-        }
+        tick_ms: asked.tick_ms,
+        run_id: asked.run_id,
+        claimant: side.claimant(job, marks.min_fence(), asked.notices),
+        min_tick: marks.last_tick.unwrap_or(-1),
+        trigger,
+        when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
+            WhenBusy::Wait
+        } else {
+            WhenBusy::Skip
+        },
+        deadline_ms: waiting.deadline_ms,
+        lead_ms: asked.ahead.script_lead_ms(),
+        attempt,
+        cluster_pause: side.claims.cluster_hold(),
+        exclusion: asked.exclusion,
+        group: group_claim(job, waiting.until_ms),
     }
 }
 
@@ -557,9 +316,11 @@ fn answer(
             let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
             ControlFlow::Continue(Duration::from_millis(ms))
         }
-        // `claim` hears it before: asked again.
-        ClaimReply::GroupFull { .. } => ControlFlow::Continue(GROUP_POLL),
-        ClaimReply::Expired { .. } | ClaimReply::Corrupt { .. } | ClaimReply::Lapsed => {
+        // `claim` hears GroupFull before.
+        ClaimReply::Expired { .. }
+        | ClaimReply::Corrupt { .. }
+        | ClaimReply::Lapsed
+        | ClaimReply::GroupFull { .. } => {
             ControlFlow::Break(not_claimed(side, job, &tick, run_id, reply))
         }
         ClaimReply::Taken {
@@ -576,13 +337,16 @@ fn answer(
         ClaimReply::Ended {
             runs_started,
             fence,
-        } => {
-            side.meters.count_claim(&job.name, ClaimCount::Ended);
-            side.marks.note(&job.name, None, Some(fence));
-            info!(job = %job.name, %tick, runs_started, max_runs = job.max_runs, "the job has started its max_runs runs; it has no more ticks");
-            ControlFlow::Break(ClaimEnd::Ended)
-        }
+        } => ControlFlow::Break(ended(side, job, &tick, runs_started, fence)),
     }
+}
+
+/// The job has started its `max_runs` runs of the schedule: its loop ends.
+fn ended(side: &ClaimSide<'_>, job: &Job, tick: &str, runs_started: u64, fence: u64) -> ClaimEnd {
+    side.meters.count_claim(&job.name, ClaimCount::Ended);
+    side.marks.note(&job.name, None, Some(fence));
+    info!(job = %job.name, %tick, runs_started, max_runs = job.max_runs, "the job has started its max_runs runs; it has no more ticks");
+    ClaimEnd::Ended
 }
 
 /// A tick the claim moved past without a run: the job is paused, a run

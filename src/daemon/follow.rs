@@ -212,6 +212,14 @@ async fn follow(
     Ok(true)
 }
 
+/// A follower's run its group has no slot for: counted, and the entry
+/// left for a later reading (false).
+fn group_full(ctx: &Ctx, job: &Job, upstream: &str, cause: &str) -> bool {
+    ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
+    debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run waits: its group has no slot free");
+    false
+}
+
 /// The values of a follower's parameters: its defaults, and with
 /// `after_params = "pass"` the upstream run's values of the parameters it
 /// declares (one it does not allow gives way to its default, logged).
@@ -320,11 +328,7 @@ async fn act_on(
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")
         }
         FollowReply::Expired => return false,
-        FollowReply::GroupFull => {
-            ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
-            debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run waits: its group has no slot free");
-            return false;
-        }
+        FollowReply::GroupFull => return group_full(ctx, job, upstream, cause),
         FollowReply::Corrupt { field, value } => {
             error!(
                 job = %job.name, field, value, key = %ctx.store.keys().state(&job.name),

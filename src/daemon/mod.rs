@@ -72,6 +72,7 @@ mod capacity;
 mod claim;
 mod courier;
 mod ctx;
+mod ending;
 mod error;
 mod follow;
 mod heartbeat;
@@ -82,6 +83,7 @@ mod notices;
 #[cfg(feature = "notify")]
 mod notifier;
 mod rendezvous;
+mod room;
 mod runs;
 mod scheduler;
 mod serve;

@@ -141,18 +141,21 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         let finished_ms = side.clock.now_ms();
         let outcome = outcome(&side, &job, start, finished_ms, result);
         count_finished(&meters, &outcome);
-        if let Some(mut rerun) = deliver(&side, &job, &outcome).await {
-            // The rerun takes this run's place.
-            rerun.slot = Some(slot);
-            start_reruns(&side, &job, vec![rerun]);
-        } else {
-            drop(slot);
-        }
+        hand_over(&side, &job, deliver(&side, &job, &outcome).await, slot);
         if side.drain.is_out() {
             // Drained: its record says so once its last run is done.
             side.heartbeat_now.notify_one();
         }
     })
+}
+
+/// Starts the rerun a finish handed over, if any, in the ended run's
+/// place in the capacity; else gives the place back.
+fn hand_over(side: &RunSide<'_>, job: &Arc<Job>, rerun: Option<RunStart>, slot: RunSlot) {
+    if let Some(mut rerun) = rerun {
+        rerun.slot = Some(slot);
+        start_reruns(side, job, vec![rerun]);
+    }
 }
 
 /// The job's command as a process task, or its request as an HTTP task;

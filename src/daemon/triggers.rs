@@ -218,6 +218,29 @@ async fn request_params(
     }
 }
 
+/// A place in the replica's capacity for a manual run; none when full,
+/// and the request is left pending.
+fn room_for(ctx: &Ctx, job: &Job, request: &TriggerRequest) -> Option<super::capacity::RunSlot> {
+    let slot = ctx.capacity.try_take();
+    if slot.is_none() {
+        left_pending(ctx, job, request, ClaimCount::Capacity);
+    }
+    slot
+}
+
+/// A manual run with no room here (`why`: the replica's capacity or the
+/// job's group): counted, and the request left pending; another replica,
+/// or this one once there is room, takes it over.
+fn left_pending(ctx: &Ctx, job: &Job, request: &TriggerRequest, why: ClaimCount) {
+    ctx.meters.count_claim(&job.name, why);
+    debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run now (max_runs, or its group); left pending");
+}
+
+/// A manual run its group has no slot for: left pending.
+fn group_full(ctx: &Ctx, job: &Job, request: &TriggerRequest) {
+    left_pending(ctx, job, request, ClaimCount::GroupFull);
+}
+
 /// Starts one manual run (or records why not) and acknowledges the request.
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     if !crate::store::is_run_id(&request.run_id) {
@@ -232,11 +255,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     let Some(params) = request_params(ctx, &job, &request).await else {
         return;
     };
-    // A replica with its `max_runs` in flight leaves the request pending:
-    // another replica (or this one, once it has room) takes it over.
-    let Some(slot) = ctx.capacity.try_take() else {
-        ctx.meters.count_claim(&job.name, ClaimCount::Capacity);
-        debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run here (max_runs); left pending");
+    let Some(slot) = room_for(ctx, &job, &request) else {
         return;
     };
     let sent = Instant::now();
@@ -291,13 +310,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                 "manual run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it (the replicas re-seed it from what they remember)"
             );
         }
-        Ok(ManualReply::GroupFull) => {
-            // Left pending: taken over (by us or another replica) once the
-            // group has room.
-            ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
-            debug!(job = %job.name, run_id = %request.run_id, "manual run waits: its group has no slot free");
-            return;
-        }
+        Ok(ManualReply::GroupFull) => return group_full(ctx, &job, &request),
         Err(e) => {
             // Left pending: taken over (by us or another replica) later.
             ctx.redis.failed(&e);

@@ -195,17 +195,18 @@ pub(super) fn history_entry(
             .and_then(|rule| CalendarRule::parse(rule)),
         params: params(&id, &fields),
         killed_by: killed_by(status, &fields),
-        reason: fields
-            .get("reason")
-            .filter(|_| status == Status::SkippedCapacity)
-            .map(|r| crate::inert::escape(r).into_owned()),
-        group: fields
-            .get("group")
-            .filter(|_| status == Status::SkippedCapacity)
-            .map(|g| crate::inert::escape(g).into_owned()),
+        reason: capacity_field(status, &fields, "reason"),
+        group: capacity_field(status, &fields, "group"),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// A `skipped_capacity` outcome's field `name` (`reason`, `group`),
+/// control characters escaped; none for any other status.
+fn capacity_field(status: Status, fields: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    let value = fields.get(name)?;
+    (status == Status::SkippedCapacity).then(|| crate::inert::escape(value).into_owned())
 }
 
 /// Who asked for a `killed` run to stop (its `killed_by`), control

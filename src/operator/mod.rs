@@ -22,6 +22,8 @@ pub use crate::store::{LastOutcome, PlanMode, Repair, RunningStatus};
 mod backfill;
 mod drain;
 mod explain;
+mod groups;
+pub use groups::GroupStatus;
 mod history;
 mod pause;
 mod render;
@@ -241,29 +243,6 @@ pub struct StatusReport {
     pub groups: Vec<GroupStatus>,
 }
 
-/// A concurrency group as `status` shows it: its slots in use (runs of
-/// its jobs in flight across the cluster) and the ticks waiting for one.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct GroupStatus {
-    pub name: String,
-    pub max: u32,
-    pub running: u64,
-    pub waiting: u64,
-    /// The group's jobs in the table.
-    pub jobs: Vec<String>,
-}
-
-impl GroupStatus {
-    /// `db: 2 of 2 running, 3 waiting`.
-    pub fn summary(&self) -> String {
-        let mut text = format!("{}: {} of {} running", self.name, self.running, self.max);
-        if self.waiting > 0 {
-            text.push_str(&format!(", {} waiting", self.waiting));
-        }
-        text
-    }
-}
-
 /// A cluster lock as `status --lock NAME` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct LockStatus {
@@ -337,26 +316,11 @@ pub async fn status<J: Borrow<Job>>(
     locks: Locks<'_>,
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
-    let mut groups: BTreeMap<String, GroupStatus> = BTreeMap::new();
-    for job in jobs
-        .iter()
-        .flat_map(|table| table.values())
-        .map(|job| job.borrow())
-    {
-        if let Some(group) = &job.group {
-            groups
-                .entry(group.name.clone())
-                .or_insert_with(|| GroupStatus {
-                    name: group.name.clone(),
-                    max: group.max,
-                    running: 0,
-                    waiting: 0,
-                    jobs: Vec::new(),
-                })
-                .jobs
-                .push(job.name.clone());
-        }
-    }
+    let groups = groups::groups_of(
+        jobs.iter()
+            .flat_map(|table| table.values())
+            .map(|job| job.borrow()),
+    );
     let replicas = read_replicas(store, now_ms).await?;
     let names = job_names(jobs, &replicas);
     let replicas_ref = &replicas;
@@ -397,9 +361,7 @@ pub async fn status<J: Borrow<Job>>(
     }
     let channels = store.channel_health().await?;
     let cluster_pause = store.cluster_pause().await?.filter(|p| p.holds(now_ms));
-    for group in groups.values_mut() {
-        (group.running, group.waiting) = store.group_use(&group.name, now_ms).await?;
-    }
+    let groups = groups::read_use(store, groups, now_ms).await?;
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
@@ -408,7 +370,7 @@ pub async fn status<J: Borrow<Job>>(
         jobs,
         locks: held,
         channels,
-        groups: groups.into_values().collect(),
+        groups,
     })
 }
 

@@ -19,6 +19,7 @@ use crate::link::{Conn, Link};
 mod audit;
 mod backfill;
 mod batch;
+mod capacity;
 mod chain;
 mod claim;
 mod drain;
@@ -41,10 +42,8 @@ use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
-pub use claim::{
-    CapacityCause, CapacitySkip, CapacitySkipReply, ClaimReply, ClaimRequest, GroupClaim,
-    StateCheck, StateField, WhenBusy,
-};
+pub use capacity::{CapacityCause, CapacitySkip, CapacitySkipReply};
+pub use claim::{ClaimReply, ClaimRequest, GroupClaim, StateCheck, StateField, WhenBusy};
 pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
