@@ -9,7 +9,7 @@ use super::ctx::ClaimSide;
 pub(super) use super::ending::ClaimEnd;
 use super::meters::ClaimCount;
 use super::notices::job_notices;
-use super::room::{ROOM_POLL, Waiting, group_claim, group_full, reserve, with_slot};
+use super::room::{ROOM_POLL, Waiting, expired, group_claim, group_full, reserve, with_slot};
 use super::runs::RunStart;
 use super::time::{pause, rfc3339, to_datetime};
 use crate::calendar::Exclusion;
@@ -81,27 +81,21 @@ pub(super) async fn claim(
     let run_id = Uuid::new_v4().to_string();
     let began = Instant::now();
     // A replica with its `max_runs` in flight makes no claim (see `room`).
-    let (slot, mut waiting) = match reserve(side, job, tick_ms, trigger, &run_id, cancel).await {
-        Ok(reserved) => reserved,
+    let (mut slot, mut waiting) = match reserve(side, job, tick_ms, trigger, &run_id, cancel).await
+    {
+        Ok((slot, waiting)) => (Some(slot), waiting),
         Err(end) => return end,
     };
-    let mut slot = Some(slot);
     let mut failures = Failures::new(waiting.deadline_ms);
-    // Only the first answer measures the load: an `early` answer's wait
-    // for the tick would feed the lead back into itself; nor does a claim
-    // that waited for room.
+    // Only the first answer measures the load (an `early` answer's wait
+    // would feed the lead back into itself), and not after a wait for room.
     let mut measure = match ahead {
         Ahead::By { woke, .. } if began.elapsed() < ROOM_POLL / 4 => Some(woke),
         Ahead::By { .. } | Ahead::No => None,
     };
     let mut attempt = Attempt::First;
     let notices = job_notices(side.store.keys(), job);
-    // Calendars leave out ticks of the schedule (on time or caught up),
-    // never a run asked for; decided once, from this replica's config.
-    let exclusion = match waiting.trigger {
-        Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
-        Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
-    };
+    let exclusion = exclusion(job, tick_ms, waiting.trigger);
     let asked = Asked {
         tick_ms,
         run_id: &run_id,
@@ -144,11 +138,24 @@ pub(super) async fn claim(
             Err(e) => failures.failed(side, job, tick_ms, &run_id, &e),
         };
         let wait = match next {
-            ControlFlow::Break(end) => return with_slot(end, &mut slot),
+            ControlFlow::Break(end) => {
+                let end = expired(side, job, tick_ms, &run_id, &waiting, end).await;
+                return with_slot(end, &mut slot);
+            }
             ControlFlow::Continue(wait) => wait,
         };
         // Cut short by a cancellation, which the check above then sees.
         pause(wait, cancel).await;
+    }
+}
+
+/// Why the job's calendars leave out `tick_ms`, if they do. Calendars
+/// leave out ticks of the schedule (on time or caught up), never a run
+/// asked for; decided once per claim, from this replica's config.
+fn exclusion(job: &Job, tick_ms: i64, trigger: Trigger) -> Option<Exclusion> {
+    match trigger {
+        Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
+        Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
     }
 }
 

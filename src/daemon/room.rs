@@ -29,6 +29,10 @@ pub(super) struct Waiting {
     pub(super) trigger: Trigger,
     pub(super) deadline_ms: i64,
     pub(super) until_ms: i64,
+    /// Whether the claim waited for its group: an attempt that then
+    /// reaches Redis past its deadline (`expired`) ends the wait, and the
+    /// tick is recorded `skipped_capacity` ([`expired`]).
+    pub(super) for_group: bool,
 }
 
 /// A place in the replica's capacity for a claim of `tick_ms`, and what
@@ -63,6 +67,7 @@ pub(super) async fn reserve(
         trigger,
         deadline_ms: claim_deadline(job, tick_ms, trigger),
         until_ms,
+        for_group: false,
     };
     Ok((slot, waiting))
 }
@@ -113,6 +118,31 @@ pub(super) fn claim_deadline(job: &Job, tick_ms: i64, trigger: Trigger) -> i64 {
     }
 }
 
+/// A claim's end, but for a claim that waited for its group and whose
+/// next attempt reached Redis after the end of the tick's grace
+/// (`Late`: it took no effect, and none can any more): the tick is
+/// recorded `skipped_capacity`, as when the group answered `group_full`
+/// once more.
+pub(super) async fn expired(
+    side: &ClaimSide<'_>,
+    job: &Job,
+    tick_ms: i64,
+    run_id: &str,
+    waiting: &Waiting,
+    end: ClaimEnd,
+) -> ClaimEnd {
+    if !(waiting.for_group && matches!(end, ClaimEnd::Late)) {
+        return end;
+    }
+    let skip = SkipFor {
+        run_id,
+        trigger: waiting.trigger,
+        cause: CapacityCause::Group,
+        wait_until: waiting.until_ms,
+    };
+    skip_for_capacity(side, job, tick_ms, skip).await
+}
+
 /// After a `group_full` answer (`reply`: slots used, ticks waiting, the
 /// job's fence): ask again in [`GROUP_POLL`] while the tick's grace lasts, the
 /// claim's deadline moved to its end; after it, the tick recorded
@@ -147,6 +177,7 @@ pub(super) async fn group_full(
     side.meters.count_claim(&job.name, ClaimCount::GroupFull);
     debug!(job = %job.name, tick = %rfc3339(tick_ms), used, waiting = queued, "the job's group has no slot free; waiting");
     waiting.trigger = late_start(side, tick_ms, waiting.trigger);
+    waiting.for_group = true;
     // The claim may take effect as long as the tick may wait.
     waiting.deadline_ms = waiting.deadline_ms.max(waiting.until_ms);
     ControlFlow::Continue(GROUP_POLL)

@@ -233,7 +233,7 @@ fn room_for(ctx: &Ctx, job: &Job, request: &TriggerRequest) -> Option<super::cap
 /// or this one once there is room, takes it over.
 fn left_pending(ctx: &Ctx, job: &Job, request: &TriggerRequest, why: ClaimCount) {
     ctx.meters.count_claim(&job.name, why);
-    debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run now (max_runs, or its group); left pending");
+    debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run here (max_runs, or its group); left pending");
 }
 
 /// A manual run its group has no slot for: left pending.
