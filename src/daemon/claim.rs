@@ -139,7 +139,7 @@ pub(super) async fn claim(
         };
         let wait = match next {
             ControlFlow::Break(end) => {
-                let end = expired(side, job, tick_ms, &run_id, &waiting, end).await;
+                let end = expired(side, job, tick_ms, &waiting, end).await;
                 return with_slot(end, &mut slot);
             }
             ControlFlow::Continue(wait) => wait,

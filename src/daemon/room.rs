@@ -127,15 +127,16 @@ pub(super) async fn expired(
     side: &ClaimSide<'_>,
     job: &Job,
     tick_ms: i64,
-    run_id: &str,
     waiting: &Waiting,
     end: ClaimEnd,
 ) -> ClaimEnd {
     if !(waiting.for_group && matches!(end, ClaimEnd::Late)) {
         return end;
     }
+    // A record of its own, not the claim that expired.
+    let record_id = uuid::Uuid::new_v4().to_string();
     let skip = SkipFor {
-        run_id,
+        run_id: &record_id,
         trigger: waiting.trigger,
         cause: CapacityCause::Group,
         wait_until: waiting.until_ms,
