@@ -486,3 +486,45 @@ fn capacity_and_groups_are_checked_with_their_place_and_what_is_valid() {
     ])
     .expect_code(0);
 }
+
+#[test]
+fn a_manual_run_of_a_job_whose_group_is_full_waits_for_the_slot() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let mut jobs = "[groups.one]\nmax = 1\n\n".to_string();
+    jobs.push_str(&job("hog", "0/10 * * * * *", &file, "4", "group = \"one\""));
+    jobs.push_str(&job("asked", "0 0 1 1 *", &file, "0.5", "group = \"one\""));
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(30), "a run of hog", || {
+        spans(&file).iter().any(|s| s.job == "hog").then_some(())
+    });
+    cronlease([
+        "trigger".into(),
+        "asked".into(),
+        "--config".into(),
+        cluster.config_path("a").into_os_string(),
+    ])
+    .expect_code(0);
+    let asked = wait_until(Duration::from_secs(30), "the manual run", || {
+        spans(&file).into_iter().find(|s| s.job == "asked" && s.to.is_some())
+    });
+    cluster.stop_all();
+    let logs = cluster.logs();
+    let all = spans(&file);
+    let (most, when) = most_at_once(&all.iter().collect::<Vec<_>>(), |_| i64::MAX);
+    assert!(most <= 1, "{when:#?}\n{logs}");
+    let hog = all
+        .iter()
+        .find(|s| s.job == "hog")
+        .expect("a run of hog");
+    assert!(
+        asked.from >= hog.to.unwrap_or(i64::MAX),
+        "the manual run started before the slot was free: {asked:?} {hog:?}\n{logs}"
+    );
+    let outcomes = cluster.outcomes("asked");
+    assert!(
+        outcomes.iter().any(|o| o.status() == "ok" && o.field("trigger") == Some("manual")),
+        "{outcomes:?}\n{logs}"
+    );
+}
