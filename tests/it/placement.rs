@@ -507,24 +507,76 @@ fn a_manual_run_of_a_job_whose_group_is_full_waits_for_the_slot() {
     ])
     .expect_code(0);
     let asked = wait_until(Duration::from_secs(30), "the manual run", || {
-        spans(&file).into_iter().find(|s| s.job == "asked" && s.to.is_some())
+        spans(&file)
+            .into_iter()
+            .find(|s| s.job == "asked" && s.to.is_some())
     });
     cluster.stop_all();
     let logs = cluster.logs();
     let all = spans(&file);
     let (most, when) = most_at_once(&all.iter().collect::<Vec<_>>(), |_| i64::MAX);
     assert!(most <= 1, "{when:#?}\n{logs}");
-    let hog = all
-        .iter()
-        .find(|s| s.job == "hog")
-        .expect("a run of hog");
+    let hog = all.iter().find(|s| s.job == "hog").expect("a run of hog");
     assert!(
         asked.from >= hog.to.unwrap_or(i64::MAX),
         "the manual run started before the slot was free: {asked:?} {hog:?}\n{logs}"
     );
     let outcomes = cluster.outcomes("asked");
     assert!(
-        outcomes.iter().any(|o| o.status() == "ok" && o.field("trigger") == Some("manual")),
+        outcomes
+            .iter()
+            .any(|o| o.status() == "ok" && o.field("trigger") == Some("manual")),
         "{outcomes:?}\n{logs}"
     );
+}
+
+#[test]
+fn a_followers_run_in_a_full_group_waits_for_the_slot() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    let file = cluster.path("side-effects");
+    let mut jobs = "[groups.one]\nmax = 1\n\n".to_string();
+    // `up` ends while `hog` holds the group's one slot: its follower waits.
+    jobs.push_str(&job("hog", "0/10 * * * * *", &file, "4", "group = \"one\""));
+    jobs.push_str(&job("up", "1/10 * * * * *", &file, "0.1", ""));
+    jobs.push_str(&format!(
+        "[jobs.follower]\nafter = [\"up\"]\ngroup = \"one\"\nshell = '''\
+         echo \"start $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}; \
+         sleep 0.5; \
+         echo \"end $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}'''\n",
+        file = file.display()
+    ));
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    wait_until(Duration::from_secs(40), "2 runs of the follower", || {
+        (spans(&file)
+            .iter()
+            .filter(|s| s.job == "follower" && s.to.is_some())
+            .count()
+            >= 2)
+            .then_some(())
+    });
+    cluster.stop_all();
+    let logs = cluster.logs();
+    let all = spans(&file);
+    let grouped: Vec<&Span> = all.iter().filter(|s| s.job != "up").collect();
+    let (most, when) = most_at_once(&grouped, |_| i64::MAX);
+    assert!(most <= 1, "{when:#?}\n{logs}");
+    // Each follower's run started after the hog's run it met had ended.
+    for f in all.iter().filter(|s| s.job == "follower") {
+        let up = all
+            .iter()
+            .filter(|s| s.job == "up" && s.from <= f.from)
+            .max_by_key(|s| s.from)
+            .expect("the upstream run");
+        assert!(f.from >= up.from, "{f:?} {up:?}");
+        let hog_then = all
+            .iter()
+            .find(|s| s.job == "hog" && s.from <= up.from && s.to.is_none_or(|to| to > up.from));
+        if let Some(hog) = hog_then {
+            assert!(
+                f.from >= hog.to.unwrap_or(i64::MAX),
+                "the follower started while the hog held the slot: {f:?} {hog:?}\n{logs}"
+            );
+        }
+    }
 }
