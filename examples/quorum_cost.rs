@@ -64,6 +64,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
             min_fence: 0,
             notices: &cronlease::store::NO_NOTICES,
             max_runs: None,
+            group: None,
         },
         min_tick: -1,
         trigger: Trigger::Schedule,
@@ -73,6 +74,7 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
         exclusion: None,
+        group: None,
     };
     let ClaimReply::Claimed {
         fence,

@@ -65,6 +65,10 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
     /// matches. Absent: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The most runs it keeps in flight at once (`[daemon] max_runs`).
+    /// Absent: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
 }
 
 /// A replica out of the rendezvous, as its heartbeat tells it.
@@ -196,6 +200,7 @@ mod tests {
             cluster_pause: Some("p1".into()),
             drain: Some(DrainState::Draining),
             tags: vec!["gpu".into()],
+            max_runs: Some(2),
         };
         let json = record.to_json();
         let full = Heartbeat::parse(&json).expect("a record");
@@ -215,6 +220,7 @@ mod tests {
             cluster_pause,
             drain,
             tags,
+            max_runs,
         } = light;
         assert_eq!(
             Heartbeat {
@@ -231,6 +237,7 @@ mod tests {
                 cluster_pause,
                 drain,
                 tags,
+                max_runs,
             },
             record
         );
@@ -252,6 +259,7 @@ mod tests {
             cluster_pause: None,
             drain: None,
             tags: Vec::new(),
+            max_runs: None,
         };
         let check = |heartbeat_ms: i64, lease_ms: i64, silent_ms: i64, alive: bool| {
             let record = beat(heartbeat_ms, lease_ms);

@@ -48,6 +48,11 @@ pub enum Status {
     /// nobody claimed in time, by the one whose claim moved past it),
     /// with the calendar in the record's `calendar` and `calendar_rule`.
     Excluded,
+    /// No replica had room for the tick within its grace (each had its
+    /// `[daemon] max_runs` in flight), or its job's concurrency group no
+    /// slot: not run, recorded once, with the record's `reason`
+    /// (`capacity` or `group`) and, for a group, `group`.
+    SkippedCapacity,
 }
 
 impl Status {
@@ -64,13 +69,14 @@ impl Status {
             Status::NotDurable => "not_durable",
             Status::Missed => "missed",
             Status::Excluded => "excluded",
+            Status::SkippedCapacity => "skipped_capacity",
         }
     }
 }
 
 impl Status {
     /// Every status, in the order of the enum.
-    pub const ALL: [Status; 11] = [
+    pub const ALL: [Status; 12] = [
         Status::Ok,
         Status::Failed,
         Status::Timeout,
@@ -82,6 +88,7 @@ impl Status {
         Status::NotDurable,
         Status::Missed,
         Status::Excluded,
+        Status::SkippedCapacity,
     ];
 
     /// The status named `text` as Redis stores it (`ok`, `lost_lease`, …).

@@ -57,6 +57,12 @@
 //!   none under M (outside state-loss windows), and a follower record that
 //!   names no such outcome, or carries the wrong context, under C; the
 //!   per-second tick properties (D, M, S by tick) leave the follower out;
+//! - **G** placement limits: `grouped-a` and `grouped-b` share the
+//!   concurrency group `probe` (`max = 1`) and every replica has
+//!   `max_runs = 4`: never more than one run of the group at once across
+//!   the cluster, nor more than four runs on one replica (reruns aside),
+//!   outside state-loss windows and, for the group, a frozen holder's
+//!   child running on (daemon replicas only);
 //! - takeover time after a holder is killed, and abort latency after a
 //!   frozen holder's lease lapses.
 //!

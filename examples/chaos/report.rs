@@ -42,6 +42,7 @@ impl Verdict {
             ("E", !report.e.is_empty()),
             ("N", outside(&report.n) > 0),
             ("C", outside(&report.c) > 0),
+            ("G", outside(&report.g) > 0),
         ]
         .into_iter()
         .filter_map(|(name, failed)| failed.then_some(name))
@@ -153,6 +154,17 @@ impl Evidence {
             ("E  replica exits", report.e.len().to_string()),
             ("N  notifications", notifications_row(report)),
             ("C  chains", chain_row(report)),
+            (
+                "G  placement limits",
+                format!(
+                    "{} outside windows; most at once: group {} (max {}), one replica {} (max_runs {})",
+                    outside(&report.g),
+                    report.g_group_max,
+                    crate::harness::config::GROUP.1,
+                    report.g_capacity_max,
+                    crate::harness::config::MAX_RUNS
+                ),
+            ),
         ];
         rows.extend(information_rows(report));
         let width = rows
@@ -218,6 +230,10 @@ impl Evidence {
             "notifications": notifications_json(report),
             "C": outside(&report.c),
             "C_in_state_loss_window": inside(&report.c),
+            "G": outside(&report.g),
+            "G_in_state_loss_window": inside(&report.g),
+            "G_group_max": report.g_group_max,
+            "G_capacity_max": report.g_capacity_max,
             "chain": report.chain.to_json(),
         });
         let more = json!({
@@ -406,7 +422,7 @@ fn explanation(report: &Report) -> String {
 /// Every violation with its evidence, then the information and warnings.
 fn findings(report: &Report) -> String {
     let mut text = String::new();
-    let groups: [(&str, &Vec<Violation>); 7] = [
+    let groups: [(&str, &Vec<Violation>); 8] = [
         ("D", &report.d),
         ("F", &report.f),
         ("S", &report.s),
@@ -414,6 +430,7 @@ fn findings(report: &Report) -> String {
         ("O", &report.o),
         ("N", &report.n),
         ("C", &report.c),
+        ("G", &report.g),
     ];
     for (name, list) in groups {
         for violation in list {
@@ -469,6 +486,7 @@ fn violations_json(report: &Report) -> Vec<Value> {
         ("L", &report.l),
         ("N", &report.n),
         ("C", &report.c),
+        ("G", &report.g),
     ] {
         violations.extend(
             list.iter()

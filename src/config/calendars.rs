@@ -432,12 +432,13 @@ mod tests {
             config.jobs["a"].clone()
         };
         let plain = job("", "");
-        // The hash reads the Debug form with this part taken out: what it
-        // was before calendars existed, so replicas of both releases agree.
+        // The hash reads the Debug form with this part (and an unset
+        // `group`) taken out: what it was before calendars existed, so
+        // replicas of both releases agree.
         let debug = format!("{plain:?}");
         assert!(
             debug.ends_with(
-                ", calendars: JobCalendars { exclude: [], only: [] }, run_on: [], mode: One }"
+                ", calendars: JobCalendars { exclude: [], only: [] }, run_on: [], mode: One, group: None }"
             ),
             "{debug}"
         );

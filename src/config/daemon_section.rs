@@ -27,6 +27,7 @@ pub(super) struct RawDaemon {
     replica_id: Option<Spanned<String>>,
     state_dir: Option<Spanned<String>>,
     history: Option<Spanned<i64>>,
+    max_runs: Option<Spanned<i64>>,
     output_tail_bytes: Option<Spanned<i64>>,
     live_output_lines: Option<Spanned<i64>>,
     spool_max_bytes: Option<Spanned<i64>>,
@@ -59,6 +60,7 @@ impl RawDaemon {
             replica_id: None,
             state_dir: None,
             history: None,
+            max_runs: None,
             output_tail_bytes: None,
             live_output_lines: None,
             spool_max_bytes: None,
@@ -151,6 +153,10 @@ pub(super) fn validate_daemon(
         1..65_537,
     );
     let history = checker.integer(S, "history", raw.history.as_ref(), 1000, 1..1_000_001);
+    let max_runs = raw.max_runs.as_ref().map(|n| {
+        let n = checker.integer(S, "max_runs", Some(n), 1, 1..1_000_001);
+        u32::try_from(n).expect("max_runs was checked to be within 1..=1_000_000")
+    });
     let output_tail_bytes = checker.integer(
         S,
         "output_tail_bytes",
@@ -193,6 +199,7 @@ pub(super) fn validate_daemon(
         replica_id,
         state_dir,
         history: u32::try_from(history).expect("history was checked to be within 1..=1_000_000"),
+        max_runs,
         output_tail_bytes: usize::try_from(output_tail_bytes)
             .expect("output_tail_bytes was checked to be within 0..=1 MiB"),
         live_output_lines: usize::try_from(live_output_lines)

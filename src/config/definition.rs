@@ -69,6 +69,9 @@ impl Job {
         if self.mode == super::Mode::One {
             text = text.replacen(", mode: One", "", 1);
         }
+        if self.group.is_none() {
+            text = text.replacen(", group: None", "", 1);
+        }
         let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
         for byte in text.bytes() {
             hash ^= u64::from(byte);

@@ -15,6 +15,7 @@ use super::chain::check_chains;
 use super::checker::{Checker, Secrets};
 use super::daemon_section::{RawDaemon, validate_daemon};
 use super::environment;
+use super::groups::{RawGroup, read_groups, validate_groups};
 use super::job::{JobContext, JobSpec, Source, validate_named_job};
 use super::notify_channels::{RawChannel, validate_channels};
 use super::outline::{self, Outline};
@@ -184,6 +185,7 @@ fn validate_sections(
         );
     }
     let calendars = validate_calendars(checker, sections.calendars, &environment::config_dir(path));
+    let groups = validate_groups(checker, sections.groups);
     let context = JobContext::new(
         redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
@@ -191,6 +193,7 @@ fn validate_sections(
         source,
     )
     .with_calendars(calendars)
+    .with_groups(groups)
     .with_notify(
         &notify,
         declared,
@@ -244,6 +247,8 @@ struct Sections<'i> {
     /// Each `[calendars.<name>]`: its name, and its table if it
     /// deserialized.
     calendars: Vec<(Spanned<String>, Option<RawCalendar>)>,
+    /// Each `[groups.<name>]`: its name, and its table if it deserialized.
+    groups: Vec<(Spanned<String>, Option<RawGroup>)>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
     /// The jobs, each read and validated in turn and its part of the
@@ -269,6 +274,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
         daemon: None,
         notify: Vec::new(),
         calendars: Vec::new(),
+        groups: Vec::new(),
         saw_jobs: false,
         jobs: None,
     };
@@ -282,6 +288,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
             }
             "notify" => sections.notify = read_channels(checker, &value),
             "calendars" => sections.calendars = read_calendars(checker, &value),
+            "groups" => sections.groups = read_groups(checker, &value),
             "jobs" => {
                 sections.saw_jobs = true;
                 sections.jobs = Some(Jobs::Parsed(value));
@@ -291,7 +298,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 None,
                 None,
                 format!(
-                    "unknown section `{other}`: expected `redis`, `daemon`, `notify`, `calendars` or `jobs`"
+                    "unknown section `{other}`: expected `redis`, `daemon`, `notify`, `calendars`, `groups` or `jobs`"
                 ),
             ),
         }

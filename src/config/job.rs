@@ -15,6 +15,7 @@ use super::calendars::{Calendars, job_calendars};
 use super::chain::{AfterOn, AfterParams, RawAfter, job_after};
 use super::checker::{Checker, DurationValue, Given, Secrets, is_name};
 use super::daemon_section::MAX_GRACE;
+use super::groups::{GroupContext, Groups, job_group};
 use super::http_job::{RawHttp, job_http};
 use super::notify_rules::{NotifyContext, RawJobRules, job_rules};
 use super::params::{RawParam, check_http_templates, job_params};
@@ -89,6 +90,7 @@ pub(crate) struct JobSpec {
     pub(crate) only: Option<Given<Vec<Given<String>>>>,
     pub(crate) run_on: Option<Given<Vec<Given<String>>>>,
     pub(crate) mode: Option<Given<Mode>>,
+    pub(crate) group: Option<Given<String>>,
     /// The calendars an embedded job was given (`JobBuilder::exclude`,
     /// `only`), which its `exclude` and `only` name; a table's jobs name
     /// the table's `[calendars.<name>]`.
@@ -148,6 +150,9 @@ pub(crate) struct JobContext {
     notify: NotifyContext,
     /// The table's calendars, which `exclude` and `only` name.
     calendars: Calendars,
+    /// The table's concurrency groups, which `group` names, and whether
+    /// the deployment can hold them.
+    groups: GroupContext,
 }
 
 impl JobContext {
@@ -170,7 +175,21 @@ impl JobContext {
             ),
             notify: NotifyContext::default(),
             calendars: Calendars::default(),
+            groups: GroupContext {
+                groups: Groups::default(),
+                refused: match redis.map(|r| &r.topology) {
+                    Some(Topology::Quorum(_)) => Some("quorum"),
+                    Some(Topology::Cluster(_)) => Some("cluster"),
+                    _ => None,
+                },
+            },
         }
+    }
+
+    /// The context with the table's concurrency groups.
+    pub(crate) fn with_groups(mut self, groups: Groups) -> JobContext {
+        self.groups.groups = groups;
+        self
     }
 
     /// The context with the table's calendars.
@@ -287,7 +306,8 @@ pub(super) fn validate_named_job(
 /// follower (a chain's run is one run in the cluster), rerun elsewhere
 /// (`on_holder_lost = "rerun"`), under a quorum
 /// (each replica's mark would need a quorum claim of its own), limited by
-/// `max_runs` (counted per tick in the cluster), nor `overlap =
+/// `max_runs` (counted per tick in the cluster), in a concurrency group
+/// (whose slots are the cluster's), nor `overlap =
 /// "replace"` (each replica's run holds its own lease; none replaces
 /// another's). Each refusal names the setting at the place of `mode`.
 fn broadcast_combinations(
@@ -321,6 +341,12 @@ fn broadcast_combinations(
         refuse(
             "`max_runs`",
             "max_runs counts the ticks that start a run in the cluster, and a broadcast tick starts one per replica",
+        );
+    }
+    if job.group.is_some() {
+        refuse(
+            "`group`",
+            "a broadcast run is each replica's own and takes no slot of a group shared across the cluster",
         );
     }
     if job.on_holder_lost == OnHolderLost::Rerun {
@@ -375,6 +401,7 @@ fn validate_job(
     let params = job_params(checker, section, std::mem::take(&mut raw.params));
     let run_on = super::placement::tag_list(checker, section, "run_on", raw.run_on.take());
     let mode = raw.mode.as_ref().map_or(Mode::One, |m| *m.get());
+    let group = job_group(checker, section, raw.group.as_ref(), &context.groups);
     if let Some(Command::Http(request)) = &command {
         check_http_templates(checker, section, request, &params);
     }
@@ -404,6 +431,7 @@ fn validate_job(
         calendars,
         run_on,
         mode,
+        group,
     })
 }
 

@@ -48,7 +48,9 @@ mod definition;
 mod document;
 mod duplicates;
 mod environment;
+mod groups;
 pub(crate) use environment::{MAX_PEM_FILE, read_bounded};
+pub use groups::JobGroup;
 mod http_job;
 pub use http_job::{HttpRequest, Redirects};
 mod job;
@@ -284,6 +286,11 @@ pub struct DaemonConfig {
     pub state_dir: PathBuf,
     /// Approximate number of outcomes kept per job (`XADD MAXLEN ~`).
     pub history: u32,
+    /// How many runs this replica keeps in flight at once, whatever
+    /// started them (`max_runs`); a replica with that many leaves ticks,
+    /// manual runs, followers and backfill ticks to the others. None: no
+    /// limit.
+    pub max_runs: Option<u32>,
     /// Bytes of a run's output kept in its outcome record (the tail).
     pub output_tail_bytes: usize,
     /// Lines of a run's live output kept in Redis while it runs (see
@@ -511,6 +518,9 @@ pub struct Job {
     pub run_on: Vec<String>,
     /// One run per tick, or one on every matching replica (`mode`).
     pub mode: Mode,
+    /// The concurrency group whose slots the job's runs take (`group`):
+    /// at most its `max` runs of its jobs at once across the cluster.
+    pub group: Option<JobGroup>,
 }
 
 /// A job's `memory_max`, `cpu_max` and `tasks_max`: written to each

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info};
 use uuid::Uuid;
 
+use super::capacity::RunSlot;
 use super::ctx::Ctx;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_reruns, start_run, sweep};
@@ -157,6 +158,11 @@ async fn take(
     // tags do not match the job's `run_on`.
     let placed = super::ctx::placed_here(&ctx.config, job);
     while placed && !cancel.is_cancelled() && !ctx.drain.is_out() {
+        // A replica with its `max_runs` in flight takes no tick: the
+        // others do, or this one once a run of its own ends.
+        let Some(slot) = ctx.capacity.try_take() else {
+            return Ok(());
+        };
         let run_id = Uuid::new_v4().to_string();
         let sent = Instant::now();
         let claimant = ctx.claimant(job, ctx.marks.get(&job.name).min_fence(), &notices);
@@ -167,7 +173,7 @@ async fn take(
         ctx.redis.answered();
         let expired = match reply {
             TakeReply::Claimed { expired, .. } => {
-                start_taken(ctx, job, run_id, sent, reply, ending);
+                start_taken(ctx, job, (run_id, slot), sent, reply, ending);
                 if expired > 0 {
                     sweep_job(ctx, job).await;
                 }
@@ -206,7 +212,7 @@ async fn take(
 fn start_taken(
     ctx: &Arc<Ctx>,
     job: &Arc<Job>,
-    run_id: String,
+    (run_id, slot): (String, RunSlot),
     sent: Instant,
     reply: TakeReply,
     ending: &mut FuturesUnordered<Ending>,
@@ -241,6 +247,7 @@ fn start_taken(
             not_before: None,
             upstream: None,
             params: job.params.defaults(),
+            slot: Some(slot),
         },
     );
     let name = job.name.clone();

@@ -6,10 +6,12 @@
 //! What it sees of the replica is a `ClaimSide`, which holds no runs.
 
 use super::ctx::ClaimSide;
+pub(super) use super::ending::ClaimEnd;
 use super::meters::ClaimCount;
 use super::notices::job_notices;
+use super::room::{ROOM_POLL, Waiting, expired, group_claim, group_full, reserve, with_slot};
 use super::runs::RunStart;
-use super::time::{LATE_MS, pause, rfc3339, to_datetime};
+use super::time::{pause, rfc3339, to_datetime};
 use crate::calendar::Exclusion;
 use crate::config::Job;
 use crate::config::Misfire;
@@ -18,6 +20,7 @@ use crate::outcome::Trigger;
 use crate::store::Attempt;
 use crate::store::ClaimReply;
 use crate::store::ClaimRequest;
+use crate::store::Notices;
 use crate::store::StoreError;
 use crate::store::WhenBusy;
 use crate::telemetry;
@@ -29,54 +32,6 @@ use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
 use crate::store::StateCheck;
-
-/// How the claim of a tick ended.
-pub(super) enum ClaimEnd {
-    /// Ours: the run may start. `previous` is the high-water mark this claim
-    /// moved past (-1: none); `expired` says the claim saw leases of this
-    /// job that lapsed (a sweep records them).
-    Won {
-        start: RunStart,
-        previous: i64,
-        expired: bool,
-    },
-    /// Ours, but fewer Redis replicas than `min_replicas_ack` acknowledged
-    /// the claim: it is recorded, not run.
-    NotDurable {
-        start: RunStart,
-        acked: u32,
-    },
-    /// Ours, but the lease lapsed before Redis answered: not run; a sweep
-    /// records it abandoned.
-    Lapsed,
-    /// Another replica has it.
-    Taken,
-    /// Not asked: this replica is drained (`cronlease drain`, shutdown),
-    /// the others claim.
-    Drained,
-    /// Redis holds a state for the job that cronlease did not write: not
-    /// claimed, and logged; the next tick asks again.
-    Refused,
-    /// The job is paused: the tick is skipped.
-    Paused {
-        previous: i64,
-    },
-    /// A run is in flight and the job's overlap policy skips the tick.
-    Busy {
-        previous: i64,
-    },
-    /// The job has started its `max_runs` runs of the schedule: it has no
-    /// more ticks.
-    Ended,
-    /// The job's calendars leave the tick out: recorded `excluded`.
-    Excluded {
-        previous: i64,
-    },
-    /// The tick was not claimed in time (Redis was unreachable, or answered
-    /// only after the deadline): the misfire policy decides.
-    Late,
-    Cancelled,
-}
 
 /// Whether a claim may be made ahead of its tick.
 #[derive(Clone, Copy)]
@@ -125,21 +80,29 @@ pub(super) async fn claim(
     // One run id for every attempt: the claim script recognises a retry of
     // a claim that won but whose reply was lost.
     let run_id = Uuid::new_v4().to_string();
-    let deadline_ms = claim_deadline(job, tick_ms, trigger);
-    let mut failures = Failures::new(deadline_ms);
-    // Only the first answer measures the load: an `early` answer's wait
-    // for the tick would feed the lead back into itself.
+    let began = Instant::now();
+    // A replica with its `max_runs` in flight makes no claim (see `room`).
+    let (mut slot, mut waiting) = match reserve(side, job, tick_ms, trigger, &run_id, cancel).await
+    {
+        Ok((slot, waiting)) => (Some(slot), waiting),
+        Err(end) => return end,
+    };
+    let mut failures = Failures::new(waiting.deadline_ms);
+    // Only the first answer measures the load (an `early` answer's wait
+    // would feed the lead back into itself), and not after a wait for room.
     let mut measure = match ahead {
-        Ahead::By { woke, .. } => Some(woke),
-        Ahead::No => None,
+        Ahead::By { woke, .. } if began.elapsed() < ROOM_POLL / 4 => Some(woke),
+        Ahead::By { .. } | Ahead::No => None,
     };
     let mut attempt = Attempt::First;
     let notices = job_notices(side.store.keys(), job);
-    // Calendars leave out ticks of the schedule (on time or caught up),
-    // never a run asked for; decided once, from this replica's config.
-    let exclusion = match trigger {
-        Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
-        Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
+    let exclusion = exclusion(job, tick_ms, waiting.trigger);
+    let asked = Asked {
+        tick_ms,
+        run_id: &run_id,
+        ahead,
+        notices: &notices,
+        exclusion: exclusion.as_ref(),
     };
     loop {
         // The one check of the job's cancellation on a claim's path: no
@@ -153,25 +116,8 @@ pub(super) async fn claim(
         if attempt == Attempt::First && side.drain.is_out() {
             return ClaimEnd::Drained;
         }
-        let marks = side.marks.get(&job.name);
-        let request = ClaimRequest {
-            job: &job.name,
-            tick_ms,
-            run_id: &run_id,
-            claimant: side.claimant(job, marks.min_fence(), &notices),
-            min_tick: marks.last_tick.unwrap_or(-1),
-            trigger,
-            when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
-                WhenBusy::Wait
-            } else {
-                WhenBusy::Skip
-            },
-            deadline_ms,
-            lead_ms: ahead.script_lead_ms(),
-            attempt,
-            cluster_pause: side.claims.cluster_hold(),
-            exclusion: exclusion.as_ref(),
-        };
+        let request = request(side, job, &asked, &waiting, attempt);
+        let trigger = waiting.trigger;
         let sent = Instant::now();
         attempt = Attempt::Again;
         // A broadcast job's tick is claimed by each replica for itself.
@@ -180,6 +126,14 @@ pub(super) async fn claim(
             _ => side.store.claim(&request).await,
         };
         let next = match reply {
+            // Definite: the attempt changed nothing, so the next one is a
+            // first attempt again.
+            Ok(full @ ClaimReply::GroupFull { .. }) => {
+                (measure, attempt) = (None, Attempt::First);
+                let next = group_full(side, job, tick_ms, &run_id, &mut waiting, full).await;
+                failures.deadline_ms = waiting.deadline_ms;
+                next
+            }
             Ok(reply) => {
                 side.redis.answered();
                 if let Some(woke) = measure.take() {
@@ -190,7 +144,10 @@ pub(super) async fn claim(
             Err(e) => failures.failed(side, job, tick_ms, &run_id, &e),
         };
         let wait = match next {
-            ControlFlow::Break(end) => return end,
+            ControlFlow::Break(end) => {
+                let end = expired(side, job, tick_ms, &waiting, end).await;
+                return with_slot(end, &mut slot);
+            }
             ControlFlow::Continue(wait) => wait,
         };
         // Cut short by a cancellation, which the check above then sees.
@@ -198,19 +155,54 @@ pub(super) async fn claim(
     }
 }
 
-/// Redis time after which a claim of `tick_ms` must take no effect: a
-/// tick of the schedule is late after [`LATE_MS`], the others when the
-/// job's misfire grace has passed.
-fn claim_deadline(job: &Job, tick_ms: i64, trigger: Trigger) -> i64 {
+/// Why the job's calendars leave out `tick_ms`, if they do. Calendars
+/// leave out ticks of the schedule (on time or caught up), never a run
+/// asked for; decided once per claim, from this replica's config.
+fn exclusion(job: &Job, tick_ms: i64, trigger: Trigger) -> Option<Exclusion> {
     match trigger {
-        Trigger::Schedule => tick_ms + LATE_MS,
-        Trigger::Misfire
-        | Trigger::Rerun
-        | Trigger::Manual
-        | Trigger::Chain
-        | Trigger::Backfill => {
-            tick_ms.saturating_add(i64::try_from(job.misfire_grace.as_millis()).unwrap_or(i64::MAX))
-        }
+        Trigger::Schedule | Trigger::Misfire => job.excluded_by(tick_ms),
+        Trigger::Rerun | Trigger::Manual | Trigger::Chain | Trigger::Backfill => None,
+    }
+}
+
+/// What every attempt of one claim asks, besides what may change between
+/// attempts.
+struct Asked<'a> {
+    tick_ms: i64,
+    run_id: &'a str,
+    ahead: Ahead,
+    notices: &'a Notices,
+    exclusion: Option<&'a Exclusion>,
+}
+
+/// One attempt's request.
+fn request<'a>(
+    side: &ClaimSide<'a>,
+    job: &'a Job,
+    asked: &Asked<'a>,
+    waiting: &Waiting,
+    attempt: Attempt,
+) -> ClaimRequest<'a> {
+    let marks = side.marks.get(&job.name);
+    let trigger = waiting.trigger;
+    ClaimRequest {
+        job: &job.name,
+        tick_ms: asked.tick_ms,
+        run_id: asked.run_id,
+        claimant: side.claimant(job, marks.min_fence(), asked.notices),
+        min_tick: marks.last_tick.unwrap_or(-1),
+        trigger,
+        when_busy: if trigger == Trigger::Misfire && job.misfire == Misfire::RunAll {
+            WhenBusy::Wait
+        } else {
+            WhenBusy::Skip
+        },
+        deadline_ms: waiting.deadline_ms,
+        lead_ms: asked.ahead.script_lead_ms(),
+        attempt,
+        cluster_pause: side.claims.cluster_hold(),
+        exclusion: asked.exclusion,
+        group: group_claim(job, waiting.until_ms),
     }
 }
 
@@ -317,6 +309,7 @@ fn answer(
                 not_before: not_before(started_ms, redis_now_us),
                 upstream: None,
                 params: job.params.defaults(),
+                slot: None,
             };
             let facts = WonFacts {
                 acked,
@@ -336,7 +329,11 @@ fn answer(
             let ms = u64::try_from(ms).unwrap_or(100).clamp(20, 1000);
             ControlFlow::Continue(Duration::from_millis(ms))
         }
-        ClaimReply::Expired { .. } | ClaimReply::Corrupt { .. } | ClaimReply::Lapsed => {
+        // `claim` hears GroupFull before.
+        ClaimReply::Expired { .. }
+        | ClaimReply::Corrupt { .. }
+        | ClaimReply::Lapsed
+        | ClaimReply::GroupFull { .. } => {
             ControlFlow::Break(not_claimed(side, job, &tick, run_id, reply))
         }
         ClaimReply::Taken {
@@ -353,13 +350,16 @@ fn answer(
         ClaimReply::Ended {
             runs_started,
             fence,
-        } => {
-            side.meters.count_claim(&job.name, ClaimCount::Ended);
-            side.marks.note(&job.name, None, Some(fence));
-            info!(job = %job.name, %tick, runs_started, max_runs = job.max_runs, "the job has started its max_runs runs; it has no more ticks");
-            ControlFlow::Break(ClaimEnd::Ended)
-        }
+        } => ControlFlow::Break(ended(side, job, &tick, runs_started, fence)),
     }
+}
+
+/// The job has started its `max_runs` runs of the schedule: its loop ends.
+fn ended(side: &ClaimSide<'_>, job: &Job, tick: &str, runs_started: u64, fence: u64) -> ClaimEnd {
+    side.meters.count_claim(&job.name, ClaimCount::Ended);
+    side.marks.note(&job.name, None, Some(fence));
+    info!(job = %job.name, %tick, runs_started, max_runs = job.max_runs, "the job has started its max_runs runs; it has no more ticks");
+    ClaimEnd::Ended
 }
 
 /// A tick the claim moved past without a run: the job is paused, a run

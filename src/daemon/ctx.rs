@@ -12,6 +12,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{error, info};
 use uuid::Uuid;
 
+use super::capacity::Capacity;
 use super::error::DaemonError;
 use super::latency::ClaimLatency;
 use super::meters::Meters;
@@ -95,6 +96,9 @@ pub(super) struct Ctx {
     pub(super) runs: Runs,
     /// Whether this replica claims (`cronlease drain`, shutdown).
     pub(super) drain: DrainSwitch,
+    /// The replica's runs in flight and its `[daemon] max_runs`: a claim
+    /// takes a slot before it is sent, a run gives it back when it ends.
+    pub(super) capacity: Capacity,
     /// Every job's next wake-up (see `timer`).
     pub(super) timer: timer::Timer<Step>,
 }
@@ -251,13 +255,14 @@ pub(super) struct ClaimSide<'a> {
     pub(super) config: &'a Config,
     pub(super) redis: &'a RedisHealth,
     pub(super) drain: &'a DrainSwitch,
+    pub(super) capacity: &'a Capacity,
 }
 
 impl<'a> ClaimSide<'a> {
     /// This replica as the claimant of `job`'s ticks (see [`claimant`]).
     pub(super) fn claimant<'b>(
         &self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b>
@@ -286,6 +291,7 @@ pub(super) struct RunSide<'a> {
     pub(super) heartbeat_now: &'a Notify,
     pub(super) claiming: &'a CancellationToken,
     pub(super) drain: &'a DrainSwitch,
+    pub(super) capacity: &'a Capacity,
     /// What [`RunSide::handle`] keeps: private, so that the run side
     /// cannot reach the rest through it.
     ctx: &'a Arc<Ctx>,
@@ -295,7 +301,7 @@ impl<'a> RunSide<'a> {
     /// This replica as the claimant of `job`'s reruns (see [`claimant`]).
     pub(super) fn claimant<'b>(
         &self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b>
@@ -353,7 +359,7 @@ pub(super) fn placed_here(config: &Config, job: &Job) -> bool {
 fn claimant<'a>(
     identity: &'a Identity,
     config: &Config,
-    job: &Job,
+    job: &'a Job,
     min_fence: u64,
     notices: &'a Notices,
 ) -> Claimant<'a> {
@@ -366,6 +372,7 @@ fn claimant<'a>(
         min_fence,
         notices,
         max_runs: job.max_runs,
+        group: job.group.as_ref(),
     }
 }
 
@@ -388,6 +395,7 @@ impl Ctx {
         parts: Parts,
         claiming: CancellationToken,
     ) -> Ctx {
+        let capacity = Capacity::new(config.daemon.max_runs);
         Ctx {
             jobs: watch::Sender::new(jobs),
             marks: MarkBook::load(config.daemon.state_dir.join("marks.json"), local_now_ms()),
@@ -420,6 +428,7 @@ impl Ctx {
             redis: RedisHealth::new(),
             heartbeat_now: Notify::new(),
             drain: DrainSwitch::new(),
+            capacity,
             timer: timer::Timer::default(),
         }
     }
@@ -436,6 +445,7 @@ impl Ctx {
             config: &self.config,
             redis: &self.redis,
             drain: &self.drain,
+            capacity: &self.capacity,
         }
     }
 
@@ -453,6 +463,7 @@ impl Ctx {
             heartbeat_now: &self.heartbeat_now,
             claiming: &self.claiming,
             drain: &self.drain,
+            capacity: &self.capacity,
             ctx: self,
         }
     }
@@ -526,7 +537,7 @@ impl Ctx {
     /// [`claimant`]).
     pub(super) fn claimant<'b>(
         &'b self,
-        job: &Job,
+        job: &'b Job,
         min_fence: u64,
         notices: &'b Notices,
     ) -> Claimant<'b> {

@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
+use super::capacity::RunSlot;
 use super::ctx::Ctx;
+use super::meters::ClaimCount;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_reruns, start_run, sweep};
 use super::time::pause;
@@ -151,6 +153,12 @@ async fn follow(
     let Some(after) = &job.after else {
         return Ok(false);
     };
+    // A replica with its `max_runs` in flight leaves the entry to the
+    // others (or to its next visit).
+    let Some(slot) = ctx.capacity.try_take() else {
+        ctx.meters.count_claim(&job.name, ClaimCount::Capacity);
+        return Ok(false);
+    };
     let run_id = Uuid::new_v4().to_string();
     let join: &[String] = match after.join {
         Join::All => &after.upstreams,
@@ -186,6 +194,7 @@ async fn follow(
             run_id,
             sent,
             params,
+            slot,
         },
         reply,
     )
@@ -203,6 +212,14 @@ async fn follow(
         )
         .await?;
     Ok(true)
+}
+
+/// A follower's run its group has no slot for: counted, and the entry
+/// left for a later reading (false).
+fn group_full(ctx: &Ctx, job: &Job, upstream: &str, cause: &str) -> bool {
+    ctx.meters.count_claim(&job.name, ClaimCount::GroupFull);
+    debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "follower's run waits: its group has no slot free");
+    false
 }
 
 /// The values of a follower's parameters: its defaults, and with
@@ -237,6 +254,7 @@ struct Started {
     run_id: String,
     sent: Instant,
     params: ParamValues,
+    slot: RunSlot,
 }
 
 /// Starts the run `reply` claimed (and sweeps the job when the claim saw
@@ -255,6 +273,7 @@ async fn act_on(
         run_id,
         sent,
         params,
+        slot,
     } = started;
     let cause = &entry.upstream_run_id;
     match reply {
@@ -286,6 +305,7 @@ async fn act_on(
                     not_before: None,
                     upstream: upstream_of.map(Arc::new),
                     params,
+                    slot: Some(slot),
                 },
             );
             ctx.heartbeat_now.notify_one();
@@ -310,6 +330,7 @@ async fn act_on(
             debug!(job = %job.name, upstream = %upstream, upstream_run_id = %cause, "inbox entry dealt with before")
         }
         FollowReply::Expired => return false,
+        FollowReply::GroupFull => return group_full(ctx, job, upstream, cause),
         FollowReply::Corrupt { field, value } => {
             error!(
                 job = %job.name, field, value, key = %ctx.store.keys().state(&job.name),

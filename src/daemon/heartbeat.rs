@@ -382,6 +382,7 @@ async fn own_record(ctx: &Ctx) -> (String, Option<DrainState>) {
         cluster_pause: ctx.claims.cluster_pause().map(|p| p.id),
         drain,
         tags: ctx.config.daemon.tags.clone(),
+        max_runs: ctx.capacity.max(),
     };
     (record.to_json(), drain)
 }

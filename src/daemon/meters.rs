@@ -34,6 +34,13 @@ pub(super) enum ClaimCount {
     Claimed,
     /// Not claimed: the job has started its `max_runs` runs.
     Ended,
+    /// Not asked: this replica had its `[daemon] max_runs` in flight.
+    Capacity,
+    /// Refused: the job's concurrency group had no slot free.
+    GroupFull,
+    /// Recorded `skipped_capacity`: no replica had room (or the group no
+    /// slot) within the tick's grace.
+    SkippedCapacity,
 }
 
 impl ClaimCount {
@@ -53,6 +60,9 @@ impl ClaimCount {
             ClaimCount::NotDurable => "not_durable",
             ClaimCount::Claimed => "claimed",
             ClaimCount::Ended => "ended",
+            ClaimCount::Capacity => "capacity",
+            ClaimCount::GroupFull => "group_full",
+            ClaimCount::SkippedCapacity => "skipped_capacity",
         }
     }
 }

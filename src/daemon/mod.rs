@@ -68,9 +68,11 @@ use crate::watchdog::{self};
 use systemd::Notice;
 
 mod backfill;
+mod capacity;
 mod claim;
 mod courier;
 mod ctx;
+mod ending;
 mod error;
 mod follow;
 mod heartbeat;
@@ -81,6 +83,7 @@ mod notices;
 #[cfg(feature = "notify")]
 mod notifier;
 mod rendezvous;
+mod room;
 mod runs;
 mod scheduler;
 mod serve;

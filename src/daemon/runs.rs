@@ -4,6 +4,7 @@
 //! the caller starts them. What it sees of the replica is a `RunSide`
 //! (a run's task keeps a `RunHandle`), which holds no claims.
 
+use super::capacity::RunSlot;
 use super::courier::{log_finish, spool_or_hold};
 use super::ctx::RunSide;
 use super::meters::JobMeters;
@@ -61,12 +62,21 @@ pub(super) struct RunStart {
     /// but for a tick of the schedule, into Redis's record of the run in
     /// flight, for its `abandoned` record and its rerun).
     pub(super) params: crate::config::ParamValues,
+    /// The run's place in the replica's capacity, taken before its claim
+    /// was sent; None for a run Redis handed over (a rerun), which takes
+    /// one when it starts.
+    pub(super) slot: Option<RunSlot>,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
 /// outcome is recorded or spooled (and starts the rerun the finish handed
 /// over, if any).
 pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart) -> JoinHandle<()> {
+    // Kept until the run's outcome is delivered (or spooled).
+    let slot = start
+        .slot
+        .take()
+        .unwrap_or_else(|| side.capacity.take_anyway());
     let (stop_tx, mut stop_rx) = watch::channel(None);
     let held = side.runs.watchdog.hold(LeaseHold {
         job: job.name.clone(),
@@ -125,9 +135,7 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         let finished_ms = side.clock.now_ms();
         let outcome = outcome(&side, &job, start, finished_ms, result);
         count_finished(&meters, &outcome);
-        if let Some(rerun) = deliver(&side, &job, &outcome).await {
-            start_reruns(&side, &job, vec![rerun]);
-        }
+        hand_over(&side, &job, deliver(&side, &job, &outcome).await, slot);
         if side.drain.is_out() {
             // Drained: its record says so once its last run is done.
             side.heartbeat_now.notify_one();
@@ -179,6 +187,15 @@ async fn execute(
         live_writer.run(store, task_ended.notified())
     );
     result
+}
+
+/// Starts the rerun a finish handed over, if any, in the ended run's
+/// place in the capacity; else gives the place back.
+fn hand_over(side: &RunSide<'_>, job: &Arc<Job>, rerun: Option<RunStart>, slot: RunSlot) {
+    if let Some(mut rerun) = rerun {
+        rerun.slot = Some(slot);
+        start_reruns(side, job, vec![rerun]);
+    }
 }
 
 /// The job's command as a process task, or its request as an HTTP task;
@@ -407,6 +424,7 @@ fn rerun_start(
         )
         .map(Arc::new),
         params: rerun_params(job, &rerun.context),
+        slot: None,
     }
 }
 

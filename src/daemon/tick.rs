@@ -393,7 +393,8 @@ async fn follow(
         }
         ClaimEnd::Paused { previous }
         | ClaimEnd::Busy { previous }
-        | ClaimEnd::Excluded { previous } => {
+        | ClaimEnd::Excluded { previous }
+        | ClaimEnd::SkippedCapacity { previous } => {
             record_missed(&ctx.claim_side(), job, previous, tick_ms).await;
             None
         }

@@ -3,6 +3,7 @@
 //! consumer left pending, and starts the runs this replica wins.
 
 use super::ctx::Ctx;
+use super::meters::ClaimCount;
 use super::notices::job_notices;
 use super::runs::{RunStart, start_run};
 use super::time::pause;
@@ -240,6 +241,29 @@ async fn request_params(
     }
 }
 
+/// A place in the replica's capacity for a manual run; none when full,
+/// and the request is left pending.
+fn room_for(ctx: &Ctx, job: &Job, request: &TriggerRequest) -> Option<super::capacity::RunSlot> {
+    let slot = ctx.capacity.try_take();
+    if slot.is_none() {
+        left_pending(ctx, job, request, ClaimCount::Capacity);
+    }
+    slot
+}
+
+/// A manual run with no room here (`why`: the replica's capacity or the
+/// job's group): counted, and the request left pending; another replica,
+/// or this one once there is room, takes it over.
+fn left_pending(ctx: &Ctx, job: &Job, request: &TriggerRequest, why: ClaimCount) {
+    ctx.meters.count_claim(&job.name, why);
+    debug!(job = %job.name, run_id = %request.run_id, "no room for a manual run here (max_runs, or its group); left pending");
+}
+
+/// A manual run its group has no slot for: left pending.
+fn group_full(ctx: &Ctx, job: &Job, request: &TriggerRequest) {
+    left_pending(ctx, job, request, ClaimCount::GroupFull);
+}
+
 /// Starts one manual run (or records why not) and acknowledges the request.
 pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
     if !crate::store::is_run_id(&request.run_id) {
@@ -264,6 +288,9 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
         return;
     };
     let Some(params) = request_params(ctx, &job, &request).await else {
+        return;
+    };
+    let Some(slot) = room_for(ctx, &job, &request) else {
         return;
     };
     let sent = Instant::now();
@@ -301,6 +328,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     not_before: None,
                     upstream: None,
                     params,
+                    slot: Some(slot),
                 },
             );
             ctx.heartbeat_now.notify_one();
@@ -317,6 +345,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                 "manual run not started: the job's state hash in Redis holds a {field} cronlease did not write; delete that field to repair it (the replicas re-seed it from what they remember)"
             );
         }
+        Ok(ManualReply::GroupFull) => return group_full(ctx, &job, &request),
         Err(e) => {
             // Left pending: taken over (by us or another replica) later.
             ctx.redis.failed(&e);

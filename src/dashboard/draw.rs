@@ -315,6 +315,8 @@ mod tests {
             params: Default::default(),
             no_matching_replica: None,
             killed_by: None,
+            reason: None,
+            group: None,
             output: None,
         };
         let html = strip(&[entry(Status::Failed, "t2"), entry(Status::Ok, "t1")]).into_string();

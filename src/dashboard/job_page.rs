@@ -164,6 +164,9 @@ fn facts(job: &JobStatus, definition: Option<&Job>, now_ms: i64) -> Markup {
             @if let Some(def) = definition {
                 dt { "Timeout" } dd { (def.timeout.map(|t| humantime::format_duration(t).to_string()).unwrap_or_else(|| "none".into())) }
                 dt { "Overlap · misfire · retries" } dd { (def.overlap) " · " (def.misfire) " · " (def.retries) }
+                @if let Some(group) = &def.group {
+                    dt { "Concurrency group" } dd { code { (group.name) } " " small.muted { "(at most " (group.max) " runs of its jobs at once)" } }
+                }
             }
             (chain_facts(&job.after, &job.followers))
             @if !job.calendars.is_empty() {

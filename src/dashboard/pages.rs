@@ -692,7 +692,7 @@ pub(super) async fn replicas(
                         td { (ago(status.now_ms, r.started_ms)) }
                         td { (ago(status.now_ms, r.last_seen_ms)) }
                         td {
-                            (r.runs.len())
+                            (r.runs_of_max())
                             @for run in &r.runs { br; small { a href=(format!("/jobs/{}", run.job)) { (run.job) } " tick " (clock(run.tick_ms)) " fence " (run.fence) } }
                         }
                         td { (r.containment.as_deref().unwrap_or("–")) }

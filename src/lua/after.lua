@@ -16,14 +16,19 @@
 -- passed: a reader of the entry that had not deleted it yet holds a
 -- deadline (ARGV[6]) shorter than that, after which this script refuses
 -- its call.
--- KEYS: state, running, lease, runs, caused, joins
+-- A follower in a concurrency group is refused (`group_full`) before
+-- anything is written when its group has no slot for it (group_admits):
+-- the entry stays in the inbox and is read again.
+-- KEYS: state, running, lease, runs, caused, joins, then for a group its
+--       slots and waiting ticks
 -- ARGV: upstream job, upstream run id, upstream status, root tick (ms), at
 --       (Redis ms of the upstream's outcome: the follower's tick),
 --       deadline (Redis ms), run id, lease_ms, overlap, replica, host,
 --       maxlen, min_fence, join ('' for each outcome; for after_all, the
 --       upstreams, comma-separated), misfire ('skip' or 'run'), misfire
 --       grace (ms), claims channel, the follower's name, the cluster's
---       pause (cluster_holds), then the run's parameters, name/value pairs
+--       pause (cluster_holds), the group's name ('' for none) and max,
+--       then the run's parameters, name/value pairs
 -- Returns {claimed, fence, started, lease_key, ctx, expired} | {waiting} | {busy,
 -- holder} | {missed} | {paused} | {duplicate} | {expired} | {corrupt, …}.
 local CAUSED_KEEP_MS = 3600 * 1000
@@ -41,6 +46,7 @@ local lease_ms, overlap, replica, host = tonumber(ARGV[8]), ARGV[9], ARGV[10], A
 local maxlen, min_fence, join = ARGV[12], tonumber(ARGV[13]), ARGV[14]
 local misfire, grace = ARGV[15], tonumber(ARGV[16])
 local channel, job = ARGV[17], ARGV[18]
+local group, group_max = ARGV[20], tonumber(ARGV[21])
 
 local now = now_ms()
 if now > deadline then return {'expired'} end
@@ -48,11 +54,16 @@ local cause = up_job .. ' ' .. up_run
 if redis.call('ZSCORE', caused, cause) then return {'duplicate'} end
 local corrupt = corrupt_state(state)
 if corrupt then return corrupt end
+local slots = nil
+if group ~= '' then
+  slots = KEYS[7]
+  if not group_admits(slots, KEYS[8], group_max, now, now) then return {'group_full'} end
+end
 redis.call('ZREMRANGEBYSCORE', caused, '-inf', now - CAUSED_KEEP_MS)
 redis.call('ZADD', caused, PENDING, cause)
 
 local function params(ctx)
-  for i = 20, #ARGV - 1, 2 do
+  for i = 22, #ARGV - 1, 2 do
     ctx[#ctx + 1] = ARGV[i]
     ctx[#ctx + 1] = ARGV[i + 1]
   end
@@ -130,7 +141,8 @@ end
 -- otherwise leave them in flight for good.
 local expired = count_expired(running, now)
 local fence = next_fence(state, min_fence, now)
+if slots then group_hold(slots, run_id, now, lease_ms) end
 local lease_key = start_run(running, lease, run_id, at, lease_ms, overlap, replica, host,
-  'chain', 0, fence, now, now, ctx)
+  'chain', 0, fence, now, now, ctx, slots)
 announce_claim(channel, job .. ' 0 ' .. string.format('%d', fence))
 return {'claimed', fence, now, lease_key, ctx, expired}

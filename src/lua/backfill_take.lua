@@ -10,10 +10,14 @@
 -- Its claim is announced on the claims channel as after.lua's are, with
 -- tick 0: a backfilled tick is at or below `last_tick`, and no replica's
 -- wait for a scheduled tick should end on it.
--- KEYS: state, running, lease, pending, backfilled
+-- A job in a concurrency group takes a slot too (group_admits), or the
+-- tick waits.
+-- KEYS: state, running, lease, pending, backfilled, then for a group its
+--       slots and waiting ticks
 -- ARGV: run id, lease_ms, overlap, replica, host, min_fence, claims
 --       channel, job name, the cluster's pause (cluster_holds: 'none',
---       'hold' or the Redis ms it ends at)
+--       'hold' or the Redis ms it ends at), the group's name ('' for none)
+--       and max
 -- Returns {'claimed', tick, fence, started, lease_key, expired, backfill id}
 -- | {'wait', expired} | {'paused'} | {'empty'} | {'corrupt', …}; expired:
 -- runs in flight whose holder stopped renewing, for the caller to sweep.
@@ -53,6 +57,13 @@ for i = 2, #entries, 2 do
 end
 if in_flight >= limit then return {'wait', expired} end
 if overlap ~= 'allow' and redis.call('EXISTS', lease) == 1 then return {'wait', expired} end
+local slots = nil
+if (ARGV[10] or '') ~= '' then
+  slots = KEYS[6]
+  if not group_admits(slots, KEYS[7], tonumber(ARGV[11]), now, now) then
+    return {'wait', expired}
+  end
+end
 local last_tick = tonumber(redis.call('HGET', state, 'last_tick') or '-1')
 while true do
   local member = redis.call('ZRANGE', pending, 0, 0)[1]
@@ -69,8 +80,9 @@ while true do
   if tick and tick <= last_tick
     and #redis.call('ZRANGEBYSCORE', backfilled, tick, tick, 'LIMIT', 0, 1) == 0 then
     local fence = next_fence(state, min_fence, now)
+    if slots then group_hold(slots, run_id, now, lease_ms) end
     local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
-      replica, host, 'backfill', 0, fence, now, now, nil)
+      replica, host, 'backfill', 0, fence, now, now, nil, slots)
     redis.call('ZADD', backfilled, tick, tick_text .. ' ' .. run_id)
     if redis.call('ZCARD', backfilled) > BACKFILLED_KEEP then
       redis.call('ZREMRANGEBYRANK', backfilled, 0, -BACKFILLED_KEEP - 1)

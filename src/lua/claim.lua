@@ -21,7 +21,10 @@
 --       <calendars>', decided by the replica from its config: the tick is
 --       recorded `excluded` instead of run), and, when the job is to be
 --       told of late starts, its notification rules (read_notices) with the
---       events stream as KEYS[6]
+--       events stream as KEYS[6]; then, for a job in a concurrency group,
+--       the group's name, its max and the Redis ms until which the tick
+--       may wait for a slot ('' when the job has none), with the group's
+--       slots and waiting ticks as the last two KEYS (group_take)
 -- lead_ms: how far ahead of its tick (Redis time) the tick may be claimed.
 -- Only a plain claim is made ahead: a paused job, or a run in flight that
 -- the overlap policy would skip or replace, answers `early` until the tick
@@ -39,6 +42,12 @@ local deadline = tonumber(ARGV[15])
 local retry = ARGV[16] ~= 'first'
 local max_runs = tonumber(ARGV[17])
 local exclusion = ARGV[19]
+local group = ARGV[21] or ''
+local group_slots, group_waiting, group_max, group_until
+if group ~= '' then
+  group_slots, group_waiting = KEYS[#KEYS - 1], KEYS[#KEYS]
+  group_max, group_until = tonumber(ARGV[22]), tonumber(ARGV[23])
+end
 local function announce(fence)
   announce_claim(channel, job .. ' ' .. ARGV[1] .. ' ' .. fence)
 end
@@ -112,7 +121,10 @@ if stored < min_tick then
   redis.call('HSET', state, 'last_tick', min_tick)
   stored = min_tick
 end
-if tick <= stored then return {'taken', stored, regressed, current_fence} end
+if tick <= stored then
+  if group ~= '' then redis.call('ZREM', group_waiting, group_waiter(job, tick, group_until)) end
+  return {'taken', stored, regressed, current_fence}
+end
 -- Past the caller's deadline (an attempt that sat in a paused or slow Redis,
 -- or a retry after the caller stopped waiting): take no effect. Redis runs
 -- scripts one at a time, so once a retry hears this, no earlier attempt of
@@ -173,6 +185,17 @@ if overlap ~= 'allow' then
   -- sees its next renewal fail and stops its run.
 end
 
+-- The job's concurrency group: a slot, or nothing changes (no high-water
+-- mark moves) and the caller waits, within its grace, for one to free.
+if group ~= '' then
+  local full = group_take(group_slots, group_waiting, group_max, run_id, job, tick,
+    group_until, now, lease_ms)
+  if full ~= true then
+    if ahead then return {'early', tick - now} end
+    return {'group_full', full[1], full[2], current_fence}
+  end
+end
+
 -- Counted before this run's entry is added, which has not lapsed.
 local expired = count_expired(running, now)
 local started = math.max(now, tick)
@@ -189,7 +212,7 @@ if max_runs >= 0 then
   redis.call('HSET', state, 'runs_started', runs_started + 1)
 end
 local lease_key = start_run(running, lease, run_id, tick, lease_ms, overlap,
-  replica, host, trigger, 0, fence, now, started)
+  replica, host, trigger, 0, fence, now, started, nil, group_slots)
 announce(fence)
 local notices = read_notices(KEYS[6], ARGV[20])
 if notices and notices.late_ms > 0 and started - tick > notices.late_ms then

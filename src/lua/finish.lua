@@ -49,6 +49,8 @@ for i = 1, #fields - 1, 2 do
   end
 end
 local kind = 'current'
+-- The run's concurrency group slot, if it holds one, is given back.
+group_give(read_entry(redis.call('HGET', running, run_id) or ''), run_id)
 if redis.call('HDEL', running, run_id) == 0 then
   kind = 'stale'
   for i = 15, #ARGV - 1, 2 do

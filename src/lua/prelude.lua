@@ -205,14 +205,17 @@ end
 -- `started`: when the run starts by Redis time (now, or the tick when it
 -- is claimed ahead of it, see claim.lua); the lease counts from now.
 -- `ctx`: the run's context (read_context), or nil.
+-- `group`: the key of the concurrency group's slots the run holds
+-- (group_take), or nil; renew.lua extends the slot with the lease, and
+-- whoever records the run gives it back (group_give).
 local function start_run(running, lease, run_id, tick, lease_ms, overlap,
-                         replica, host, trigger, rerun, fence, now, started, ctx)
+                         replica, host, trigger, rerun, fence, now, started, ctx, group)
   local lease_key = lease
   if overlap == 'allow' then lease_key = lease .. ':' .. run_id end
   redis.call('HSET', running, run_id, cjson.encode({
     tick = tick, fence = fence, replica = replica, host = host, started = started,
     expires = now + lease_ms, lease_key = lease_key, trigger = trigger, rerun = rerun,
-    ctx = ctx,
+    ctx = ctx, group = group,
   }))
   redis.call('SET', lease_key, run_id, 'PX', lease_ms)
   return lease_key
@@ -470,4 +473,67 @@ local function cluster_holds(hold, tick)
   if hold == 'hold' then return true end
   local until_ms = tonumber(hold)
   return until_ms == nil or tick < until_ms
+end
+
+-- Concurrency groups (`[groups.<name>]`). A group's slots are a sorted set
+-- `<prefix>:{group:<name>}:slots`, run id scored by its lease's end (Redis
+-- ms): renew.lua extends a score with its lease, the run's record gives
+-- the slot back, and a slot whose score passed (its holder died or
+-- stalled) is dropped by the next claim, so it comes back when the lease
+-- lapses. Ticks waiting for a slot are a sorted set
+-- `<prefix>:{group:<name>}:waiting`, members "<job> <tick> <until>" scored
+-- by tick, each live until its `until` (the end of its grace): a claim is
+-- admitted only while the free slots outnumber the live waiters older
+-- than its tick, so waiting ticks go oldest first. Not in the job's hash
+-- slot: a group is refused with `[redis] cluster` and `quorum` (config).
+local GROUP_SLOTS_SPARE_MS = 60000
+
+local function group_waiter(job, tick, until_ms)
+  return job .. ' ' .. string.format('%d', tick) .. ' ' .. string.format('%d', until_ms)
+end
+
+-- Whether a run may take a slot of the group now, for a tick `tick`:
+-- slots whose lease passed and waiters whose grace passed are dropped
+-- first; then the free slots must outnumber the live waiters older than
+-- the tick. Also answers the slots in use.
+local function group_admits(slots, waiting, max, tick, now)
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  local used = redis.call('ZCARD', slots)
+  local older = 0
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', waiting, '-inf', '(' .. string.format('%d', tick))) do
+    local u = tonumber(string.match(w, ' (%-?%d+)$') or '')
+    if not u or u < now then redis.call('ZREM', waiting, w) else older = older + 1 end
+  end
+  return max - used > older, used
+end
+
+-- Holds a slot of the group for `run_id` while its lease lasts.
+local function group_hold(slots, run_id, now, lease_ms)
+  redis.call('ZADD', slots, now + lease_ms, run_id)
+  redis.call('PEXPIRE', slots, lease_ms + GROUP_SLOTS_SPARE_MS)
+end
+
+-- Takes a slot of the group for `run_id` (true), or registers the tick
+-- as waiting until `until_ms` and answers {slots used, ticks waiting}.
+local function group_take(slots, waiting, max, run_id, job, tick, until_ms, now, lease_ms)
+  local admitted, used = group_admits(slots, waiting, max, tick, now)
+  local me = group_waiter(job, tick, until_ms)
+  if admitted then
+    redis.call('ZREM', waiting, me)
+    group_hold(slots, run_id, now, lease_ms)
+    return true
+  end
+  if until_ms > now then
+    redis.call('ZADD', waiting, tick, me)
+    if redis.call('PTTL', waiting) < until_ms - now + GROUP_SLOTS_SPARE_MS then
+      redis.call('PEXPIRE', waiting, until_ms - now + GROUP_SLOTS_SPARE_MS)
+    end
+  end
+  return {used, redis.call('ZCARD', waiting)}
+end
+
+-- Gives back the group slot of a run whose entry `e` (read_entry) names
+-- one.
+local function group_give(e, run_id)
+  if e and type(e.group) == 'string' then redis.call('ZREM', e.group, run_id) end
 end

@@ -12,6 +12,9 @@ local raw = redis.call('HGET', running, run_id)
 if not raw then return 0 end
 local ok, e = pcall(cjson.decode, raw)
 redis.call('HDEL', running, run_id)
+if ok and type(e) == 'table' and type(e.group) == 'string' then
+  redis.call('ZREM', e.group, run_id)
+end
 local lease_key = (ok and type(e) == 'table' and type(e.lease_key) == 'string' and e.lease_key)
   or base_lease
 if redis.call('GET', lease_key) == run_id then redis.call('DEL', lease_key) end

@@ -14,6 +14,11 @@ local e = read_entry(raw)
 if not e then return 0 end
 redis.call('PEXPIRE', lease_key, lease_ms)
 e.expires = now_ms() + lease_ms
+-- The run's concurrency group slot lasts as long as its lease.
+if type(e.group) == 'string' then
+  redis.call('ZADD', e.group, 'XX', e.expires, run_id)
+  redis.call('PEXPIRE', e.group, lease_ms + GROUP_SLOTS_SPARE_MS)
+end
 redis.call('HSET', running, run_id, cjson.encode(e))
 if e.kill then return 2 end
 return 1

@@ -36,6 +36,7 @@ for i = 1, #entries, 2 do
   elseif e.expires < now then
     abandoned = abandoned + 1
     redis.call('HDEL', running, run_id)
+    group_give(e, run_id)
     if redis.call('GET', e.lease_key) == run_id then redis.call('DEL', e.lease_key) end
     local ctx = read_context(e.ctx)
     local fields = add_context({'tick', e.tick, 'fence', e.fence, 'run_id', run_id,

@@ -27,6 +27,12 @@ impl HistoryEntry {
         if let Some(run_on) = &self.no_matching_replica {
             return format!("{} (no replica with tags {run_on})", self.status);
         }
+        if self.status == Status::SkippedCapacity {
+            return match &self.group {
+                Some(group) => format!("{} (group {group} full)", self.status),
+                None => format!("{} (no replica had room)", self.status),
+            };
+        }
         match (&self.calendar, self.calendar_rule) {
             (Some(calendar), Some(CalendarRule::Only)) => {
                 format!("{} (outside {calendar})", self.status)
@@ -86,6 +92,13 @@ pub struct HistoryEntry {
     /// control characters escaped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub killed_by: Option<String>,
+    /// A `skipped_capacity` tick: why (`capacity`: every replica had its
+    /// `max_runs` in flight; `group`: the job's group had no slot free)
+    /// and the group, escaped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
 }
@@ -191,6 +204,8 @@ pub(super) fn history_entry(
         params: params(&id, &fields),
         no_matching_replica: no_matching_replica(status, &fields),
         killed_by: killed_by(status, &fields),
+        reason: capacity_field(status, &fields, "reason"),
+        group: capacity_field(status, &fields, "group"),
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
@@ -212,6 +227,13 @@ fn no_matching_replica(status: Status, fields: &BTreeMap<String, String>) -> Opt
     } else {
         Some("?".to_string())
     }
+}
+
+/// A `skipped_capacity` outcome's field `name` (`reason`, `group`),
+/// control characters escaped; none for any other status.
+fn capacity_field(status: Status, fields: &BTreeMap<String, String>, name: &str) -> Option<String> {
+    let value = fields.get(name)?;
+    (status == Status::SkippedCapacity).then(|| crate::inert::escape(value).into_owned())
 }
 
 /// Who asked for a `killed` run to stop (its `killed_by`), control

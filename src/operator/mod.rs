@@ -22,6 +22,8 @@ pub use crate::store::{LastOutcome, PlanMode, Repair, RunningStatus};
 mod backfill;
 mod drain;
 mod explain;
+mod groups;
+pub use groups::GroupStatus;
 mod history;
 mod live;
 mod pause;
@@ -128,6 +130,20 @@ pub struct ReplicaStatus {
     /// Its `[daemon] tags`, which jobs' `run_on` ask for.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
+    /// The most runs it keeps in flight at once (`[daemon] max_runs`);
+    /// none: no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_runs: Option<u32>,
+}
+
+impl ReplicaStatus {
+    /// Its runs in flight, and of how many when it has a limit: `2 of 2`.
+    pub fn runs_of_max(&self) -> String {
+        match self.max_runs {
+            Some(max) => format!("{} of {max}", self.runs.len()),
+            None => self.runs.len().to_string(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -320,6 +336,9 @@ pub struct StatusReport {
     /// after.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub channels: Vec<ChannelHealth>,
+    /// The concurrency groups the job table's jobs name, with their use.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupStatus>,
 }
 
 /// A cluster lock as `status --lock NAME` shows it.
@@ -364,6 +383,7 @@ fn parse_replica(id: &str, raw: &str, now_ms: i64) -> Option<ReplicaStatus> {
         drain: record.drain,
         tags: record.tags,
         drained_by: None,
+        max_runs: record.max_runs,
     })
 }
 
@@ -396,6 +416,11 @@ pub async fn status<J: Borrow<Job>>(
     locks: Locks<'_>,
 ) -> Result<StatusReport, OperatorError> {
     let now_ms = store.server_time_ms().await?;
+    let groups = groups::groups_of(
+        jobs.iter()
+            .flat_map(|table| table.values())
+            .map(|job| job.borrow()),
+    );
     let replicas = read_replicas(store, now_ms).await?;
     let names = job_names(jobs, &replicas);
     let replicas_ref = &replicas;
@@ -436,6 +461,7 @@ pub async fn status<J: Borrow<Job>>(
     }
     let channels = store.channel_health().await?;
     let cluster_pause = store.cluster_pause().await?.filter(|p| p.holds(now_ms));
+    let groups = groups::read_use(store, groups, now_ms).await?;
     Ok(StatusReport {
         prefix: prefix.to_string(),
         now_ms,
@@ -444,6 +470,7 @@ pub async fn status<J: Borrow<Job>>(
         jobs,
         locks: held,
         channels,
+        groups,
     })
 }
 
@@ -909,6 +936,7 @@ mod tests {
             drain: None,
             tags: Vec::new(),
             drained_by: None,
+            max_runs: None,
         };
         let replicas = [replica("a", "1"), replica("b", "1"), replica("c", "2")];
         assert_eq!(drift("j", None, &replicas), ["c"]);

@@ -39,11 +39,14 @@ fn paint(text: &str, colour: Colour) -> String {
     if let Some(rest) = text.strip_prefix("excluded (") {
         return paint("excluded", colour) + " (" + rest;
     }
+    if let Some(rest) = text.strip_prefix("skipped_capacity (") {
+        return paint("skipped_capacity", colour) + " (" + rest;
+    }
     let code = match text {
         "ok" | "alive" => "32",
         "failed" | "timeout" | "lost_lease" | "abandoned" | "dead" => "31",
-        "interrupted" | "killed" | "skipped_overlap" | "paused" | "not_durable"
-        | "CLUSTER PAUSED" => "33",
+        "interrupted" | "killed" | "skipped_overlap" | "skipped_capacity" | "paused"
+        | "not_durable" | "CLUSTER PAUSED" => "33",
         "excluded" => "36",
         _ => return text.to_string(),
     };
@@ -150,6 +153,17 @@ pub fn render_status(report: &StatusReport, colour: Colour) -> String {
     out.push_str(&table(&replica_rows(report), colour));
     let _ = writeln!(out, "\njobs ({}):", report.jobs.len());
     out.push_str(&table(&job_rows(report), colour));
+    if !report.groups.is_empty() {
+        let _ = writeln!(out, "\ngroups ({}):", report.groups.len());
+        for group in &report.groups {
+            let _ = writeln!(
+                out,
+                "{}  ({})",
+                crate::inert::escape(&group.summary()),
+                group.jobs.join(", ")
+            );
+        }
+    }
     let warnings: Vec<String> = report
         .jobs
         .iter()
@@ -258,7 +272,7 @@ fn replica_rows(report: &StatusReport) -> Vec<Vec<String>> {
             r.version.clone(),
             ago(report.now_ms, r.last_seen_ms),
             replica_state(r),
-            r.runs.len().to_string(),
+            r.runs_of_max(),
             r.containment.clone().unwrap_or_else(|| "-".to_string()),
         ];
         if tagged {

@@ -251,7 +251,13 @@ impl Store {
             .key(keys.running(job))
             .key(keys.lease(job))
             .key(keys.backfill(job))
-            .key(keys.backfilled(job))
+            .key(keys.backfilled(job));
+        if let Some(group) = claimant.group {
+            invocation
+                .key(keys.group_slots(&group.name))
+                .key(keys.group_waiting(&group.name));
+        }
+        invocation
             .arg(run_id)
             .arg(duration_ms(claimant.lease))
             .arg(claimant.overlap.as_str())
@@ -260,7 +266,9 @@ impl Store {
             .arg(claimant.min_fence)
             .arg(keys.claims_channel())
             .arg(job)
-            .arg(cluster_pause.as_arg());
+            .arg(cluster_pause.as_arg())
+            .arg(claimant.group.map_or("", |g| g.name.as_str()))
+            .arg(claimant.group.map_or(0, |g| g.max));
         let mut conn = self.single("backfill").await?;
         let reply: Value = invocation.invoke_async(&mut conn).await?;
         parse_take(reply)

@@ -193,6 +193,9 @@ pub enum FollowReply {
     Expired,
     /// The job's state holds a `field` that is not a number: not run.
     Corrupt { field: String, value: String },
+    /// The job's concurrency group has no slot free: nothing changed, the
+    /// entry is read again.
+    GroupFull,
 }
 
 /// Name, value pairs of a reply's array at `i`.
@@ -215,6 +218,7 @@ fn parse_follow(reply: Value) -> Result<FollowReply, StoreError> {
             expired: u32::try_from(r.int_or(5, 0)).unwrap_or(0),
         },
         "waiting" => FollowReply::Waiting,
+        "group_full" => FollowReply::GroupFull,
         "busy" => FollowReply::Busy {
             holder: r.string_or_empty(1),
         },
@@ -271,7 +275,13 @@ impl Store {
             .key(keys.lease(job))
             .key(keys.runs(job))
             .key(keys.caused(job))
-            .key(keys.joins(job))
+            .key(keys.joins(job));
+        if let Some(group) = request.claimant.group {
+            invocation
+                .key(keys.group_slots(&group.name))
+                .key(keys.group_waiting(&group.name));
+        }
+        invocation
             .arg(request.upstream)
             .arg(&entry.upstream_run_id)
             .arg(&entry.status)
@@ -294,7 +304,9 @@ impl Store {
             .arg(request.skip_after.map_or(0, duration_ms))
             .arg(keys.claims_channel())
             .arg(job)
-            .arg(request.cluster_pause.as_arg());
+            .arg(request.cluster_pause.as_arg())
+            .arg(request.claimant.group.map_or("", |g| g.name.as_str()))
+            .arg(request.claimant.group.map_or(0, |g| g.max));
         for (name, value) in request.params {
             invocation
                 .arg(format!("{PARAM_FIELD_PREFIX}{name}"))

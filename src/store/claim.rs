@@ -51,6 +51,19 @@ pub struct ClaimRequest<'a> {
     /// script records it `excluded` (answer `Excluded`) instead of
     /// claiming it for a run.
     pub exclusion: Option<&'a Exclusion>,
+    /// The job's concurrency group, if it has one: the claim takes one of
+    /// its slots, or answers `GroupFull` and changes nothing else.
+    pub group: Option<GroupClaim<'a>>,
+}
+
+/// What a claim of a job in a concurrency group says of the group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupClaim<'a> {
+    pub name: &'a str,
+    pub max: u32,
+    /// Redis time until which the tick may wait for a slot: while it
+    /// waits, younger ticks of the group let it go first.
+    pub until_ms: i64,
 }
 
 /// What a claim does when a run of the job is in flight and the overlap
@@ -175,6 +188,10 @@ pub enum ClaimReply {
     /// The job has started its `max_runs` runs of the schedule: it has no
     /// more ticks. Nothing was claimed.
     Ended { runs_started: u64, fence: u64 },
+    /// The job's concurrency group has no slot free (`used` of its max,
+    /// `waiting` ticks waiting, this one among them): nothing changed; the
+    /// caller asks again while the tick's grace lasts.
+    GroupFull { used: u64, waiting: u64, fence: u64 },
 }
 
 pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
@@ -221,6 +238,11 @@ pub(super) fn parse_claim(reply: Value) -> Result<ClaimReply, StoreError> {
             field: r.string(1)?,
             value: r.string_or_empty(2),
         },
+        "group_full" => ClaimReply::GroupFull {
+            used: u64::try_from(r.int(1)?).unwrap_or(0),
+            waiting: u64::try_from(r.int(2)?).unwrap_or(0),
+            fence: r.fence_or_zero(3)?,
+        },
         "ended" => ClaimReply::Ended {
             runs_started: u64::try_from(r.int(1)?).unwrap_or(0),
             fence: r.fence_or_zero(2)?,
@@ -256,6 +278,7 @@ impl ClaimReply {
             ClaimReply::Lapsed => "lapsed",
             ClaimReply::Corrupt { .. } => "corrupt",
             ClaimReply::Ended { .. } => "ended",
+            ClaimReply::GroupFull { .. } => "group_full",
         }
     }
 }
@@ -588,6 +611,7 @@ impl Store {
             + notices.arg().len()
             + exclusion.len()
             + keys.job_key_len(job, "events")
+            + request.group.map_or(0, |g| 3 * g.name.len() + 60)
             + CLAIM_NUMBERS_BYTES;
         let mut args = redis::Cmd::with_capacity(CLAIM_KEYS + CLAIM_ARGS, bytes);
         for part in parts {
@@ -595,6 +619,10 @@ impl Store {
         }
         if !notices.is_none() {
             args.write_arg_fmt(keys.job_key_arg(job, "events"));
+        }
+        if let Some(group) = &request.group {
+            args.arg(keys.group_slots(group.name))
+                .arg(keys.group_waiting(group.name));
         }
         args.arg(request.tick_ms)
             .arg(request.run_id)
@@ -618,7 +646,12 @@ impl Store {
             .arg(request.claimant.max_runs.map_or(-1, i64::from))
             .arg(request.cluster_pause.as_arg())
             .arg(exclusion);
-        if !notices.is_none() {
+        if let Some(group) = &request.group {
+            args.arg(notices.arg())
+                .arg(group.name)
+                .arg(group.max)
+                .arg(group.until_ms);
+        } else if !notices.is_none() {
             args.arg(notices.arg());
         }
         args
@@ -627,11 +660,9 @@ impl Store {
     /// How many keys [`Store::claim_args`] names: the job's events stream
     /// too when the claim may tell a late start.
     fn claim_keys(request: &ClaimRequest<'_>) -> usize {
-        if request.claimant.notices.is_none() {
-            CLAIM_KEYS
-        } else {
-            CLAIM_KEYS + 1
-        }
+        let events = usize::from(!request.claimant.notices.is_none());
+        let group = if request.group.is_some() { 2 } else { 0 };
+        CLAIM_KEYS + events + group
     }
 
     async fn claim_on(

@@ -91,6 +91,19 @@ impl Keys {
         self.job_key(job, "lease")
     }
 
+    /// Sorted set: the run ids holding a slot of concurrency group
+    /// `group`, each scored by its lease's end (Redis ms). Its own hash
+    /// tag, not a job's: groups are refused on Redis Cluster.
+    pub fn group_slots(&self, group: &str) -> String {
+        format!("{}:{{group:{group}}}:slots", self.prefix)
+    }
+
+    /// Sorted set: the ticks waiting for a slot of `group`, members
+    /// `<job> <tick> <until>` scored by tick.
+    pub fn group_waiting(&self, group: &str) -> String {
+        format!("{}:{{group:{group}}}:waiting", self.prefix)
+    }
+
     /// Stream: one entry per outcome.
     pub fn runs(&self, job: &str) -> String {
         self.job_key(job, "runs")

@@ -19,6 +19,7 @@ use crate::link::{Conn, Link};
 mod audit;
 mod backfill;
 mod batch;
+mod capacity;
 mod chain;
 mod claim;
 mod drain;
@@ -42,7 +43,8 @@ use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
 pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
-pub use claim::{ClaimReply, ClaimRequest, StateCheck, StateField, WhenBusy};
+pub use capacity::{CapacityCause, CapacitySkip, CapacitySkipReply};
+pub use claim::{ClaimReply, ClaimRequest, GroupClaim, StateCheck, StateField, WhenBusy};
 pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
 #[cfg(feature = "internals")]
 pub use events::NO_NOTICES;
@@ -127,6 +129,7 @@ struct Scripts {
     overdue: Script,
     replica_dead: Script,
     kill: Script,
+    skip_capacity: Script,
 }
 
 impl Scripts {
@@ -162,6 +165,7 @@ impl Scripts {
             overdue: script(include_str!("../lua/overdue.lua")),
             replica_dead: script(include_str!("../lua/replica_dead.lua")),
             kill: script(include_str!("../lua/kill.lua")),
+            skip_capacity: script(include_str!("../lua/skip_capacity.lua")),
         }
     }
 }
@@ -214,6 +218,9 @@ pub struct Claimant<'a> {
     /// The job's `max_runs`: a claim that finds the job has started that
     /// many runs of its schedule answers `Ended`. None: no limit.
     pub max_runs: Option<u32>,
+    /// The job's concurrency group: a manual run, a follower's run or a
+    /// backfill tick takes one of its slots, or waits.
+    pub group: Option<&'a crate::config::JobGroup>,
 }
 
 /// What the eviction and persistence settings of the server are.

@@ -64,6 +64,8 @@ pub enum ManualReply {
     /// The job's state hash holds a `field` that is not a number: not run
     /// (see [`ClaimReply::Corrupt`](super::ClaimReply::Corrupt)).
     Corrupt { field: String, value: String },
+    /// The job's concurrency group has no slot free: nothing changed.
+    GroupFull,
 }
 
 /// A connection of its own for blocking reads of the triggers stream.
@@ -188,6 +190,7 @@ pub(super) fn parse_manual(reply: Value) -> Result<ManualReply, StoreError> {
             holder: r.string_or_empty(1),
         }),
         "duplicate" => Ok(ManualReply::Duplicate),
+        "group_full" => Ok(ManualReply::GroupFull),
         "corrupt" => Ok(ManualReply::Corrupt {
             field: r.string(1)?,
             value: r.string_or_empty(2),
@@ -315,7 +318,13 @@ impl Store {
             .key(keys.running(job))
             .key(keys.lease(job))
             .key(keys.runs(job))
-            .key(keys.done_at(job))
+            .key(keys.done_at(job));
+        if let Some(group) = manual.claimant.group {
+            invocation
+                .key(keys.group_slots(&group.name))
+                .key(keys.group_waiting(&group.name));
+        }
+        invocation
             .arg(request.requested_ms())
             .arg(&request.run_id)
             .arg(duration_ms(manual.claimant.lease))
@@ -325,7 +334,9 @@ impl Store {
             .arg(manual.claimant.history)
             .arg(manual.claimant.min_fence)
             .arg(duration_ms(DEDUP_WINDOW))
-            .arg(dedup_entries(manual.claimant.history));
+            .arg(dedup_entries(manual.claimant.history))
+            .arg(manual.claimant.group.map_or("", |g| g.name.as_str()))
+            .arg(manual.claimant.group.map_or(0, |g| g.max));
         for (name, value) in manual.params {
             invocation
                 .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))

@@ -32,6 +32,8 @@ pub const TICK_LATENESS: &str = "cronlease_tick_lateness_seconds";
 pub const RUN_DURATION: &str = "cronlease_run_duration_seconds";
 pub const RUN_CPU: &str = "cronlease_run_cpu_seconds";
 pub const LEASES_HELD: &str = "cronlease_leases_held";
+pub const RUNS_IN_FLIGHT: &str = "cronlease_runs_in_flight";
+pub const RUNS_MAX: &str = "cronlease_runs_max";
 pub const LEASE_RENEWALS: &str = "cronlease_lease_renewals_total";
 pub const LOST_LEASES: &str = "cronlease_lost_leases_total";
 pub const REDIS_ERRORS: &str = "cronlease_redis_errors_total";
@@ -108,6 +110,14 @@ fn describe_metrics() {
         RUN_CPU,
         Unit::Seconds,
         "CPU time of the processes of runs finished by this replica (runs in cgroups only)."
+    );
+    describe_gauge!(
+        RUNS_IN_FLIGHT,
+        "Runs this replica has in flight, whatever started them."
+    );
+    describe_gauge!(
+        RUNS_MAX,
+        "The most runs this replica keeps in flight at once ([daemon] max_runs); absent without a limit."
     );
     describe_gauge!(
         LEASES_HELD,

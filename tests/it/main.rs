@@ -14,6 +14,7 @@ mod backfill;
 mod batching;
 mod bounds;
 mod calendars;
+mod capacity;
 mod chains;
 mod check;
 mod containment;

@@ -228,6 +228,10 @@ fn bad_tags_and_broadcast_combinations_are_refused_with_their_place() {
         &["field `mode`", "cannot go with `max_runs`"],
     );
     check(
+        &format!("{redis}[groups.db]\nmax = 2\n\n{job}mode = \"every_replica\"\ngroup = \"db\"\n"),
+        &["field `mode`", "cannot go with `group`"],
+    );
+    check(
         &format!(
             "{redis}{job}[jobs.after]\nafter = [\"clean\"]\ncommand = [\"true\"]\nmode = \"every_replica\"\n"
         ),

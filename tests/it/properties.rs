@@ -193,6 +193,7 @@ fn heartbeat() -> impl Strategy<Value = Heartbeat> {
                     cluster_pause: None,
                     drain: None,
                     tags: Vec::new(),
+                    max_runs: (pid % 3 == 0).then_some(2),
                 }
             },
         )

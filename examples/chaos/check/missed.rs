@@ -32,9 +32,12 @@ pub fn check_m(facts: &Facts, report: &mut Report) {
                         .then_some(super::Excuse::Window),
                 });
             } else if !started
-                && records
-                    .iter()
-                    .any(|r| !matches!(r.status(), "missed" | "skipped_overlap" | "excluded"))
+                && records.iter().any(|r| {
+                    !matches!(
+                        r.status(),
+                        "missed" | "skipped_overlap" | "excluded" | "skipped_capacity"
+                    )
+                })
             {
                 report
                     .claimed_not_started

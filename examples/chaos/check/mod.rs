@@ -1,7 +1,8 @@
 //! The checker: from what the jobs did, what the replicas recorded and what
 //! was injected, every breach of the promise, one module per property:
 //! D `duplicates`, M `missed`, F `fences`, S `one_outcome`, O `overlap`,
-//! L `lost`, E `exits`, N `notifications`, C `chains` (the follower's runs
+//! L `lost`, E `exits`, N `notifications`, G `placement` (the concurrency
+//! group's and each replica's limits), C `chains` (the follower's runs
 //! against its upstreams' outcomes: its duplicates and misses are added
 //! to D and M); then `latency` (takeover and abort) and `phantoms`
 //! (information). `facts` indexes the evidence and the declared windows.
@@ -18,6 +19,7 @@ mod notifications;
 mod one_outcome;
 mod overlap;
 mod phantoms;
+mod placement;
 
 use std::collections::BTreeMap;
 
@@ -117,6 +119,12 @@ pub struct Report {
     pub o_max: BTreeMap<String, usize>,
     /// The most runs at once outside state-loss windows.
     pub o_outside: usize,
+    /// G: the group's and the replicas' limits broken (see `placement`).
+    pub g: Vec<Violation>,
+    /// The most runs of the group at once outside excused episodes.
+    pub g_group_max: usize,
+    /// The most runs on one replica at once outside excused episodes.
+    pub g_capacity_max: usize,
     pub l: Vec<Violation>,
     /// Replicas that died by themselves, did not exit 0 on SIGTERM, or did
     /// not take a reload.
@@ -185,6 +193,7 @@ fn check(input: &CheckInput) -> Report {
     fences::check_f(&facts, &mut report);
     one_outcome::check_s(&facts, &mut report);
     overlap::check_o(&facts, &mut report);
+    placement::check_g(&facts, &mut report);
     lost::check_l(&facts, &mut report);
     exits::check_e(&facts, &mut report);
     notifications::check_n(&facts, &mut report);

@@ -24,10 +24,10 @@ use crate::wall::{clock, rfc3339};
 /// How long after SIGCONT a frozen daemon's run may go on: the daemon
 /// stops its runs at once when it wakes (SIGTERM, SIGKILL after its
 /// `kill_grace` of 1 s), plus slack.
-const FROZEN_DAEMON_KILL_MS: i64 = 1_500;
+pub(super) const FROZEN_DAEMON_KILL_MS: i64 = 1_500;
 
 /// A run's start and end (wall ms) and its start line.
-type Interval<'a> = (i64, i64, &'a Effect);
+pub(super) type Interval<'a> = (i64, i64, &'a Effect);
 
 pub fn check_o(facts: &Facts, report: &mut Report) {
     for job in all_jobs() {
@@ -78,8 +78,21 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
 /// The runs of `job` (reruns excepted) as intervals; a run whose end is
 /// unknown is left out, with a warning.
 fn intervals<'a>(facts: &Facts<'a>, job: &str, report: &mut Report) -> Vec<Interval<'a>> {
+    intervals_of(facts, |e| e.job == job, report)
+}
+
+/// The runs whose start line `keep` picks (reruns excepted) as
+/// intervals; a run whose end is unknown is left out, with a warning.
+pub(super) fn intervals_of<'a>(
+    facts: &Facts<'a>,
+    keep: impl Fn(&Effect) -> bool,
+    report: &mut Report,
+) -> Vec<Interval<'a>> {
     let mut intervals = Vec::new();
-    for start in facts.start_of.values().filter(|e| e.job == job) {
+    let mut starts: Vec<&&Effect> = facts.start_of.values().filter(|e| keep(e)).collect();
+    starts.sort_by_key(|e| (e.wall, e.run_id.as_str()));
+    for start in starts {
+        let job = start.job.as_str();
         if facts.is_rerun_run(&start.run_id) {
             continue;
         }
@@ -162,7 +175,7 @@ fn overlap(
 
 /// When the suite woke (SIGCONT) the replica it froze while `run_id` was
 /// running there, if it did.
-fn sigcont_of_holder(facts: &Facts, run_id: &str) -> Option<i64> {
+pub(super) fn sigcont_of_holder(facts: &Facts, run_id: &str) -> Option<i64> {
     facts
         .input
         .faults

@@ -16,13 +16,17 @@ pub const KEY_PREFIX: &str = "chaos";
 /// expressions): name, extra TOML lines, shell
 /// body between the lines. The follower (`FOLLOWER`) is apart: it has no
 /// ticks of its own.
+/// `grouped-a` and `grouped-b` share the concurrency group `GROUP`, of
+/// one slot: each wants a run of 1.2 s every second, so most of their
+/// ticks wait for the slot and many are recorded `skipped_capacity`; the
+/// checker's G holds the group to its one run at a time.
 /// `flaky` fails on its own, so that notifications tell of failures, time
 /// outs and recoveries besides what the faults cause: in every ten seconds
 /// of ticks, two fail (exit 1, without the `end` line, as a crashed body),
 /// one runs past its timeout, the others succeed. Its `misfire = "skip"`
 /// records every tick an outage kept everyone from claiming as `missed`
 /// (the others' `run_once` runs the latest), so that `missed` is told too.
-pub const JOBS: [(&str, &str, &str); 5] = [
+pub const JOBS: [(&str, &str, &str); 7] = [
     ("quick", "", "true"),
     ("slow", "", "sleep 1.5"),
     ("allowed", "overlap = \"allow\"\n", "sleep 1.5"),
@@ -32,7 +36,16 @@ pub const JOBS: [(&str, &str, &str); 5] = [
         "timeout = \"1s\"\nmisfire = \"skip\"\n",
         "case $((CRONLEASE_TICK_MS / 1000 % 10)) in 0|1) exit 1 ;; 5) sleep 3 ;; *) sleep 0.2 ;; esac",
     ),
+    ("grouped-a", "group = \"probe\"\n", "sleep 1.2"),
+    ("grouped-b", "group = \"probe\"\n", "sleep 1.2"),
 ];
+
+/// The concurrency group of `grouped-a` and `grouped-b`, and its `max`.
+pub const GROUP: (&str, usize) = ("probe", 1);
+
+/// Every replica's `[daemon] max_runs`: more than the probes need while
+/// every replica is up, so that it binds when one is down or frozen.
+pub const MAX_RUNS: usize = 4;
 
 /// The follower probe: no schedule of its own (a pure follower), one run
 /// for each outcome of a run of `slow` or `rerun`, whatever its status
@@ -104,6 +117,10 @@ impl Replica {
              dashboard_listen = \"\"\n\
              # Keep every outcome of a long run for the checker.\n\
              history = 1000000\n\
+             max_runs = {MAX_RUNS}\n\
+             \n\
+             [groups.{group}]\n\
+             max = {group_max}\n\
              \n\
              [notify.{SINK_CHANNEL}]\n\
              kind = \"webhook\"\n\
@@ -113,6 +130,8 @@ impl Replica {
             name = self.name,
             state_dir = toml_string(&state_dir.to_string_lossy()),
             url = toml_string(&self.sink_url),
+            group = GROUP.0,
+            group_max = GROUP.1,
         );
         let file = shell_quote(&effects.to_string_lossy());
         let rules =

@@ -50,7 +50,8 @@ pub struct Reason {
     /// `not_a_tick`, `schedule_ended`, `not_yet_due`, `paused`, `misfire`,
     /// `overlap`, `no_live_replica`, `redis_unreachable`, `config_drift`,
     /// `not_durable`, `not_claimed_yet`, `no_record`, `calendar`,
-    /// `outside_window`, `window_ended` or `max_runs_reached`.
+    /// `outside_window`, `window_ended`, `max_runs_reached`, `capacity` or
+    /// `group_full`.
     pub kind: &'static str,
     /// The reason in a sentence, evidence included.
     pub text: String,

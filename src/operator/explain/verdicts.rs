@@ -27,7 +27,11 @@ pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition
     let ran = of_tick.iter().rev().find(|r| {
         !matches!(
             r.entry.status,
-            Status::Missed | Status::SkippedOverlap | Status::NotDurable | Status::Excluded
+            Status::Missed
+                | Status::SkippedOverlap
+                | Status::NotDurable
+                | Status::Excluded
+                | Status::SkippedCapacity
         )
     });
     if let Some(run) = ran {
@@ -38,6 +42,8 @@ pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition
         excluded_verdict(explanation, excluded);
     } else if let Some(skip) = find(Status::SkippedOverlap) {
         skipped_verdict(explanation, skip, records);
+    } else if let Some(full) = find(Status::SkippedCapacity) {
+        capacity_verdict(explanation, full);
     } else if let Some(missed) = find(Status::Missed) {
         missed_verdict(explanation, missed, records, definition);
     } else if let Some(lost) = find(Status::NotDurable) {
@@ -53,6 +59,41 @@ pub(super) fn judge(explanation: &mut Explanation, records: &Records, definition
         ));
     } else {
         no_record_verdict(explanation, records);
+    }
+}
+
+/// A `skipped_capacity` outcome: no replica had room for the tick
+/// (`capacity`), or its group no slot (`group_full`), within its grace.
+fn capacity_verdict(explanation: &mut Explanation, full: &Recorded) {
+    let e = &full.entry;
+    explanation.verdict = Verdict::NotRun;
+    let recorded_by = if e.replica.is_empty() {
+        full.recorded_by.clone()
+    } else {
+        e.replica.clone()
+    };
+    match &e.group {
+        Some(group) => {
+            explanation.summary =
+                format!("its group {group} had no slot free within the tick's grace");
+            explanation.reasons.push(reason(
+                "group_full",
+                format!(
+                    "every slot of the concurrency group {group} was held by runs of its jobs until the tick's grace passed; {recorded_by} recorded it skipped_capacity"
+                ),
+                json!({ "group": group, "recorded_by": recorded_by, "at_ms": e.finished_ms }),
+            ));
+        }
+        None => {
+            explanation.summary = "no replica had room for it within the tick's grace".to_string();
+            explanation.reasons.push(reason(
+                "capacity",
+                format!(
+                    "every replica that could claim it had its [daemon] max_runs runs in flight until the tick's grace passed; {recorded_by} recorded it skipped_capacity"
+                ),
+                json!({ "recorded_by": recorded_by, "at_ms": e.finished_ms }),
+            ));
+        }
     }
 }
 

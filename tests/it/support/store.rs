@@ -37,6 +37,7 @@ pub fn test_claimant(lease: Duration, overlap: Overlap, history: u32) -> Claiman
         min_fence: 0,
         notices: &cronlease::store::NO_NOTICES,
         max_runs: None,
+        group: None,
     }
 }
 
@@ -61,6 +62,7 @@ pub fn claim_request<'a>(
         attempt: Attempt::First,
         cluster_pause: cronlease::store::ClusterHold::None,
         exclusion: None,
+        group: None,
     }
 }
 
