@@ -88,12 +88,7 @@ pub(super) async fn claim(
         Err(end) => return end,
     };
     let mut failures = Failures::new(waiting.deadline_ms);
-    // Only the first answer measures the load (an `early` answer's wait
-    // would feed the lead back into itself), and not after a wait for room.
-    let mut measure = match ahead {
-        Ahead::By { woke, .. } if began.elapsed() < ROOM_POLL / 4 => Some(woke),
-        Ahead::By { .. } | Ahead::No => None,
-    };
+    let mut measure = measure_from(ahead, began);
     let mut attempt = Attempt::First;
     let notices = job_notices(side.store.keys(), job);
     let exclusion = exclusion(job, tick_ms, waiting.trigger);
@@ -120,12 +115,7 @@ pub(super) async fn claim(
         let trigger = waiting.trigger;
         let sent = Instant::now();
         attempt = Attempt::Again;
-        // A broadcast job's tick is claimed by each replica for itself.
-        let reply = match job.mode {
-            Mode::EveryReplica => side.store.claim_broadcast(&request).await,
-            _ => side.store.claim(&request).await,
-        };
-        let next = match reply {
+        let next = match send(side, job, &request).await {
             // Definite: the attempt changed nothing, so the next one is a
             // first attempt again.
             Ok(full @ ClaimReply::GroupFull { .. }) => {
@@ -152,6 +142,29 @@ pub(super) async fn claim(
         };
         // Cut short by a cancellation, which the check above then sees.
         pause(wait, cancel).await;
+    }
+}
+
+/// When the load is measured from: only the first answer measures it (an
+/// `early` answer's wait would feed the lead back into itself), and not
+/// after a wait for room.
+fn measure_from(ahead: Ahead, began: Instant) -> Option<Instant> {
+    match ahead {
+        Ahead::By { woke, .. } if began.elapsed() < ROOM_POLL / 4 => Some(woke),
+        Ahead::By { .. } | Ahead::No => None,
+    }
+}
+
+/// Sends one attempt: a broadcast job's tick is claimed by each replica
+/// for itself, any other job's once in the cluster.
+async fn send(
+    side: &ClaimSide<'_>,
+    job: &Job,
+    request: &ClaimRequest<'_>,
+) -> Result<ClaimReply, StoreError> {
+    match job.mode {
+        Mode::EveryReplica => side.store.claim_broadcast(request).await,
+        Mode::One => side.store.claim(request).await,
     }
 }
 

@@ -163,12 +163,29 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
     note_epochs(ctx, beats, &reply.epochs);
     tend_drain(ctx, beats, drain, &reply.drained).await;
     let others = read_others(ctx, beats, &reply.replicas);
-    // Drained replicas claim nothing: the others rank without them, so no
-    // tick waits for a drained replica's turn.
+    ctx.claims
+        .live
+        .replace(rendezvous_replicas(ctx, &others, &reply.drained, server_ms));
+    for (replica, record) in &others {
+        tend_silent(ctx, replica, record, server_ms).await;
+    }
+    tell_dead(ctx, beats, &others, server_ms).await;
+    tend_pauses(ctx, server_ms).await;
+}
+
+/// The replicas the rendezvous ranks: the live ones but the drained
+/// (they claim nothing, so no tick waits for a drained replica's turn),
+/// with their tags; this one always, as far as it knows itself.
+fn rendezvous_replicas(
+    ctx: &Ctx,
+    others: &[(&str, Heartbeat<serde::de::IgnoredAny>)],
+    drained: &[String],
+    server_ms: i64,
+) -> Vec<LiveReplica> {
     let mut live: Vec<LiveReplica> = others
         .iter()
         .filter(|(_, record)| record.is_alive(server_ms) && record.drain.is_none())
-        .filter(|(id, _)| !reply.drained.iter().any(|drained| drained == id))
+        .filter(|(id, _)| !drained.iter().any(|d| d == id))
         .map(|(id, record)| LiveReplica {
             id: id.to_string(),
             tags: record.tags.clone(),
@@ -180,12 +197,7 @@ async fn beat(ctx: &Arc<Ctx>, beats: &mut Beats) {
             tags: ctx.config.daemon.tags.clone(),
         });
     }
-    ctx.claims.live.replace(live);
-    for (replica, record) in &others {
-        tend_silent(ctx, replica, record, server_ms).await;
-    }
-    tell_dead(ctx, beats, &others, server_ms).await;
-    tend_pauses(ctx, server_ms).await;
+    live
 }
 
 /// How many ended timed pauses one heartbeat ends at most (the next

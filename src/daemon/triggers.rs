@@ -264,16 +264,14 @@ fn group_full(ctx: &Ctx, job: &Job, request: &TriggerRequest) {
     left_pending(ctx, job, request, ClaimCount::GroupFull);
 }
 
-/// Starts one manual run (or records why not) and acknowledges the request.
-pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
-    if !crate::store::is_run_id(&request.run_id) {
-        refuse_run_id(ctx, &request).await;
-        return;
-    }
+/// The job a request asks to run, when this replica may run it: one of
+/// its table, not a broadcast job (dropped: it runs only at its ticks),
+/// and one whose `run_on` its tags match (else handed back).
+async fn job_to_run(ctx: &Arc<Ctx>, request: &TriggerRequest) -> Option<Arc<Job>> {
     let job = ctx.jobs.borrow().get(&request.job).cloned();
     let Some(job) = job else {
-        not_ours(ctx, &request, NotOurs::Missing).await;
-        return;
+        not_ours(ctx, request, NotOurs::Missing).await;
+        return None;
     };
     if job.mode == crate::config::Mode::EveryReplica {
         warn!(
@@ -281,10 +279,22 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
             "trigger request for a broadcast job (mode = \"every_replica\"), which runs only at its ticks; dropped"
         );
         let _ = ctx.store.ack_trigger(&request.id).await;
-        return;
+        return None;
     }
     if !super::ctx::placed_here(&ctx.config, &job) {
-        not_ours(ctx, &request, NotOurs::Unplaced(&job.run_on)).await;
+        not_ours(ctx, request, NotOurs::Unplaced(&job.run_on)).await;
+        return None;
+    }
+    Some(job)
+}
+
+/// Starts one manual run (or records why not) and acknowledges the request.
+pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
+    if !crate::store::is_run_id(&request.run_id) {
+        refuse_run_id(ctx, &request).await;
+        return;
+    }
+    let Some(job) = job_to_run(ctx, &request).await else {
         return;
     };
     let Some(params) = request_params(ctx, &job, &request).await else {

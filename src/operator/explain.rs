@@ -25,7 +25,8 @@ use std::collections::BTreeMap;
 use chrono::DateTime;
 use serde_json::json;
 
-use super::{OperatorError, OutputTail, ReplicaStatus, drift, history, read_replicas};
+use super::status::{drift, read_replicas};
+use super::{OperatorError, OutputTail, ReplicaStatus, history};
 use crate::config::Job;
 use crate::schedule::Timetable;
 use crate::store::{Store, StoreError};
@@ -310,7 +311,7 @@ async fn require_known<J: Borrow<Job>>(
         Some(table) if table.contains_key(job) => return Ok(()),
         Some(table) => table.keys().cloned().collect(),
         None if store.job_exists(job).await? => return Ok(()),
-        None => super::job_names::<Job>(None, replicas),
+        None => super::status::job_names::<Job>(None, replicas),
     };
     Err(ExplainError::UnknownJob {
         job: job.to_string(),

@@ -143,28 +143,7 @@ pub(super) fn history_entry(
     };
     let status = Status::parse(&text("status"))
         .ok_or_else(|| unreadable(format!("unknown status {:?}", text("status"))))?;
-    // The numbers cronlease writes: a tick always, the others when present.
-    if !fields.contains_key("tick") {
-        return Err(unreadable("no tick".to_string()));
-    }
-    for name in [
-        "tick",
-        "fence",
-        "started_ms",
-        "finished_ms",
-        "duration_ms",
-        "cpu_ms",
-        "peak_memory_kb",
-        "exit_code",
-        "signal",
-        "attempts",
-    ] {
-        if let Some(value) = fields.get(name)
-            && value.parse::<i64>().is_err()
-        {
-            return Err(unreadable(format!("{name} {value:?} is not a number")));
-        }
-    }
+    numbers_read(&fields).map_err(unreadable)?;
     // Outcomes written before manual runs existed carry no trigger.
     let trigger = match fields.get("trigger") {
         None => Trigger::Schedule,
@@ -209,6 +188,34 @@ pub(super) fn history_entry(
         output: (output == OutputTail::Include).then(|| text("output")),
         id,
     })
+}
+
+/// The numbers cronlease writes in an outcome: a tick always, the others
+/// when present; else what is wrong.
+fn numbers_read(fields: &BTreeMap<String, String>) -> Result<(), String> {
+    if !fields.contains_key("tick") {
+        return Err("no tick".to_string());
+    }
+    const NUMBERS: [&str; 10] = [
+        "tick",
+        "fence",
+        "started_ms",
+        "finished_ms",
+        "duration_ms",
+        "cpu_ms",
+        "peak_memory_kb",
+        "exit_code",
+        "signal",
+        "attempts",
+    ];
+    for name in NUMBERS {
+        if let Some(value) = fields.get(name)
+            && value.parse::<i64>().is_err()
+        {
+            return Err(format!("{name} {value:?} is not a number"));
+        }
+    }
+    Ok(())
 }
 
 /// The `run_on` of a `missed` record whose reason is
