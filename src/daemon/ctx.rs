@@ -97,6 +97,8 @@ pub(super) struct Ctx {
     pub(super) drain: DrainSwitch,
     /// Every job's next wake-up (see `timer`).
     pub(super) timer: timer::Timer<Step>,
+    /// The dashboard's tokens (replaced by a reload).
+    pub(super) dashboard_keys: super::serve::DashboardKeys,
 }
 
 /// What the replica's tasks report of Redis: whether it answered last
@@ -371,6 +373,7 @@ pub(super) struct Parts {
     pub(super) watchdog: watchdog::Handle,
     #[cfg(feature = "process")]
     pub(super) replica_env: crate::runner::ReplicaEnv,
+    pub(super) dashboard_keys: super::serve::DashboardKeys,
 }
 
 impl Ctx {
@@ -413,6 +416,7 @@ impl Ctx {
             heartbeat_now: Notify::new(),
             drain: DrainSwitch::new(),
             timer: timer::Timer::default(),
+            dashboard_keys: parts.dashboard_keys,
         }
     }
 
