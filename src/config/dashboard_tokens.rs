@@ -110,24 +110,26 @@ fn read_tokens(
             continue;
         };
         let line = super::checker::line_col(checker.text, entry.span().start).0;
+        let name = raw.name.get_ref().clone();
+        let first = names.get(&name).copied();
+        if first.is_none() {
+            names.insert(name.clone(), index);
+        }
         let Some(token) = validate_token(checker, index, raw, base, line) else {
             valid = false;
             continue;
         };
         let section = entry_section(index, Some(&token.name));
-        if let Some(first) = names.get(&token.name) {
+        if let Some(first) = first {
             checker.problem(
                 Some(entry.span()),
                 Some(&section),
                 Some("name"),
                 format!(
-                    "the name {:?} is also entry #{first}'s: expected a name of its own (actions are recorded under it)",
-                    token.name
+                    "the name {name:?} is also entry #{first}'s: expected a name of its own (actions are recorded under it)"
                 ),
             );
             valid = false;
-        } else {
-            names.insert(token.name.clone(), index);
         }
         if let Some(first) = secrets.get(&token.source) {
             let field = match token.source {

@@ -453,7 +453,7 @@ pub(super) fn job_actions(
     html! {
         section.actions aria-label="actions" {
             @match visitor {
-                Visitor::Operator(holder) if !acts => p.muted { "Your token " strong { (holder.key.name) } " is a " (holder.key.role.as_str()) ": it reads, and takes no action on this job." },
+                Visitor::Operator(holder) if !acts => p.muted { "Your token " strong { (holder.key.name) } " has the role " (holder.key.role.as_str()) ": it reads, and takes no action on this job." },
                 Visitor::Operator(_) => {
                     form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
                         input type="hidden" name="csrf" value=(csrf);

@@ -360,6 +360,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
          [daemon]\nzz_unknown = 1\n\n\
          [notify.x]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1/\"\nzz_unknown = 1\n\n\
          [calendars.x]\ndates = []\nzz_unknown = 1\n\n\
+         [dashboard]\nzz_unknown = 1\n\n\
+         [[dashboard.tokens]]\nname = \"x\"\nrole = \"viewer\"\ntoken_env = \"X\"\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
     );
@@ -396,6 +398,10 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
             "jobs.<name>"
         } else if before.contains("[calendars.x]") {
             "calendars.<name>"
+        } else if before.contains("[[dashboard.tokens]]") {
+            "dashboard.tokens"
+        } else if before.contains("[dashboard]") {
+            "dashboard"
         } else {
             panic!("an unknown key in a section this test does not know: {line}")
         };
@@ -450,6 +456,8 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
             "(sections)",
             "calendars.<name>",
             "daemon",
+            "dashboard",
+            "dashboard.tokens",
             "jobs.<name>",
             "notify.<name>",
             "redis"

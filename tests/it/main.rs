@@ -46,6 +46,7 @@ mod pauses;
 mod pid_one;
 mod properties;
 mod quorum;
+mod roles;
 mod run_env;
 mod spool;
 mod state_loss;

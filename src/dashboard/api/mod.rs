@@ -499,7 +499,7 @@ pub(super) fn permit(
                     Err(ApiError::new(
                         ErrorCode::RoleForbidden,
                         format!(
-                            "the token {:?} is a {}: {} needs the role {}{} (the guide, \"Access\")",
+                            "the token {:?} has the role {}: {} needs the role {}{} (the guide, \"Access\")",
                             holder.key.name,
                             holder.key.role.as_str(),
                             action.as_str(),
