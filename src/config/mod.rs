@@ -457,6 +457,7 @@ pub struct DashboardConfig {
 pub struct DashboardTokenSpec {
     /// What actions taken with it are recorded as (`token NAME`).
     pub name: String,
+    /// What it may do.
     pub role: DashboardRole,
     /// The jobs it sees and acts on; `None`: every job.
     pub jobs: Option<Vec<JobPattern>>,

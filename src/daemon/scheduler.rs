@@ -298,7 +298,7 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             }
             // The tokens first: one that cannot be read keeps the old
             // tokens and the old job table, never half of a reload.
-            let keys = match super::serve::reload_keys(&new) {
+            let keys = match super::serve::reload_keys(&ctx.config, &new) {
                 Ok(keys) => keys,
                 Err(e) => {
                     error!("reload rejected, keeping the old job table and dashboard tokens: {e}");

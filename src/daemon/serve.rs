@@ -154,8 +154,9 @@ pub(super) async fn start_dashboard(
 #[cfg(feature = "dashboard")]
 pub(super) type DashboardKeys = tokio::sync::watch::Sender<Arc<crate::dashboard::Keyring>>;
 
+/// Built without the `dashboard` feature: no token.
 #[cfg(not(feature = "dashboard"))]
-pub(super) type DashboardKeys = ();
+pub(super) struct DashboardKeys;
 
 /// The tokens' values, for the redaction of runs' output.
 #[cfg(feature = "dashboard")]
@@ -173,35 +174,39 @@ pub(super) fn token_secrets(_keys: &DashboardKeys) -> Vec<Vec<u8>> {
 /// replica with the reason (the operator expects actions to work).
 #[cfg(feature = "dashboard")]
 pub(super) fn dashboard_token(config: &Config) -> Result<DashboardKeys, DaemonError> {
-    Ok(tokio::sync::watch::Sender::new(Arc::new(load_keys(
-        config,
-    )?)))
+    let keys = load_keys(config, config)?;
+    Ok(tokio::sync::watch::Sender::new(Arc::new(keys)))
 }
 
-/// The tokens of `config` (none when it serves no dashboard).
+/// The tokens of `running`'s `[daemon]` (what a restart alone changes:
+/// whether the dashboard is served, its own token) and `reloaded`'s
+/// `[[dashboard.tokens]]`; none when no dashboard is served.
 #[cfg(feature = "dashboard")]
-pub(super) fn load_keys(
-    config: &Config,
+fn load_keys(
+    running: &Config,
+    reloaded: &Config,
 ) -> Result<crate::dashboard::Keyring, crate::dashboard::TokenError> {
-    if config.daemon.dashboard_listen.is_none() {
+    if running.daemon.dashboard_listen.is_none() {
         return Ok(crate::dashboard::Keyring::empty());
     }
-    crate::dashboard::Keyring::load(config)
+    crate::dashboard::Keyring::load(&running.daemon, &reloaded.dashboard, &reloaded.source)
 }
 
-/// Reads the reloaded `config`'s tokens for the dashboard: `Err` (the
-/// reason) when one cannot be read, and the old tokens stay.
+/// Reads the tokens for the dashboard again, with `reloaded`'s
+/// `[[dashboard.tokens]]`: `Err` (the reason) when one cannot be read,
+/// and the old tokens stay.
 #[cfg(feature = "dashboard")]
 pub(super) fn reload_keys(
-    config: &Config,
+    running: &Config,
+    reloaded: &Config,
 ) -> Result<Option<Arc<crate::dashboard::Keyring>>, String> {
-    load_keys(config)
+    load_keys(running, reloaded)
         .map(|keys| Some(Arc::new(keys)))
         .map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "dashboard"))]
-pub(super) fn reload_keys(_config: &Config) -> Result<Option<()>, String> {
+pub(super) fn reload_keys(_running: &Config, _reloaded: &Config) -> Result<Option<()>, String> {
     Ok(None)
 }
 
@@ -217,5 +222,5 @@ pub(super) fn replace_keys(_sender: &DashboardKeys, _keys: ()) {}
 
 #[cfg(not(feature = "dashboard"))]
 pub(super) fn dashboard_token(_config: &Config) -> Result<DashboardKeys, DaemonError> {
-    Ok(())
+    Ok(DashboardKeys)
 }

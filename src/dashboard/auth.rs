@@ -1,12 +1,14 @@
-//! Who may act: the operator token, the session cookie made from it, and
-//! the checks every action passes.
+//! Who is asking: the tokens (`keys`), the session cookie made from one,
+//! and the checks every form passes; what a token may do is
+//! `api::permit`'s.
 //!
-//! The token is read once when the replica starts (from the environment
-//! variable or file the config names) and never printed. A browser logs in
-//! by posting it once; the replica answers with a session cookie that is
-//! an HMAC of a fixed label under the token (`HttpOnly`, `SameSite=Strict`),
-//! so no session state is kept and every replica with the same token
-//! accepts it. Each form carries a second HMAC (the CSRF token) and an
+//! The tokens are read once per load (start-up, SIGHUP) from the
+//! environment variables or files the config names, and never printed. A
+//! browser logs in by posting one once; the replica answers with a session
+//! cookie that is an HMAC of a fixed label under that token's secret
+//! (`HttpOnly`, `SameSite=Strict`) and a cookie naming the token, so no
+//! session state is kept and every replica with the same tokens accepts
+//! it. Each form carries a second HMAC (the CSRF token) and an
 //! action also needs the request's `Origin`, when the browser sends one,
 //! to be the dashboard's own. A script may instead send
 //! `Authorization: Bearer <token>`, which browsers never add on their own.
@@ -268,7 +270,8 @@ pub(super) enum Refusal {
 
 /// Who a page's form (or a script's request) says it is: a bearer token
 /// (checked against every token), else the session with the form's CSRF
-/// token and the same origin. `Ok(None)`: no bearer token and no login.
+/// token and the same origin. What the token may do is `api::permit`'s
+/// to decide.
 pub(super) fn form_holder(
     keys: &Keyring,
     headers: &HeaderMap,

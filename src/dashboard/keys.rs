@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use super::auth::{Token, TokenError};
 use crate::config::{
-    Config, DashboardRole, DashboardTokenSpec, JobPattern, LEGACY_TOKEN_NAME, TokenSource,
+    DaemonConfig, DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern,
+    LEGACY_TOKEN_NAME, TokenSource,
 };
 
 /// The largest token file read.
@@ -67,15 +68,17 @@ impl Keyring {
         Keyring::default()
     }
 
-    /// Reads every secret `config` names (each file once): the daemon's
-    /// token when the dashboard is served, and each `[[dashboard.tokens]]`
-    /// entry's. Fails on the first secret that cannot be read or is too
-    /// short, and when two entries hold the same secret.
-    pub fn load(config: &Config) -> Result<Keyring, TokenError> {
+    /// Reads every secret `daemon` and `dashboard` name (each file once):
+    /// the daemon's token, and each `[[dashboard.tokens]]` entry's (of the
+    /// config file `file`). Fails on the first secret that cannot be read
+    /// or is too short, and when two entries hold the same secret.
+    pub fn load(
+        daemon: &DaemonConfig,
+        dashboard: &DashboardConfig,
+        file: &Path,
+    ) -> Result<Keyring, TokenError> {
         let mut keys: Vec<Arc<Key>> = Vec::new();
-        if config.daemon.dashboard_listen.is_some()
-            && let Some(source) = &config.daemon.dashboard_token
-        {
+        if let Some(source) = &daemon.dashboard_token {
             keys.push(Arc::new(Key {
                 name: LEGACY_TOKEN_NAME.to_string(),
                 role: DashboardRole::Admin,
@@ -84,10 +87,10 @@ impl Keyring {
                 token: Token::load(source)?,
             }));
         }
-        for (i, spec) in config.dashboard.tokens.iter().enumerate() {
+        for (i, spec) in dashboard.tokens.iter().enumerate() {
             let what = format!(
                 "{} line {}: [[dashboard.tokens]] #{} ({:?})",
-                config.source.display(),
+                file.display(),
                 spec.line,
                 i + 1,
                 spec.name

@@ -717,4 +717,34 @@ fn a_token_file_others_may_read_or_a_shared_secret_stops_the_replica() {
         "{log}"
     );
     assert!(!log.contains("a-token-others-may-read"), "{log}");
+
+    // Two entries whose files hold one secret.
+    let (one, two) = (cluster.path("one.token"), cluster.path("two.token"));
+    secret_file(&one, "one-secret-in-two-files-0001");
+    secret_file(&two, "one-secret-in-two-files-0001");
+    let table = format!(
+        "{}\n[[dashboard.tokens]]\nname = \"one\"\nrole = \"viewer\"\ntoken_file = \"{}\"\n\
+         \n[[dashboard.tokens]]\nname = \"two\"\nrole = \"admin\"\ntoken_file = \"{}\"\n",
+        jobs(),
+        one.display(),
+        two.display()
+    );
+    cluster.start_with(
+        "b",
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n",
+        &table,
+        None,
+    );
+    let replica = &mut cluster.replicas[1];
+    let status = replica
+        .wait_exit(Duration::from_secs(20))
+        .expect("the replica stops");
+    assert!(!status.success());
+    let log = replica.log();
+    assert!(
+        log.contains("[[dashboard.tokens]] #2 (\"two\")")
+            && log.contains("the same secret as the token \"one\""),
+        "{log}"
+    );
+    assert!(!log.contains("one-secret-in-two-files"), "{log}");
 }
