@@ -210,7 +210,7 @@ pub(super) enum Visitor {
 impl Visitor {
     /// Who the request's cookies say it is: the session cookie checked
     /// against the token the token cookie names (the daemon's token when
-    /// it names none), as the keyring has it now, so a token removed by a
+    /// it names none), as the keyring stands at the request, so a token removed by a
     /// reload logs its browsers out.
     pub(super) fn of(keys: &Keyring, headers: &HeaderMap) -> Visitor {
         if keys.is_empty() {
@@ -269,7 +269,7 @@ pub(super) enum Refusal {
 }
 
 /// Who a page's form (or a script's request) says it is: a bearer token
-/// (checked against every token), else the session with the form's CSRF
+/// (checked against every token), else the login cookie with the form's CSRF
 /// token and the same origin. What the token may do is `api::permit`'s
 /// to decide.
 pub(super) fn form_holder(
@@ -609,7 +609,7 @@ mod tests {
     }
 
     #[test]
-    fn a_session_names_its_token_and_another_token_cannot_claim_it() {
+    fn a_login_cookie_names_its_token_and_another_token_cannot_claim_it() {
         let keys = keyring();
         let viewer = Token::new("fedcba9876543210fedc").expect("long enough");
         let cookies = format!(
@@ -618,11 +618,11 @@ mod tests {
         );
         let Visitor::Operator(holder) = Visitor::of(&keys, &headers(&[(header::COOKIE, &cookies)]))
         else {
-            panic!("the viewer's session is a login");
+            panic!("the viewer's cookie is a login");
         };
         assert_eq!(holder.key.name, "viewer");
         assert_eq!(holder.who(), "token viewer (bob)");
-        // The viewer's session presented as the daemon's token's.
+        // The viewer's cookie presented as the daemon's token's.
         let claimed = format!(
             "{SESSION_COOKIE}={}; {TOKEN_COOKIE}=dashboard",
             viewer.session()

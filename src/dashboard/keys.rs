@@ -14,6 +14,9 @@ use crate::config::{
     LEGACY_TOKEN_NAME, TokenSource,
 };
 
+/// The shortest secret taken (as `Token::new` takes).
+const MIN_SECRET_BYTES: usize = 16;
+
 /// The largest token file read.
 const MAX_TOKEN_FILE: u64 = 4096;
 
@@ -177,7 +180,17 @@ fn read_named(spec: &DashboardTokenSpec, what: &str) -> Result<Token, TokenError
             why: format!("token_file: {why}"),
         })?,
     };
-    Token::new(text.trim()).map_err(|e| TokenError::Unreadable {
+    let text = text.trim();
+    if text.len() < MIN_SECRET_BYTES {
+        return Err(TokenError::Unreadable {
+            what: what.to_string(),
+            why: format!(
+                "the token is {} bytes long; expected at least {MIN_SECRET_BYTES} (generate one with `openssl rand -hex 32`)",
+                text.len()
+            ),
+        });
+    }
+    Token::new(text).map_err(|e| TokenError::Unreadable {
         what: what.to_string(),
         why: e.to_string(),
     })

@@ -125,7 +125,7 @@ impl Dashboard {
         self.jobs.borrow().clone()
     }
 
-    /// The tokens as they stand now: a request reads them once, so a
+    /// The current tokens: a request reads them once, so a
     /// reload never changes them halfway through it.
     fn keys(&self) -> Arc<Keyring> {
         self.keys.borrow().clone()
