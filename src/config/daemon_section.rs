@@ -104,6 +104,7 @@ pub(super) fn validate_daemon(
     raw: RawDaemon,
     redis: &Option<RedisConfig>,
     (channels, declared): (&BTreeMap<String, ChannelSpec>, &[String]),
+    named: NamedTokens,
 ) -> Option<DaemonConfig> {
     let lease = daemon_lease(checker, raw.lease.as_ref(), redis);
     let shutdown_grace = checker.duration(
@@ -143,7 +144,8 @@ pub(super) fn validate_daemon(
     );
     let dashboard_token =
         dashboard_token(checker, raw.dashboard_token_env, raw.dashboard_token_file);
-    let dashboard_read = dashboard_read(checker, raw.dashboard_read, dashboard_token.as_ref());
+    let dashboard_read =
+        dashboard_read(checker, raw.dashboard_read, dashboard_token.as_ref(), named);
     let dashboard_hosts = dashboard_hosts(checker, raw.dashboard_hosts.unwrap_or_default());
     let http_max_connections = checker.integer(
         S,
@@ -420,6 +422,14 @@ fn dashboard_token(
     }
 }
 
+/// Whether `[[dashboard.tokens]]` gives tokens to log in with besides
+/// `dashboard_token_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NamedTokens {
+    None,
+    Some,
+}
+
 /// `dashboard_read`: `"token"` (the default) or `"public"`; `"token"`
 /// written out without a token to log in with is a problem (nobody could
 /// read the pages).
@@ -427,6 +437,7 @@ fn dashboard_read(
     checker: &mut Checker<'_>,
     given: Option<Spanned<String>>,
     token: Option<&TokenSource>,
+    named: NamedTokens,
 ) -> DashboardRead {
     let Some(given) = given else {
         return DashboardRead::default();
@@ -447,12 +458,12 @@ fn dashboard_read(
             );
             DashboardRead::default()
         }
-        Some(DashboardRead::Token) if token.is_none() => {
+        Some(DashboardRead::Token) if token.is_none() && named == NamedTokens::None => {
             checker.problem(
                 Some(given.span()),
                 Some(S),
                 Some("dashboard_read"),
-                "\"token\" needs a token to log in with: set dashboard_token_env or dashboard_token_file, or leave dashboard_read out (without a token the dashboard is read-only and public)".into(),
+                "\"token\" needs a token to log in with: set dashboard_token_env or dashboard_token_file, or give [[dashboard.tokens]], or leave dashboard_read out (without a token the dashboard is read-only and public)".into(),
             );
             DashboardRead::Token
         }

@@ -13,14 +13,15 @@ use toml::de::{DeTable, DeValue, Error as TomlError};
 use super::calendars::{RawCalendar, read_calendars, validate_calendars};
 use super::chain::check_chains;
 use super::checker::{Checker, Secrets};
-use super::daemon_section::{RawDaemon, validate_daemon};
+use super::daemon_section::{NamedTokens, RawDaemon, validate_daemon};
+use super::dashboard_tokens::read_dashboard;
 use super::environment;
 use super::groups::{RawGroup, read_groups, validate_groups};
 use super::job::{JobContext, JobSpec, Source, validate_named_job};
 use super::notify_channels::{RawChannel, validate_channels};
 use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
-use super::{Config, ConfigError, Job, Problem, duplicates};
+use super::{Config, ConfigError, DashboardConfig, Job, Problem, TokenSource, duplicates};
 
 impl Config {
     /// Reads and validates the file at `path`.
@@ -172,9 +173,15 @@ fn validate_sections(
     declared.sort();
     let notify = validate_channels(checker, sections.notify);
     let channels = (&notify, declared.as_slice());
+    let named = match sections.dashboard.as_ref().map(|d| d.get_ref()) {
+        Some(DeValue::Table(t)) if t.iter().any(|(k, _)| k.get_ref() == "tokens") => {
+            NamedTokens::Some
+        }
+        _ => NamedTokens::None,
+    };
     let daemon = match sections.daemon {
-        None => validate_daemon(checker, RawDaemon::default_raw(), &redis, channels),
-        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis, channels)),
+        None => validate_daemon(checker, RawDaemon::default_raw(), &redis, channels, named),
+        Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis, channels, named)),
     };
     if !sections.saw_jobs && source == Source::File {
         checker.problem(
@@ -186,6 +193,43 @@ fn validate_sections(
     }
     let calendars = validate_calendars(checker, sections.calendars, &environment::config_dir(path));
     let groups = validate_groups(checker, sections.groups);
+    let dashboard = match &sections.dashboard {
+        None => Some(DashboardConfig::default()),
+        Some(value) => read_dashboard(checker, value, &environment::config_dir(path)),
+    };
+    if let (Some(dashboard), Some(legacy)) = (
+        &dashboard,
+        daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
+    ) {
+        for (i, token) in dashboard.tokens.iter().enumerate() {
+            if &token.source == legacy {
+                let field = match legacy {
+                    TokenSource::Env(_) => "token_env",
+                    TokenSource::File(_) => "token_file",
+                };
+                checker.problem(
+                    None,
+                    Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
+                    Some(field),
+                    format!(
+                        "line {}: the same secret as [daemon] dashboard_token_*, the admin token named \"dashboard\": expected a secret of its own",
+                        token.line
+                    ),
+                );
+            }
+            if token.name == crate::config::LEGACY_TOKEN_NAME {
+                checker.problem(
+                    None,
+                    Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
+                    Some("name"),
+                    format!(
+                        "line {}: the name \"dashboard\" is the token of [daemon] dashboard_token_*: expected another name",
+                        token.line
+                    ),
+                );
+            }
+        }
+    }
     let context = JobContext::new(
         redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
@@ -215,6 +259,10 @@ fn validate_sections(
         },
         jobs,
         notify,
+        dashboard: match dashboard {
+            Some(dashboard) => dashboard,
+            None => return Ok(None),
+        },
         replica_id_flag: None,
     }))
 }
@@ -249,6 +297,8 @@ struct Sections<'i> {
     calendars: Vec<(Spanned<String>, Option<RawCalendar>)>,
     /// Each `[groups.<name>]`: its name, and its table if it deserialized.
     groups: Vec<(Spanned<String>, Option<RawGroup>)>,
+    /// `[dashboard]`, as it stands until validated.
+    dashboard: Option<Spanned<DeValue<'i>>>,
     /// Whether the file has a `jobs` key at all (even an invalid one).
     saw_jobs: bool,
     /// The jobs, each read and validated in turn and its part of the
@@ -275,6 +325,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
         notify: Vec::new(),
         calendars: Vec::new(),
         groups: Vec::new(),
+        dashboard: None,
         saw_jobs: false,
         jobs: None,
     };
@@ -289,6 +340,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
             "notify" => sections.notify = read_channels(checker, &value),
             "calendars" => sections.calendars = read_calendars(checker, &value),
             "groups" => sections.groups = read_groups(checker, &value),
+            "dashboard" => sections.dashboard = Some(value),
             "jobs" => {
                 sections.saw_jobs = true;
                 sections.jobs = Some(Jobs::Parsed(value));
@@ -298,7 +350,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 None,
                 None,
                 format!(
-                    "unknown section `{other}`: expected `redis`, `daemon`, `notify`, `calendars`, `groups` or `jobs`"
+                    "unknown section `{other}`: expected `redis`, `daemon`, `dashboard`, `notify`, `calendars`, `groups` or `jobs`"
                 ),
             ),
         }

@@ -96,6 +96,7 @@ impl fmt::Display for ConfigError {
             if let Some(section) = problem.section.as_deref() {
                 match section.strip_prefix("jobs.") {
                     Some(job) => write!(f, " job {job:?}")?,
+                    None if section.starts_with('[') => write!(f, " {section}")?,
                     None => write!(f, " [{section}]")?,
                 }
             }

@@ -367,7 +367,10 @@ fn a_job_without_placement_keeps_its_definition_hash_and_one_with_it_differs() {
     let debug = format!("{plain:?}");
     // What `definition_hash` takes out, so that replicas of releases
     // before these settings agree on the jobs that do not use them.
-    assert!(debug.ends_with(", run_on: [], mode: One }"), "{debug}");
+    assert!(
+        debug.ends_with(", run_on: [], mode: One, group: None }"),
+        "{debug}"
+    );
     let without = debug.replacen(", run_on: [], mode: One", "", 1);
     assert!(!without.contains("run_on") && !without.contains("mode:"));
     assert_eq!(
@@ -388,4 +391,65 @@ fn a_job_without_placement_keeps_its_definition_hash_and_one_with_it_differs() {
     );
     let tagged = job("run_on = [\"gpu\", \"eu\", \"gpu\"]");
     assert_eq!(tagged.run_on, ["eu", "gpu"], "sorted, without repeats");
+}
+
+#[test]
+fn dashboard_tokens_are_read_with_their_roles_scopes_and_secrets() {
+    let config = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [[dashboard.tokens]]\nname = \"deploy-bot\"\nrole = \"operator\"\njobs = [\"billing-*\"]\ntoken_file = \"deploy.token\"\n\n\
+         [[dashboard.tokens]]\nname = \"oncall\"\nrole = \"admin\"\ntoken_env = \"ONCALL_TOKEN\"\n",
+    )
+    .expect("a valid table");
+    let tokens = &config.dashboard.tokens;
+    assert_eq!(tokens.len(), 2);
+    assert_eq!(
+        (tokens[0].name.as_str(), tokens[0].role, tokens[0].line),
+        ("deploy-bot", DashboardRole::Operator, 9)
+    );
+    assert_eq!(
+        tokens[0].source,
+        TokenSource::File("/etc/cronlease/deploy.token".into()),
+        "relative to the config's directory"
+    );
+    let scope = tokens[0].jobs.as_ref().expect("a scope");
+    assert!(scope[0].matches("billing-eu") && !scope[0].matches("reports"));
+    assert_eq!(tokens[1].jobs, None);
+    assert!(
+        config
+            .secret_env_names()
+            .contains(&"ONCALL_TOKEN".to_string()),
+        "a token's variable reaches no run"
+    );
+    // No `[dashboard]`: no tokens.
+    let plain = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n",
+    )
+    .expect("a valid table");
+    assert!(plain.dashboard.tokens.is_empty());
+    // `dashboard_read = "token"` with named tokens only is taken.
+    parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n[daemon]\ndashboard_read = \"token\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [[dashboard.tokens]]\nname = \"v\"\nrole = \"viewer\"\ntoken_env = \"V_TOKEN\"\n",
+    )
+    .expect("a login to read with");
+    // A name or secret shared with `dashboard_token_*`.
+    let error = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n[daemon]\ndashboard_token_env = \"T\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [[dashboard.tokens]]\nname = \"dashboard\"\nrole = \"viewer\"\ntoken_env = \"T\"\n",
+    )
+    .expect_err("shared with [daemon]")
+    .to_string();
+    assert!(
+        error.contains("the same secret as [daemon] dashboard_token_*"),
+        "{error}"
+    );
+    assert!(
+        error.contains("the name \"dashboard\" is the token of [daemon]"),
+        "{error}"
+    );
 }

@@ -101,6 +101,8 @@ pub(super) struct Ctx {
     pub(super) capacity: Capacity,
     /// Every job's next wake-up (see `timer`).
     pub(super) timer: timer::Timer<Step>,
+    /// The dashboard's tokens (replaced by a reload).
+    pub(super) dashboard_keys: super::serve::DashboardKeys,
 }
 
 /// What the replica's tasks report of Redis: whether it answered last
@@ -386,6 +388,7 @@ pub(super) struct Parts {
     pub(super) watchdog: watchdog::Handle,
     #[cfg(feature = "process")]
     pub(super) replica_env: crate::runner::ReplicaEnv,
+    pub(super) dashboard_keys: super::serve::DashboardKeys,
 }
 
 impl Ctx {
@@ -430,6 +433,7 @@ impl Ctx {
             drain: DrainSwitch::new(),
             capacity,
             timer: timer::Timer::default(),
+            dashboard_keys: parts.dashboard_keys,
         }
     }
 

@@ -213,6 +213,7 @@ pub async fn run(
         watchdog,
         #[cfg(feature = "process")]
         replica_env: replica_env(&config, &jobs, &dashboard_token),
+        dashboard_keys: dashboard_token,
     };
     let ctx = Arc::new(Ctx::new(
         config.clone(),
@@ -235,7 +236,7 @@ pub async fn run(
         start_metrics(addr, &config.daemon, health.clone(), &background, &service).await;
     }
     if let Some(addr) = config.daemon.dashboard_listen {
-        start_dashboard(addr, &ctx, dashboard_token, &background, &service).await;
+        start_dashboard(addr, &ctx, &background, &service).await;
     }
     background.spawn(watchdog_task);
     start_background(&ctx, &background, &service);

@@ -516,9 +516,9 @@ pub(super) async fn sweep(side: &RunSide<'_>, job: &Job) -> Vec<RunStart> {
 pub(super) fn replica_env(
     config: &crate::config::Config,
     jobs: &super::table::JobTable,
-    token: &super::serve::DashboardToken,
+    keys: &super::serve::DashboardKeys,
 ) -> crate::runner::ReplicaEnv {
-    let env = crate::runner::ReplicaEnv::for_config(config, super::serve::token_secret(token));
+    let env = crate::runner::ReplicaEnv::for_config(config, super::serve::token_secrets(keys));
     let job_patterns = jobs.values().map(|job| &job.inherit_env[..]);
     let dropped = env.not_inherited(&config.daemon.inherit_env, job_patterns);
     if !dropped.is_empty() {

@@ -293,8 +293,20 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             }
             if ctx.config.restart_settings_differ(&new) {
                 warn!(
-                    "changes to [redis] or [daemon] take effect at the next restart; jobs are reloaded now"
+                    "changes to [redis] or [daemon] take effect at the next restart; jobs and [dashboard] tokens are reloaded now"
                 );
+            }
+            // The tokens first: one that cannot be read keeps the old
+            // tokens and the old job table, never half of a reload.
+            let keys = match super::serve::reload_keys(&ctx.config, &new) {
+                Ok(keys) => keys,
+                Err(e) => {
+                    error!("reload rejected, keeping the old job table and dashboard tokens: {e}");
+                    return None;
+                }
+            };
+            if let Some(keys) = keys {
+                super::serve::replace_keys(&ctx.dashboard_keys, keys);
             }
             Some(job_table(new.jobs))
         }

@@ -69,7 +69,6 @@ pub(super) async fn start_metrics(
 pub(super) async fn start_dashboard(
     addr: std::net::SocketAddr,
     ctx: &Arc<Ctx>,
-    token: DashboardToken,
     tasks: &TaskTracker,
     cancel: &CancellationToken,
 ) {
@@ -92,10 +91,11 @@ pub(super) async fn start_dashboard(
         }
     };
     let read = ctx.config.daemon.dashboard_read;
-    let mode = match (&token, read) {
-        (None, _) => "read-only and public (no dashboard token)",
-        (Some(_), crate::config::DashboardRead::Token) => "reading and actions need the login",
-        (Some(_), crate::config::DashboardRead::Public) => "public to read, actions need the login",
+    let tokens = ctx.dashboard_keys.borrow().len();
+    let mode = match (tokens, read) {
+        (0, _) => "read-only and public (no dashboard token)",
+        (_, crate::config::DashboardRead::Token) => "reading and actions need the login",
+        (_, crate::config::DashboardRead::Public) => "public to read, actions need the login",
     };
     let limits = http_limits(
         "dashboard",
@@ -103,13 +103,13 @@ pub(super) async fn start_dashboard(
         &ctx.config.daemon,
         crate::dashboard::MAX_BODY,
     );
-    info!(addr = %bound, mode, max_connections = limits.max_connections, "dashboard on http://{bound}/");
+    info!(addr = %bound, mode, tokens, max_connections = limits.max_connections, "dashboard on http://{bound}/");
     let dashboard = crate::dashboard::Dashboard::new(
         store,
         ctx.jobs.subscribe(),
         &ctx.identity.replica,
         &ctx.config.redis.key_prefix,
-        token,
+        ctx.dashboard_keys.subscribe(),
         read,
     );
     tasks.spawn(crate::dashboard::serve(
@@ -142,45 +142,85 @@ fn http_limits(
 pub(super) async fn start_dashboard(
     addr: std::net::SocketAddr,
     _ctx: &Arc<Ctx>,
-    _token: DashboardToken,
     _tasks: &TaskTracker,
     _cancel: &CancellationToken,
 ) {
     tracing::warn!(%addr, "dashboard_listen is set, but this build has no dashboard (the `dashboard` feature)");
 }
 
-/// The operator token the dashboard's actions need, read at start-up.
+/// The dashboard's tokens, read at start-up and again by each SIGHUP
+/// reload (`send_replace`d to the dashboard, which reads the current
+/// ones for each request).
 #[cfg(feature = "dashboard")]
-pub(super) type DashboardToken = Option<crate::dashboard::Token>;
+pub(super) type DashboardKeys = tokio::sync::watch::Sender<Arc<crate::dashboard::Keyring>>;
 
-/// The token's value, for the redaction of runs' output.
+/// Built without the `dashboard` feature: no token.
+#[cfg(not(feature = "dashboard"))]
+pub(super) struct DashboardKeys;
+
+/// The tokens' values, for the redaction of runs' output.
 #[cfg(feature = "dashboard")]
-pub(super) fn token_secret(token: &DashboardToken) -> Option<Vec<u8>> {
-    token.as_ref().map(|t| t.secret_bytes().to_vec())
+pub(super) fn token_secrets(keys: &DashboardKeys) -> Vec<Vec<u8>> {
+    keys.borrow().secrets()
 }
 
 #[cfg(not(feature = "dashboard"))]
-pub(super) fn token_secret(_token: &DashboardToken) -> Option<Vec<u8>> {
-    None
+pub(super) fn token_secrets(_keys: &DashboardKeys) -> Vec<Vec<u8>> {
+    Vec::new()
 }
-#[cfg(not(feature = "dashboard"))]
-pub(super) type DashboardToken = Option<()>;
 
-/// Reads the dashboard's token where the config says, before anything
+/// Reads the dashboard's tokens where the config says, before anything
 /// else starts: a token that was asked for and cannot be read stops the
 /// replica with the reason (the operator expects actions to work).
 #[cfg(feature = "dashboard")]
-pub(super) fn dashboard_token(config: &Config) -> Result<DashboardToken, DaemonError> {
-    match (
-        &config.daemon.dashboard_listen,
-        &config.daemon.dashboard_token,
-    ) {
-        (Some(_), Some(source)) => Ok(Some(crate::dashboard::Token::load(source)?)),
-        _ => Ok(None),
+pub(super) fn dashboard_token(config: &Config) -> Result<DashboardKeys, DaemonError> {
+    let keys = load_keys(config, config)?;
+    Ok(tokio::sync::watch::Sender::new(Arc::new(keys)))
+}
+
+/// The tokens of `running`'s `[daemon]` (what a restart alone changes:
+/// whether the dashboard is served, its own token) and `reloaded`'s
+/// `[[dashboard.tokens]]`; none when no dashboard is served.
+#[cfg(feature = "dashboard")]
+fn load_keys(
+    running: &Config,
+    reloaded: &Config,
+) -> Result<crate::dashboard::Keyring, crate::dashboard::TokenError> {
+    if running.daemon.dashboard_listen.is_none() {
+        return Ok(crate::dashboard::Keyring::empty());
     }
+    crate::dashboard::Keyring::load(&running.daemon, &reloaded.dashboard, &reloaded.source)
+}
+
+/// Reads the tokens for the dashboard again, with `reloaded`'s
+/// `[[dashboard.tokens]]`: `Err` (the reason) when one cannot be read,
+/// and the old tokens stay.
+#[cfg(feature = "dashboard")]
+pub(super) fn reload_keys(
+    running: &Config,
+    reloaded: &Config,
+) -> Result<Option<Arc<crate::dashboard::Keyring>>, String> {
+    load_keys(running, reloaded)
+        .map(|keys| Some(Arc::new(keys)))
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(not(feature = "dashboard"))]
-pub(super) fn dashboard_token(_config: &Config) -> Result<DashboardToken, DaemonError> {
+pub(super) fn reload_keys(_running: &Config, _reloaded: &Config) -> Result<Option<()>, String> {
     Ok(None)
+}
+
+/// Hands the reloaded tokens to the dashboard.
+#[cfg(feature = "dashboard")]
+pub(super) fn replace_keys(sender: &DashboardKeys, keys: Arc<crate::dashboard::Keyring>) {
+    info!(tokens = keys.len(), "dashboard tokens reloaded");
+    sender.send_replace(keys);
+}
+
+#[cfg(not(feature = "dashboard"))]
+pub(super) fn replace_keys(_sender: &DashboardKeys, _keys: ()) {}
+
+#[cfg(not(feature = "dashboard"))]
+pub(super) fn dashboard_token(_config: &Config) -> Result<DashboardKeys, DaemonError> {
+    Ok(DashboardKeys)
 }

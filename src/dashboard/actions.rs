@@ -15,7 +15,8 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::auth::{self, Refusal, Visitor};
+use super::api::{ActionKind, ErrorCode, Identity, Permission, Subject, permit};
+use super::auth::{self, Holder, Refusal, Visitor};
 use super::data::{self, JobAction};
 use super::pages::{error_page, layout, respond};
 use crate::operator::{self, OperatorError};
@@ -107,7 +108,7 @@ impl Action {
 /// Whether the request came from a script with a bearer token (answered
 /// in plain text) or from the page's form (answered with a redirect).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Caller {
+pub(super) enum Caller {
     Script,
     Browser,
 }
@@ -125,7 +126,8 @@ pub(super) async fn act(
     // A request that is not a form is refused like any other without its
     // CSRF token (403, not 415: it changes nothing either way).
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let keys = dashboard.keys();
+    let visitor = Visitor::of(&keys, &headers);
     let caller = if headers.contains_key(header::AUTHORIZATION) {
         Caller::Script
     } else {
@@ -137,14 +139,8 @@ pub(super) async fn act(
     {
         return too_many(&dashboard, &visitor, wait, peer);
     }
-    let who = match auth::authorize(
-        dashboard.token.as_ref(),
-        &headers,
-        form.csrf.as_deref(),
-        peer,
-        &dashboard.replica,
-    ) {
-        Ok(who) => who,
+    let holder = match auth::form_holder(&keys, &headers, form.csrf.as_deref()) {
+        Ok(holder) => holder,
         Err(refusal) => {
             if caller == Caller::Script && refusal == Refusal::NotAuthorized {
                 dashboard.throttle.failed(peer.ip());
@@ -160,6 +156,20 @@ pub(super) async fn act(
             StatusCode::NOT_FOUND,
             &format!("no action {action:?}: expected trigger, pause, resume or kill"),
         );
+    };
+    let who = match permitted(
+        &dashboard,
+        &holder,
+        caller,
+        ActionKind::from(action),
+        Subject::Job(&name),
+        peer,
+    ) {
+        Ok(who) => who,
+        Err(refusal) => {
+            tracing::warn!(job = %name, action = action.as_str(), peer = %peer, reason = %refusal, "dashboard action refused");
+            return refused(&dashboard, &visitor, &refusal);
+        }
     };
     let action = match action {
         Action::Trigger => JobAction::Trigger(form.params()),
@@ -198,6 +208,40 @@ pub(super) async fn act(
         &name,
         result,
     )
+}
+
+impl From<Action> for ActionKind {
+    fn from(action: Action) -> ActionKind {
+        match action {
+            Action::Trigger => ActionKind::Trigger,
+            Action::Pause => ActionKind::Pause,
+            Action::Resume => ActionKind::Resume,
+            Action::Kill => ActionKind::Kill,
+        }
+    }
+}
+
+/// Whether `holder` (a bearer token from a script, a form's login from a
+/// browser) may take `kind` on `subject`, as `api::permit` decides for
+/// the API: who the action is recorded as when it may.
+pub(super) fn permitted(
+    dashboard: &Dashboard,
+    holder: &Holder,
+    caller: Caller,
+    kind: ActionKind,
+    subject: Subject<'_>,
+    peer: SocketAddr,
+) -> Result<String, Refusal> {
+    let identity = match caller {
+        Caller::Script => Identity::Token(holder.clone()),
+        Caller::Browser => Identity::Form(holder.clone()),
+    };
+    permit(dashboard, &identity, Permission::Act(kind, subject)).map_err(|e| match e.code() {
+        ErrorCode::JobNotFound => Refusal::Hidden(e.message().to_string()),
+        ErrorCode::RoleForbidden => Refusal::Role(e.message().to_string()),
+        _ => Refusal::NotAuthorized,
+    })?;
+    Ok(auth::recorded_as(&holder.who(), &dashboard.replica, peer))
 }
 
 /// What the caller is told of an action's `result`: a script a line, a
@@ -263,11 +307,17 @@ fn answer(
     }
 }
 
+/// The page of a refused action: 404 for a job the token does not see
+/// (as for one that does not exist), else 403.
 pub(super) fn refused(dashboard: &Dashboard, visitor: &Visitor, refusal: &Refusal) -> Response {
+    let status = match refusal {
+        Refusal::Hidden(_) => StatusCode::NOT_FOUND,
+        _ => StatusCode::FORBIDDEN,
+    };
     error_page(
         dashboard,
         visitor,
-        StatusCode::FORBIDDEN,
+        status,
         &format!("Refused, nothing changed: {refusal}."),
     )
 }
@@ -306,7 +356,7 @@ pub(super) async fn login_form(
     Query(query): Query<LoginQuery>,
     headers: HeaderMap,
 ) -> Response {
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let visitor = Visitor::of(&dashboard.keys(), &headers);
     if visitor == Visitor::ReadOnly {
         return refused(&dashboard, &visitor, &Refusal::NoToken);
     }
@@ -330,7 +380,7 @@ fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Optio
         html! {},
         html! {
             h1 { "Log in" }
-            p { "The operator token is the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ". Your name is recorded with every action you take." }
+            p { "Any of the dashboard's tokens: the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ", or one of its " code { "[[dashboard.tokens]]" } ", whose role decides what you may do. Your name is recorded with every action you take." }
             @if let Some(error) = error { p.error role="alert" { (error) } }
             form.login method="post" action="/login" {
                 input type="hidden" name="next" value=(next);
@@ -361,27 +411,28 @@ pub(super) async fn login(
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Response {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
+    let keys = dashboard.keys();
+    let visitor = Visitor::of(&keys, &headers);
     if let Err(wait) = dashboard.throttle.check(peer.ip()) {
         return too_many(&dashboard, &visitor, wait, peer);
     }
-    if let Err(refusal) = auth::login(dashboard.token.as_ref(), &headers, &form.token) {
-        if refusal == Refusal::NotAuthorized {
-            dashboard.throttle.failed(peer.ip());
+    let key = match auth::login(&keys, &headers, &form.token) {
+        Ok(key) => key,
+        Err(refusal) => {
+            if refusal == Refusal::NotAuthorized {
+                dashboard.throttle.failed(peer.ip());
+            }
+            tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
+            return respond(
+                StatusCode::FORBIDDEN,
+                login_page(
+                    &dashboard,
+                    &visitor,
+                    &form.next,
+                    Some(&format!("Refused: {refusal}.")),
+                ),
+            );
         }
-        tracing::warn!(peer = %peer, reason = %refusal, "dashboard login refused");
-        return respond(
-            StatusCode::FORBIDDEN,
-            login_page(
-                &dashboard,
-                &visitor,
-                &form.next,
-                Some(&format!("Refused: {refusal}.")),
-            ),
-        );
-    }
-    let Some(token) = dashboard.token.as_ref() else {
-        return refused(&dashboard, &visitor, &Refusal::NoToken);
     };
     let name: String = form
         .name
@@ -395,10 +446,10 @@ pub(super) async fn login(
     } else {
         name
     };
-    tracing::info!(peer = %peer, operator = %name, "dashboard login");
+    tracing::info!(peer = %peer, operator = %name, token = %key.name, role = key.role.as_str(), "dashboard login");
     // Only a path on this site: never an open redirect.
     let mut response = Redirect::to(auth::login_destination(&form.next)).into_response();
-    for cookie in auth::login_cookies(token, &name) {
+    for cookie in auth::login_cookies(&key, &name) {
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().append(header::SET_COOKIE, value);
         }

@@ -1,30 +1,40 @@
-//! Who may act: the operator token, the session cookie made from it, and
-//! the checks every action passes.
+//! Who is asking: the tokens (`keys`), the session cookie made from one,
+//! and the checks every form passes; what a token may do is
+//! `api::permit`'s.
 //!
-//! The token is read once when the replica starts (from the environment
-//! variable or file the config names) and never printed. A browser logs in
-//! by posting it once; the replica answers with a session cookie that is
-//! an HMAC of a fixed label under the token (`HttpOnly`, `SameSite=Strict`),
-//! so no session state is kept and every replica with the same token
-//! accepts it. Each form carries a second HMAC (the CSRF token) and an
+//! The tokens are read once per load (start-up, SIGHUP) from the
+//! environment variables or files the config names, and never printed. A
+//! browser logs in by posting one once; the replica answers with a session
+//! cookie that is an HMAC of a fixed label under that token's secret
+//! (`HttpOnly`, `SameSite=Strict`) and a cookie naming the token, so no
+//! session state is kept and every replica with the same tokens accepts
+//! it. Each form carries a second HMAC (the CSRF token) and an
 //! action also needs the request's `Origin`, when the browser sends one,
 //! to be the dashboard's own. A script may instead send
 //! `Authorization: Bearer <token>`, which browsers never add on their own.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use crate::config::TokenSource;
+use super::keys::{Key, KeyKind, Keyring, Scope};
+use crate::config::{LEGACY_TOKEN_NAME, TokenSource};
 
 /// The session cookie's name.
 pub(super) const SESSION_COOKIE: &str = "cronlease_session";
 /// The cookie holding the name the operator gave at login.
 pub(super) const OPERATOR_COOKIE: &str = "cronlease_operator";
+/// The cookie naming the token that logged in (none: the daemon's
+/// token, `dashboard`).
+pub(super) const TOKEN_COOKIE: &str = "cronlease_token";
+
+const SESSION_LABEL: &[u8] = b"cronlease dashboard session";
+const CSRF_LABEL: &[u8] = b"cronlease dashboard csrf";
 
 /// Why the token could not be read when the replica started.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +57,14 @@ pub enum TokenError {
         "[daemon] dashboard_token_*: the token is {0} bytes long; expected at least 16 (generate one with `openssl rand -hex 32`)"
     )]
     TooShort(usize),
+    /// A `[[dashboard.tokens]]` entry's secret (`what` names the file,
+    /// line and entry; `why` never holds the secret).
+    #[error("{what}: {why}")]
+    Unreadable { what: String, why: String },
+    #[error(
+        "{what}: the same secret as the token {other:?}: expected a secret of its own (a token is told apart by its secret)"
+    )]
+    SameSecret { what: String, other: String },
 }
 
 /// The operator token. Its `Debug` never shows it.
@@ -105,18 +123,12 @@ impl Token {
 
     /// The session cookie's value.
     pub(super) fn session(&self) -> String {
-        hex(&self
-            .mac(b"cronlease dashboard session")
-            .finalize()
-            .into_bytes())
+        hex(&self.mac(SESSION_LABEL).finalize().into_bytes())
     }
 
     /// The CSRF token every action form carries.
     pub(super) fn csrf(&self) -> String {
-        hex(&self
-            .mac(b"cronlease dashboard csrf")
-            .finalize()
-            .into_bytes())
+        hex(&self.mac(CSRF_LABEL).finalize().into_bytes())
     }
 
     /// Whether `presented` is the token (constant time).
@@ -130,6 +142,12 @@ impl Token {
         self.mac(b"compare").verify_slice(&theirs).is_ok()
     }
 
+    /// Whether `other` has the same secret (constant time).
+    pub(super) fn same_secret(&self, other: &Token) -> bool {
+        let theirs = other.mac(b"compare").finalize().into_bytes();
+        self.mac(b"compare").verify_slice(&theirs).is_ok()
+    }
+
     /// Whether `value` is this token's session (or CSRF) value, in
     /// constant time.
     fn verify(&self, label: &[u8], value: &str) -> bool {
@@ -140,41 +158,100 @@ impl Token {
     }
 }
 
-/// Who is asking, as far as the dashboard can tell.
+/// A token that logged in (or came as a bearer token): its entry, and
+/// the name the person gave at login.
+#[derive(Debug, Clone)]
+pub(super) struct Holder {
+    pub(super) key: Arc<Key>,
+    /// The name given at login (pages only).
+    pub(super) person: Option<String>,
+}
+
+impl PartialEq for Holder {
+    fn eq(&self, other: &Holder) -> bool {
+        Arc::ptr_eq(&self.key, &other.key) && self.person == other.person
+    }
+}
+
+impl Eq for Holder {}
+
+impl Holder {
+    /// Who its actions are recorded as, before `via dashboard …`: the
+    /// daemon's token as `api` (bearer) or the name given at login, a
+    /// `[[dashboard.tokens]]` entry as `token NAME` (and the name given at
+    /// login in parentheses).
+    pub(super) fn who(&self) -> String {
+        match (self.key.kind, &self.person) {
+            (KeyKind::Daemon, Some(person)) => person.clone(),
+            (KeyKind::Daemon, None) => "api".to_string(),
+            (KeyKind::Named, Some(person)) => format!("token {} ({person})", self.key.name),
+            (KeyKind::Named, None) => format!("token {}", self.key.name),
+        }
+    }
+
+    /// What the token sees.
+    pub(super) fn scope(&self) -> &Scope {
+        &self.key.scope
+    }
+}
+
+/// Who is asking, as far as the pages can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Visitor {
     /// No token is configured: the dashboard is read-only.
     ReadOnly,
     /// A token is configured and this browser has not logged in.
     Anonymous,
-    /// Logged in (session cookie), under the name given at login.
-    Operator(String),
+    /// Logged in (session cookie) with a token, under the name given at
+    /// login.
+    Operator(Holder),
 }
 
 impl Visitor {
-    /// Who the request's cookies say it is.
-    pub(super) fn of(token: Option<&Token>, headers: &HeaderMap) -> Visitor {
-        let Some(token) = token else {
+    /// Who the request's cookies say it is: the session cookie checked
+    /// against the token the token cookie names (the daemon's token when
+    /// it names none), as the keyring stands at the request, so a token removed by a
+    /// reload logs its browsers out.
+    pub(super) fn of(keys: &Keyring, headers: &HeaderMap) -> Visitor {
+        if keys.is_empty() {
             return Visitor::ReadOnly;
+        }
+        let name = cookie(headers, TOKEN_COOKIE)
+            .map(|n| percent_decode(&n))
+            .unwrap_or_else(|| LEGACY_TOKEN_NAME.to_string());
+        let Some(key) = keys.named(&name) else {
+            return Visitor::Anonymous;
         };
         match cookie(headers, SESSION_COOKIE) {
-            Some(session) if token.verify(b"cronlease dashboard session", &session) => {
-                let name = cookie(headers, OPERATOR_COOKIE)
+            Some(session) if key.token.verify(SESSION_LABEL, &session) => {
+                let person = cookie(headers, OPERATOR_COOKIE)
                     .map(|n| percent_decode(&n))
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| "operator".to_string());
-                Visitor::Operator(name)
+                Visitor::Operator(Holder {
+                    key,
+                    person: Some(person),
+                })
             }
             _ => Visitor::Anonymous,
         }
     }
+
+    /// The jobs this visitor sees: a logged-in token's, else every job.
+    pub(super) fn scope(&self) -> Scope {
+        match self {
+            Visitor::Operator(holder) => holder.scope().clone(),
+            Visitor::ReadOnly | Visitor::Anonymous => Scope::All,
+        }
+    }
 }
 
-/// Why an action was refused (always 403, nothing changed).
+/// Why an action was refused (403, or 404 for a job the token does not
+/// see; nothing changed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(super) enum Refusal {
     #[error(
-        "actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)"
+        "actions are off: this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file, or [[dashboard.tokens]])"
     )]
     NoToken,
     #[error("not logged in, or the token given is wrong")]
@@ -183,36 +260,42 @@ pub(super) enum Refusal {
     BadCsrf,
     #[error("the request comes from another site ({0})")]
     CrossOrigin(String),
+    /// The token's role does not allow the action.
+    #[error("{0}")]
+    Role(String),
+    /// A job the token does not see: as if it did not exist.
+    #[error("{0}")]
+    Hidden(String),
 }
 
-/// Checks an action request; `Ok` names who takes it, for the record
-/// (`name via dashboard on replica from address`).
-pub(super) fn authorize(
-    token: Option<&Token>,
+/// Who a page's form (or a script's request) says it is: a bearer token
+/// (checked against every token), else the login cookie with the form's CSRF
+/// token and the same origin. What the token may do is `api::permit`'s
+/// to decide.
+pub(super) fn form_holder(
+    keys: &Keyring,
     headers: &HeaderMap,
     csrf: Option<&str>,
-    peer: SocketAddr,
-    replica: &str,
-) -> Result<String, Refusal> {
-    let token = token.ok_or(Refusal::NoToken)?;
-    let via = |name: &str| recorded_as(name, replica, peer);
+) -> Result<Holder, Refusal> {
+    if keys.is_empty() {
+        return Err(Refusal::NoToken);
+    }
     if let Some(bearer) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
     {
-        return if token.matches(bearer) {
-            Ok(via("api"))
-        } else {
-            Err(Refusal::NotAuthorized)
+        return match keys.bearer(bearer) {
+            Some(key) => Ok(Holder { key, person: None }),
+            None => Err(Refusal::NotAuthorized),
         };
     }
-    let Visitor::Operator(name) = Visitor::of(Some(token), headers) else {
+    let Visitor::Operator(holder) = Visitor::of(keys, headers) else {
         return Err(Refusal::NotAuthorized);
     };
     same_origin(headers)?;
     match csrf {
-        Some(value) if token.verify(b"cronlease dashboard csrf", value) => Ok(via(&name)),
+        Some(value) if holder.key.token.verify(CSRF_LABEL, value) => Ok(holder),
         _ => Err(Refusal::BadCsrf),
     }
 }
@@ -223,19 +306,14 @@ pub(super) fn recorded_as(name: &str, replica: &str, peer: SocketAddr) -> String
     format!("{name} via dashboard on {replica} from {}", peer.ip())
 }
 
-/// The login form's check: the token, and (as for every form) the origin.
-pub(super) fn login(
-    token: Option<&Token>,
-    headers: &HeaderMap,
-    given: &str,
-) -> Result<(), Refusal> {
-    let token = token.ok_or(Refusal::NoToken)?;
-    same_origin(headers)?;
-    if token.matches(given) {
-        Ok(())
-    } else {
-        Err(Refusal::NotAuthorized)
+/// The login form's check: the token (any of the keyring's), and (as
+/// for every form) the origin; the token's entry when both hold.
+pub(super) fn login(keys: &Keyring, headers: &HeaderMap, given: &str) -> Result<Arc<Key>, Refusal> {
+    if keys.is_empty() {
+        return Err(Refusal::NoToken);
     }
+    same_origin(headers)?;
+    keys.bearer(given).ok_or(Refusal::NotAuthorized)
 }
 
 /// A request whose `Origin` (sent by browsers with every cross-site POST)
@@ -355,23 +433,27 @@ fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .find_map(|(k, v)| (k == name).then(|| v.to_string()))
 }
 
-/// The `Set-Cookie` values of a login as `name`.
-pub(super) fn login_cookies(token: &Token, name: &str) -> [String; 2] {
+/// The `Set-Cookie` values of a login with `key` as `name`.
+pub(super) fn login_cookies(key: &Key, name: &str) -> [String; 3] {
     [
         format!(
             "{SESSION_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
-            token.session()
+            key.token.session()
         ),
         format!(
             "{OPERATOR_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
             percent_encode(name)
         ),
+        format!(
+            "{TOKEN_COOKIE}={}; Path=/; HttpOnly; SameSite=Strict",
+            percent_encode(&key.name)
+        ),
     ]
 }
 
 /// The `Set-Cookie` values of a logout.
-pub(super) fn logout_cookies() -> [String; 2] {
-    [SESSION_COOKIE, OPERATOR_COOKIE]
+pub(super) fn logout_cookies() -> [String; 3] {
+    [SESSION_COOKIE, OPERATOR_COOKIE, TOKEN_COOKIE]
         .map(|name| format!("{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"))
 }
 
@@ -456,8 +538,28 @@ mod tests {
         assert!(!format!("{token:?}").contains(TOKEN));
     }
 
+    fn keyring() -> Keyring {
+        Keyring::of_keys(vec![
+            Key {
+                name: LEGACY_TOKEN_NAME.to_string(),
+                role: crate::config::DashboardRole::Admin,
+                scope: Scope::All,
+                kind: KeyKind::Daemon,
+                token: Token::new(TOKEN).expect("long enough"),
+            },
+            Key {
+                name: "viewer".to_string(),
+                role: crate::config::DashboardRole::Viewer,
+                scope: Scope::All,
+                kind: KeyKind::Named,
+                token: Token::new("fedcba9876543210fedc").expect("long enough"),
+            },
+        ])
+    }
+
     #[test]
     fn an_action_needs_session_csrf_and_same_origin() {
+        let keys = keyring();
         let token = Token::new(TOKEN).expect("long enough");
         let session = format!(
             "{SESSION_COOKIE}={}; {OPERATOR_COOKIE}=alice",
@@ -469,38 +571,71 @@ mod tests {
             (header::HOST, "127.0.0.1:9465"),
             (header::ORIGIN, "http://127.0.0.1:9465"),
         ]);
+        let holder = form_holder(&keys, &ok, Some(&csrf)).expect("a logged-in form");
+        assert_eq!(holder.who(), "alice");
         assert_eq!(
-            authorize(Some(&token), &ok, Some(&csrf), peer(), "r1"),
-            Ok("alice via dashboard on r1 from 127.0.0.1".to_string())
+            recorded_as(&holder.who(), "r1", peer()),
+            "alice via dashboard on r1 from 127.0.0.1"
         );
         assert_eq!(
-            authorize(None, &ok, Some(&csrf), peer(), "r1"),
+            form_holder(&Keyring::empty(), &ok, Some(&csrf)),
             Err(Refusal::NoToken)
         );
-        assert_eq!(
-            authorize(Some(&token), &ok, None, peer(), "r1"),
-            Err(Refusal::BadCsrf)
-        );
+        assert_eq!(form_holder(&keys, &ok, None), Err(Refusal::BadCsrf));
         let other_site = headers(&[
             (header::COOKIE, &session),
             (header::HOST, "127.0.0.1:9465"),
             (header::ORIGIN, "http://evil.example"),
         ]);
         assert!(matches!(
-            authorize(Some(&token), &other_site, Some(&csrf), peer(), "r1"),
+            form_holder(&keys, &other_site, Some(&csrf)),
             Err(Refusal::CrossOrigin(_))
         ));
         let forged = headers(&[(header::COOKIE, "cronlease_session=00ff")]);
         assert_eq!(
-            authorize(Some(&token), &forged, Some(&csrf), peer(), "r1"),
+            form_holder(&keys, &forged, Some(&csrf)),
             Err(Refusal::NotAuthorized)
         );
         let bearer = headers(&[(header::AUTHORIZATION, &format!("Bearer {TOKEN}"))]);
-        assert!(authorize(Some(&token), &bearer, None, peer(), "r1").is_ok());
+        assert_eq!(
+            form_holder(&keys, &bearer, None).map(|h| h.who()),
+            Ok("api".to_string())
+        );
         let wrong = headers(&[(header::AUTHORIZATION, "Bearer 0123456789abcdef0124")]);
         assert_eq!(
-            authorize(Some(&token), &wrong, None, peer(), "r1"),
+            form_holder(&keys, &wrong, None),
             Err(Refusal::NotAuthorized)
+        );
+    }
+
+    #[test]
+    fn a_login_cookie_names_its_token_and_another_token_cannot_claim_it() {
+        let keys = keyring();
+        let viewer = Token::new("fedcba9876543210fedc").expect("long enough");
+        let cookies = format!(
+            "{SESSION_COOKIE}={}; {TOKEN_COOKIE}=viewer; {OPERATOR_COOKIE}=bob",
+            viewer.session()
+        );
+        let Visitor::Operator(holder) = Visitor::of(&keys, &headers(&[(header::COOKIE, &cookies)]))
+        else {
+            panic!("the viewer's cookie is a login");
+        };
+        assert_eq!(holder.key.name, "viewer");
+        assert_eq!(holder.who(), "token viewer (bob)");
+        // The viewer's cookie presented as the daemon's token's.
+        let claimed = format!(
+            "{SESSION_COOKIE}={}; {TOKEN_COOKIE}=dashboard",
+            viewer.session()
+        );
+        assert_eq!(
+            Visitor::of(&keys, &headers(&[(header::COOKIE, &claimed)])),
+            Visitor::Anonymous
+        );
+        // A token the keyring does not hold (removed by a reload).
+        let gone = format!("{SESSION_COOKIE}={}; {TOKEN_COOKIE}=gone", viewer.session());
+        assert_eq!(
+            Visitor::of(&keys, &headers(&[(header::COOKIE, &gone)])),
+            Visitor::Anonymous
         );
     }
 

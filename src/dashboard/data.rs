@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use chrono::DateTime;
 
+use super::keys::Scope;
 use super::{Dashboard, Fresh};
 use crate::config::Job;
 use crate::operator::{
@@ -97,6 +98,27 @@ impl StateFilter {
             StateFilter::Ended => job.warning.is_some(),
         }
     }
+}
+
+/// The status [`Dashboard::status`] reads, as `scope` sees it: the jobs
+/// outside it, and their runs on the replicas, left out.
+pub(super) async fn status_seen(
+    dashboard: &Dashboard,
+    scope: &Scope,
+    fresh: Fresh,
+) -> Result<Arc<StatusReport>, OperatorError> {
+    let status = dashboard.status(fresh).await?;
+    Ok(match scope {
+        Scope::All => status,
+        Scope::Jobs(_) => {
+            let mut seen = (*status).clone();
+            seen.jobs.retain(|job| scope.sees(&job.name));
+            for replica in &mut seen.replicas {
+                replica.runs.retain(|run| scope.sees(&run.job));
+            }
+            Arc::new(seen)
+        }
+    })
 }
 
 /// The jobs of `status` whose name holds `needle` (any case; empty: all)
@@ -264,6 +286,15 @@ pub(super) async fn explanation(
         Err(ExplainError::Operator(e)) => Err(ViewError::Redis(e)),
         Err(e @ ExplainError::UnknownJob { .. }) => Err(ViewError::NoJob(e.to_string())),
         Err(e @ ExplainError::NoSchedule(_)) => Err(ViewError::BadQuery(e.to_string())),
+    }
+}
+
+/// `e` for a token that sees only some jobs: an unknown job's error
+/// without the names close to it (they may be jobs it does not see).
+pub(super) fn unseen_names(e: ViewError, scope: &Scope, name: &str) -> ViewError {
+    match (e, scope) {
+        (ViewError::NoJob(_), Scope::Jobs(_)) => no_job(name),
+        (e, _) => e,
     }
 }
 

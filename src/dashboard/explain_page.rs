@@ -35,9 +35,15 @@ pub(super) async fn explain(
         Ok(seen) => seen,
         Err(page) => return page,
     };
+    if let Some(page) = super::pages::unseen(&dashboard, &visitor, &name) {
+        return page;
+    }
     let explanation = match data::explanation(&dashboard, &name, query.tick.as_deref()).await {
         Ok(explanation) => explanation,
-        Err(e) => return view_error(&dashboard, &visitor, &e),
+        Err(e) => {
+            let e = data::unseen_names(e, &visitor.scope(), &name);
+            return view_error(&dashboard, &visitor, &e);
+        }
     };
     let title = format!("{name} · {}", explanation.tick);
     respond(

@@ -42,6 +42,9 @@ pub(super) async fn job(
         Ok(seen) => seen,
         Err(page) => return page,
     };
+    if let Some(page) = super::pages::unseen(&dashboard, &visitor, &name) {
+        return page;
+    }
     let view = match data::job_view(&dashboard, &name, UPCOMING, ACTIONS_SHOWN).await {
         Ok(view) => view,
         Err(e) => return view_error(&dashboard, &visitor, &e),
@@ -57,24 +60,26 @@ pub(super) async fn job(
     };
     let (status, job, definition) = (&view.status, view.job(), view.definition.as_deref());
     let actions = &view.actions;
-    let csrf = dashboard
-        .token
-        .as_ref()
-        .map(|t| t.csrf())
-        .unwrap_or_default();
+    let csrf = super::pages::csrf(&visitor);
+    let kills = super::pages::may(
+        &dashboard,
+        &visitor,
+        super::api::ActionKind::Kill,
+        super::api::Subject::Job(&name),
+    );
     let main = html! {
         h1 { (name) }
         (super::pages::cluster_pause_banner(status))
         (done_notice(&query))
         (facts(job, definition, status.now_ms))
-        (job_actions(&visitor, job, &csrf, param_fields(definition)))
+        (job_actions(&dashboard, &visitor, job, &csrf, param_fields(definition)))
         p { a.explain href=(format!("/jobs/{}/explain", super::auth::percent_encode(&name))) { "Explain the latest tick" } " — what happened to it and why" }
         @if !job.running.is_empty() {
             h2 { "In flight" }
             ul { @for run in &job.running { li {
                 "run " code { (run.run_id) } " on " (run.replica) ", tick " (utc(run.tick_ms)) ", fence " (run.fence) ", since " (ago(status.now_ms, run.started_ms))
                 @if let Some(who) = &run.kill_asked_by { " — " strong { "kill asked by " (who) } }
-                @if matches!(visitor, super::auth::Visitor::Operator(_)) {
+                @if kills {
                     " "
                     form.inline.kill method="post" action=(format!("/jobs/{}/kill", super::auth::percent_encode(&name))) {
                         input type="hidden" name="csrf" value=(csrf);

@@ -22,6 +22,7 @@ mod draw;
 mod explain_page;
 mod format;
 mod job_page;
+mod keys;
 mod live;
 mod pages;
 mod replica_actions;
@@ -42,7 +43,8 @@ use crate::operator::{self, Locks, OperatorError, StatusReport};
 use crate::outcome::Status;
 use crate::store::Store;
 
-pub use auth::{Token, TokenError};
+pub use auth::TokenError;
+pub use keys::Keyring;
 
 /// How long one status snapshot serves every viewer.
 const SNAPSHOT_TTL: Duration = Duration::from_secs(2);
@@ -68,7 +70,8 @@ pub struct Dashboard {
     jobs: watch::Receiver<Arc<JobTable>>,
     replica: String,
     prefix: String,
-    token: Option<Token>,
+    /// The tokens as the last load read them (replaced by a reload).
+    keys: watch::Receiver<Arc<Keyring>>,
     /// Whether reading needs the login (when there is a token).
     read: DashboardRead,
     /// Wrong tokens per client address (login and bearer).
@@ -103,7 +106,7 @@ impl Dashboard {
         jobs: watch::Receiver<Arc<JobTable>>,
         replica: &str,
         prefix: &str,
-        token: Option<Token>,
+        keys: watch::Receiver<Arc<Keyring>>,
         read: DashboardRead,
     ) -> Dashboard {
         Dashboard {
@@ -111,7 +114,7 @@ impl Dashboard {
             jobs,
             replica: replica.to_string(),
             prefix: prefix.to_string(),
-            token,
+            keys,
             read,
             throttle: auth::Throttle::default(),
             snapshot: Mutex::new(None),
@@ -121,6 +124,12 @@ impl Dashboard {
 
     fn job_table(&self) -> Arc<JobTable> {
         self.jobs.borrow().clone()
+    }
+
+    /// The current tokens: a request reads them once, so a
+    /// reload never changes them halfway through it.
+    fn keys(&self) -> Arc<Keyring> {
+        self.keys.borrow().clone()
     }
 
     /// The status of every job, replica and lock, at most [`SNAPSHOT_TTL`]

@@ -12,9 +12,11 @@ use chrono::DateTime;
 use maud::{DOCTYPE, Markup, html};
 use serde::Deserialize;
 
+use super::api::{ActionKind, Identity, Permission, Subject, permit};
 use super::auth::{self, Visitor};
-use super::data::{StateFilter, ViewError, jobs_matching};
+use super::data::{self, StateFilter, ViewError, jobs_matching};
 use super::format::{ago, clock, duration, iso, until, utc};
+use super::keys::KeyKind;
 use super::{Dashboard, Fresh, TIMELINE_SPAN_MS, draw};
 use crate::config::{DashboardRead, Job};
 use crate::operator::{self, JobStatus, OperatorError, StatusReport};
@@ -104,8 +106,14 @@ pub(super) fn layout(
                             @match visitor {
                                 Visitor::ReadOnly => span title="no operator token is configured" { "read-only" },
                                 Visitor::Anonymous => a href="/login" { "log in to act" },
-                                Visitor::Operator(name) => {
-                                    "operator " strong { (name) } " "
+                                Visitor::Operator(holder) => {
+                                    @match holder.key.kind {
+                                        KeyKind::Daemon => { "operator " strong { (holder.person.as_deref().unwrap_or("operator")) } " " }
+                                        KeyKind::Named => {
+                                            (holder.person.as_deref().unwrap_or("operator")) " with token " strong { (holder.key.name) }
+                                            " " span.badge.role title="the token's role" { (holder.key.role.as_str()) } " "
+                                        }
+                                    }
                                     form.inline method="post" action="/logout" {
                                         button type="submit" { "log out" }
                                     }
@@ -161,17 +169,65 @@ pub(super) async fn looking(
     headers: &HeaderMap,
     uri: &Uri,
 ) -> Result<(Visitor, Arc<StatusReport>), Response> {
-    let visitor = Visitor::of(dashboard.token.as_ref(), headers);
+    let visitor = Visitor::of(&dashboard.keys(), headers);
     if visitor == Visitor::Anonymous && dashboard.read == DashboardRead::Token {
         let back = uri.path_and_query().map_or("/", |p| p.as_str());
         return Err(
             Redirect::to(&format!("/login?next={}", auth::percent_encode(back))).into_response(),
         );
     }
-    match dashboard.status(Fresh::Cached).await {
+    match data::status_seen(dashboard, &visitor.scope(), Fresh::Cached).await {
         Ok(status) => Ok((visitor, status)),
         Err(e) => Err(unavailable(dashboard, &visitor, &e)),
     }
+}
+
+/// The identity a page's visitor reads with (`api::permit` decides).
+pub(super) fn reader(visitor: &Visitor) -> Identity {
+    match visitor {
+        Visitor::Operator(holder) => Identity::LoggedIn(holder.clone()),
+        Visitor::ReadOnly | Visitor::Anonymous => Identity::Nobody,
+    }
+}
+
+/// Whether the visitor's forms may take `kind` on `subject`: what
+/// `api::permit` answers for them, which decides the buttons a page
+/// shows.
+pub(super) fn may(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    kind: ActionKind,
+    subject: Subject<'_>,
+) -> bool {
+    match visitor {
+        Visitor::Operator(holder) => permit(
+            dashboard,
+            &Identity::Form(holder.clone()),
+            Permission::Act(kind, subject),
+        )
+        .is_ok(),
+        Visitor::ReadOnly | Visitor::Anonymous => false,
+    }
+}
+
+/// The CSRF token of the visitor's forms (none without a login).
+pub(super) fn csrf(visitor: &Visitor) -> String {
+    match visitor {
+        Visitor::Operator(holder) => holder.key.token.csrf(),
+        Visitor::ReadOnly | Visitor::Anonymous => String::new(),
+    }
+}
+
+/// The 404 page of job `name` when the visitor's token does not see it
+/// (as for a job that does not exist).
+pub(super) fn unseen(dashboard: &Dashboard, visitor: &Visitor, name: &str) -> Option<Response> {
+    permit(
+        dashboard,
+        &reader(visitor),
+        Permission::Read(Subject::Job(name)),
+    )
+    .err()
+    .map(|e| error_page(dashboard, visitor, e.code().status(), e.message()))
 }
 
 pub(super) fn unavailable(dashboard: &Dashboard, visitor: &Visitor, e: &OperatorError) -> Response {
@@ -390,15 +446,18 @@ pub(super) fn next_tick_cell(job: &JobStatus, definition: Option<&Job>, now_ms: 
 /// `run_now_fields`: the Run now form's fields besides its CSRF token
 /// (the job's parameters).
 pub(super) fn job_actions(
+    dashboard: &Dashboard,
     visitor: &Visitor,
     job: &JobStatus,
     csrf: &str,
     run_now_fields: Markup,
 ) -> Markup {
     let name = &job.name;
+    let acts = may(dashboard, visitor, ActionKind::Trigger, Subject::Job(name));
     html! {
         section.actions aria-label="actions" {
             @match visitor {
+                Visitor::Operator(holder) if !acts => p.muted { "Your token " strong { (holder.key.name) } " has the role " (holder.key.role.as_str()) ": it reads, and takes no action on this job." },
                 Visitor::Operator(_) => {
                     form.inline method="post" action=(format!("/jobs/{name}/trigger")) {
                         input type="hidden" name="csrf" value=(csrf);
@@ -661,16 +720,24 @@ pub(super) async fn replicas(
         Ok(seen) => seen,
         Err(page) => return page,
     };
-    let runs = match dashboard.timeline(&status).await {
+    // The timeline is shared by every visitor: read for every job, then
+    // cut to the visitor's.
+    let every = match dashboard.status(Fresh::Cached).await {
+        Ok(every) => every,
+        Err(e) => return unavailable(&dashboard, &visitor, &e),
+    };
+    let runs = match dashboard.timeline(&every).await {
         Ok(runs) => runs,
         Err(e) => return unavailable(&dashboard, &visitor, &e),
     };
+    let scope = visitor.scope();
+    let runs: Vec<_> = runs
+        .iter()
+        .filter(|r| scope.sees(&r.job))
+        .cloned()
+        .collect();
     let ids: Vec<String> = status.replicas.iter().map(|r| r.id.clone()).collect();
-    let csrf = dashboard
-        .token
-        .as_ref()
-        .map(|t| t.csrf())
-        .unwrap_or_default();
+    let csrf = csrf(&visitor);
     let main = html! {
         h1 { "Replicas" }
         table.replicas {
@@ -685,7 +752,7 @@ pub(super) async fn replicas(
                             @if let Some(drain) = r.drain {
                                 " " span.badge.paused.drain title=(r.drained_by.as_ref().map(|m| format!("drained by {}", m.by)).unwrap_or_else(|| "shutting down".to_string())) { (drain.as_str()) }
                             }
-                            (super::replica_actions::replica_button(&visitor, r, &csrf))
+                            (super::replica_actions::replica_button(&dashboard, &visitor, r, &csrf))
                         }
                         td { (r.host) " " small.muted { "pid " (r.pid) } }
                         td { (r.version) }

@@ -12,6 +12,8 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::Dashboard;
+use super::actions::{Caller, permitted};
+use super::api::{ActionKind, Subject};
 use super::auth::{self, Refusal, Visitor};
 use super::data::{self, ReplicaAction};
 use super::pages::error_page;
@@ -44,21 +46,22 @@ pub(super) async fn act(
     form: Result<Form<ReplicaForm>, FormRejection>,
 ) -> Response {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    let visitor = Visitor::of(dashboard.token.as_ref(), &headers);
-    let script = headers.contains_key(header::AUTHORIZATION);
-    if script && let Err(wait) = dashboard.throttle.check(peer.ip()) {
+    let keys = dashboard.keys();
+    let visitor = Visitor::of(&keys, &headers);
+    let caller = if headers.contains_key(header::AUTHORIZATION) {
+        Caller::Script
+    } else {
+        Caller::Browser
+    };
+    if caller == Caller::Script
+        && let Err(wait) = dashboard.throttle.check(peer.ip())
+    {
         return super::actions::too_many(&dashboard, &visitor, wait, peer);
     }
-    let who = match auth::authorize(
-        dashboard.token.as_ref(),
-        &headers,
-        form.csrf.as_deref(),
-        peer,
-        &dashboard.replica,
-    ) {
-        Ok(who) => who,
+    let holder = match auth::form_holder(&keys, &headers, form.csrf.as_deref()) {
+        Ok(holder) => holder,
         Err(refusal) => {
-            if script && refusal == Refusal::NotAuthorized {
+            if caller == Caller::Script && refusal == Refusal::NotAuthorized {
                 dashboard.throttle.failed(peer.ip());
             }
             tracing::warn!(%replica, action, peer = %peer, reason = %refusal, "dashboard action refused");
@@ -73,6 +76,18 @@ pub(super) async fn act(
             &format!("no action {action:?}: expected drain or undrain"),
         );
     };
+    let kind = match action {
+        ReplicaAction::Drain => ActionKind::Drain,
+        ReplicaAction::Undrain => ActionKind::Undrain,
+    };
+    let who = match permitted(&dashboard, &holder, caller, kind, Subject::Cluster, peer) {
+        Ok(who) => who,
+        Err(refusal) => {
+            tracing::warn!(%replica, action = action.as_str(), peer = %peer, reason = %refusal, "dashboard action refused");
+            return super::actions::refused(&dashboard, &visitor, &refusal);
+        }
+    };
+    let script = caller == Caller::Script;
     match data::act_on_replica(&dashboard, &replica, action, &who).await {
         Ok(_) => {
             if script {
@@ -93,11 +108,22 @@ pub(super) async fn act(
     }
 }
 
-/// The replica's Drain or Undrain button, for an operator.
-pub(super) fn replica_button(visitor: &Visitor, replica: &ReplicaStatus, csrf: &str) -> Markup {
+/// The replica's Drain or Undrain button, for a token whose role takes
+/// it (an admin).
+pub(super) fn replica_button(
+    dashboard: &Dashboard,
+    visitor: &Visitor,
+    replica: &ReplicaStatus,
+    csrf: &str,
+) -> Markup {
     let id = auth::percent_encode(&replica.id);
+    let kind = if replica.drained_by.is_some() {
+        ActionKind::Undrain
+    } else {
+        ActionKind::Drain
+    };
     html! {
-        @if let Visitor::Operator(_) = visitor {
+        @if super::pages::may(dashboard, visitor, kind, Subject::Cluster) {
             @if replica.drained_by.is_some() {
                 form.inline method="post" action=(format!("/replicas/{id}/undrain")) {
                     input type="hidden" name="csrf" value=(csrf);

@@ -49,7 +49,7 @@ impl ReplicaEnv {
 
     /// [`ReplicaEnv::capture`] for the daemon's `config`, `extra` its
     /// secrets read outside the config (the dashboard token).
-    pub fn for_config(config: &Config, extra: Option<Vec<u8>>) -> ReplicaEnv {
+    pub fn for_config(config: &Config, extra: Vec<Vec<u8>>) -> ReplicaEnv {
         let values = config
             .redis
             .password
@@ -178,7 +178,7 @@ impl RunEnv {
     /// and `inherit` (`--inherit-env`), never a secret.
     pub fn for_lock(config: Option<&Config>, inherit: &[EnvPattern]) -> RunEnv {
         let replica = match config {
-            Some(config) => ReplicaEnv::for_config(config, None),
+            Some(config) => ReplicaEnv::for_config(config, Vec::new()),
             None => ReplicaEnv::capture(&crate::config::secret_env_names(None, None), Vec::new()),
         };
         let daemon = config.map_or(&[][..], |c| &c.daemon.inherit_env[..]);

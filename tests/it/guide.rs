@@ -361,6 +361,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
          [notify.x]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1/\"\nzz_unknown = 1\n\n\
          [calendars.x]\ndates = []\nzz_unknown = 1\n\n\
          [groups.x]\nmax = 1\nzz_unknown = 1\n\n\
+         [dashboard]\nzz_unknown = 1\n\n\
+         [[dashboard.tokens]]\nname = \"x\"\nrole = \"viewer\"\ntoken_env = \"X\"\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
     );
@@ -402,6 +404,10 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
             "calendars.<name>"
         } else if before.contains("[groups.x]") {
             "groups.<name>"
+        } else if before.contains("[[dashboard.tokens]]") {
+            "dashboard.tokens"
+        } else if before.contains("[dashboard]") {
+            "dashboard"
         } else {
             panic!("an unknown key in a section this test does not know: {line}")
         };
@@ -457,6 +463,8 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
             "calendars.<name>",
             "daemon",
             "groups.<name>",
+            "dashboard",
+            "dashboard.tokens",
             "jobs.<name>",
             "notify.<name>",
             "redis"

@@ -48,6 +48,7 @@ mod pid_one;
 mod placement;
 mod properties;
 mod quorum;
+mod roles;
 mod run_env;
 mod spool;
 mod state_loss;

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::{
-    ActionKind, ApiError, ErrorBody, ErrorCode, Permission, body, check, json, recorded_as,
+    ActionKind, ApiError, ErrorBody, ErrorCode, Permission, Subject, body, check, json, recorded_as,
 };
 use crate::dashboard::Dashboard;
 use crate::dashboard::data::{self, ActionDone, JobAction, ReplicaAction};
@@ -138,6 +138,9 @@ fn answer(name: String, done: ActionDone) -> Response {
 
 /// `POST /api/v1/jobs/{name}/trigger`: queues a manual run (one replica
 /// runs it).
+///
+/// Needs a token with the role `operator` or `admin`; a token whose
+/// `jobs` leave the job out gets 404, as for a job that does not exist.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs/{name}/trigger",
@@ -148,7 +151,7 @@ fn answer(name: String, done: ActionDone) -> Response {
         (status = 202, description = "Queued", body = Triggered),
         (status = 400, description = "invalid_body, invalid_params", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role operator or admin)", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 409, description = "job_paused, cluster_paused, broadcast_job", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
@@ -169,7 +172,7 @@ pub(super) async fn trigger(
         &dashboard,
         &headers,
         peer,
-        Permission::Act(ActionKind::Trigger),
+        Permission::Act(ActionKind::Trigger, Subject::Job(&name)),
     )?;
     let request: TriggerBody = body(&headers, bytes)?;
     let params = request.params.into_iter().collect();
@@ -186,6 +189,9 @@ pub(super) async fn trigger(
 
 /// `POST /api/v1/jobs/{name}/pause`: no tick of the job starts until it
 /// is resumed, or its `until` passes.
+///
+/// Needs a token with the role `operator` or `admin`; a token whose
+/// `jobs` leave the job out gets 404, as for a job that does not exist.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs/{name}/pause",
@@ -196,7 +202,7 @@ pub(super) async fn trigger(
         (status = 200, description = "Paused", body = PausedBody),
         (status = 400, description = "invalid_body, invalid_pause", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role operator or admin)", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 413, description = "payload_too_large", body = ErrorBody),
         (status = 415, description = "unsupported_media_type", body = ErrorBody),
@@ -216,7 +222,7 @@ pub(super) async fn pause(
         &dashboard,
         &headers,
         peer,
-        Permission::Act(ActionKind::Pause),
+        Permission::Act(ActionKind::Pause, Subject::Job(&name)),
     )?;
     let request: PauseBody = body(&headers, bytes)?;
     let until = match request.until.as_deref().map(str::trim) {
@@ -248,6 +254,9 @@ pub(super) async fn pause(
 }
 
 /// `POST /api/v1/jobs/{name}/resume`: ends the job's pause.
+///
+/// Needs a token with the role `operator` or `admin`; a token whose
+/// `jobs` leave the job out gets 404, as for a job that does not exist.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs/{name}/resume",
@@ -258,7 +267,7 @@ pub(super) async fn pause(
         (status = 200, description = "Resumed", body = ResumedBody),
         (status = 400, description = "invalid_body", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role operator or admin)", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
@@ -276,7 +285,7 @@ pub(super) async fn resume(
         &dashboard,
         &headers,
         peer,
-        Permission::Act(ActionKind::Resume),
+        Permission::Act(ActionKind::Resume, Subject::Job(&name)),
     )?;
     let EmptyBody {} = body(&headers, bytes)?;
     let done = act(&dashboard, &name, JobAction::Resume, &identity, peer).await?;
@@ -285,6 +294,9 @@ pub(super) async fn resume(
 
 /// `POST /api/v1/jobs/{name}/kill`: asks the replicas running the job's
 /// run (or every run of it in flight) to stop it.
+///
+/// Needs a token with the role `operator` or `admin`; a token whose
+/// `jobs` leave the job out gets 404, as for a job that does not exist.
 #[utoipa::path(
     post,
     path = "/api/v1/jobs/{name}/kill",
@@ -295,7 +307,7 @@ pub(super) async fn resume(
         (status = 200, description = "Asked", body = KilledBody),
         (status = 400, description = "invalid_body", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role operator or admin)", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
         (status = 409, description = "not_in_flight", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),
@@ -314,7 +326,7 @@ pub(super) async fn kill(
         &dashboard,
         &headers,
         peer,
-        Permission::Act(ActionKind::Kill),
+        Permission::Act(ActionKind::Kill, Subject::Job(&name)),
     )?;
     let request: KillBody = body(&headers, bytes)?;
     let run = request.run_id.filter(|r| !r.trim().is_empty());
@@ -335,7 +347,12 @@ async fn replica_action(
         ReplicaAction::Drain => ActionKind::Drain,
         ReplicaAction::Undrain => ActionKind::Undrain,
     };
-    let identity = check(dashboard, headers, peer, Permission::Act(kind))?;
+    let identity = check(
+        dashboard,
+        headers,
+        peer,
+        Permission::Act(kind, Subject::Cluster),
+    )?;
     let EmptyBody {} = body(headers, bytes)?;
     let who = recorded_as(dashboard, &identity, peer);
     let done = data::act_on_replica(dashboard, &id, action, &who).await?;
@@ -352,6 +369,8 @@ async fn replica_action(
 
 /// `POST /api/v1/replicas/{id}/drain`: the replica claims nothing until
 /// undrained; its runs in flight go on.
+///
+/// Needs a token with the role `admin`.
 #[utoipa::path(
     post,
     path = "/api/v1/replicas/{id}/drain",
@@ -362,7 +381,7 @@ async fn replica_action(
         (status = 200, description = "Drained", body = ReplicaDone),
         (status = 400, description = "invalid_body", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role admin)", body = ErrorBody),
         (status = 404, description = "replica_not_found", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),
@@ -380,6 +399,8 @@ pub(super) async fn drain(
 }
 
 /// `POST /api/v1/replicas/{id}/undrain`: the replica claims again.
+///
+/// Needs a token with the role `admin`.
 #[utoipa::path(
     post,
     path = "/api/v1/replicas/{id}/undrain",
@@ -390,7 +411,7 @@ pub(super) async fn drain(
         (status = 200, description = "Undrained", body = ReplicaDone),
         (status = 400, description = "invalid_body", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
-        (status = 403, description = "actions_disabled", body = ErrorBody),
+        (status = 403, description = "actions_disabled, role_forbidden (needs the role admin)", body = ErrorBody),
         (status = 404, description = "replica_not_found", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),
         (status = 503, description = "redis_unavailable", body = ErrorBody),

@@ -14,7 +14,7 @@ use super::{actions, json, reads};
 #[openapi(
     info(
         title = "cronlease dashboard API",
-        description = "The dashboard's data and actions as JSON: every replica serving the dashboard (`[daemon] dashboard_listen`) serves it under `/api/v1/`. Actions need `Authorization: Bearer <token>` with the dashboard's token; reads need it when `[daemon] dashboard_read = \"token\"`. Errors are `{\"error\": {\"code\": \"…\", \"message\": \"…\"}}`.",
+        description = "The dashboard's data and actions as JSON: every replica serving the dashboard (`[daemon] dashboard_listen`) serves it under `/api/v1/`. Actions need `Authorization: Bearer <token>` with one of the dashboard's tokens whose role takes them (`viewer`: none; `operator`: trigger, pause, resume, kill; `admin`: every action, drain and undrain too); reads need a token when `[daemon] dashboard_read = \"token\"`. A token limited to some jobs (`jobs = [\"billing-*\"]`) sees the others nowhere: they are absent from its lists and 404 for it. Errors are `{\"error\": {\"code\": \"…\", \"message\": \"…\"}}`.",
         license(name = "MIT OR Apache-2.0", identifier = "MIT OR Apache-2.0")
     ),
     paths(
@@ -37,7 +37,7 @@ use super::{actions, json, reads};
     modifiers(&BearerToken),
     tags(
         (name = "reads", description = "What the dashboard's pages show"),
-        (name = "actions", description = "What an operator may do, with the dashboard's token"),
+        (name = "actions", description = "What a token may do: each action names the role it needs"),
         (name = "document", description = "This document"),
     )
 )]
@@ -55,7 +55,7 @@ impl Modify for BearerToken {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "The dashboard's token ([daemon] dashboard_token_env or dashboard_token_file)",
+                        "One of the dashboard's tokens: [daemon] dashboard_token_env or dashboard_token_file (role admin), or a [[dashboard.tokens]] entry (its role and jobs)",
                     ))
                     .build(),
             ),

@@ -28,10 +28,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
-use super::auth::Visitor;
+use super::auth::{Holder, Visitor};
 use super::data::ViewError;
+use super::keys::Scope;
 use super::{Dashboard, auth};
-use crate::config::DashboardRead;
+use crate::config::{DashboardRead, DashboardRole};
 use crate::operator::OperatorError;
 
 /// The largest request body the API reads: its bodies are a few hundred
@@ -145,10 +146,13 @@ pub(super) enum ErrorCode {
     InvalidPause,
     /// 401: no token given.
     TokenMissing,
-    /// 401: the token given is not the dashboard's.
+    /// 401: the token given is none of the dashboard's.
     TokenInvalid,
     /// 403: this replica has no dashboard token, so no action is taken.
     ActionsDisabled,
+    /// 403: the token's role does not take this action (a viewer takes
+    /// none, an operator no replica action).
+    RoleForbidden,
     /// 404: no job of that name.
     JobNotFound,
     /// 404: no replica of that id.
@@ -180,14 +184,14 @@ pub(super) enum ErrorCode {
 }
 
 impl ErrorCode {
-    fn status(self) -> StatusCode {
+    pub(super) fn status(self) -> StatusCode {
         match self {
             ErrorCode::InvalidQuery
             | ErrorCode::InvalidBody
             | ErrorCode::InvalidParams
             | ErrorCode::InvalidPause => StatusCode::BAD_REQUEST,
             ErrorCode::TokenMissing | ErrorCode::TokenInvalid => StatusCode::UNAUTHORIZED,
-            ErrorCode::ActionsDisabled => StatusCode::FORBIDDEN,
+            ErrorCode::ActionsDisabled | ErrorCode::RoleForbidden => StatusCode::FORBIDDEN,
             ErrorCode::JobNotFound | ErrorCode::ReplicaNotFound | ErrorCode::RouteNotFound => {
                 StatusCode::NOT_FOUND
             }
@@ -229,6 +233,16 @@ pub(super) struct ApiError {
 }
 
 impl ApiError {
+    /// The error's kind.
+    pub(in crate::dashboard) fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The error's sentence.
+    pub(in crate::dashboard) fn message(&self) -> &str {
+        &self.message
+    }
+
     pub(super) fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
         ApiError {
             code,
@@ -309,28 +323,48 @@ pub(super) fn json<T: Serialize>(status: StatusCode, value: &T) -> Response {
 pub(super) enum Identity {
     /// No token, no login cookie.
     Nobody,
-    /// The dashboard's token, as a bearer token; `name` is what actions
-    /// taken with it are recorded as.
-    Token { name: String },
-    /// The pages' login cookie (a browser that logged in), under the
-    /// name given at login.
-    LoggedIn { name: String },
-    /// A bearer token that is not the dashboard's (or a malformed
+    /// One of the dashboard's tokens, as a bearer token.
+    Token(Holder),
+    /// The pages' login cookie (a browser that logged in with a token),
+    /// without a form's CSRF token: reads only.
+    LoggedIn(Holder),
+    /// A page's form: the login cookie, its CSRF token and the same
+    /// origin (`auth::form_holder`).
+    Form(Holder),
+    /// A bearer token that is none of the dashboard's (or a malformed
     /// `Authorization` header).
     Wrong,
 }
 
-/// The name actions taken with the dashboard's token are recorded under
-/// (the pages' bearer actions record the same).
-const TOKEN_NAME: &str = "api";
+impl Identity {
+    /// The jobs this identity sees: its token's, else every job.
+    pub(super) fn scope(&self) -> Scope {
+        match self {
+            Identity::Token(holder) | Identity::LoggedIn(holder) | Identity::Form(holder) => {
+                holder.scope().clone()
+            }
+            Identity::Nobody | Identity::Wrong => Scope::All,
+        }
+    }
+}
 
 /// What a request asks to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Permission {
-    /// Read what the pages show.
-    Read,
-    /// Take this action.
-    Act(ActionKind),
+pub(super) enum Permission<'a> {
+    /// Read what the pages show: lists (`Subject::Cluster`, filtered to
+    /// the token's jobs) or one job.
+    Read(Subject<'a>),
+    /// Take this action on this subject.
+    Act(ActionKind, Subject<'a>),
+}
+
+/// What a read or an action is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Subject<'a> {
+    /// The cluster: lists, replicas.
+    Cluster,
+    /// One job, by name.
+    Job(&'a str),
 }
 
 /// The actions the API takes.
@@ -345,7 +379,7 @@ pub(super) enum ActionKind {
 }
 
 impl ActionKind {
-    fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             ActionKind::Trigger => "trigger",
             ActionKind::Pause => "pause",
@@ -353,6 +387,17 @@ impl ActionKind {
             ActionKind::Kill => "kill",
             ActionKind::Drain => "drain",
             ActionKind::Undrain => "undrain",
+        }
+    }
+
+    /// The least role that takes the action: job actions an operator,
+    /// the replicas' drain and undrain an admin.
+    pub(super) fn role(self) -> DashboardRole {
+        match self {
+            ActionKind::Trigger | ActionKind::Pause | ActionKind::Resume | ActionKind::Kill => {
+                DashboardRole::Operator
+            }
+            ActionKind::Drain | ActionKind::Undrain => DashboardRole::Admin,
         }
     }
 }
@@ -365,9 +410,10 @@ pub(super) fn identify(
     headers: &HeaderMap,
     peer: SocketAddr,
 ) -> Result<Identity, ApiError> {
+    let keys = dashboard.keys();
     let Some(authorization) = headers.get(header::AUTHORIZATION) else {
-        return Ok(match Visitor::of(dashboard.token.as_ref(), headers) {
-            Visitor::Operator(name) => Identity::LoggedIn { name },
+        return Ok(match Visitor::of(&keys, headers) {
+            Visitor::Operator(holder) => Identity::LoggedIn(holder),
             Visitor::ReadOnly | Visitor::Anonymous => Identity::Nobody,
         });
     };
@@ -386,65 +432,94 @@ pub(super) fn identify(
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "));
-    let right = match (bearer, dashboard.token.as_ref()) {
-        (Some(bearer), Some(token)) => token.matches(bearer),
-        _ => false,
-    };
-    if right {
-        Ok(Identity::Token {
-            name: TOKEN_NAME.to_string(),
-        })
-    } else {
-        dashboard.throttle.failed(peer.ip());
-        tracing::warn!(peer = %peer, "dashboard API: a wrong bearer token");
-        Ok(Identity::Wrong)
+    match bearer.and_then(|bearer| keys.bearer(bearer)) {
+        Some(key) => Ok(Identity::Token(Holder { key, person: None })),
+        None => {
+            dashboard.throttle.failed(peer.ip());
+            tracing::warn!(peer = %peer, "dashboard API: a wrong bearer token");
+            Ok(Identity::Wrong)
+        }
     }
 }
 
 /// Whether `identity` may do `permission` on this dashboard: the one
-/// check every route passes (where roles of scoped tokens would be
-/// looked up, by identity and action). Reads follow the pages (open unless `[daemon]
-/// dashboard_read = "token"` with a token); actions need the token as a
-/// bearer token (the login cookie alone would need the pages' CSRF token).
+/// check every route of the API and every form of the pages passes (the
+/// pages' buttons too). Reads follow the pages (open unless `[daemon]
+/// dashboard_read = "token"` with a token); actions need a token as a
+/// bearer token or a page's form (the login cookie alone would need the
+/// pages' CSRF token), whose role takes the action: a viewer none, an
+/// operator the job actions, an admin every action. A job outside the
+/// token's `jobs` is not found (404), as if it did not exist.
 pub(super) fn permit(
     dashboard: &Dashboard,
     identity: &Identity,
-    permission: Permission,
+    permission: Permission<'_>,
 ) -> Result<(), ApiError> {
-    let has_token = dashboard.token.is_some();
+    let has_token = !dashboard.keys().is_empty();
     let wrong = || {
         ApiError::new(
             ErrorCode::TokenInvalid,
-            "the token given is not the dashboard's (expected `Authorization: Bearer <token>` with the token of [daemon] dashboard_token_env or dashboard_token_file)",
+            "the token given is none of the dashboard's (expected `Authorization: Bearer <token>` with the token of [daemon] dashboard_token_env or dashboard_token_file, or of a [[dashboard.tokens]] entry)",
         )
     };
     let missing = |what: &str| {
         ApiError::new(
             ErrorCode::TokenMissing,
-            format!("{what} needs the dashboard's token: send `Authorization: Bearer <token>`"),
+            format!("{what} needs a dashboard token: send `Authorization: Bearer <token>`"),
         )
     };
+    let hidden = |holder: &Holder, subject: Subject<'_>| match subject {
+        Subject::Job(name) if !holder.scope().sees(name) => Err(ApiError::new(
+            ErrorCode::JobNotFound,
+            format!("no job {name:?} in this replica's job table"),
+        )),
+        _ => Ok(()),
+    };
     match permission {
-        Permission::Read => {
+        Permission::Read(subject) => {
             let open = !has_token || dashboard.read == DashboardRead::Public;
             match identity {
                 Identity::Wrong => Err(wrong()),
-                _ if open => Ok(()),
-                Identity::Token { .. } | Identity::LoggedIn { .. } => Ok(()),
+                Identity::Token(holder) | Identity::LoggedIn(holder) | Identity::Form(holder) => {
+                    hidden(holder, subject)
+                }
+                Identity::Nobody if open => Ok(()),
                 Identity::Nobody => Err(missing("reading (dashboard_read = \"token\")")),
             }
         }
-        Permission::Act(action) => match identity {
+        Permission::Act(action, subject) => match identity {
             _ if !has_token => Err(ApiError::new(
                 ErrorCode::ActionsDisabled,
                 format!(
-                    "actions are off ({} refused): this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file)",
+                    "actions are off ({} refused): this replica has no dashboard token ([daemon] dashboard_token_env or dashboard_token_file, or [[dashboard.tokens]])",
                     action.as_str()
                 ),
             )),
-            Identity::Token { .. } => Ok(()),
+            Identity::Token(holder) | Identity::Form(holder) => {
+                hidden(holder, subject)?;
+                let needed = action.role();
+                if holder.key.role >= needed {
+                    Ok(())
+                } else {
+                    Err(ApiError::new(
+                        ErrorCode::RoleForbidden,
+                        format!(
+                            "the token {:?} has the role {}: {} needs the role {}{} (the guide, \"Access\")",
+                            holder.key.name,
+                            holder.key.role.as_str(),
+                            action.as_str(),
+                            needed.as_str(),
+                            if needed == DashboardRole::Admin {
+                                ""
+                            } else {
+                                " or admin"
+                            },
+                        ),
+                    ))
+                }
+            }
             Identity::Wrong => Err(wrong()),
-            Identity::Nobody | Identity::LoggedIn { .. } => {
+            Identity::Nobody | Identity::LoggedIn(_) => {
                 Err(missing(&format!("an action ({})", action.as_str())))
             }
         },
@@ -456,7 +531,7 @@ pub(super) fn check(
     dashboard: &Dashboard,
     headers: &HeaderMap,
     peer: SocketAddr,
-    permission: Permission,
+    permission: Permission<'_>,
 ) -> Result<Identity, ApiError> {
     let identity = identify(dashboard, headers, peer)?;
     permit(dashboard, &identity, permission)?;
@@ -467,10 +542,12 @@ pub(super) fn check(
 /// (or the cluster's) actions, as the pages record theirs.
 pub(super) fn recorded_as(dashboard: &Dashboard, identity: &Identity, peer: SocketAddr) -> String {
     let name = match identity {
-        Identity::Token { name } | Identity::LoggedIn { name } => name.as_str(),
-        Identity::Nobody | Identity::Wrong => "nobody",
+        Identity::Token(holder) | Identity::LoggedIn(holder) | Identity::Form(holder) => {
+            holder.who()
+        }
+        Identity::Nobody | Identity::Wrong => "nobody".to_string(),
     };
-    auth::recorded_as(name, &dashboard.replica, peer)
+    auth::recorded_as(&name, &dashboard.replica, peer)
 }
 
 /// An action's body as `T`: none (or an empty one) is `T::default()`;

@@ -13,7 +13,7 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::{ApiError, ErrorBody, ErrorCode, Permission, check, json};
+use super::{ApiError, ErrorBody, ErrorCode, Permission, Subject, check, json};
 use crate::dashboard::data::{self, HistoryPage, StateFilter};
 use crate::dashboard::format::iso;
 use crate::dashboard::pages::{ACTIONS_SHOWN, UPCOMING};
@@ -86,7 +86,12 @@ pub(super) async fn jobs(
     headers: HeaderMap,
     q: Result<Query<JobsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Cluster),
+    )?;
     let q = query(q)?;
     let filter = match q.state.as_deref() {
         None => StateFilter::All,
@@ -101,7 +106,7 @@ pub(super) async fn jobs(
             )
         })?,
     };
-    let status = dashboard.status(Fresh::Cached).await?;
+    let status = data::status_seen(&dashboard, &identity.scope(), Fresh::Cached).await?;
     let jobs = data::jobs_matching(&status, &q.q, filter)
         .into_iter()
         .cloned()
@@ -212,7 +217,12 @@ pub(super) async fn job(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
+    check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Job(&name)),
+    )?;
     let view = data::job_view(&dashboard, &name, UPCOMING, ACTIONS_SHOWN).await?;
     let settings = view.definition.as_deref().map(|def| JobSettings {
         timeout_ms: def
@@ -315,7 +325,12 @@ pub(super) async fn history(
     headers: HeaderMap,
     q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
+    check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Job(&name)),
+    )?;
     let q = query(q)?;
     let limit = q.limit.unwrap_or(HISTORY_DEFAULT);
     if !(1..=HISTORY_MAX).contains(&limit) {
@@ -375,9 +390,16 @@ pub(super) async fn explain(
     headers: HeaderMap,
     q: Result<Query<ExplainQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Job(&name)),
+    )?;
     let q = query(q)?;
-    let explanation: Explanation = data::explanation(&dashboard, &name, q.tick.as_deref()).await?;
+    let explanation: Explanation = data::explanation(&dashboard, &name, q.tick.as_deref())
+        .await
+        .map_err(|e| data::unseen_names(e, &identity.scope(), &name))?;
     Ok(json(StatusCode::OK, &explanation))
 }
 
@@ -422,8 +444,13 @@ pub(super) async fn runs(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
-    let status = dashboard.status(Fresh::Cached).await?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Cluster),
+    )?;
+    let status = data::status_seen(&dashboard, &identity.scope(), Fresh::Cached).await?;
     let runs = data::in_flight(&status)
         .into_iter()
         .map(|(job, r)| RunInFlight {
@@ -472,8 +499,13 @@ pub(super) async fn replicas(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
-    let status = dashboard.status(Fresh::Cached).await?;
+    let identity = check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Cluster),
+    )?;
+    let status = data::status_seen(&dashboard, &identity.scope(), Fresh::Cached).await?;
     Ok(json(
         StatusCode::OK,
         &ReplicasBody {
@@ -508,7 +540,12 @@ pub(super) async fn locks(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    check(&dashboard, &headers, peer, Permission::Read)?;
+    check(
+        &dashboard,
+        &headers,
+        peer,
+        Permission::Read(Subject::Cluster),
+    )?;
     let status = dashboard.status(Fresh::Cached).await?;
     Ok(json(
         StatusCode::OK,

@@ -1,0 +1,305 @@
+//! `[dashboard]` and its `[[dashboard.tokens]]`: the dashboard's and the
+//! API's tokens, each with a name, a role and the jobs it sees, validated
+//! into [`DashboardConfig`]. The secrets themselves are read where the
+//! dashboard starts (and again on a reload), never here: `check` and
+//! `status` never need them.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+use toml::de::DeValue;
+
+use super::checker::Checker;
+use super::{DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, TokenSource};
+
+/// The section's keys, as an unknown one's problem lists them.
+const KEYS: &str = "`tokens`";
+
+/// The longest token name taken.
+const MAX_NAME: usize = 64;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToken {
+    name: Spanned<String>,
+    role: Spanned<String>,
+    jobs: Option<Spanned<Vec<Spanned<String>>>>,
+    token_file: Option<Spanned<String>>,
+    token_env: Option<Spanned<String>>,
+}
+
+/// `[dashboard]`: its `tokens` array of tables, each entry validated on
+/// its own (every problem recorded), then names and secrets compared
+/// across entries. `base` resolves a relative `token_file`.
+pub(super) fn read_dashboard(
+    checker: &mut Checker<'_>,
+    value: &Spanned<DeValue<'_>>,
+    base: &Path,
+) -> Option<DashboardConfig> {
+    let DeValue::Table(table) = value.get_ref() else {
+        checker.problem(
+            Some(value.span()),
+            Some("dashboard"),
+            None,
+            "expected a table: [dashboard] with [[dashboard.tokens]] entries".into(),
+        );
+        return None;
+    };
+    let mut config = Some(DashboardConfig::default());
+    for (key, value) in table {
+        match key.get_ref().as_ref() {
+            "tokens" => {
+                let DeValue::Array(entries) = value.get_ref() else {
+                    checker.problem(
+                        Some(value.span()),
+                        Some("dashboard"),
+                        Some("tokens"),
+                        "expected an array of tables: [[dashboard.tokens]] entries".into(),
+                    );
+                    config = None;
+                    continue;
+                };
+                match read_tokens(checker, entries, base) {
+                    Some(tokens) => {
+                        if let Some(config) = config.as_mut() {
+                            config.tokens = tokens;
+                        }
+                    }
+                    None => config = None,
+                }
+            }
+            other => {
+                checker.problem(
+                    Some(key.span()),
+                    Some("dashboard"),
+                    Some(other),
+                    format!("unknown field `{other}`, expected one of {KEYS}"),
+                );
+                config = None;
+            }
+        }
+    }
+    config
+}
+
+/// The section name of entry `index` (from 1), as problems show it.
+fn entry_section(index: usize, name: Option<&str>) -> String {
+    match name {
+        Some(name) => format!("[[dashboard.tokens]] #{index} ({name:?})"),
+        None => format!("[[dashboard.tokens]] #{index}"),
+    }
+}
+
+fn read_tokens(
+    checker: &mut Checker<'_>,
+    entries: &[Spanned<DeValue<'_>>],
+    base: &Path,
+) -> Option<Vec<DashboardTokenSpec>> {
+    let mut tokens = Vec::new();
+    let mut valid = true;
+    // Where each name and secret was first given, for the second's problem.
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut secrets: BTreeMap<TokenSource, usize> = BTreeMap::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let index = i + 1;
+        let Some(raw) = checker.deserialize_table::<RawToken>(&entry_section(index, None), entry)
+        else {
+            valid = false;
+            continue;
+        };
+        let line = super::checker::line_col(checker.text, entry.span().start).0;
+        let name = raw.name.get_ref().clone();
+        let first = names.get(&name).copied();
+        if first.is_none() {
+            names.insert(name.clone(), index);
+        }
+        let Some(token) = validate_token(checker, index, raw, base, line) else {
+            valid = false;
+            continue;
+        };
+        let section = entry_section(index, Some(&token.name));
+        if let Some(first) = first {
+            checker.problem(
+                Some(entry.span()),
+                Some(&section),
+                Some("name"),
+                format!(
+                    "the name {name:?} is also entry #{first}'s: expected a name of its own (actions are recorded under it)"
+                ),
+            );
+            valid = false;
+        }
+        if let Some(first) = secrets.get(&token.source) {
+            let field = match token.source {
+                TokenSource::Env(_) => "token_env",
+                TokenSource::File(_) => "token_file",
+            };
+            checker.problem(
+                Some(entry.span()),
+                Some(&section),
+                Some(field),
+                format!(
+                    "the same secret as entry #{first}'s: expected a secret of its own (a token is told apart by its secret)"
+                ),
+            );
+            valid = false;
+        } else {
+            secrets.insert(token.source.clone(), index);
+        }
+        tokens.push(token);
+    }
+    valid.then_some(tokens)
+}
+
+fn validate_token(
+    checker: &mut Checker<'_>,
+    index: usize,
+    raw: RawToken,
+    base: &Path,
+    line: usize,
+) -> Option<DashboardTokenSpec> {
+    let name_ok = {
+        let name = raw.name.get_ref();
+        !name.is_empty()
+            && name.len() <= MAX_NAME
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    let section = entry_section(index, name_ok.then_some(raw.name.get_ref().as_str()));
+    let mut valid = true;
+    if !name_ok {
+        checker.problem(
+            Some(raw.name.span()),
+            Some(&section),
+            Some("name"),
+            format!(
+                "invalid name {:?}: expected 1 to {MAX_NAME} letters, digits, '-', '_' or '.', such as \"deploy-bot\"",
+                raw.name.get_ref()
+            ),
+        );
+        valid = false;
+    }
+    let role = DashboardRole::parse(raw.role.get_ref());
+    if role.is_none() {
+        checker.problem(
+            Some(raw.role.span()),
+            Some(&section),
+            Some("role"),
+            format!(
+                "unknown role {:?}: expected \"viewer\" (reads), \"operator\" (reads and job actions) or \"admin\" (everything)",
+                raw.role.get_ref()
+            ),
+        );
+        valid = false;
+    }
+    let jobs = match raw.jobs {
+        None => None,
+        Some(jobs) => {
+            let span = jobs.span();
+            let patterns: Vec<Spanned<String>> = jobs.into_inner();
+            if patterns.is_empty() {
+                checker.problem(
+                    Some(span.clone()),
+                    Some(&section),
+                    Some("jobs"),
+                    "an empty list: the token would see no job; expected patterns such as [\"billing-*\"], or no `jobs` for every job".into(),
+                );
+                valid = false;
+            }
+            if role == Some(DashboardRole::Admin) {
+                checker.problem(
+                    Some(span),
+                    Some(&section),
+                    Some("jobs"),
+                    "an admin acts on the whole cluster (replicas too), so it takes no `jobs`: expected role = \"operator\" or \"viewer\" for a token limited to some jobs".into(),
+                );
+                valid = false;
+            }
+            let mut taken = Vec::new();
+            for pattern in patterns {
+                match JobPattern::parse(pattern.get_ref()) {
+                    Some(p) => taken.push(p),
+                    None => {
+                        checker.problem(
+                            Some(pattern.span()),
+                            Some(&section),
+                            Some("jobs"),
+                            format!(
+                                "invalid pattern {:?}: expected a job name in which `*` stands for any characters and `?` for one, such as \"billing-*\"",
+                                pattern.get_ref()
+                            ),
+                        );
+                        valid = false;
+                    }
+                }
+            }
+            Some(taken)
+        }
+    };
+    let source = match (raw.token_env, raw.token_file) {
+        (None, None) => {
+            checker.problem(
+                None,
+                Some(&section),
+                Some("token_file"),
+                "no secret: expected token_file (a file holding the token) or token_env (a variable holding it)".into(),
+            );
+            None
+        }
+        (Some(_), Some(file)) => {
+            checker.problem(
+                Some(file.span()),
+                Some(&section),
+                Some("token_file"),
+                "both token_env and token_file are set: expected one of them".into(),
+            );
+            None
+        }
+        (Some(name), None) => {
+            let text = name.get_ref();
+            let ok = !text.is_empty()
+                && text.chars().enumerate().all(|(i, c)| {
+                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
+                });
+            if ok {
+                Some(TokenSource::Env(name.into_inner()))
+            } else {
+                checker.problem(
+                    Some(name.span()),
+                    Some(&section),
+                    Some("token_env"),
+                    format!(
+                        "invalid environment variable name {text:?}: expected letters, digits and _ not starting with a digit, such as \"CRONLEASE_DEPLOY_TOKEN\""
+                    ),
+                );
+                None
+            }
+        }
+        (None, Some(path)) => {
+            if path.get_ref().trim().is_empty() {
+                checker.problem(
+                    Some(path.span()),
+                    Some(&section),
+                    Some("token_file"),
+                    "empty path: expected a file such as \"/etc/cronlease/deploy.token\"".into(),
+                );
+                None
+            } else {
+                Some(TokenSource::File(base.join(path.get_ref())))
+            }
+        }
+    };
+    let (true, Some(role), Some(source)) = (valid, role, source) else {
+        return None;
+    };
+    Some(DashboardTokenSpec {
+        name: raw.name.into_inner(),
+        role,
+        jobs,
+        source,
+        line,
+    })
+}
