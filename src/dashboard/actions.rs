@@ -113,6 +113,24 @@ pub(super) enum Caller {
     Browser,
 }
 
+/// What the form asks of the job: the action with its fields (a run now's
+/// parameters, a pause's end and reason, the run to kill).
+fn job_action(action: Action, form: &ActionForm) -> Result<JobAction, OperatorError> {
+    Ok(match action {
+        Action::Trigger => JobAction::Trigger(form.params()),
+        Action::Pause => JobAction::Pause(form.pause_options()?),
+        Action::Resume => JobAction::Resume,
+        Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {
+            Some(run_id) => JobAction::Kill(Some(run_id.clone())),
+            None => {
+                return Err(OperatorError::NotInFlight(
+                    "no run named: the form's `run` field is empty".to_string(),
+                ));
+            }
+        },
+    })
+}
+
 /// `POST /jobs/{name}/{action}`: run now, pause, resume or kill (the run
 /// its `run` field names, as `cronlease kill JOB RUN_ID`). Refused with
 /// 403 and no change unless `auth::authorize` accepts the request.
@@ -171,22 +189,9 @@ pub(super) async fn act(
             return refused(&dashboard, &visitor, &refusal);
         }
     };
-    let action = match action {
-        Action::Trigger => JobAction::Trigger(form.params()),
-        Action::Pause => match form.pause_options() {
-            Ok(options) => JobAction::Pause(options),
-            Err(e) => return answer(&dashboard, &visitor, caller, action, &name, Err(e)),
-        },
-        Action::Resume => JobAction::Resume,
-        Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {
-            Some(run_id) => JobAction::Kill(Some(run_id.clone())),
-            None => {
-                let e = OperatorError::NotInFlight(
-                    "no run named: the form's `run` field is empty".to_string(),
-                );
-                return answer(&dashboard, &visitor, caller, action, &name, Err(e));
-            }
-        },
+    let action = match job_action(action, &form) {
+        Ok(job_action) => job_action,
+        Err(e) => return answer(&dashboard, &visitor, caller, action, &name, Err(e)),
     };
     let result = match data::act(&dashboard, &name, &action, &who).await {
         Ok(Some(done)) => Ok(done.run()),

@@ -462,9 +462,9 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
             "(sections)",
             "calendars.<name>",
             "daemon",
-            "groups.<name>",
             "dashboard",
             "dashboard.tokens",
+            "groups.<name>",
             "jobs.<name>",
             "notify.<name>",
             "redis"
