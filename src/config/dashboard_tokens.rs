@@ -1,8 +1,9 @@
 //! `[dashboard]` and its `[[dashboard.tokens]]`: the dashboard's and the
 //! API's tokens, each with a name, a role and the jobs it sees, validated
-//! into [`DashboardConfig`]. The secrets themselves are read where the
-//! dashboard starts (and again on a reload), never here: `check` and
-//! `status` never need them.
+//! into [`DashboardConfig`], then held against `[daemon]
+//! dashboard_token_*` (whose secret and name an entry may not take). The
+//! secrets themselves are read where the dashboard starts (and again on a
+//! reload), never here: `check` and `status` never need them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +13,10 @@ use toml::Spanned;
 use toml::de::DeValue;
 
 use super::checker::Checker;
-use super::{DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, TokenSource};
+use super::daemon_section::NamedTokens;
+use super::{
+    DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, LEGACY_TOKEN_NAME, TokenSource,
+};
 
 /// The section's keys, as an unknown one's problem lists them.
 const KEYS: &str = "`tokens`";
@@ -28,6 +32,74 @@ struct RawToken {
     jobs: Option<Spanned<Vec<Spanned<String>>>>,
     token_file: Option<Spanned<String>>,
     token_env: Option<Spanned<String>>,
+}
+
+/// Whether `[dashboard]` (when given) has `tokens`: `[daemon]`'s
+/// `dashboard_read` then has a token to log in with.
+pub(super) fn named_tokens(dashboard: Option<&Spanned<DeValue<'_>>>) -> NamedTokens {
+    match dashboard.map(|d| d.get_ref()) {
+        Some(DeValue::Table(t)) if t.iter().any(|(k, _)| k.get_ref() == "tokens") => {
+            NamedTokens::Some
+        }
+        _ => NamedTokens::None,
+    }
+}
+
+/// `[dashboard]` (the default when absent), its entries then compared
+/// with `[daemon] dashboard_token_*` (`legacy`, when set): an entry with
+/// its secret or its name (`dashboard`) is a problem. `base` resolves a
+/// relative `token_file`.
+pub(super) fn validate_dashboard(
+    checker: &mut Checker<'_>,
+    value: Option<&Spanned<DeValue<'_>>>,
+    base: &Path,
+    legacy: Option<&TokenSource>,
+) -> Option<DashboardConfig> {
+    let dashboard = match value {
+        None => Some(DashboardConfig::default()),
+        Some(value) => read_dashboard(checker, value, base),
+    };
+    if let (Some(dashboard), Some(legacy)) = (&dashboard, legacy) {
+        beside_daemon_token(checker, dashboard, legacy);
+    }
+    dashboard
+}
+
+/// The problems of the entries of `dashboard` that take the secret
+/// (`legacy`) or the name of `[daemon] dashboard_token_*`'s token.
+fn beside_daemon_token(
+    checker: &mut Checker<'_>,
+    dashboard: &DashboardConfig,
+    legacy: &TokenSource,
+) {
+    for (i, token) in dashboard.tokens.iter().enumerate() {
+        if &token.source == legacy {
+            let field = match legacy {
+                TokenSource::Env(_) => "token_env",
+                TokenSource::File(_) => "token_file",
+            };
+            checker.problem(
+                None,
+                Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
+                Some(field),
+                format!(
+                    "line {}: the same secret as [daemon] dashboard_token_*, the admin token named \"dashboard\": expected a secret of its own",
+                    token.line
+                ),
+            );
+        }
+        if token.name == LEGACY_TOKEN_NAME {
+            checker.problem(
+                None,
+                Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
+                Some("name"),
+                format!(
+                    "line {}: the name \"dashboard\" is the token of [daemon] dashboard_token_*: expected another name",
+                    token.line
+                ),
+            );
+        }
+    }
 }
 
 /// `[dashboard]`: its `tokens` array of tables, each entry validated on
@@ -153,6 +225,8 @@ fn read_tokens(
     valid.then_some(tokens)
 }
 
+/// Entry `index` (from 1, at `line`) validated field by field, every
+/// problem recorded; `None` when one was.
 fn validate_token(
     checker: &mut Checker<'_>,
     index: usize,
@@ -169,7 +243,6 @@ fn validate_token(
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
     };
     let section = entry_section(index, name_ok.then_some(raw.name.get_ref().as_str()));
-    let mut valid = true;
     if !name_ok {
         checker.problem(
             Some(raw.name.span()),
@@ -180,7 +253,6 @@ fn validate_token(
                 raw.name.get_ref()
             ),
         );
-        valid = false;
     }
     let role = DashboardRole::parse(raw.role.get_ref());
     if role.is_none() {
@@ -193,57 +265,89 @@ fn validate_token(
                 raw.role.get_ref()
             ),
         );
-        valid = false;
     }
     let jobs = match raw.jobs {
-        None => None,
-        Some(jobs) => {
-            let span = jobs.span();
-            let patterns: Vec<Spanned<String>> = jobs.into_inner();
-            if patterns.is_empty() {
-                checker.problem(
-                    Some(span.clone()),
-                    Some(&section),
-                    Some("jobs"),
-                    "an empty list: the token would see no job; expected patterns such as [\"billing-*\"], or no `jobs` for every job".into(),
-                );
-                valid = false;
-            }
-            if role == Some(DashboardRole::Admin) {
-                checker.problem(
-                    Some(span),
-                    Some(&section),
-                    Some("jobs"),
-                    "an admin acts on the whole cluster (replicas too), so it takes no `jobs`: expected role = \"operator\" or \"viewer\" for a token limited to some jobs".into(),
-                );
-                valid = false;
-            }
-            let mut taken = Vec::new();
-            for pattern in patterns {
-                match JobPattern::parse(pattern.get_ref()) {
-                    Some(p) => taken.push(p),
-                    None => {
-                        checker.problem(
-                            Some(pattern.span()),
-                            Some(&section),
-                            Some("jobs"),
-                            format!(
-                                "invalid pattern {:?}: expected a job name in which `*` stands for any characters and `?` for one, such as \"billing-*\"",
-                                pattern.get_ref()
-                            ),
-                        );
-                        valid = false;
-                    }
-                }
-            }
-            Some(taken)
-        }
+        None => Some(None),
+        Some(jobs) => validate_jobs(checker, &section, jobs, role).map(Some),
     };
-    let source = match (raw.token_env, raw.token_file) {
+    let source = validate_source(checker, &section, raw.token_env, raw.token_file, base);
+    let (true, Some(role), Some(jobs), Some(source)) = (name_ok, role, jobs, source) else {
+        return None;
+    };
+    Some(DashboardTokenSpec {
+        name: raw.name.into_inner(),
+        role,
+        jobs,
+        source,
+        line,
+    })
+}
+
+/// An entry's `jobs`: a non-empty list of patterns, on a token that is
+/// not an admin's (`role`); every problem recorded, `None` when one was.
+fn validate_jobs(
+    checker: &mut Checker<'_>,
+    section: &str,
+    jobs: Spanned<Vec<Spanned<String>>>,
+    role: Option<DashboardRole>,
+) -> Option<Vec<JobPattern>> {
+    let span = jobs.span();
+    let patterns: Vec<Spanned<String>> = jobs.into_inner();
+    let mut valid = true;
+    if patterns.is_empty() {
+        checker.problem(
+            Some(span.clone()),
+            Some(section),
+            Some("jobs"),
+            "an empty list: the token would see no job; expected patterns such as [\"billing-*\"], or no `jobs` for every job".into(),
+        );
+        valid = false;
+    }
+    if role == Some(DashboardRole::Admin) {
+        checker.problem(
+            Some(span),
+            Some(section),
+            Some("jobs"),
+            "an admin acts on the whole cluster (replicas too), so it takes no `jobs`: expected role = \"operator\" or \"viewer\" for a token limited to some jobs".into(),
+        );
+        valid = false;
+    }
+    let mut taken = Vec::new();
+    for pattern in patterns {
+        match JobPattern::parse(pattern.get_ref()) {
+            Some(p) => taken.push(p),
+            None => {
+                checker.problem(
+                    Some(pattern.span()),
+                    Some(section),
+                    Some("jobs"),
+                    format!(
+                        "invalid pattern {:?}: expected a job name in which `*` stands for any characters and `?` for one, such as \"billing-*\"",
+                        pattern.get_ref()
+                    ),
+                );
+                valid = false;
+            }
+        }
+    }
+    valid.then_some(taken)
+}
+
+/// An entry's secret: exactly one of `token_env` (a valid variable name)
+/// and `token_file` (a path, relative ones under `base`); the problem
+/// recorded and `None` otherwise.
+fn validate_source(
+    checker: &mut Checker<'_>,
+    section: &str,
+    env: Option<Spanned<String>>,
+    file: Option<Spanned<String>>,
+    base: &Path,
+) -> Option<TokenSource> {
+    match (env, file) {
         (None, None) => {
             checker.problem(
                 None,
-                Some(&section),
+                Some(section),
                 Some("token_file"),
                 "no secret: expected token_file (a file holding the token) or token_env (a variable holding it)".into(),
             );
@@ -252,7 +356,7 @@ fn validate_token(
         (Some(_), Some(file)) => {
             checker.problem(
                 Some(file.span()),
-                Some(&section),
+                Some(section),
                 Some("token_file"),
                 "both token_env and token_file are set: expected one of them".into(),
             );
@@ -269,7 +373,7 @@ fn validate_token(
             } else {
                 checker.problem(
                     Some(name.span()),
-                    Some(&section),
+                    Some(section),
                     Some("token_env"),
                     format!(
                         "invalid environment variable name {text:?}: expected letters, digits and _ not starting with a digit, such as \"CRONLEASE_DEPLOY_TOKEN\""
@@ -282,7 +386,7 @@ fn validate_token(
             if path.get_ref().trim().is_empty() {
                 checker.problem(
                     Some(path.span()),
-                    Some(&section),
+                    Some(section),
                     Some("token_file"),
                     "empty path: expected a file such as \"/etc/cronlease/deploy.token\"".into(),
                 );
@@ -291,15 +395,5 @@ fn validate_token(
                 Some(TokenSource::File(base.join(path.get_ref())))
             }
         }
-    };
-    let (true, Some(role), Some(source)) = (valid, role, source) else {
-        return None;
-    };
-    Some(DashboardTokenSpec {
-        name: raw.name.into_inner(),
-        role,
-        jobs,
-        source,
-        line,
-    })
+    }
 }

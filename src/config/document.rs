@@ -13,15 +13,15 @@ use toml::de::{DeTable, DeValue, Error as TomlError};
 use super::calendars::{RawCalendar, read_calendars, validate_calendars};
 use super::chain::check_chains;
 use super::checker::{Checker, Secrets};
-use super::daemon_section::{NamedTokens, RawDaemon, validate_daemon};
-use super::dashboard_tokens::read_dashboard;
+use super::daemon_section::{RawDaemon, validate_daemon};
+use super::dashboard_tokens::{named_tokens, validate_dashboard};
 use super::environment;
 use super::groups::{RawGroup, read_groups, validate_groups};
 use super::job::{JobContext, JobSpec, Source, validate_named_job};
 use super::notify_channels::{RawChannel, validate_channels};
 use super::outline::{self, Outline};
 use super::redis_section::{RawRedis, validate_redis};
-use super::{Config, ConfigError, DashboardConfig, Job, Problem, TokenSource, duplicates};
+use super::{Config, ConfigError, Job, Problem, duplicates};
 
 impl Config {
     /// Reads and validates the file at `path`.
@@ -173,12 +173,7 @@ fn validate_sections(
     declared.sort();
     let notify = validate_channels(checker, sections.notify);
     let channels = (&notify, declared.as_slice());
-    let named = match sections.dashboard.as_ref().map(|d| d.get_ref()) {
-        Some(DeValue::Table(t)) if t.iter().any(|(k, _)| k.get_ref() == "tokens") => {
-            NamedTokens::Some
-        }
-        _ => NamedTokens::None,
-    };
+    let named = named_tokens(sections.dashboard.as_ref());
     let daemon = match sections.daemon {
         None => validate_daemon(checker, RawDaemon::default_raw(), &redis, channels, named),
         Some(raw) => raw.and_then(|raw| validate_daemon(checker, raw, &redis, channels, named)),
@@ -193,43 +188,12 @@ fn validate_sections(
     }
     let calendars = validate_calendars(checker, sections.calendars, &environment::config_dir(path));
     let groups = validate_groups(checker, sections.groups);
-    let dashboard = match &sections.dashboard {
-        None => Some(DashboardConfig::default()),
-        Some(value) => read_dashboard(checker, value, &environment::config_dir(path)),
-    };
-    if let (Some(dashboard), Some(legacy)) = (
-        &dashboard,
+    let dashboard = validate_dashboard(
+        checker,
+        sections.dashboard.as_ref(),
+        &environment::config_dir(path),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
-    ) {
-        for (i, token) in dashboard.tokens.iter().enumerate() {
-            if &token.source == legacy {
-                let field = match legacy {
-                    TokenSource::Env(_) => "token_env",
-                    TokenSource::File(_) => "token_file",
-                };
-                checker.problem(
-                    None,
-                    Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
-                    Some(field),
-                    format!(
-                        "line {}: the same secret as [daemon] dashboard_token_*, the admin token named \"dashboard\": expected a secret of its own",
-                        token.line
-                    ),
-                );
-            }
-            if token.name == crate::config::LEGACY_TOKEN_NAME {
-                checker.problem(
-                    None,
-                    Some(&format!("[[dashboard.tokens]] #{} ({:?})", i + 1, token.name)),
-                    Some("name"),
-                    format!(
-                        "line {}: the name \"dashboard\" is the token of [daemon] dashboard_token_*: expected another name",
-                        token.line
-                    ),
-                );
-            }
-        }
-    }
+    );
     let context = JobContext::new(
         redis.as_ref(),
         daemon.as_ref().and_then(|d| d.dashboard_token.as_ref()),
@@ -247,22 +211,16 @@ fn validate_sections(
             .unwrap_or_default(),
     );
     let jobs = validate_jobs(checker, sections.jobs, &context)?;
+    let (Some(redis), Some(daemon), Some(dashboard)) = (redis, daemon, dashboard) else {
+        return Ok(None);
+    };
     Ok(Some(Config {
         source: path.to_path_buf(),
-        redis: match redis {
-            Some(redis) => redis,
-            None => return Ok(None),
-        },
-        daemon: match daemon {
-            Some(daemon) => daemon,
-            None => return Ok(None),
-        },
+        redis,
+        daemon,
         jobs,
         notify,
-        dashboard: match dashboard {
-            Some(dashboard) => dashboard,
-            None => return Ok(None),
-        },
+        dashboard,
         replica_id_flag: None,
     }))
 }

@@ -20,9 +20,10 @@
 //! checked; then the semantic checks run on whatever deserialized. A config
 //! with any problem is rejected whole: there is no half-applied table.
 //!
-//! The files: this one holds the validated types; `document` the walk of
-//! the document (syntax, sections, the jobs table) behind [`Config::load`]
-//! and [`Config::parse`]; `checker` the problem collector and the value
+//! The files: this one holds the validated types (`access` those of the
+//! dashboard's and the API's tokens); `document` the walk of the document
+//! (syntax, sections, the jobs table) behind [`Config::load`] and
+//! [`Config::parse`]; `checker` the problem collector and the value
 //! checks every section uses; `redis_section`, `daemon_section` and `job`
 //! the raw type and validator of `[redis]`, `[daemon]` and `[jobs.<name>]`
 //! (`job`: `JobSpec`, `JobContext` and the job validator);
@@ -38,6 +39,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
+mod access;
+pub use access::{
+    DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, LEGACY_TOKEN_NAME, TokenSource,
+};
 mod calendars;
 mod chain;
 pub use chain::{After, AfterOn, AfterParams, Follower, Join};
@@ -444,128 +449,6 @@ pub enum ContainmentSetting {
     Cgroup,
     /// Process groups only (what leaves its group escapes).
     ProcessGroup,
-}
-
-/// Where the dashboard's operator token is read from when the daemon
-/// starts. The token itself is never part of the config, so it is never
-/// printed with it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum TokenSource {
-    /// `dashboard_token_env`: the name of an environment variable.
-    Env(String),
-    /// `dashboard_token_file`: a file holding the token (surrounding
-    /// whitespace ignored).
-    File(PathBuf),
-}
-
-/// `[dashboard]`: the dashboard's and the API's tokens, each with its
-/// role and the jobs it sees (the guide, "Access").
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DashboardConfig {
-    /// The `[[dashboard.tokens]]` entries, in file order.
-    pub tokens: Vec<DashboardTokenSpec>,
-}
-
-/// One `[[dashboard.tokens]]` entry: its secret is read where the
-/// dashboard starts, never here.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DashboardTokenSpec {
-    /// What actions taken with it are recorded as (`token NAME`).
-    pub name: String,
-    /// What it may do.
-    pub role: DashboardRole,
-    /// The jobs it sees and acts on; `None`: every job.
-    pub jobs: Option<Vec<JobPattern>>,
-    /// Where its secret is (`token_file`, resolved against the config's
-    /// directory, or `token_env`).
-    pub source: TokenSource,
-    /// The entry's line in the config file, for the problems found when
-    /// its secret is read.
-    pub line: usize,
-}
-
-/// The name the token of `[daemon] dashboard_token_env` or
-/// `dashboard_token_file` has among the dashboard's tokens (an admin).
-pub const LEGACY_TOKEN_NAME: &str = "dashboard";
-
-/// What a dashboard token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum DashboardRole {
-    /// Reads only.
-    Viewer,
-    /// Reads and job actions (run now, pause, resume, kill) on its jobs.
-    Operator,
-    /// Everything, the replicas' drain and undrain too.
-    Admin,
-}
-
-impl DashboardRole {
-    /// The role named `text` in the config.
-    pub fn parse(text: &str) -> Option<DashboardRole> {
-        match text {
-            "viewer" => Some(DashboardRole::Viewer),
-            "operator" => Some(DashboardRole::Operator),
-            "admin" => Some(DashboardRole::Admin),
-            _ => None,
-        }
-    }
-
-    /// The role's name, as written in the config.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DashboardRole::Viewer => "viewer",
-            DashboardRole::Operator => "operator",
-            DashboardRole::Admin => "admin",
-        }
-    }
-}
-
-/// A pattern on job names (`jobs = ["billing-*"]`): `*` stands for any
-/// characters (none too), `?` for one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobPattern(String);
-
-impl JobPattern {
-    /// A pattern from its text: not empty, no whitespace or control
-    /// character.
-    pub fn parse(text: &str) -> Option<JobPattern> {
-        let ok = !text.is_empty()
-            && text.len() <= 256
-            && !text.chars().any(|c| c.is_whitespace() || c.is_control());
-        ok.then(|| JobPattern(text.to_string()))
-    }
-
-    /// Whether job `name` matches.
-    pub fn matches(&self, name: &str) -> bool {
-        glob(self.0.as_bytes(), name.as_bytes())
-    }
-}
-
-/// `*` and `?` matching with one backtracking point (linear in practice).
-fn glob(pattern: &[u8], text: &[u8]) -> bool {
-    let (mut p, mut t) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match pattern.get(p) {
-            Some(b'*') => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(&c) if c == b'?' || c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// Where metrics are served unless the config says otherwise.
