@@ -227,21 +227,7 @@ pub async fn run(
     heartbeat::read_holds(&ctx).await;
 
     let background = TaskTracker::new();
-    let health = Arc::new(telemetry::Health::new(
-        SUPERVISOR_PERIOD,
-        ctx.redis.up.subscribe(),
-    ));
-    health.beat();
-    if let Some(addr) = config.daemon.metrics_listen {
-        start_metrics(addr, &config.daemon, health.clone(), &background, &service).await;
-    }
-    if let Some(addr) = config.daemon.dashboard_listen {
-        start_dashboard(addr, &ctx, &background, &service).await;
-    }
-    background.spawn(watchdog_task);
-    start_background(&ctx, &background, &service);
-    #[cfg(feature = "notify")]
-    start_notifier(&ctx, &background, &service)?;
+    let health = start_services(&ctx, watchdog_task, &background, &service).await?;
     let mut scheduler = Scheduler::new(&ctx, claiming.clone());
     scheduler.apply(&ctx, &ctx.jobs.borrow().clone());
     notify(&[Notice::Ready], &ctx);
@@ -254,6 +240,35 @@ pub async fn run(
     supervise(&ctx, &mut scheduler, &health, &shutdown, &mut reload).await;
     stop(&ctx, &scheduler, &background, &service).await;
     Ok(())
+}
+
+/// The services beside the job loops, each stopped by `service`: the
+/// health the supervisor beats (returned), the metrics and dashboard
+/// listeners when configured, the watchdog (`watchdog_task`), the
+/// background tasks and the notifier.
+async fn start_services(
+    ctx: &Arc<Ctx>,
+    watchdog_task: impl Future<Output = ()> + Send + 'static,
+    background: &TaskTracker,
+    service: &CancellationToken,
+) -> Result<Arc<telemetry::Health>, DaemonError> {
+    let health = Arc::new(telemetry::Health::new(
+        SUPERVISOR_PERIOD,
+        ctx.redis.up.subscribe(),
+    ));
+    health.beat();
+    let daemon = &ctx.config.daemon;
+    if let Some(addr) = daemon.metrics_listen {
+        start_metrics(addr, daemon, health.clone(), background, service).await;
+    }
+    if let Some(addr) = daemon.dashboard_listen {
+        start_dashboard(addr, ctx, background, service).await;
+    }
+    background.spawn(watchdog_task);
+    start_background(ctx, background, service);
+    #[cfg(feature = "notify")]
+    start_notifier(ctx, background, service)?;
+    Ok(health)
 }
 
 /// The one shutdown path: systemd told, the drain within its deadline

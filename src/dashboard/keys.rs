@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::auth::{Token, TokenError};
+use super::token::{Token, TokenError};
 use crate::config::{
     DaemonConfig, DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern,
     LEGACY_TOKEN_NAME, TokenSource,

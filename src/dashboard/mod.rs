@@ -26,6 +26,8 @@ mod keys;
 mod live;
 mod pages;
 mod replica_actions;
+mod replicas_page;
+mod token;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -43,8 +45,8 @@ use crate::operator::{self, Locks, OperatorError, StatusReport};
 use crate::outcome::Status;
 use crate::store::Store;
 
-pub use auth::TokenError;
 pub use keys::Keyring;
+pub use token::TokenError;
 
 /// How long one status snapshot serves every viewer.
 const SNAPSHOT_TTL: Duration = Duration::from_secs(2);
@@ -215,7 +217,7 @@ enum Fresh {
 fn router(dashboard: Arc<Dashboard>) -> Router {
     Router::new()
         .route("/", get(pages::overview))
-        .route("/replicas", get(pages::replicas))
+        .route("/replicas", get(replicas_page::replicas))
         .route("/replicas/{replica}/{action}", post(replica_actions::act))
         .route("/jobs/{name}", get(job_page::job))
         .route("/jobs/{name}/explain", get(explain_page::explain))
