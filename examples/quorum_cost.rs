@@ -113,7 +113,10 @@ async fn cycle(store: &Store, job: &str, tick_ms: i64) -> Result<()> {
             100,
             None,
             Attempt::First,
-            &cronlease::store::NO_NOTICES,
+            (
+                &cronlease::store::NO_NOTICES,
+                cronlease::store::GroupSlot::None,
+            ),
         )
         .await?;
     Ok(())

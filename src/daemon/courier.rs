@@ -234,10 +234,11 @@ pub(super) async fn deliver_spooled(side: &RunSide<'_>) {
 /// whether Redis answered; logs how it was recorded.
 async fn finish_again(side: &RunSide<'_>, outcome: &Outcome) -> Result<(), StoreError> {
     let notices = side.notices_of(&outcome.job);
+    let slot = side.group_slot_of(&outcome.job);
     let history = side.config.daemon.history;
     match side
         .store
-        .finish(outcome, history, None, Attempt::Again, &notices)
+        .finish(outcome, history, None, Attempt::Again, (&notices, slot))
         .await
     {
         Ok(reply) => {

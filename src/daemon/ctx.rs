@@ -323,6 +323,17 @@ impl<'a> RunSide<'a> {
             .map_or_else(Notices::none, |job| job_notices(self.store.keys(), job))
     }
 
+    /// Whether a run of `job` may hold a group's slot: a job no longer in
+    /// the table may have had a group.
+    pub(super) fn group_slot_of(&self, job: &str) -> crate::store::GroupSlot {
+        let table = self.ctx.jobs.borrow().clone();
+        table
+            .get(job)
+            .map_or(crate::store::GroupSlot::Maybe, |job| {
+                crate::store::GroupSlot::of(job)
+            })
+    }
+
     /// The run side, owned, for a task that outlives this borrow (a run's).
     pub(super) fn handle(&self) -> RunHandle {
         RunHandle(self.ctx.clone())

@@ -369,7 +369,7 @@ pub(super) async fn deliver(side: &RunSide<'_>, job: &Job, outcome: &Outcome) ->
                 side.config.daemon.history,
                 offer.as_ref(),
                 attempt,
-                &notices,
+                (&notices, crate::store::GroupSlot::of(job)),
             )
             .await
         {

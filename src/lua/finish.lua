@@ -10,8 +10,9 @@
 --       host, delivery ('first': no earlier attempt sent this outcome, so
 --       the dedup window cannot hold it yet; 'again': a retry or a spooled
 --       copy), the job's notification rules (read_notices; '' for none),
---       its followers (read_followers; '' for none), then outcome field
---       name/value pairs
+--       its followers (read_followers; '' for none), whether the run may
+--       hold a concurrency group's slot ('1': its entry is read for it;
+--       '0': the job has no group), then outcome field name/value pairs
 -- The outcome is current when the run was still in `running`. When it was
 -- not, either someone recorded it (a sweep, abandoned; or this very
 -- outcome, delivered before the dedup window forgot it): it is appended
@@ -35,7 +36,7 @@ if ARGV[12] ~= 'first' then
   local at = redis.call('ZSCORE', done_at, run_id)
   if at then return {'duplicate', done_id(runs, done, run_id, at)} end
 end
-local fields = {unpack(ARGV, 15)}
+local fields = {unpack(ARGV, 16)}
 -- A run an operator stopped (kill.lua): who asked, from its entry in
 -- flight ('' once the entry is gone: recorded already, or Redis lost it).
 for i = 1, #fields - 1, 2 do
@@ -50,10 +51,12 @@ for i = 1, #fields - 1, 2 do
 end
 local kind = 'current'
 -- The run's concurrency group slot, if it holds one, is given back.
-group_give(read_entry(redis.call('HGET', running, run_id) or ''), run_id)
+if ARGV[15] == '1' then
+  group_give(read_entry(redis.call('HGET', running, run_id) or ''), run_id)
+end
 if redis.call('HDEL', running, run_id) == 0 then
   kind = 'stale'
-  for i = 15, #ARGV - 1, 2 do
+  for i = 16, #ARGV - 1, 2 do
     if ARGV[i] == 'started_ms' then
       if lost_since(state, tonumber(ARGV[i + 1]) or 0) then kind = 'restored' end
       break

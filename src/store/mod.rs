@@ -77,8 +77,8 @@ pub use job_state::{LastOutcome, Pause, Repair, RunningStatus};
 #[cfg(feature = "internals")]
 pub use run::DEDUP_MIN_ENTRIES;
 pub use run::{
-    DEDUP_WINDOW, FinishReply, Recorded, Renewal, Renewed, Rerun, RerunOffer, SweepRequest,
-    dedup_entries,
+    DEDUP_WINDOW, FinishReply, GroupSlot, Recorded, Renewal, Renewed, Rerun, RerunOffer,
+    SweepRequest, dedup_entries,
 };
 
 pub use keys::Keys;

@@ -17,7 +17,7 @@ const FINISH_KEYS: usize = 9;
 /// The finish script's arguments, at most: 14 before the outcome's fields,
 /// and up to 21 fields, name and value (`Outcome::each_stream_field`),
 /// besides one per parameter of a job that has some.
-const FINISH_ARGS: usize = 14 + 2 * 21;
+const FINISH_ARGS: usize = 15 + 2 * 21;
 
 /// Room for the finish's numbers, words and field names beside the keys,
 /// ids, names and output counted one by one.
@@ -201,6 +201,34 @@ fn notices_bytes(notices: &Notices) -> usize {
         + followers.inboxes().iter().map(String::len).sum::<usize>()
 }
 
+/// Whether a finishing run may hold a slot of a concurrency group, which
+/// the finish then gives back (it reads the run's entry for it): only a
+/// job with a `group`, or one whose table is not at hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupSlot {
+    /// The job has a group, or may have had one when the run started.
+    Maybe,
+    /// The job has no group: nothing to give back, nothing to read.
+    None,
+}
+
+impl GroupSlot {
+    /// Of `job`: [`GroupSlot::Maybe`] when it names a group.
+    pub fn of(job: &crate::config::Job) -> GroupSlot {
+        match job.group {
+            Some(_) => GroupSlot::Maybe,
+            None => GroupSlot::None,
+        }
+    }
+
+    fn as_arg(self) -> &'static str {
+        match self {
+            GroupSlot::Maybe => "1",
+            GroupSlot::None => "0",
+        }
+    }
+}
+
 impl Store {
     /// Sends `build`'s pipeline (one `script` call per lease, `count` of
     /// them) to every node; for each lease, whether a majority of the nodes
@@ -271,7 +299,7 @@ impl Store {
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
         attempt: Attempt,
-        notices: &Notices,
+        (notices, slot): (&Notices, GroupSlot),
     ) -> redis::Cmd {
         let keys = &self.keys;
         let job = outcome.job.as_str();
@@ -333,7 +361,8 @@ impl Store {
         };
         args.arg(attempt.as_arg())
             .arg(notices.arg())
-            .arg(notices.followers().arg());
+            .arg(notices.followers().arg())
+            .arg(slot.as_arg());
         outcome.each_stream_field(|name, value| {
             args.arg(name).write_arg_fmt(value);
         });
@@ -350,9 +379,9 @@ impl Store {
         history: u32,
         rerun: Option<&RerunOffer<'_>>,
         attempt: Attempt,
-        notices: &Notices,
+        (notices, slot): (&Notices, GroupSlot),
     ) -> Result<FinishReply, StoreError> {
-        let args = self.finish_args(outcome, history, rerun, attempt, notices);
+        let args = self.finish_args(outcome, history, rerun, attempt, (notices, slot));
         let keys = FINISH_KEYS + notices.followers().inboxes().len();
         if !self.is_quorum() {
             let conn = self.single("finish").await?;

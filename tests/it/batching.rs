@@ -90,7 +90,7 @@ fn claims_and_finishes_of_one_moment_share_calls_and_each_gets_its_own_answer() 
                 "{job}: expected taken at fence 1, got {reply:?}"
             );
         }
-        let finishes = claimed.iter().map(|outcome| store.finish(outcome, 100, None, Attempt::First, &cronlease::store::NO_NOTICES));
+        let finishes = claimed.iter().map(|outcome| store.finish(outcome, 100, None, Attempt::First, (&cronlease::store::NO_NOTICES, cronlease::store::GroupSlot::None)));
         for (outcome, reply) in claimed.iter().zip(join_all(finishes).await) {
             let reply = reply.unwrap_or_else(|e| panic!("{}: finish failed: {e}", outcome.job));
             assert_eq!(reply.recorded, Recorded::Current, "{}", outcome.job);

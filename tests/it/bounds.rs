@@ -56,7 +56,10 @@ async fn run_ticks(store: &Store, first_tick: i64, count: usize, history: u32) {
                 history,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -131,7 +134,10 @@ fn a_retried_finish_is_applied_once_within_the_window() {
                 1000,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -144,7 +150,10 @@ fn a_retried_finish_is_applied_once_within_the_window() {
                 1000,
                 None,
                 Attempt::Again,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -192,7 +201,10 @@ fn an_outcome_the_previous_release_recorded_is_still_a_duplicate_and_found() {
                 1000,
                 None,
                 Attempt::Again,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -215,7 +227,10 @@ fn an_outcome_the_previous_release_recorded_is_still_a_duplicate_and_found() {
                 1000,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -252,7 +267,10 @@ fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
                 history,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -268,7 +286,10 @@ fn an_outcome_delivered_after_the_window_is_recorded_stale_never_current() {
                 history,
                 None,
                 Attempt::Again,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
@@ -345,7 +366,10 @@ fn a_spooled_outcome_delivered_twice_by_two_replicas_is_applied_once() {
                 1000,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");

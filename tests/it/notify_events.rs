@@ -58,7 +58,13 @@ async fn run_once(store: &Store, job: &str, tick_ms: i64, status: Status, notice
         ..claimed_outcome(store, &request).await
     };
     store
-        .finish(&outcome, 100, None, Attempt::First, notices)
+        .finish(
+            &outcome,
+            100,
+            None,
+            Attempt::First,
+            (notices, cronlease::store::GroupSlot::None),
+        )
         .await
         .expect("finish");
 }
@@ -161,7 +167,13 @@ fn no_rules_no_events_and_a_stale_outcome_tells_nothing() {
         };
         for attempt in [Attempt::First, Attempt::Again] {
             store
-                .finish(&outcome, 100, None, attempt, &rules)
+                .finish(
+                    &outcome,
+                    100,
+                    None,
+                    attempt,
+                    (&rules, cronlease::store::GroupSlot::None),
+                )
                 .await
                 .expect("finish");
         }

@@ -167,7 +167,10 @@ fn a_majority_claim_has_the_highest_fence_renews_with_a_majority_and_finishes_ev
                 100,
                 None,
                 Attempt::First,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");

@@ -39,7 +39,10 @@ async fn finish(store: &Store, outcome: &Outcome) -> Recorded {
             100,
             None,
             Attempt::First,
-            &cronlease::store::NO_NOTICES,
+            (
+                &cronlease::store::NO_NOTICES,
+                cronlease::store::GroupSlot::None,
+            ),
         )
         .await
         .expect("finish")
@@ -83,7 +86,10 @@ fn a_run_whose_claim_was_answered_late_and_whose_state_redis_lost_is_recorded_cu
                 100,
                 None,
                 Attempt::Again,
-                &cronlease::store::NO_NOTICES,
+                (
+                    &cronlease::store::NO_NOTICES,
+                    cronlease::store::GroupSlot::None,
+                ),
             )
             .await
             .expect("finish");
