@@ -11,9 +11,6 @@ use crate::support::{Cluster, Outcome, RedisServer, Run, cronlease_with_env, wai
 /// A schedule that does not fire while a test runs (midnight, 1 January).
 const NEVER: &str = "0 0 1 1 *";
 
-/// Whom `cronlease kill` names in the tests (`$USER@<host>`).
-const USER: &str = "kill-tester";
-
 /// A job run by hand only that appends the pid of its `sleep` (as long
 /// as the file `duration` says, in seconds) to `pids`. Retries and reruns
 /// asked for: a killed run must get neither.
@@ -27,18 +24,24 @@ fn long_job(name: &str, duration: &Path, pids: &Path) -> String {
     )
 }
 
-/// `cronlease ARGS… --config CONFIG` as user [`USER`].
+/// `cronlease ARGS… --config CONFIG`, with a `USER` that is not whoever
+/// runs it (it is not whom the actions are recorded under).
 fn op(args: &[&str], config: &Path) -> Run {
     let mut all: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     all.push("--config".into());
     all.push(config.into());
-    cronlease_with_env(all, &[("USER", USER), ("LOGNAME", USER)])
+    cronlease_with_env(all, &[("USER", "kill-tester"), ("LOGNAME", "kill-tester")])
 }
 
-/// Who `cronlease kill` records as having asked.
+/// Who `cronlease kill` records as having asked: the operating system's
+/// user (`id -un`) at the host.
 fn who() -> String {
     let host = nix::unistd::gethostname().unwrap().into_string().unwrap();
-    format!("{USER}@{host}")
+    let user = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .expect("id -un runs");
+    format!("{}@{host}", String::from_utf8_lossy(&user.stdout).trim())
 }
 
 /// The pids the job's runs appended, in order.
