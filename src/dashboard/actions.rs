@@ -131,6 +131,43 @@ fn job_action(action: Action, form: &ActionForm) -> Result<JobAction, OperatorEr
     })
 }
 
+/// Who sent an action's form, for the job and the replica forms alike:
+/// the visitor the answer is for, whether a script (a bearer token) or a
+/// browser sent it, and the holder its token or login names; or the
+/// answer that refuses it. A bearer token is a guess like a login's:
+/// counted and throttled. `(what, action)` name what was asked, for the
+/// log.
+pub(super) fn form_sender(
+    dashboard: &Dashboard,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    csrf: Option<&str>,
+    (what, action): (&str, &str),
+) -> Result<(Visitor, Caller, auth::Holder), Box<Response>> {
+    let keys = dashboard.keys();
+    let visitor = Visitor::of(&keys, headers);
+    let caller = if headers.contains_key(header::AUTHORIZATION) {
+        Caller::Script
+    } else {
+        Caller::Browser
+    };
+    if caller == Caller::Script
+        && let Err(wait) = dashboard.throttle.check(peer.ip())
+    {
+        return Err(Box::new(too_many(dashboard, &visitor, wait, peer)));
+    }
+    match auth::form_holder(&keys, headers, csrf) {
+        Ok(holder) => Ok((visitor, caller, holder)),
+        Err(refusal) => {
+            if caller == Caller::Script && refusal == Refusal::NotAuthorized {
+                dashboard.throttle.failed(peer.ip());
+            }
+            tracing::warn!(what, action, peer = %peer, reason = %refusal, "dashboard action refused");
+            Err(Box::new(refused(dashboard, &visitor, &refusal)))
+        }
+    }
+}
+
 /// `POST /jobs/{name}/{action}`: run now, pause, resume or kill (the run
 /// its `run` field names, as `cronlease kill JOB RUN_ID`). Refused with
 /// 403 and no change unless `auth::authorize` accepts the request.
@@ -144,28 +181,16 @@ pub(super) async fn act(
     // A request that is not a form is refused like any other without its
     // CSRF token (403, not 415: it changes nothing either way).
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    let keys = dashboard.keys();
-    let visitor = Visitor::of(&keys, &headers);
-    let caller = if headers.contains_key(header::AUTHORIZATION) {
-        Caller::Script
-    } else {
-        Caller::Browser
-    };
-    // A bearer token is a guess like a login's: counted and throttled.
-    if caller == Caller::Script
-        && let Err(wait) = dashboard.throttle.check(peer.ip())
-    {
-        return too_many(&dashboard, &visitor, wait, peer);
-    }
-    let holder = match auth::form_holder(&keys, &headers, form.csrf.as_deref()) {
-        Ok(holder) => holder,
-        Err(refusal) => {
-            if caller == Caller::Script && refusal == Refusal::NotAuthorized {
-                dashboard.throttle.failed(peer.ip());
-            }
-            tracing::warn!(job = %name, action, peer = %peer, reason = %refusal, "dashboard action refused");
-            return refused(&dashboard, &visitor, &refusal);
-        }
+    let what = format!("job {name}");
+    let (visitor, caller, holder) = match form_sender(
+        &dashboard,
+        &headers,
+        peer,
+        form.csrf.as_deref(),
+        (&what, &action),
+    ) {
+        Ok(sender) => sender,
+        Err(answer) => return *answer,
     };
     let Some(action) = Action::parse(&action) else {
         return error_page(

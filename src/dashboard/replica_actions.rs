@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use axum::extract::rejection::FormRejection;
 use axum::extract::{ConnectInfo, Form, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::Dashboard;
-use super::actions::{Caller, permitted};
+use super::actions::{Caller, form_sender, permitted};
 use super::api::{ActionKind, Subject};
-use super::auth::{self, Refusal, Visitor};
+use super::auth::{self, Visitor};
 use super::data::{self, ReplicaAction};
 use super::pages::error_page;
 use crate::operator::{OperatorError, ReplicaStatus};
@@ -46,27 +46,16 @@ pub(super) async fn act(
     form: Result<Form<ReplicaForm>, FormRejection>,
 ) -> Response {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    let keys = dashboard.keys();
-    let visitor = Visitor::of(&keys, &headers);
-    let caller = if headers.contains_key(header::AUTHORIZATION) {
-        Caller::Script
-    } else {
-        Caller::Browser
-    };
-    if caller == Caller::Script
-        && let Err(wait) = dashboard.throttle.check(peer.ip())
-    {
-        return super::actions::too_many(&dashboard, &visitor, wait, peer);
-    }
-    let holder = match auth::form_holder(&keys, &headers, form.csrf.as_deref()) {
-        Ok(holder) => holder,
-        Err(refusal) => {
-            if caller == Caller::Script && refusal == Refusal::NotAuthorized {
-                dashboard.throttle.failed(peer.ip());
-            }
-            tracing::warn!(%replica, action, peer = %peer, reason = %refusal, "dashboard action refused");
-            return super::actions::refused(&dashboard, &visitor, &refusal);
-        }
+    let what = format!("replica {replica}");
+    let (visitor, caller, holder) = match form_sender(
+        &dashboard,
+        &headers,
+        peer,
+        form.csrf.as_deref(),
+        (&what, &action),
+    ) {
+        Ok(sender) => sender,
+        Err(answer) => return *answer,
     };
     let Some(action) = parse(&action) else {
         return error_page(
