@@ -148,19 +148,12 @@ async fn next_events(mut follow: Follow) -> Option<(Vec<Event>, Follow)> {
     }
 }
 
-/// Whether the followed run is in flight or its stream is kept.
+/// Whether the followed run is in flight or its stream is kept (a Redis
+/// that cannot say ends the follow).
 async fn still_there(follow: &Follow) -> bool {
-    let in_flight = follow
-        .store
-        .running_runs(&follow.job)
+    operator::live_kept(&follow.store, &follow.job, &follow.run_id)
         .await
-        .is_ok_and(|runs| runs.iter().any(|run| run.run_id == follow.run_id));
-    in_flight
-        || follow
-            .store
-            .live_exists(&follow.job, &follow.run_id)
-            .await
-            .unwrap_or(false)
+        .unwrap_or(false)
 }
 
 /// One line as an event named by its source, its id the stream's.

@@ -103,14 +103,20 @@ pub async fn follow_live(
         if follow == Follow::Once {
             return Ok(LiveEnd::Read);
         }
-        let in_flight = store
-            .running_runs(job)
-            .await?
-            .iter()
-            .any(|run| run.run_id == run_id);
-        if !in_flight && !store.live_exists(job, run_id).await? {
+        if !live_kept(store, job, run_id).await? {
             return Ok(LiveEnd::Gone);
         }
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Whether `job`'s run `run_id` may still have live output to read: it is
+/// in flight, or its stream is kept.
+pub async fn live_kept(store: &Store, job: &str, run_id: &str) -> Result<bool, OperatorError> {
+    let in_flight = store
+        .running_runs(job)
+        .await?
+        .iter()
+        .any(|run| run.run_id == run_id);
+    Ok(in_flight || store.live_exists(job, run_id).await?)
 }

@@ -37,7 +37,7 @@ pub use history::{
     HistoryEntry, HistoryReport, OutputTail, history, history_page, outcome_strip, require_job,
     runs_since, wait_for_outcome,
 };
-pub use live::{Follow, LiveEnd, follow_live, live_run};
+pub use live::{Follow, LiveEnd, follow_live, live_kept, live_run};
 #[cfg(feature = "dashboard")]
 pub use pause::REASON_MAX_CHARS;
 pub use pause::{
