@@ -24,6 +24,7 @@ async fn main() -> Result<(), Error> {
     let url = std::env::args()
         .nth(1)
         .unwrap_or_else(|| "redis://127.0.0.1:6379/0".to_string());
+    install_logging();
     let state_dir = std::env::temp_dir().join("cronlease-guide-embedding");
     // ANCHOR: scheduler
     let cluster = Cluster::connect(RedisSettings::url(&url).key_prefix("guide")).await?;
@@ -187,6 +188,18 @@ async fn import(run: Run) -> Result<(), Error> {
     Ok(())
 }
 // ANCHOR_END: live_output
+
+// ANCHOR: live_tracing
+/// The service's own subscriber: its log lines as before, and each
+/// handler's events at INFO and above in its run's live output too.
+fn install_logging() {
+    use tracing_subscriber::prelude::*;
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer())
+        .with(cronlease::LiveOutputLayer::new())
+        .init();
+}
+// ANCHOR_END: live_tracing
 
 async fn import_batch(batch: u32, fence: u64) -> Result<(), Error> {
     let _ = (batch, fence);

@@ -254,6 +254,8 @@ pub use embed::{
     Cluster, ConnectionError, Job, JobBuilder, ParamSpec, RedisSettings, RefusedError, Run,
     RunOutput, Scheduler, SchedulerBuilder, SchedulerError,
 };
+#[cfg(feature = "tracing-layer")]
+pub use live::layer::LiveOutputLayer;
 pub use lock::{LockBuilder, LockError, LockGuard};
 #[cfg(feature = "notify")]
 pub use notify::Channel;

@@ -21,6 +21,9 @@ use tokio::sync::mpsc;
 
 use crate::store::{LiveBatch, Store};
 
+#[cfg(feature = "tracing-layer")]
+pub(crate) mod layer;
+
 /// Longest line kept, in bytes: the rest is cut (the outcome's tail and
 /// the log keep more).
 pub const MAX_LINE_BYTES: usize = 2_048;
@@ -137,6 +140,14 @@ pub fn channel(job: &str, run_id: &str, max_lines: usize) -> (LiveLines, LiveWri
 }
 
 impl LiveWriter {
+    /// The lines queued so far, without Redis.
+    #[cfg(all(test, feature = "tracing-layer"))]
+    pub(crate) fn drain_for_test(&mut self) -> Vec<String> {
+        std::iter::from_fn(|| self.queue.try_recv().ok())
+            .map(|line| line.text)
+            .collect()
+    }
+
     /// Sends batches until `ended` resolves (the run's task ended) or
     /// every [`LiveLines`] of the run is dropped, then what is left and
     /// the end entry. A line pushed after that is dropped (a handler's

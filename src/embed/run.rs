@@ -296,6 +296,11 @@ where
             stop: stop.clone(),
         };
         let work = (self.handler)(handed);
+        #[cfg(feature = "tracing-layer")]
+        if crate::live::layer::wanted() {
+            let work = crate::live::layer::in_handler(run.live.clone(), work);
+            return Box::pin(supervise(work, stop, run.grace, output));
+        }
         Box::pin(supervise(work, stop, run.grace, output))
     }
 }
