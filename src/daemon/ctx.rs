@@ -219,9 +219,10 @@ pub(super) struct Runs {
     #[cfg(feature = "process")]
     containment: std::sync::OnceLock<crate::runner::Containment>,
     /// What runs may inherit of the replica's environment, and its secrets
-    /// (taken at start).
+    /// (taken at start, again by each reload: a token or channel it adds
+    /// is a secret from then on). Never held across an `.await`.
     #[cfg(feature = "process")]
-    pub(super) replica_env: crate::runner::ReplicaEnv,
+    pub(super) replica_env: std::sync::RwLock<crate::runner::ReplicaEnv>,
     /// The HTTP jobs' clients, built once per TLS and redirect setting
     /// and shared by their runs.
     #[cfg(feature = "http-jobs")]
@@ -429,7 +430,7 @@ impl Ctx {
                 #[cfg(feature = "process")]
                 containment: std::sync::OnceLock::new(),
                 #[cfg(feature = "process")]
-                replica_env: parts.replica_env,
+                replica_env: std::sync::RwLock::new(parts.replica_env),
                 #[cfg(feature = "http-jobs")]
                 http_clients: crate::http_job::HttpClients::default(),
             },

@@ -252,12 +252,13 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
     }
     let params = start.params.iter();
     run.extend(params.map(|(name, value)| (crate::config::param_env_name(name), value.clone())));
-    let env = runner::RunEnv::new(
-        &side.runs.replica_env,
-        &side.config.daemon.inherit_env,
-        job,
-        run,
-    );
+    let replica_env = side
+        .runs
+        .replica_env
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    let env = runner::RunEnv::new(&replica_env, &side.config.daemon.inherit_env, job, run);
     runner::Process {
         argv,
         workdir: job.workdir.clone(),
@@ -528,4 +529,19 @@ pub(super) fn replica_env(
         );
     }
     env
+}
+
+/// After a reload: what runs may inherit, with the secrets of `reloaded`
+/// (the tokens and channels it adds) beside those of the running config.
+#[cfg(feature = "process")]
+pub(super) fn renew_replica_env(ctx: &super::ctx::Ctx, reloaded: &crate::config::Config) {
+    let env = crate::runner::ReplicaEnv::for_reload(
+        &ctx.config,
+        reloaded,
+        super::serve::token_secrets(&ctx.dashboard_keys),
+    );
+    *ctx.runs
+        .replica_env
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = env;
 }

@@ -308,6 +308,8 @@ async fn read_table(ctx: &Ctx) -> Option<Arc<JobTable>> {
             if let Some(keys) = keys {
                 super::serve::replace_keys(&ctx.dashboard_keys, keys);
             }
+            #[cfg(feature = "process")]
+            super::runs::renew_replica_env(ctx, &new);
             Some(job_table(new.jobs))
         }
         Ok(Err(e)) => {

@@ -48,16 +48,27 @@ impl ReplicaEnv {
     }
 
     /// [`ReplicaEnv::capture`] for the daemon's `config`, `extra` its
-    /// secrets read outside the config (the dashboard token).
+    /// secrets read outside the config (the dashboard tokens).
     pub fn for_config(config: &Config, extra: Vec<Vec<u8>>) -> ReplicaEnv {
-        let values = config
+        ReplicaEnv::for_reload(config, config, extra)
+    }
+
+    /// [`ReplicaEnv::capture`] after a reload: the secrets of the config
+    /// the replica started with (its Redis password stays in use until a
+    /// restart) and of the `reloaded` one (tokens and channels a reload
+    /// added), `extra` the secrets read outside the config (the dashboard
+    /// tokens as reloaded).
+    pub fn for_reload(running: &Config, reloaded: &Config, extra: Vec<Vec<u8>>) -> ReplicaEnv {
+        let values = running
             .redis
             .password
             .iter()
             .map(|p| p.expose().as_bytes().to_vec())
             .chain(extra)
             .collect();
-        ReplicaEnv::capture(&config.secret_env_names(), values)
+        let mut names = running.secret_env_names();
+        names.extend(reloaded.secret_env_names());
+        ReplicaEnv::capture(&names, values)
     }
 
     fn from_vars(

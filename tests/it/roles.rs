@@ -545,6 +545,64 @@ fn a_sighup_adds_and_removes_tokens_and_a_bad_table_keeps_them() {
 }
 
 #[test]
+fn a_token_a_sighup_adds_is_kept_from_runs_from_then_on() {
+    let mut cluster = Cluster::new(RedisServer::start());
+    cluster.env.push((TOKEN_ENV.into(), TOKEN.into()));
+    cluster.env.push((VIEWER_ENV.into(), VIEWER.into()));
+    // A job that inherits every CRONLEASE_TEST_ variable and prints what
+    // it holds and a token it learnt some other way.
+    let leak = format!(
+        "[jobs.leak]\nschedule = \"{NEVER}\"\ninherit_env = [\"CRONLEASE_TEST_*\"]\n\
+         shell = 'echo \"env=[${VIEWER_ENV}] known=[{ADMIN}]\"'\n"
+    );
+    let first = format!("{leak}{}", entries(&cluster, &[Who::Operator]));
+    cluster.start_with("a", &daemon_section(), &first, None);
+    cluster.wait_ready();
+    let output_of_a_run = |cluster: &Cluster, runs: usize| {
+        let config = cluster.config_path("a").display().to_string();
+        cronlease_with_env(["trigger", "leak", "--config", config.as_str()], &[]).expect_code(0);
+        let outcome =
+            crate::support::wait_until(Duration::from_secs(20), "the run's outcome", || {
+                let outcomes = cluster.outcomes("leak");
+                (outcomes.len() == runs).then(|| outcomes[runs - 1].clone())
+            });
+        outcome
+            .field("output")
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        output_of_a_run(&cluster, 1),
+        format!("env=[{VIEWER}] known=[{ADMIN}]"),
+        "neither is a token yet"
+    );
+
+    let both = format!(
+        "{leak}{}",
+        entries(&cluster, &[Who::Operator, Who::Viewer, Who::Admin])
+    );
+    cluster.config("a", &daemon_section(), &both);
+    let reloads = |cluster: &Cluster| {
+        cluster.replicas[0]
+            .log()
+            .matches("dashboard tokens reloaded")
+            .count()
+    };
+    let before = reloads(&cluster);
+    let pid = Pid::from_raw(cluster.replicas[0].pid() as i32);
+    kill(pid, Signal::SIGHUP).expect("SIGHUP");
+    crate::support::wait_until(Duration::from_secs(20), "the reload", || {
+        (reloads(&cluster) > before).then_some(())
+    });
+    assert_eq!(
+        output_of_a_run(&cluster, 2),
+        "env=[] known=[[redacted]]",
+        "a token the reload added: its variable is not inherited, its value is redacted"
+    );
+}
+
+#[test]
 fn the_viewers_pages_have_no_action_buttons() {
     let (cluster, addr) = start();
     support_browser(&addr, &cluster);
