@@ -76,7 +76,7 @@ mod params;
 mod placement;
 mod problem;
 pub use params::{
-    Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, Param, ParamError, ParamValues, Params,
+    Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, ParamError, ParamValues, Params,
     env_name as param_env_name, is_param_name, substitute, value_problem as param_value_problem,
 };
 pub(crate) use placement::is_tag;

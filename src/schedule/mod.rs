@@ -36,7 +36,7 @@ use chrono::{DateTime, TimeZone as _, Utc};
 
 pub use expr::Timing;
 use expr::{EXPECTED_FORM, Expr};
-pub use timetable::{EXPRESSION_SEPARATOR, Timetable, Window};
+pub use timetable::{Timetable, Window};
 
 /// Why an expression was rejected. The message is meant for the operator and
 /// is shown after the file, line, job and field it belongs to.
@@ -305,6 +305,7 @@ impl Schedule {
     }
 
     /// The next `count` ticks strictly after `after`.
+    #[cfg(any(test, feature = "internals"))]
     pub fn upcoming(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
         successive(|t| self.next_after(t), after, count)
     }

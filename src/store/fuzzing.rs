@@ -37,7 +37,7 @@ pub fn manual(reply: Value) -> Result<ManualReply, StoreError> {
 }
 
 /// The backfill plan script's reply.
-pub fn backfill_plan(reply: Value) -> Result<super::BackfillPlan, StoreError> {
+pub fn backfill_plan(reply: Value) -> Result<super::backfill::BackfillPlan, StoreError> {
     backfill::parse_plan("fuzz", reply)
 }
 

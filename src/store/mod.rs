@@ -37,12 +37,12 @@ mod reply;
 mod run;
 mod triggers;
 
-pub use chain::{FollowReply, FollowRequest, Followers, ForgedEntry, InboxEntry};
+pub use chain::{FollowReply, FollowRequest, Followers, InboxEntry};
 pub use error::StoreError;
 use reply::{Reply, as_int, as_string, protocol};
 
 pub use audit::Action;
-pub use backfill::{BackfillPlan, PlanMode, PlanRequest, SkipReason, TakeReply};
+pub use backfill::{PlanMode, PlanRequest, SkipReason, TakeReply};
 pub use capacity::{CapacityCause, CapacitySkip, CapacitySkipReply};
 pub use claim::{ClaimReply, ClaimRequest, GroupClaim, StateCheck, StateField, WhenBusy};
 pub use drain::{DRAIN_NOTICE, DrainChange, DrainMark};
