@@ -5,8 +5,8 @@
 //! others take the tick at their rendezvous turn. The count is local:
 //! the replica's own runs, never read from Redis.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use tokio::sync::Notify;
 
@@ -19,8 +19,19 @@ struct Counter {
     /// None: no limit.
     max: Option<u32>,
     in_flight: AtomicU32,
-    /// Woken whenever a slot is given back.
+    /// Woken whenever a slot is given back (with a limit: without one,
+    /// nobody waits).
     freed: Notify,
+    /// `cronlease_runs_in_flight`, looked up at the first run (the
+    /// recorder is installed after the capacity is made).
+    gauge: OnceLock<metrics::Gauge>,
+}
+
+impl Counter {
+    fn gauge(&self) -> &metrics::Gauge {
+        self.gauge
+            .get_or_init(|| metrics::gauge!(crate::telemetry::RUNS_IN_FLIGHT))
+    }
 }
 
 /// One run's place in the replica's capacity, given back when dropped.
@@ -31,8 +42,10 @@ pub(super) struct RunSlot {
 impl Drop for RunSlot {
     fn drop(&mut self) {
         self.counter.in_flight.fetch_sub(1, Ordering::AcqRel);
-        metrics::gauge!(crate::telemetry::RUNS_IN_FLIGHT).decrement(1.0);
-        self.counter.freed.notify_waiters();
+        self.counter.gauge().decrement(1.0);
+        if self.counter.max.is_some() {
+            self.counter.freed.notify_waiters();
+        }
     }
 }
 
@@ -47,6 +60,7 @@ impl Capacity {
                 max,
                 in_flight: AtomicU32::new(0),
                 freed: Notify::new(),
+                gauge: OnceLock::new(),
             }),
         }
     }
@@ -80,7 +94,7 @@ impl Capacity {
     }
 
     fn slot(&self) -> RunSlot {
-        metrics::gauge!(crate::telemetry::RUNS_IN_FLIGHT).increment(1.0);
+        self.inner.gauge().increment(1.0);
         RunSlot {
             counter: self.inner.clone(),
         }
@@ -96,11 +110,12 @@ impl Capacity {
         self.inner.max
     }
 
-    /// Returns when a slot is given back (or at once if one was given back
-    /// between the caller's last look and this call's registration: the
-    /// caller looks again either way).
-    pub(super) async fn freed(&self) {
-        self.inner.freed.notified().await;
+    /// Resolves when a slot is given back after this call: the waiter is
+    /// registered when this returns, before it is first polled, so a
+    /// caller that takes it before looking at the count misses no slot
+    /// given back in between.
+    pub(super) fn freed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.freed.notified()
     }
 }
 
@@ -124,5 +139,16 @@ mod tests {
         let unlimited = Capacity::new(None);
         let many: Vec<_> = (0..100).filter_map(|_| unlimited.try_take()).collect();
         assert_eq!(many.len(), 100);
+    }
+
+    #[tokio::test]
+    async fn a_slot_given_back_after_the_wait_was_taken_wakes_it_unpolled() {
+        let capacity = Capacity::new(Some(1));
+        let held = capacity.try_take().expect("the only slot");
+        let freed = capacity.freed();
+        drop(held);
+        tokio::time::timeout(std::time::Duration::from_secs(5), freed)
+            .await
+            .expect("the wait taken before the slot came back ends");
     }
 }
