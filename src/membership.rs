@@ -78,6 +78,7 @@ pub struct Heartbeat<H = BTreeMap<String, String>> {
 /// assert_eq!(serde_json::to_string(&DrainState::Drained).unwrap(), "\"drained\"");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum DrainState {
     /// It claims nothing, and still has runs in flight.
@@ -98,6 +99,7 @@ impl DrainState {
 
 /// A run in flight, as a heartbeat reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct RunInFlight {
     pub job: String,
     pub run_id: String,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 /// How a run (or a tick that was not run) ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The command exited 0.
@@ -113,6 +114,7 @@ impl fmt::Display for Status {
 /// assert_eq!(Trigger::parse("schedule"), Some(Trigger::Schedule));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Trigger {
@@ -294,6 +296,7 @@ impl Outcome {
 /// });
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct Upstream {
     root_tick_ms: i64,
     runs: Vec<UpstreamRun>,
@@ -311,6 +314,7 @@ pub struct Upstream {
 /// }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct UpstreamRun {
     job: String,
     run_id: String,

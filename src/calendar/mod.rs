@@ -329,6 +329,7 @@ fn fnv1a(bytes: &[u8]) -> String {
 
 /// Which of a job's settings left a tick out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum CalendarRule {
     /// The tick is inside an event of an `exclude` calendar.

@@ -21,6 +21,7 @@ pub(crate) const MAX_TAG_LEN: usize = 64;
 /// assert_eq!(Mode::EveryReplica.to_string(), "every_replica");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Mode {

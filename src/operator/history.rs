@@ -45,6 +45,7 @@ impl HistoryEntry {
 
 /// One outcome as `history` shows it (also its `--json` schema).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct HistoryEntry {
     pub id: String,
     pub run_id: String,

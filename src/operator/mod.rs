@@ -97,6 +97,7 @@ pub enum OperatorError {
 
 /// A replica as its heartbeat describes it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct ReplicaStatus {
     pub id: String,
     pub host: String,
@@ -147,6 +148,7 @@ impl ReplicaStatus {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct JobStatus {
     pub name: String,
     /// From the job table; `None` when the operator has none.
@@ -218,6 +220,7 @@ pub struct JobStatus {
 /// The latest tick of a broadcast job (`mode = "every_replica"`) with an
 /// outcome, replica by replica.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct BroadcastTick {
     pub tick: String,
     pub tick_ms: i64,
@@ -231,6 +234,7 @@ pub struct BroadcastTick {
 
 /// One replica's outcome of a broadcast tick.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct BroadcastOutcome {
     pub replica: String,
     pub status: crate::outcome::Status,
@@ -250,6 +254,7 @@ impl BroadcastTick {
 
 /// One of a job's calendars as `status` shows it.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct JobCalendar {
     pub name: String,
     pub rule: crate::calendar::CalendarRule,
@@ -278,6 +283,7 @@ pub fn job_calendars(job: &crate::config::Job) -> Vec<JobCalendar> {
 
 /// What is left of a job's backfill.
 #[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct BackfillLeft {
     pub left: u64,
     pub queued: u64,

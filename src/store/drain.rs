@@ -23,6 +23,7 @@ pub const DRAIN_NOTICE: &str = "!drain ";
 /// assert_eq!(DrainMark::parse("not json"), None);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct DrainMark {
     /// Who drained it: `user@host`, or the dashboard's operator.
     pub by: String,

@@ -70,6 +70,7 @@ impl Pause {
 
 /// A run in flight, from the job's `running` hash.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct RunningStatus {
     /// The run's id.
     pub run_id: String,
@@ -89,6 +90,7 @@ pub struct RunningStatus {
 
 /// The last outcome a job's state hash records.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct LastOutcome {
     /// How the run ended.
     pub status: Status,
@@ -111,6 +113,7 @@ pub struct LastOutcome {
 /// produces (`last_tick`, `fence`: what a claim replaced; `running`: an
 /// entry a sweep quarantined, by run id), found at `at_ms` (Redis time).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct Repair {
     /// The field.
     pub field: String,

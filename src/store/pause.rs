@@ -33,6 +33,7 @@ pub enum PauseAnswer {
 
 /// The cluster's pause record (`<prefix>:pause_all`) as read.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct ClusterPause {
     /// Fresh at every pause and resume; the replicas acknowledge it.
     pub id: String,

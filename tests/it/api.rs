@@ -77,6 +77,9 @@ struct Api {
     addr: String,
     agent: ureq::Agent,
     called: BTreeSet<(String, String)>,
+    /// Every answer: `{method, path, status, body}`, the path as the
+    /// document's template.
+    answers: Vec<Value>,
 }
 
 impl Api {
@@ -91,6 +94,7 @@ impl Api {
             addr,
             agent,
             called: BTreeSet::new(),
+            answers: Vec::new(),
         }
     }
 
@@ -108,7 +112,18 @@ impl Api {
     fn get(&mut self, template: &str, args: &[(&str, &str)], query: &str, auth: Auth) -> Answer {
         let url = self.url("GET", template, args, query);
         let request = with_auth(self.agent.get(&url), auth);
-        answer(&url, request.call())
+        self.noted("GET", template, answer(&url, request.call()))
+    }
+
+    /// `answer` of `method template`, noted for [`answers_match_the_document`].
+    fn noted(&mut self, method: &str, template: &str, answer: Answer) -> Answer {
+        self.answers.push(serde_json::json!({
+            "method": method,
+            "path": format!("/api/v1{template}"),
+            "status": answer.status,
+            "body": answer.body,
+        }));
+        answer
     }
 
     /// POSTs `body` (raw, with `content_type` when given).
@@ -125,7 +140,7 @@ impl Api {
         if let Some(content_type) = content_type {
             request = request.header("Content-Type", content_type);
         }
-        answer(&url, request.send(body))
+        self.noted("POST", template, answer(&url, request.send(body)))
     }
 
     fn post(&mut self, template: &str, args: &[(&str, &str)], body: &Value, auth: Auth) -> Answer {
@@ -544,6 +559,42 @@ fn every_documented_route_reads_and_acts_as_the_pages_do() {
     std::thread::sleep(Duration::from_millis(2_500));
     api.get("/jobs", &[], "", Auth::Token)
         .error(503, "redis_unavailable");
+
+    let answers: Vec<Value> = api.answers.into_iter().chain(other.answers).collect();
+    answers_match_the_document(&cluster, &doc.body, &answers);
+}
+
+/// Every answer's body matches the schema the document gives for its
+/// route and status, and names no property the schema leaves out
+/// (tests/it/support/openapi_answers.py, with the validator
+/// `openapi-spec-validator` brings).
+#[track_caller]
+fn answers_match_the_document(cluster: &Cluster, doc: &Value, answers: &[Value]) {
+    let doc_file = cluster.path("openapi-answers-doc.json");
+    let answers_file = cluster.path("openapi-answers.json");
+    std::fs::write(&doc_file, doc.to_string()).expect("write the document");
+    std::fs::write(&answers_file, Value::from(answers.to_vec()).to_string())
+        .expect("write the answers");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/it/support/openapi_answers.py"
+    );
+    let checked = Command::new("python3")
+        .arg(script)
+        .arg(&doc_file)
+        .arg(&answers_file)
+        .output()
+        .expect("python3 (scripts/install-deps installs it with openapi-spec-validator)");
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(
+        checked.status.success(),
+        "answers that do not match the document:\n{printed}"
+    );
+    eprintln!("{printed}");
 }
 
 #[test]

@@ -56,12 +56,10 @@ pub(super) struct JobsBody {
     /// Redis time of the snapshot, ms since the epoch.
     now_ms: i64,
     /// The cluster's pause (`cronlease pause --all`) while it holds.
-    #[schema(value_type = Option<Object>)]
     cluster_pause: Option<ClusterPause>,
     /// How many jobs there are in all, before the filters.
     total: usize,
     /// The jobs that match, each as `cronlease status --json` gives it.
-    #[schema(value_type = Vec<Object>)]
     jobs: Vec<JobStatus>,
 }
 
@@ -185,7 +183,6 @@ pub(super) struct ActionRecord {
 pub(super) struct JobBody {
     now_ms: i64,
     /// Its state, as `cronlease status --json` gives it.
-    #[schema(value_type = Object)]
     job: JobStatus,
     /// Its next ticks.
     next_ticks: Vec<NextTick>,
@@ -295,7 +292,6 @@ pub(super) struct HistoryBody {
     job: String,
     /// Each as `cronlease history --json` gives it, its output tail
     /// included.
-    #[schema(value_type = Vec<Object>)]
     outcomes: Vec<HistoryEntry>,
     /// The `before` of the next (older) page; none when this page is the
     /// last.
@@ -374,7 +370,7 @@ pub(super) struct ExplainQuery {
     tag = "reads",
     params(("name" = String, Path, description = "The job's name"), ExplainQuery),
     responses(
-        (status = 200, description = "The explanation, as `cronlease explain --json`", body = Object),
+        (status = 200, description = "The explanation, as `cronlease explain --json`", body = Explanation),
         (status = 400, description = "invalid_query", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
         (status = 429, description = "too_many_attempts", body = ErrorBody),
@@ -405,7 +401,7 @@ pub(super) async fn explain(
 
 /// A run in flight.
 #[derive(Debug, Serialize, ToSchema)]
-pub(super) struct RunInFlight {
+pub(super) struct JobRun {
     job: String,
     run_id: String,
     /// The replica running it.
@@ -423,7 +419,7 @@ pub(super) struct RunInFlight {
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct RunsBody {
     now_ms: i64,
-    runs: Vec<RunInFlight>,
+    runs: Vec<JobRun>,
 }
 
 /// `GET /api/v1/runs`: every job's runs in flight.
@@ -453,7 +449,7 @@ pub(super) async fn runs(
     let status = data::status_seen(&dashboard, &identity.scope(), Fresh::Cached).await?;
     let runs = data::in_flight(&status)
         .into_iter()
-        .map(|(job, r)| RunInFlight {
+        .map(|(job, r)| JobRun {
             job: job.to_string(),
             run_id: r.run_id.clone(),
             replica: r.replica.clone(),
@@ -477,7 +473,6 @@ pub(super) async fn runs(
 pub(super) struct ReplicasBody {
     now_ms: i64,
     /// Each as `cronlease status --json` gives it.
-    #[schema(value_type = Vec<Object>)]
     replicas: Vec<ReplicaStatus>,
 }
 

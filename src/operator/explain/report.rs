@@ -11,6 +11,7 @@ use crate::outcome::{Status, Trigger, Upstream};
 
 /// What happened to a tick, in one word (`verdict` in the JSON).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     /// A replica claimed it and the run ended: `run.status` says how.
@@ -34,6 +35,7 @@ pub enum Verdict {
 
 /// How the tick was chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TickChoice {
     /// `--tick` or `?tick=`.
@@ -46,6 +48,7 @@ pub enum TickChoice {
 
 /// One reason, with its evidence (`reasons[]` in the JSON).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct Reason {
     /// `not_a_tick`, `schedule_ended`, `not_yet_due`, `paused`, `misfire`,
     /// `overlap`, `no_live_replica`, `redis_unreachable`, `config_drift`,
@@ -62,6 +65,7 @@ pub struct Reason {
 
 /// The run of the tick (`run` in the JSON).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct RunFacts {
     pub run_id: String,
     pub replica: String,
@@ -85,6 +89,7 @@ pub struct RunFacts {
 
 /// The schedule around the tick (`schedule` in the JSON).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct ScheduleFacts {
     pub expression: String,
     pub timezone: String,
@@ -98,6 +103,7 @@ pub struct ScheduleFacts {
 
 /// A replica as the tick's explanation sees it (`replicas[]`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct ReplicaSeen {
     pub id: String,
     pub host: String,
@@ -110,6 +116,7 @@ pub struct ReplicaSeen {
 
 /// What became of one tick of one job, and why (`explain --json`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct Explanation {
     pub job: String,
     pub tick: String,
@@ -133,6 +140,7 @@ pub struct Explanation {
 
 /// Chains around the tick's run (`chain` in the JSON).
 #[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct ChainFacts {
     /// The jobs whose outcomes start this one (`after`).
     pub after: Vec<String>,
@@ -147,6 +155,7 @@ pub struct ChainFacts {
 
 /// A follower's record caused by the tick's run.
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct CausedRun {
     pub job: String,
     pub run_id: String,
@@ -165,6 +174,7 @@ pub(super) fn reason(kind: &'static str, text: String, evidence: Value) -> Reaso
 /// A daylight-saving change near the tick and what the job's schedule did
 /// with it (the `dst` object of `explain --json`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "dashboard", derive(utoipa::ToSchema))]
 pub struct DstFacts {
     /// `gap` (the clock jumps forward) or `fold` (it goes back).
     pub kind: &'static str,
