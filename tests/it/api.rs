@@ -245,6 +245,28 @@ fn every_documented_route_reads_and_acts_as_the_pages_do() {
         "{}",
         filtered.body
     );
+    // A page at a time, by name.
+    let mut paged = Vec::new();
+    let mut after = String::new();
+    loop {
+        let query = format!("?limit=2{after}");
+        let page = api.get("/jobs", &[], &query, Auth::Token);
+        assert_eq!(page.status, 200, "{}", page.body);
+        paged.extend(
+            page.body["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| j["name"].as_str().unwrap().to_string()),
+        );
+        match page.body["next_after"].as_str() {
+            Some(next) => after = format!("&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, ["long", "report", "ticker"]);
+    api.get("/jobs", &[], "?limit=0", Auth::Token)
+        .error(400, "invalid_query");
     api.get("/jobs", &[], "?state=sleepy", Auth::Token)
         .error(400, "invalid_query");
     api.get("/jobs", &[], "?sate=paused", Auth::Token)

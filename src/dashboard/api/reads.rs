@@ -27,6 +27,9 @@ use crate::store::ClusterPause;
 pub(super) const HISTORY_MAX: usize = 500;
 /// Outcomes in a page of a history when `limit` is not given.
 const HISTORY_DEFAULT: usize = 50;
+/// The most jobs one page of `/jobs` holds, and how many when `limit` is
+/// not given.
+const JOBS_MAX: usize = 1_000;
 
 /// A query `T`, or the 400 that says what is wrong with it.
 fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
@@ -48,6 +51,12 @@ pub(super) struct JobsQuery {
     /// (past their last tick).
     #[serde(default)]
     state: Option<String>,
+    /// Jobs in the page, 1 to 1000 (default 1000).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+    /// The jobs whose name sorts after this one (the previous page's
+    /// `next_after`); none: from the first.
+    after: Option<String>,
 }
 
 /// Every job the overview shows.
@@ -59,8 +68,11 @@ pub(super) struct JobsBody {
     cluster_pause: Option<ClusterPause>,
     /// How many jobs there are in all, before the filters.
     total: usize,
-    /// The jobs that match, each as `cronlease status --json` gives it.
+    /// The jobs that match, by name, each as `cronlease status --json`
+    /// gives it.
     jobs: Vec<JobStatus>,
+    /// The `after` of the next page; none when this page is the last.
+    next_after: Option<String>,
 }
 
 /// `GET /api/v1/jobs`: every job, as the overview lists it.
@@ -104,11 +116,21 @@ pub(super) async fn jobs(
             )
         })?,
     };
+    let limit = q.limit.unwrap_or(JOBS_MAX);
+    if !(1..=JOBS_MAX).contains(&limit) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidQuery,
+            format!("limit: {limit} is out of range; expected 1 to {JOBS_MAX}"),
+        ));
+    }
     let status = data::status_seen(&dashboard, &identity.scope(), Fresh::Cached).await?;
-    let jobs = data::jobs_matching(&status, &q.q, filter)
-        .into_iter()
-        .cloned()
-        .collect();
+    let mut matching = data::jobs_matching(&status, &q.q, filter);
+    matching.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    if let Some(after) = &q.after {
+        matching.retain(|j| j.name.as_str() > after.as_str());
+    }
+    let next_after = (matching.len() > limit).then(|| matching[limit - 1].name.clone());
+    let jobs = matching.into_iter().take(limit).cloned().collect();
     Ok(json(
         StatusCode::OK,
         &JobsBody {
@@ -116,6 +138,7 @@ pub(super) async fn jobs(
             cluster_pause: status.cluster_pause.clone(),
             total: status.jobs.len(),
             jobs,
+            next_after,
         },
     ))
 }
