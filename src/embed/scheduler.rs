@@ -211,6 +211,21 @@ impl SchedulerBuilder {
         self.set("tags", toml::Value::Array(tags))
     }
 
+    /// The most runs this instance keeps in flight at once, whatever
+    /// started them (`[daemon] max_runs`, 1 to 1,000,000; default: no
+    /// limit). A full instance makes no claim, so another takes the tick
+    /// at its rendezvous turn; when every instance is full, the tick waits
+    /// within its grace and is then recorded `skipped_capacity`.
+    ///
+    /// ```no_run
+    /// # async fn f(cluster: cronlease::Cluster) -> Result<(), cronlease::SchedulerError> {
+    /// let scheduler = cluster.scheduler().max_runs(4).start()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn max_runs(self, runs: u32) -> SchedulerBuilder {
+        self.set("max_runs", i64::from(runs).into())
+    }
+
     fn set(mut self, key: &str, value: toml::Value) -> SchedulerBuilder {
         self.daemon.insert(key.into(), value);
         self

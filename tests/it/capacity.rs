@@ -3,7 +3,8 @@
 //! replica processes against a private redis-server; what ran, and when,
 //! is read from the jobs' side-effect file (`start`/`end` lines with the
 //! job, run id, replica and wall-clock ms), what was recorded from the
-//! outcome streams.
+//! outcome streams; and the library's `max_runs` on two instances in one
+//! process.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -579,4 +580,100 @@ fn a_followers_run_in_a_full_group_waits_for_the_slot() {
             );
         }
     }
+}
+
+#[test]
+fn the_librarys_max_runs_keeps_each_instance_within_its_limit() {
+    use std::sync::{Arc, Mutex};
+
+    use std::time::Instant;
+
+    use cronlease::{JobBuilder, Run};
+
+    use crate::support::{cluster as connect, multi_thread_runtime, read_outcomes};
+
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // (instance, job, start, end) of every run, by the test's clock.
+    let spans: Arc<Mutex<Vec<(String, String, Instant, Instant)>>> = Arc::default();
+    let job = |name: &str| {
+        let spans = spans.clone();
+        JobBuilder::new(name, "*/3 * * * * *").run(move |run: Run| {
+            let spans = spans.clone();
+            async move {
+                let from = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                spans
+                    .lock()
+                    .expect("no test thread panics holding it")
+                    .push((
+                        run.replica().to_string(),
+                        run.job().to_string(),
+                        from,
+                        Instant::now(),
+                    ));
+                Ok::<(), std::io::Error>(())
+            }
+        })
+    };
+    multi_thread_runtime().block_on(async {
+        let mut instances = Vec::new();
+        for id in ["shop-1", "shop-2"] {
+            let scheduler = connect(&redis)
+                .await
+                .scheduler()
+                .replica_id(id)
+                .max_runs(1)
+                .state_dir(&dir.path().join(id))
+                .lease(Duration::from_secs(2))
+                .heartbeat(Duration::from_secs(1))
+                .shutdown_grace(Duration::from_secs(3))
+                .job(job("a"))
+                .job(job("b"))
+                .job(job("c"))
+                .start()
+                .expect("valid settings");
+            instances.push(scheduler);
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        for scheduler in instances {
+            scheduler.shutdown().await.expect("a clean shutdown");
+        }
+    });
+    let spans = spans.lock().expect("no test thread panics").clone();
+    assert!(spans.len() >= 4, "too few runs: {spans:?}");
+    for instance in ["shop-1", "shop-2"] {
+        let mut own: Vec<_> = spans.iter().filter(|s| s.0 == instance).collect();
+        own.sort_by_key(|s| s.2);
+        for pair in own.windows(2) {
+            assert!(
+                pair[1].2 >= pair[0].3,
+                "{instance} ran two at once: {:?} and {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+    }
+    // Three jobs, two instances with room for one each: the third waits
+    // for room within its grace, and each tick is recorded once: run
+    // (`ok`), given up for want of room (`skipped_capacity`) or because
+    // the late run of the tick before still ran (`skipped_overlap`).
+    let mut recorded = Vec::new();
+    for name in ["a", "b", "c"] {
+        let outcomes = read_outcomes(&mut redis.client(), "cl", name);
+        let ticks: BTreeSet<i64> = outcomes.iter().map(|o| o.tick()).collect();
+        assert_eq!(ticks.len(), outcomes.len(), "{name}: a tick recorded twice");
+        recorded.extend(
+            outcomes
+                .iter()
+                .map(|o| (name, o.tick(), o.status().to_string())),
+        );
+    }
+    assert!(
+        recorded.iter().all(
+            |(_, _, status)| ["ok", "skipped_capacity", "skipped_overlap"]
+                .contains(&status.as_str())
+        ),
+        "{recorded:?}"
+    );
 }
