@@ -595,8 +595,8 @@ fn the_librarys_max_runs_keeps_each_instance_within_its_limit() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("a temporary directory");
     /// (instance, job, start, end) of a run, by the test's clock.
-    type Span = (String, String, Instant, Instant);
-    let spans: Arc<Mutex<Vec<Span>>> = Arc::default();
+    type Held = (String, String, Instant, Instant);
+    let spans: Arc<Mutex<Vec<Held>>> = Arc::default();
     let job = |name: &str| {
         let spans = spans.clone();
         JobBuilder::new(name, "*/3 * * * * *").run(move |run: Run| {
