@@ -187,10 +187,39 @@ fn a_flood_keeps_the_run_stream_within_its_cap() {
     cluster.stop_all();
 }
 
-#[test]
-fn an_embedded_handlers_writer_is_live_output() {
+/// Runs `job` (named `import`) once on an instance in `runtime` and
+/// returns what `cronlease logs import` printed while it ran (its first
+/// lines) and what `logs --follow` printed to its end.
+fn embedded_logs(runtime: &tokio::runtime::Runtime, job: cronlease::Job) -> (String, String) {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = write_config(
+        dir.path(),
+        &redis.url(),
+        "",
+        "[jobs.import]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n",
+    );
+    runtime.block_on(async {
+        let scheduler = start_scheduler(&redis, &dir, "svc-1", vec![job]).await;
+        let config = config.display().to_string();
+        let printed = tokio::task::spawn_blocking(move || {
+            trigger(Path::new(&config), "import");
+            let first = wait_until(Duration::from_secs(10), "a line in flight", || {
+                let run = cronlease(["logs", "import", "--config", &config]);
+                (run.code() == Some(0) && !run.stdout().is_empty()).then(|| run.stdout())
+            });
+            let all = cronlease(["logs", "import", "--follow", "--config", &config]);
+            (first, all.expect_code(0).stdout())
+        })
+        .await
+        .expect("the CLI runs");
+        scheduler.shutdown().await.expect("a clean shutdown");
+        printed
+    })
+}
+
+#[test]
+fn an_embedded_handlers_writer_is_live_output() {
     let job = JobBuilder::new("import", "0 0 1 1 *").run(|run: Run| async move {
         use std::io::Write;
         let mut out = run.output();
@@ -201,42 +230,18 @@ fn an_embedded_handlers_writer_is_live_output() {
         write!(out, "done")?;
         Ok::<(), std::io::Error>(())
     });
-    let config = write_config(
-        dir.path(),
-        &redis.url(),
-        "",
-        "[jobs.import]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n",
+    let printed = embedded_logs(&runtime(), job);
+    assert!(printed.0.starts_with("imported batch 1\n"), "{printed:?}");
+    assert_eq!(
+        printed.1,
+        "imported batch 1\nimported batch 2\nimported batch 3\ndone\n"
     );
-    let rt = runtime();
-    rt.block_on(async {
-        let scheduler = start_scheduler(&redis, &dir, "svc-1", vec![job]).await;
-        let config = config.display().to_string();
-        let printed = tokio::task::spawn_blocking(move || {
-            trigger(Path::new(&config), "import");
-            let first = wait_until(Duration::from_secs(10), "a line in flight", || {
-                let run = cronlease(["logs", "import", "--config", &config]);
-                (run.code() == Some(0) && !run.stdout().is_empty()).then(|| run.stdout())
-            });
-            let all = cronlease(["logs", "import", "--follow", "--config", &config]);
-            (first, all.expect_code(0).stdout())
-        })
-        .await
-        .expect("the CLI runs");
-        assert!(printed.0.starts_with("imported batch 1\n"), "{printed:?}");
-        assert_eq!(
-            printed.1,
-            "imported batch 1\nimported batch 2\nimported batch 3\ndone\n"
-        );
-        scheduler.shutdown().await.expect("a clean shutdown");
-    });
 }
 
 #[test]
 fn an_embedded_handlers_tracing_events_are_live_output() {
     use tracing_subscriber::prelude::*;
 
-    let redis = RedisServer::start();
-    let dir = tempfile::tempdir().expect("a temporary directory");
     let job = JobBuilder::new("import", "0 0 1 1 *").run(|_run: Run| async move {
         for batch in 1..=3 {
             tracing::info!(rows = batch * 10, "imported batch {batch}");
@@ -245,41 +250,24 @@ fn an_embedded_handlers_tracing_events_are_live_output() {
         }
         Ok::<(), std::io::Error>(())
     });
-    let config = write_config(
-        dir.path(),
-        &redis.url(),
-        "",
-        "[jobs.import]\nschedule = \"0 0 1 1 *\"\ncommand = [\"true\"]\n",
-    );
-    // The service's own subscriber, on the thread that polls every task.
+    // The service's own subscriber, on the one thread that polls every
+    // task.
     let _subscriber = tracing_subscriber::registry()
         .with(cronlease::LiveOutputLayer::new())
         .set_default();
-    let rt = tokio::runtime::Builder::new_current_thread()
+    let current_thread = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a runtime");
-    rt.block_on(async {
-        let scheduler = start_scheduler(&redis, &dir, "svc-1", vec![job]).await;
-        let config = config.display().to_string();
-        let printed = tokio::task::spawn_blocking(move || {
-            trigger(Path::new(&config), "import");
-            let first = wait_until(Duration::from_secs(10), "a line in flight", || {
-                let run = cronlease(["logs", "import", "--config", &config]);
-                (run.code() == Some(0) && !run.stdout().is_empty()).then(|| run.stdout())
-            });
-            let all = cronlease(["logs", "import", "--follow", "--config", &config]);
-            (first, all.expect_code(0).stdout())
-        })
-        .await
-        .expect("the CLI runs");
-        assert!(printed.0.starts_with("INFO imported batch 1 rows=10\n"), "{printed:?}");
-        assert_eq!(
-            printed.1,
-            "INFO imported batch 1 rows=10\nINFO imported batch 2 rows=20\nINFO imported batch 3 rows=30\n"
-        );
-        scheduler.shutdown().await.expect("a clean shutdown");
-    });
+    let printed = embedded_logs(&current_thread, job);
+    assert!(
+        printed.0.starts_with("INFO imported batch 1 rows=10\n"),
+        "{printed:?}"
+    );
+    assert_eq!(
+        printed.1,
+        "INFO imported batch 1 rows=10\nINFO imported batch 2 rows=20\nINFO imported batch 3 rows=30\n"
+    );
 }
 
 #[test]
