@@ -70,6 +70,18 @@ impl Holder {
     }
 }
 
+tokio::task_local! {
+    /// The request's person signed in through single sign-on, as
+    /// `sso::resolve` (a layer in front of every route) read the sign-in
+    /// from Redis; `None` without one.
+    pub(super) static SIGNED_IN: Option<Holder>;
+}
+
+/// The signed-in person of the request being served, if any.
+fn signed_in() -> Option<Holder> {
+    SIGNED_IN.try_with(Clone::clone).ok().flatten()
+}
+
 /// Who is asking, as far as the pages can tell.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Visitor {
@@ -90,7 +102,7 @@ impl Visitor {
     /// A person signed in through single sign-on (`sso::resolve` read
     /// the sign-in from Redis for this request) comes first.
     pub(super) fn of(keys: &Keyring, headers: &HeaderMap) -> Visitor {
-        if let Some(holder) = super::sso::signed_in() {
+        if let Some(holder) = signed_in() {
             return Visitor::Operator(holder);
         }
         if keys.is_empty() {

@@ -151,6 +151,11 @@ impl Keyring {
         !self.keys.is_empty()
     }
 
+    /// The issuer of single sign-on, when configured (the start-up log).
+    pub fn sso_issuer(&self) -> Option<String> {
+        self.sso.as_ref().map(|p| p.spec.issuer.clone())
+    }
+
     /// Single sign-on's provider, when configured.
     pub(super) fn sso(&self) -> Option<&Arc<Provider>> {
         self.sso.as_ref()

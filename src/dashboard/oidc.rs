@@ -9,7 +9,7 @@
 //! checked before use.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -70,6 +70,8 @@ pub(super) enum SignInError {
     Early,
     #[error("the ID token's issuer is not the configured issuer")]
     Issuer,
+    #[error("the provider's answer names another issuer (its `iss`) than the configured one")]
+    AnswerIssuer,
     #[error("the ID token's nonce is not this sign-in's")]
     Nonce,
     #[error(
@@ -379,9 +381,7 @@ impl Provider {
             Some(Value::String(_)) | None => {}
             Some(_) => return Err(SignInError::Malformed("azp is not a string".into())),
         }
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let now = u64::try_from(crate::clock::local_now_ms() / 1000).unwrap_or(0);
         match claims.get("iat").and_then(Value::as_u64) {
             Some(iat) if iat > now + LEEWAY.as_secs() => return Err(SignInError::Early),
             Some(_) => {}

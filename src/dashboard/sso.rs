@@ -38,11 +38,6 @@ const FLOW_SECONDS: u64 = 600;
 /// The longest identity or claim value kept.
 const MAX_TEXT: usize = 256;
 
-tokio::task_local! {
-    /// The request's signed-in person, as `resolve` found it.
-    static SIGNED_IN: Option<Holder>;
-}
-
 /// A sign-in as Redis holds it (`Keys::sign_in`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
@@ -57,11 +52,6 @@ struct Record {
     id_token: String,
 }
 
-/// The signed-in person `resolve` found for the request being served.
-pub(super) fn signed_in() -> Option<Holder> {
-    SIGNED_IN.try_with(Clone::clone).ok().flatten()
-}
-
 /// A layer in front of every route: reads the request's sign-in from
 /// Redis (when single sign-on is configured and the browser has the
 /// cookie), for `Visitor::of` to find while the request is served.
@@ -71,7 +61,7 @@ pub(super) async fn resolve(
     next: Next,
 ) -> Response {
     let holder = holder_of(&dashboard, request.headers()).await;
-    let mut response = SIGNED_IN.scope(holder, next.run(request)).await;
+    let mut response = auth::SIGNED_IN.scope(holder, next.run(request)).await;
     if let Some(provider) = dashboard.keys().sso() {
         allow_logout_form(&mut response, &provider.logout_origin());
     }
@@ -158,6 +148,8 @@ pub(super) struct SsoQuery {
     state: Option<String>,
     error: Option<String>,
     error_description: Option<String>,
+    /// The issuer of the answer (RFC 9207), when the provider names it.
+    iss: Option<String>,
 }
 
 /// `GET /sso/login`: to the provider's sign-in, with a new flow.
@@ -245,6 +237,13 @@ async fn finish(
     }
     if query.state.as_deref() != Some(flow.state.as_str()) {
         return Err(SignInError::State);
+    }
+    // An answer from another provider (a mix-up) is refused before its
+    // code goes anywhere.
+    if let Some(iss) = &query.iss
+        && iss.trim_end_matches('/') != provider.spec.issuer
+    {
+        return Err(SignInError::AnswerIssuer);
     }
     let code = query
         .code
