@@ -478,7 +478,7 @@ fn dashboard_oidc_is_read_with_its_defaults_and_role_mapping() {
     assert_eq!(oidc.role_claim, "groups");
     assert_eq!(oidc.identity_claim, None);
     assert_eq!(oidc.lifetime, std::time::Duration::from_secs(8 * 3600));
-    assert_eq!(oidc.line, 9);
+    assert_eq!(oidc.line, 12, "the section's line");
     assert_eq!(
         oidc.roles
             .iter()

@@ -438,11 +438,19 @@ enum Refetch {
 /// only one of its family when the token names none).
 fn find_key(keys: &JwkSet, kid: Option<&str>, alg: Algorithm) -> Option<DecodingKey> {
     use jsonwebtoken::jwk::AlgorithmParameters as P;
-    let family = |jwk: &jsonwebtoken::jwk::Jwk| match (&jwk.algorithm, alg) {
-        (P::RSA(_), Algorithm::RS256 | Algorithm::RS384 | Algorithm::RS512)
-        | (P::RSA(_), Algorithm::PS256 | Algorithm::PS384 | Algorithm::PS512)
-        | (P::EllipticCurve(_), Algorithm::ES256 | Algorithm::ES384) => true,
-        _ => false,
+    let family = |jwk: &jsonwebtoken::jwk::Jwk| {
+        matches!(
+            (&jwk.algorithm, alg),
+            (
+                P::RSA(_),
+                Algorithm::RS256
+                    | Algorithm::RS384
+                    | Algorithm::RS512
+                    | Algorithm::PS256
+                    | Algorithm::PS384
+                    | Algorithm::PS512
+            ) | (P::EllipticCurve(_), Algorithm::ES256 | Algorithm::ES384)
+        )
     };
     let candidates: Vec<_> = keys
         .keys
@@ -597,7 +605,7 @@ mod tests {
         };
         assert_eq!(
             flow.challenge(),
-            "E9Melhoa2OwvFD7kMlE2DGZA-gQqxKRHnUQ6ROQjSkA"
+            "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
         );
     }
 

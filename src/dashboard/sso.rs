@@ -27,7 +27,7 @@ use super::keys::{Key, KeyKind, Scope};
 use super::oidc::{self, Claims, Flow, Provider, SignInError};
 use super::pages::{layout, respond};
 use super::token::Token;
-use crate::config::{DashboardRole, JobPattern, OidcSpec};
+use crate::config::{DashboardRole, OidcSpec};
 
 /// The cookie holding a sign-in's random id.
 pub(super) const SIGN_IN_COOKIE: &str = "cronlease_sso";
@@ -134,7 +134,7 @@ fn role_of(spec: &OidcSpec, values: &[String]) -> Option<(DashboardRole, Scope)>
     let entry = spec.roles.iter().find(|r| values.contains(&r.value))?;
     let scope = match &entry.jobs {
         None => Scope::All,
-        Some(patterns) => Scope::Jobs(patterns.iter().cloned().collect::<Vec<JobPattern>>()),
+        Some(patterns) => Scope::Jobs(patterns.to_vec()),
     };
     Some((entry.role, scope))
 }
