@@ -82,8 +82,10 @@ pub(super) enum SignInError {
         "{who} has no role here: the claim {claim:?} holds none of the values [[dashboard.oidc.roles]] maps"
     )]
     NoRole { who: String, claim: String },
-    #[error("the sign-in cannot be stored ({0})")]
-    Store(String),
+    /// Redis did not take the record (the log names why; the page does
+    /// not show the store's details).
+    #[error("the sign-in cannot be stored: Redis did not take it (the replica's log names why)")]
+    Store,
 }
 
 /// The provider's discovery document, as far as it is used.

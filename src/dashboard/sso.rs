@@ -264,7 +264,10 @@ async fn finish(
         .store
         .put_sign_in(&oidc::sha256_hex(&id), &raw, provider.spec.lifetime)
         .await
-        .map_err(|e| SignInError::Store(e.to_string()))?;
+        .map_err(|e| {
+            tracing::warn!(error = %e, "dashboard: a sign-in cannot be stored in Redis");
+            SignInError::Store
+        })?;
     Ok((id, record.who, role))
 }
 
