@@ -611,6 +611,135 @@ mod tests {
         );
     }
 
+    /// A provider whose discovery document and ES256 key are already
+    /// fetched (nothing is asked over the network), and its key's PKCS#8.
+    fn provider_with_es256_key() -> (Provider, Vec<u8>) {
+        use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING as ES256, EcdsaKeyPair, KeyPair};
+        let rng = ring::rand::SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ES256, &rng).expect("a test key");
+        let pair = EcdsaKeyPair::from_pkcs8(&ES256, pkcs8.as_ref(), &rng).expect("its pair");
+        // An uncompressed point: 0x04, x, y.
+        let point = pair.public_key().as_ref();
+        let keys: JwkSet = serde_json::from_value(serde_json::json!({"keys": [{
+            "kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256", "use": "sig",
+            "x": URL_SAFE_NO_PAD.encode(&point[1..33]),
+            "y": URL_SAFE_NO_PAD.encode(&point[33..65]),
+        }]}))
+        .expect("a JWKS");
+        let spec = OidcSpec {
+            issuer: "https://id.example.com".into(),
+            client_id: "cronlease".into(),
+            client_secret: crate::config::TokenSource::Env("UNUSED".into()),
+            public_url: "https://cron.example.com".into(),
+            scopes: vec!["openid".into()],
+            role_claim: "groups".into(),
+            identity_claim: None,
+            lifetime: Duration::from_secs(60),
+            roles: Vec::new(),
+            line: 1,
+        };
+        let secret = Token::new("a-client-secret-0123456789").expect("long enough");
+        let provider = Provider::new(spec, secret).expect("a provider");
+        let metadata = Metadata {
+            issuer: "https://id.example.com".into(),
+            authorization_endpoint: "https://id.example.com/auth".into(),
+            token_endpoint: "https://id.example.com/token".into(),
+            jwks_uri: "https://id.example.com/jwks".into(),
+            end_session_endpoint: None,
+        };
+        *provider.fetched.try_lock().expect("unshared") = Some(Fetched {
+            at: Instant::now(),
+            metadata: Arc::new(metadata),
+            keys: Arc::new(keys),
+        });
+        (provider, pkcs8.as_ref().to_vec())
+    }
+
+    /// An ES256 ID token of `claims` under the test key.
+    fn es256(pkcs8: &[u8], claims: &Value) -> String {
+        let mut header = jsonwebtoken::Header::new(Algorithm::ES256);
+        header.kid = Some("k1".into());
+        jsonwebtoken::encode(
+            &header,
+            claims,
+            &jsonwebtoken::EncodingKey::from_ec_der(pkcs8),
+        )
+        .expect("signed")
+    }
+
+    #[test]
+    fn an_es256_id_token_is_checked_claim_by_claim() {
+        let (provider, key) = provider_with_es256_key();
+        let now = crate::clock::local_now_ms() / 1000;
+        let good = serde_json::json!({
+            "iss": "https://id.example.com", "aud": "cronlease", "sub": "u1",
+            "exp": now + 300, "iat": now, "nonce": "n-1", "email": "a@example.com",
+        });
+        let with = |changes: Value| {
+            let mut claims = good.clone();
+            for (k, v) in changes.as_object().expect("an object") {
+                match v {
+                    Value::Null => claims.as_object_mut().expect("an object").remove(k),
+                    v => claims
+                        .as_object_mut()
+                        .expect("an object")
+                        .insert(k.clone(), v.clone()),
+                };
+            }
+            es256(&key, &claims)
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let check = |token: String| runtime.block_on(provider.check(&token, "n-1"));
+        let claims = check(es256(&key, &good)).expect("a good token");
+        assert_eq!(
+            claims.get("email").and_then(Value::as_str),
+            Some("a@example.com")
+        );
+        let refused = |token: String| check(token).expect_err("refused").to_string();
+        use serde_json::json;
+        for (changes, reason) in [
+            (json!({"aud": "another-app"}), "audience"),
+            (json!({"aud": ["cronlease", "another-app"]}), "audience"),
+            (json!({"aud": ["cronlease", "b"], "azp": "b"}), "audience"),
+            (json!({"iss": "https://evil.example.com"}), "issuer"),
+            (json!({"exp": now - 120}), "expired"),
+            (json!({"iat": now + 600}), "not valid yet"),
+            (json!({"nonce": "n-2"}), "nonce"),
+            (json!({"nonce": null}), "nonce"),
+            (json!({"sub": null}), "\"sub\" is missing"),
+        ] {
+            let error = refused(with(changes.clone()));
+            assert!(error.contains(reason), "{changes}: {error}");
+        }
+        // Several audiences with this dashboard as `azp`: taken.
+        check(with(json!({"aud": ["cronlease", "b"], "azp": "cronlease"}))).expect("azp");
+        // The payload changed under the same signature.
+        let token = es256(&key, &good);
+        let mut parts: Vec<String> = token.split('.').map(str::to_string).collect();
+        let forged = good.as_object().expect("an object").clone();
+        let mut forged = Value::Object(forged);
+        forged["sub"] = json!("admin");
+        parts[1] = URL_SAFE_NO_PAD.encode(forged.to_string());
+        assert!(refused(parts.join(".")).contains("signature"));
+        // An HMAC under a guessable key, and `none`, are never taken.
+        let hs = jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(Algorithm::HS256),
+            &good,
+            &jsonwebtoken::EncodingKey::from_secret(b"a-client-secret-0123456789"),
+        )
+        .expect("signed");
+        assert!(refused(hs).contains("HS256"));
+        let none = format!(
+            "{}.{}.",
+            URL_SAFE_NO_PAD.encode(r#"{"alg":"none"}"#),
+            parts[1]
+        );
+        assert!(refused(none).contains("malformed"));
+    }
+
     #[test]
     fn identities_and_claim_values_are_checked() {
         let claims: Claims = serde_json::from_str(
