@@ -238,6 +238,13 @@ fn a_person_signs_in_through_the_provider_acts_with_the_mapped_role_and_signs_ou
             "replica b does not take a's sign-in"
         );
         assert_eq!(sign_ins(&setup), 1);
+        // The API reads with the sign-in's cookie as the pages do.
+        let status: u16 = js(
+            &browser,
+            "return fetch('/api/v1/jobs/reports').then(r => r.status);",
+        )
+        .await;
+        assert_eq!(status, 200, "the API with the sign-in");
 
         // An operator runs the job; the action is recorded with the identity.
         goto(&browser, &format!("{a}/jobs/reports")).await;
