@@ -24,6 +24,8 @@ pub enum TokenSource {
 pub struct DashboardConfig {
     /// The `[[dashboard.tokens]]` entries, in file order.
     pub tokens: Vec<DashboardTokenSpec>,
+    /// `[dashboard.oidc]`: single sign-on, when configured.
+    pub oidc: Option<OidcSpec>,
 }
 
 /// One `[[dashboard.tokens]]` entry: its secret is read where the
@@ -126,4 +128,49 @@ fn glob(pattern: &[u8], text: &[u8]) -> bool {
         }
     }
     pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// `[dashboard.oidc]`: single sign-on through an OpenID provider
+/// (authorization code with PKCE), its claim mapped to the roles and
+/// scopes the tokens have (the guide, "Single sign-on").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcSpec {
+    /// The provider's issuer URL, exactly as its ID tokens' `iss`.
+    pub issuer: String,
+    /// The dashboard's client id at the provider (the ID tokens' `aud`).
+    pub client_id: String,
+    /// Where the client secret is (`client_secret_file`, resolved
+    /// against the config's directory, or `client_secret_env`).
+    pub client_secret: TokenSource,
+    /// The dashboard's address as browsers reach it (no trailing `/`): the
+    /// redirect URI is this with `/sso/callback`.
+    pub public_url: String,
+    /// The scopes asked for (`openid` among them).
+    pub scopes: Vec<String>,
+    /// The claim whose value (a string or an array of strings) picks the
+    /// role.
+    pub role_claim: String,
+    /// The claim an action is recorded under (`sso VALUE`); `None`:
+    /// `email`, else `sub`.
+    pub identity_claim: Option<String>,
+    /// How long a sign-in lasts.
+    pub lifetime: std::time::Duration,
+    /// The `[[dashboard.oidc.roles]]` entries, in file order: the first
+    /// whose value the claim holds decides.
+    pub roles: Vec<OidcRoleSpec>,
+    /// The section's line in the config file, for the problems found when
+    /// its secret is read.
+    pub line: usize,
+}
+
+/// One `[[dashboard.oidc.roles]]` entry: people whose role claim holds
+/// `value` get `role`, on `jobs`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OidcRoleSpec {
+    /// The claim's value (or one of its values).
+    pub value: String,
+    /// What they may do.
+    pub role: DashboardRole,
+    /// The jobs they see and act on; `None`: every job.
+    pub jobs: Option<Vec<JobPattern>>,
 }

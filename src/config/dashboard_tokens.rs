@@ -19,7 +19,7 @@ use super::{
 };
 
 /// The section's keys, as an unknown one's problem lists them.
-const KEYS: &str = "`tokens`";
+const KEYS: &str = "`oidc`, `tokens`";
 
 /// The longest token name taken.
 const MAX_NAME: usize = 64;
@@ -34,11 +34,14 @@ struct RawToken {
     token_env: Option<Spanned<String>>,
 }
 
-/// Whether `[dashboard]` (when given) has `tokens`: `[daemon]`'s
+/// Whether `[dashboard]` (when given) has `tokens` or `oidc`: `[daemon]`'s
 /// `dashboard_read` then has a token to log in with.
 pub(super) fn named_tokens(dashboard: Option<&Spanned<DeValue<'_>>>) -> NamedTokens {
     match dashboard.map(|d| d.get_ref()) {
-        Some(DeValue::Table(t)) if t.iter().any(|(k, _)| k.get_ref() == "tokens") => {
+        Some(DeValue::Table(t))
+            if t.iter()
+                .any(|(k, _)| matches!(k.get_ref().as_ref(), "tokens" | "oidc")) =>
+        {
             NamedTokens::Some
         }
         _ => NamedTokens::None,
@@ -142,6 +145,14 @@ pub(super) fn read_dashboard(
                     None => config = None,
                 }
             }
+            "oidc" => match super::dashboard_oidc::read_oidc(checker, value, base) {
+                Some(oidc) => {
+                    if let Some(config) = config.as_mut() {
+                        config.oidc = Some(oidc);
+                    }
+                }
+                None => config = None,
+            },
             other => {
                 checker.problem(
                     Some(key.span()),
@@ -285,7 +296,7 @@ fn validate_token(
 
 /// An entry's `jobs`: a non-empty list of patterns, on a token that is
 /// not an admin's (`role`); every problem recorded, `None` when one was.
-fn validate_jobs(
+pub(super) fn validate_jobs(
     checker: &mut Checker<'_>,
     section: &str,
     jobs: Spanned<Vec<Spanned<String>>>,

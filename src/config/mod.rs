@@ -41,7 +41,8 @@ use serde::Deserialize;
 
 mod access;
 pub use access::{
-    DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, LEGACY_TOKEN_NAME, TokenSource,
+    DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern, LEGACY_TOKEN_NAME,
+    OidcRoleSpec, OidcSpec, TokenSource,
 };
 mod calendars;
 mod chain;
@@ -49,6 +50,7 @@ pub use chain::{After, AfterOn, AfterParams, Follower, Join};
 pub(crate) use chain::{check_given_chains, followers_of};
 mod checker;
 mod daemon_section;
+mod dashboard_oidc;
 mod dashboard_tokens;
 mod definition;
 mod document;
@@ -390,6 +392,10 @@ impl Config {
                     TokenSource::File(_) => None,
                 }),
         );
+        if let Some(TokenSource::Env(name)) = self.dashboard.oidc.as_ref().map(|o| &o.client_secret)
+        {
+            names.push(name.clone());
+        }
         names
     }
 }

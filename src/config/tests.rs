@@ -453,3 +453,64 @@ fn dashboard_tokens_are_read_with_their_roles_scopes_and_secrets() {
         "{error}"
     );
 }
+
+#[test]
+fn dashboard_oidc_is_read_with_its_defaults_and_role_mapping() {
+    let config = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n[daemon]\ndashboard_read = \"token\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [dashboard.oidc]\nissuer = \"https://id.example.com/realms/main/\"\nclient_id = \"cronlease\"\n\
+         client_secret_file = \"oidc.secret\"\npublic_url = \"https://cron.example.com\"\n\n\
+         [[dashboard.oidc.roles]]\nvalue = \"cron-admins\"\nrole = \"admin\"\n\n\
+         [[dashboard.oidc.roles]]\nvalue = \"billing team\"\nrole = \"operator\"\njobs = [\"billing-*\"]\n",
+    )
+    .expect("a valid table: single sign-on is a login to read with");
+    let oidc = config.dashboard.oidc.as_ref().expect("[dashboard.oidc]");
+    assert_eq!(
+        oidc.issuer, "https://id.example.com/realms/main",
+        "no trailing /"
+    );
+    assert_eq!(
+        oidc.client_secret,
+        TokenSource::File("/etc/cronlease/oidc.secret".into())
+    );
+    assert_eq!(oidc.scopes, ["openid", "email", "profile"]);
+    assert_eq!(oidc.role_claim, "groups");
+    assert_eq!(oidc.identity_claim, None);
+    assert_eq!(oidc.lifetime, std::time::Duration::from_secs(8 * 3600));
+    assert_eq!(oidc.line, 12, "the section's line");
+    assert_eq!(
+        oidc.roles
+            .iter()
+            .map(|r| (r.value.as_str(), r.role))
+            .collect::<Vec<_>>(),
+        [
+            ("cron-admins", DashboardRole::Admin),
+            ("billing team", DashboardRole::Operator)
+        ]
+    );
+    let scope = oidc.roles[1].jobs.as_ref().expect("a scope");
+    assert!(scope[0].matches("billing-eu") && !scope[0].matches("reports"));
+    // A variable for the secret reaches no run; no role entry is refused.
+    let env = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [dashboard.oidc]\nissuer = \"http://127.0.0.1:5556\"\nclient_id = \"c\"\n\
+         client_secret_env = \"OIDC_SECRET\"\npublic_url = \"http://localhost:9465\"\n\n\
+         [[dashboard.oidc.roles]]\nvalue = \"v\"\nrole = \"viewer\"\n",
+    )
+    .expect("http on loopback");
+    assert!(env.secret_env_names().contains(&"OIDC_SECRET".to_string()));
+    let error = parse(
+        "[redis]\nurl = \"redis://127.0.0.1:1/0\"\n\n\
+         [jobs.x]\nschedule = \"* * * * *\"\nworkdir = \"/tmp\"\ncommand = [\"true\"]\n\n\
+         [dashboard.oidc]\nissuer = \"https://id.example.com\"\nclient_id = \"c\"\n\
+         client_secret_env = \"S\"\npublic_url = \"https://cron.example.com\"\n",
+    )
+    .expect_err("no roles")
+    .to_string();
+    assert!(
+        error.contains("no [[dashboard.oidc.roles]] entry"),
+        "{error}"
+    );
+}

@@ -91,9 +91,12 @@ pub(super) async fn start_dashboard(
         }
     };
     let read = ctx.config.daemon.dashboard_read;
-    let tokens = ctx.dashboard_keys.borrow().len();
-    let mode = match (tokens, read) {
-        (0, _) => "read-only and public (no dashboard token)",
+    let (tokens, open, sso) = {
+        let keys = ctx.dashboard_keys.borrow();
+        (keys.len(), keys.is_empty(), keys.sso_issuer())
+    };
+    let mode = match (open, read) {
+        (true, _) => "read-only and public (no dashboard token)",
         (_, crate::config::DashboardRead::Token) => "reading and actions need the login",
         (_, crate::config::DashboardRead::Public) => "public to read, actions need the login",
     };
@@ -103,7 +106,8 @@ pub(super) async fn start_dashboard(
         &ctx.config.daemon,
         crate::dashboard::MAX_BODY,
     );
-    info!(addr = %bound, mode, tokens, max_connections = limits.max_connections, "dashboard on http://{bound}/");
+    let sso = sso.unwrap_or_else(|| "off".to_string());
+    info!(addr = %bound, mode, tokens, sso, max_connections = limits.max_connections, "dashboard on http://{bound}/");
     let dashboard = crate::dashboard::Dashboard::new(
         store,
         ctx.jobs.subscribe(),

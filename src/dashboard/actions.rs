@@ -402,6 +402,8 @@ pub(super) async fn login_form(
 }
 
 fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Option<&str>) -> Markup {
+    let keys = dashboard.keys();
+    let (sso, tokens) = (keys.sso().is_some(), keys.has_tokens());
     layout(
         dashboard,
         visitor,
@@ -410,13 +412,20 @@ fn login_page(dashboard: &Dashboard, visitor: &Visitor, next: &str, error: Optio
         html! {},
         html! {
             h1 { "Log in" }
-            p { "Any of the dashboard's tokens: the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ", or one of its " code { "[[dashboard.tokens]]" } ", whose role decides what you may do. Your name is recorded with every action you take." }
+            @if sso {
+                p { a.button #sso href=(format!("/sso/login?next={}", auth::percent_encode(next))) { "Sign in with single sign-on" } " — your organisation's account; its groups decide what you may do, and your name is recorded with every action you take." }
+            }
+            @if tokens {
+                p { "Any of the dashboard's tokens: the one in this replica's " code { "dashboard_token_env" } " or " code { "dashboard_token_file" } ", or one of its " code { "[[dashboard.tokens]]" } ", whose role decides what you may do. Your name is recorded with every action you take." }
+            }
             @if let Some(error) = error { p.error role="alert" { (error) } }
-            form.login method="post" action="/login" {
-                input type="hidden" name="next" value=(next);
-                label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
-                label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
-                button #login type="submit" { "Log in" }
+            @if tokens {
+                form.login method="post" action="/login" {
+                    input type="hidden" name="next" value=(next);
+                    label { "Your name " input #name type="text" name="name" required autocomplete="username"; }
+                    label { "Operator token " input #token type="password" name="token" required autocomplete="current-password"; }
+                    button #login type="submit" { "Log in" }
+                }
             }
         },
     )
@@ -487,9 +496,18 @@ pub(super) async fn login(
     response
 }
 
-/// `POST /logout`: forgets the session.
-pub(super) async fn logout() -> Response {
-    let mut response = Redirect::to("/").into_response();
+/// `POST /logout`: forgets the token's login and a single sign-on's
+/// sign-in (its record deleted, then the provider's logout when it has
+/// one).
+pub(super) async fn logout(
+    State(dashboard): State<Arc<Dashboard>>,
+    headers: HeaderMap,
+) -> Response {
+    let (to, sso_cookie) = super::sso::sign_out(&dashboard, &headers).await;
+    let mut response = Redirect::to(to.as_deref().unwrap_or("/")).into_response();
+    if let Ok(value) = HeaderValue::from_str(&sso_cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
     for cookie in auth::logout_cookies() {
         if let Ok(value) = HeaderValue::from_str(&cookie) {
             response.headers_mut().append(header::SET_COOKIE, value);

@@ -60,6 +60,7 @@ impl Holder {
             (KeyKind::Daemon, None) => "api".to_string(),
             (KeyKind::Named, Some(person)) => format!("token {} ({person})", self.key.name),
             (KeyKind::Named, None) => format!("token {}", self.key.name),
+            (KeyKind::Sso, _) => format!("sso {}", self.key.name),
         }
     }
 
@@ -67,6 +68,18 @@ impl Holder {
     pub(super) fn scope(&self) -> &Scope {
         &self.key.scope
     }
+}
+
+tokio::task_local! {
+    /// The request's person signed in through single sign-on, as
+    /// `sso::resolve` (a layer in front of every route) read the sign-in
+    /// from Redis; `None` without one.
+    pub(super) static SIGNED_IN: Option<Holder>;
+}
+
+/// The signed-in person of the request being served, if any.
+fn signed_in() -> Option<Holder> {
+    SIGNED_IN.try_with(Clone::clone).ok().flatten()
 }
 
 /// Who is asking, as far as the pages can tell.
@@ -86,7 +99,12 @@ impl Visitor {
     /// against the token the token cookie names (the daemon's token when
     /// it names none), as the keyring stands at the request, so a token removed by a
     /// reload logs its browsers out.
+    /// A person signed in through single sign-on (`sso::resolve` read
+    /// the sign-in from Redis for this request) comes first.
     pub(super) fn of(keys: &Keyring, headers: &HeaderMap) -> Visitor {
+        if let Some(holder) = signed_in() {
+            return Visitor::Operator(holder);
+        }
         if keys.is_empty() {
             return Visitor::ReadOnly;
         }
@@ -297,7 +315,7 @@ fn forget_old(failures: &mut HashMap<IpAddr, VecDeque<Instant>>, now: Instant) {
 }
 
 /// The value of cookie `name`, if the request has it.
-fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+pub(super) fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(header::COOKIE)
         .iter()

@@ -8,6 +8,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::oidc::Provider;
 use super::token::{Token, TokenError};
 use crate::config::{
     DaemonConfig, DashboardConfig, DashboardRole, DashboardTokenSpec, JobPattern,
@@ -24,6 +25,9 @@ const MAX_TOKEN_FILE: u64 = 4096;
 #[derive(Debug, Default)]
 pub struct Keyring {
     keys: Vec<Arc<Key>>,
+    /// `[dashboard.oidc]`'s provider with its client secret, when single
+    /// sign-on is configured.
+    sso: Option<Arc<Provider>>,
 }
 
 /// One token: its name, role, scope and secret.
@@ -45,6 +49,10 @@ pub(super) enum KeyKind {
     Daemon,
     /// A `[[dashboard.tokens]]` entry: recorded as `token NAME`.
     Named,
+    /// A person signed in through single sign-on (`[dashboard.oidc]`),
+    /// named by the identity claim: recorded as `sso NAME`. Never in the
+    /// keyring: each request's comes from its sign-in's record.
+    Sso,
 }
 
 /// The jobs a token sees: the others are absent from its lists and 404
@@ -116,7 +124,11 @@ impl Keyring {
                 token,
             }));
         }
-        Ok(Keyring { keys })
+        let sso = match &dashboard.oidc {
+            Some(spec) => Some(Arc::new(load_provider(spec, file)?)),
+            None => None,
+        };
+        Ok(Keyring { keys, sso })
     }
 
     /// A keyring of `keys` (the unit tests').
@@ -124,12 +136,29 @@ impl Keyring {
     pub(super) fn of_keys(keys: Vec<Key>) -> Keyring {
         Keyring {
             keys: keys.into_iter().map(Arc::new).collect(),
+            sso: None,
         }
     }
 
-    /// Whether there is no token at all (read-only, public dashboard).
+    /// Whether there is no token at all and no single sign-on
+    /// (read-only, public dashboard).
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.keys.is_empty() && self.sso.is_none()
+    }
+
+    /// Whether there is a token to log in with on the token form.
+    pub(super) fn has_tokens(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The issuer of single sign-on, when configured (the start-up log).
+    pub fn sso_issuer(&self) -> Option<String> {
+        self.sso.as_ref().map(|p| p.spec.issuer.clone())
+    }
+
+    /// Single sign-on's provider, when configured.
+    pub(super) fn sso(&self) -> Option<&Arc<Provider>> {
+        self.sso.as_ref()
     }
 
     /// How many tokens there are.
@@ -139,10 +168,9 @@ impl Keyring {
 
     /// Every secret, for the redaction of runs' output.
     pub fn secrets(&self) -> Vec<Vec<u8>> {
-        self.keys
-            .iter()
-            .map(|k| k.token.secret_bytes().to_vec())
-            .collect()
+        let tokens = self.keys.iter().map(|k| k.token.secret_bytes().to_vec());
+        let client = self.sso.iter().map(|p| p.secret_bytes().to_vec());
+        tokens.chain(client).collect()
     }
 
     /// The token `presented` is, compared with every token in constant
@@ -161,6 +189,29 @@ impl Keyring {
     pub(super) fn named(&self, name: &str) -> Option<Arc<Key>> {
         self.keys.iter().find(|k| k.name == name).cloned()
     }
+}
+
+/// `[dashboard.oidc]`'s provider, its client secret read from its
+/// variable or file (as a token's).
+fn load_provider(spec: &crate::config::OidcSpec, file: &Path) -> Result<Provider, TokenError> {
+    let what = format!("{} line {}: [dashboard.oidc]", file.display(), spec.line);
+    let (field, text) = match &spec.client_secret {
+        TokenSource::Env(name) => (
+            "client_secret_env",
+            std::env::var(name)
+                .ok()
+                .filter(|v| !v.trim().is_empty())
+                .ok_or_else(|| format!("the environment variable {name} is not set or empty")),
+        ),
+        TokenSource::File(path) => ("client_secret_file", read_token_file(path)),
+    };
+    let unreadable = |why: String| TokenError::Unreadable {
+        what: what.clone(),
+        why: format!("{field}: {why}"),
+    };
+    let text = text.map_err(unreadable)?;
+    let secret = Token::new(text.trim()).map_err(|e| unreadable(e.to_string()))?;
+    Provider::new(spec.clone(), secret).map_err(unreadable)
 }
 
 /// A `[[dashboard.tokens]]` entry's secret: its variable, or its file

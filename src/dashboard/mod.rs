@@ -24,9 +24,11 @@ mod format;
 mod job_page;
 mod keys;
 mod live;
+mod oidc;
 mod pages;
 mod replica_actions;
 mod replicas_page;
+mod sso;
 mod token;
 
 use std::collections::BTreeMap;
@@ -225,9 +227,15 @@ fn router(dashboard: Arc<Dashboard>) -> Router {
         .route("/jobs/{name}/{action}", post(actions::act))
         .route("/login", get(actions::login_form).post(actions::login))
         .route("/logout", post(actions::logout))
+        .route("/sso/login", get(sso::start))
+        .route("/sso/callback", get(sso::callback))
         .route("/assets/style.css", get(pages::style))
         .route("/assets/app.js", get(pages::script))
         .merge(api::router())
+        .layer(axum::middleware::from_fn_with_state(
+            dashboard.clone(),
+            sso::resolve,
+        ))
         .with_state(dashboard)
 }
 

@@ -114,6 +114,10 @@ pub(super) fn layout(
                                             (holder.person.as_deref().unwrap_or("operator")) " with token " strong { (holder.key.name) }
                                             " " span.badge.role title="the token's role" { (holder.key.role.as_str()) } " "
                                         }
+                                        KeyKind::Sso => {
+                                            "signed in as " strong #identity { (holder.key.name) }
+                                            " " span.badge.role title="the role single sign-on gave" { (holder.key.role.as_str()) } " "
+                                        }
                                     }
                                     form.inline method="post" action="/logout" {
                                         button type="submit" { "log out" }

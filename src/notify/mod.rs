@@ -31,6 +31,11 @@ mod channel;
 mod email;
 mod event;
 mod post;
+/// The channels' HTTP client (rustls with ring, the system's roots, no
+/// redirects), which the dashboard's single sign-on also asks its provider
+/// with.
+#[cfg(feature = "dashboard")]
+pub(crate) use post::client as http_client;
 mod slack;
 mod webhook;
 

@@ -20,7 +20,7 @@ pub(super) const USER_AGENT: &str = concat!("cronlease/", env!("CARGO_PKG_VERSIO
 
 /// The one HTTP client of the channels. Its TLS is built here, with ring
 /// (the provider the rest of the crate uses) and the system's roots.
-pub(super) fn client() -> Result<reqwest::Client, String> {
+pub(crate) fn client() -> Result<reqwest::Client, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();

@@ -241,6 +241,14 @@ impl Keys {
         format!("{0}:{{{0}:replicas}}:drain", self.prefix)
     }
 
+    /// String with PX (the sign-in's lifetime): a dashboard sign-in
+    /// through single sign-on, under the SHA-256 (hex) of the random id
+    /// its browser's cookie holds; JSON of who signed in, the role claim's
+    /// values and the ID token (for the provider's logout).
+    pub fn sign_in(&self, id_hash: &str) -> String {
+        format!("{}:sso:{id_hash}", self.prefix)
+    }
+
     /// Stream: the replicas' own notification events (`replica_dead`),
     /// beside their heartbeats (the same hash tag as
     /// [`Keys::replica_jobs`]).

@@ -35,6 +35,7 @@ mod operator;
 mod pause;
 mod reply;
 mod run;
+mod sign_ins;
 mod triggers;
 
 pub use chain::{FollowReply, FollowRequest, Followers, InboxEntry};

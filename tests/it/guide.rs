@@ -363,6 +363,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
          [groups.x]\nmax = 1\nzz_unknown = 1\n\n\
          [dashboard]\nzz_unknown = 1\n\n\
          [[dashboard.tokens]]\nname = \"x\"\nrole = \"viewer\"\ntoken_env = \"X\"\nzz_unknown = 1\n\n\
+         [dashboard.oidc]\nissuer = \"https://id.example.com\"\nclient_id = \"x\"\nclient_secret_env = \"X\"\npublic_url = \"https://cron.example.com\"\nzz_unknown = 1\n\n\
+         [[dashboard.oidc.roles]]\nvalue = \"x\"\nrole = \"viewer\"\nzz_unknown = 1\n\n\
          [jobs.x]\nschedule = \"* * * * *\"\ncommand = [\"true\"]\nzz_unknown = 1\n\n\
          [zz_unknown]\nzz_unknown = 1\n",
     );
@@ -404,6 +406,10 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
             "calendars.<name>"
         } else if before.contains("[groups.x]") {
             "groups.<name>"
+        } else if before.contains("[[dashboard.oidc.roles]]") {
+            "dashboard.oidc.roles"
+        } else if before.contains("[dashboard.oidc]") {
+            "dashboard.oidc"
         } else if before.contains("[[dashboard.tokens]]") {
             "dashboard.tokens"
         } else if before.contains("[dashboard]") {
@@ -463,6 +469,8 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
             "calendars.<name>",
             "daemon",
             "dashboard",
+            "dashboard.oidc",
+            "dashboard.oidc.roles",
             "dashboard.tokens",
             "groups.<name>",
             "jobs.<name>",

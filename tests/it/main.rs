@@ -51,6 +51,7 @@ mod quorum;
 mod roles;
 mod run_env;
 mod spool;
+mod sso;
 mod state_loss;
 mod support;
 mod systemd;

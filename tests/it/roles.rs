@@ -728,7 +728,7 @@ fn a_token_table_with_mistakes_is_refused_with_each_place_and_what_is_valid() {
     for expected in [
         "[[dashboard.tokens]] #1, field `name`: invalid name \"bad name!\": expected 1 to 64 letters",
         "field `jobs`: an empty list",
-        "[dashboard], field `other`: unknown field `other`, expected one of `tokens`",
+        "[dashboard], field `other`: unknown field `other`, expected one of `oidc`, `tokens`",
     ] {
         assert!(
             stderr.contains(expected),

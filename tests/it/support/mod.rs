@@ -23,6 +23,7 @@ mod cluster;
 #[path = "../../../examples/common/faketime.rs"]
 mod faketime;
 pub mod http;
+mod oidc_provider;
 mod outcome;
 mod process;
 mod receiver;
@@ -82,6 +83,7 @@ pub fn skewed_clock(offset: &str) -> Vec<(String, String)> {
 }
 
 pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
+pub use oidc_provider::OidcProvider;
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
 pub use receiver::{Receiver, python_hmac};
