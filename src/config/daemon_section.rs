@@ -49,6 +49,7 @@ pub(super) struct RawDaemon {
     retry_for: Option<Spanned<String>>,
     dashboard_url: Option<Spanned<String>>,
     tags: Option<Given<Vec<Given<String>>>>,
+    telemetry: Option<super::telemetry::RawTelemetry>,
 }
 
 impl RawDaemon {
@@ -82,6 +83,7 @@ impl RawDaemon {
             retry_for: None,
             dashboard_url: None,
             tags: None,
+            telemetry: None,
         }
     }
 }
@@ -182,6 +184,14 @@ pub(super) fn validate_daemon(
             .values()
             .filter_map(|c| c.secret_env().map(str::to_string)),
     );
+    let telemetry = raw
+        .telemetry
+        .and_then(|t| super::telemetry::telemetry(checker, t));
+    secrets.extend(
+        telemetry
+            .iter()
+            .flat_map(|t| t.secret_env_names().map(str::to_string)),
+    );
     let rules = RawDaemonRules {
         notify: raw.notify.as_ref(),
         notify_on: raw.notify_on.as_ref(),
@@ -220,6 +230,7 @@ pub(super) fn validate_daemon(
         inherit_env,
         notify,
         tags,
+        telemetry,
     })
 }
 

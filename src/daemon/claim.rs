@@ -5,6 +5,7 @@
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 //! What it sees of the replica is a `ClaimSide`, which holds no runs.
 
+use tracing::Instrument;
 use super::ctx::ClaimSide;
 pub(super) use super::ending::ClaimEnd;
 use super::meters::ClaimCount;
@@ -70,6 +71,29 @@ impl Ahead {
 /// deadline is definite (`Expired`: nothing can win any more; `Claimed`:
 /// an earlier attempt won and its lease still holds).
 pub(super) async fn claim(
+    side: &ClaimSide<'_>,
+    job: &Job,
+    tick_ms: i64,
+    trigger: Trigger,
+    ahead: Ahead,
+    cancel: &CancellationToken,
+) -> ClaimEnd {
+    let span = crate::trace::claim_span(&job.name, tick_ms);
+    let end = claim_attempts(side, job, tick_ms, trigger, ahead, cancel)
+        .instrument(span.clone())
+        .await;
+    let claimed = match &end {
+        ClaimEnd::Won { start, .. } | ClaimEnd::NotDurable { start, .. } => {
+            Some((start.run_id.as_str(), start.fence))
+        }
+        _ => None,
+    };
+    crate::trace::record_claim(&span, end.label(), claimed);
+    end
+}
+
+/// [`claim`]'s attempts, inside its span.
+async fn claim_attempts(
     side: &ClaimSide<'_>,
     job: &Job,
     tick_ms: i64,
@@ -323,6 +347,7 @@ fn answer(
                 upstream: None,
                 params: job.params.defaults(),
                 slot: None,
+                traceparent: None,
             };
             let facts = WonFacts {
                 acked,

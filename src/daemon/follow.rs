@@ -306,6 +306,7 @@ async fn act_on(
                     upstream: upstream_of.map(Arc::new),
                     params,
                     slot: Some(slot),
+                    traceparent: None,
                 },
             );
             ctx.heartbeat_now.notify_one();

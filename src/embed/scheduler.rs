@@ -471,7 +471,7 @@ impl Scheduler {
         // replica made it yet, so the request is not queued before it.
         self.store.ensure_trigger_group().await?;
         self.store
-            .enqueue_trigger(job, &run_id, &self.requested_by, &given)
+            .enqueue_trigger(job, &run_id, &self.requested_by, &given, None)
             .await?;
         if let Err(e) = self
             .store
