@@ -65,8 +65,14 @@ pub fn init_traced(
     };
     let (exporter, tracer) = otlp::start(telemetry, runtime)?;
     let spans = tracing_subscriber::filter::Targets::new().with_target(SPAN_TARGET, Level::TRACE);
+    // The spans' own fields only: no source location, thread or busy and
+    // idle times (work on every span that no one asked for).
     let otel = tracing_opentelemetry::layer()
         .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_target(false)
         .with_filter(spans);
     let subscriber = Registry::default()
         .with(log_layer(format).with_filter(env_filter(default)))

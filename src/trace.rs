@@ -131,7 +131,9 @@ pub struct RunFields<'a> {
 
 /// A run's span, `cronlease.run`: a root, or the child of `parent` (a
 /// trigger's trace context). `attempt`, `outcome` and `lateness_ms` are
-/// recorded later ([`record_start`], [`record_end`]).
+/// recorded later ([`record_start`], [`record_end`]). A retried run is one
+/// span: `attempt` is the number of attempts it made, and each retry is a
+/// log event inside it.
 pub fn run_span(fields: RunFields<'_>, parent: Option<&TraceParent>) -> Span {
     let span = tracing::info_span!(
         target: SPAN_TARGET,
@@ -146,6 +148,7 @@ pub fn run_span(fields: RunFields<'_>, parent: Option<&TraceParent>) -> Span {
         attempt = tracing::field::Empty,
         outcome = tracing::field::Empty,
         lateness_ms = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
     if let Some(parent) = parent {
         set_remote_parent(&span, parent);
@@ -162,6 +165,10 @@ pub fn record_start(span: &Span, lateness_ms: i64) {
 pub fn record_end(span: &Span, outcome: &str, attempts: u32) {
     span.record("outcome", outcome);
     span.record("attempt", attempts);
+    // OpenTelemetry's span status: an error for every outcome but `ok`.
+    if outcome != "ok" {
+        span.record("otel.status_code", "ERROR");
+    }
 }
 
 /// A claim's span, `cronlease.claim`; its `result` is recorded when Redis

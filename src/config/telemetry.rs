@@ -271,3 +271,100 @@ fn service_name(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> St
     }
     given.into_inner()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn parse(telemetry: &str) -> Result<Config, crate::config::ConfigError> {
+        let text = format!(
+            "[redis]\nurl = \"redis://127.0.0.1:7000/0\"\n[daemon]\nlease = \"30s\"\n[daemon.telemetry]\n{telemetry}\n[jobs.a]\nschedule = \"@daily\"\ncommand = [\"true\"]\n"
+        );
+        Config::parse(&text, Path::new("/etc/cronlease/jobs.toml"))
+    }
+
+    #[test]
+    fn defaults_and_every_key() {
+        let config = parse("endpoint = \"http://collector:4318\"").expect("valid");
+        let telemetry = config.daemon.telemetry.expect("the table is set");
+        assert_eq!(telemetry.protocol, OtlpProtocol::HttpProtobuf);
+        assert_eq!(telemetry.sampling, 1.0);
+        assert_eq!(telemetry.service_name, "cronlease");
+        assert_eq!(telemetry.timeout, Duration::from_secs(10));
+        let config = parse(
+            "endpoint = \"https://collector:4317\"\nprotocol = \"grpc\"\nheaders = { X-Team = \"ops\" }\nheaders_env = { x-api-key = \"OTLP_KEY\" }\nheaders_file = \"/etc/cronlease/otlp-headers\"\nsampling = 0.25\nservice_name = \"billing-cron\"\ntimeout = \"3s\"",
+        )
+        .expect("valid");
+        let telemetry = config.daemon.telemetry.clone().expect("the table is set");
+        assert_eq!(telemetry.protocol, OtlpProtocol::Grpc);
+        assert_eq!(telemetry.sampling, 0.25);
+        assert_eq!(telemetry.service_name, "billing-cron");
+        assert_eq!(telemetry.timeout, Duration::from_secs(3));
+        assert_eq!(
+            telemetry.headers_file.as_deref(),
+            Some(Path::new("/etc/cronlease/otlp-headers"))
+        );
+        assert_eq!(
+            telemetry.headers.get("x-team"),
+            Some(&HeaderSource::Value("ops".into()))
+        );
+        assert_eq!(
+            telemetry.headers.get("x-api-key"),
+            Some(&HeaderSource::Env("OTLP_KEY".into()))
+        );
+        // The key's variable is a secret: no run inherits it.
+        assert!(config.secret_env_names().contains(&"OTLP_KEY".to_string()));
+    }
+
+    #[test]
+    fn each_bad_key_is_named_with_its_line() {
+        let check = |telemetry: &str, field: &str, fragment: &str| {
+            let error = parse(telemetry).expect_err(telemetry).to_string();
+            assert!(
+                error.contains(&format!("[daemon.telemetry], field `{field}`"))
+                    && error.contains(fragment),
+                "{telemetry}: {error}"
+            );
+            let line = 6 + telemetry
+                .lines()
+                .position(|l| l.starts_with(field))
+                .expect("the key is in the table");
+            assert!(error.contains(&format!("jobs.toml:{line}:")), "{telemetry}: {error}");
+        };
+        check("endpoint = \"collector:4318\"", "endpoint", "http:// or https://");
+        check(
+            "endpoint = \"http://c\"\nprotocol = \"http\"",
+            "protocol",
+            "\"grpc\", \"http/protobuf\" or \"http/json\"",
+        );
+        check("endpoint = \"http://c\"\nsampling = 1.5", "sampling", "0.0 to 1.0");
+        check("endpoint = \"http://c\"\ntimeout = \"soon\"", "timeout", "invalid duration");
+        check(
+            "endpoint = \"http://c\"\nheaders = { \"bad name\" = \"x\" }",
+            "headers",
+            "invalid header name",
+        );
+        check(
+            "endpoint = \"http://c\"\nheaders_env = { x-key = \"1KEY\" }",
+            "headers_env",
+            "invalid environment variable name",
+        );
+        check(
+            "endpoint = \"http://c\"\nheaders = { x-key = \"a\" }\nheaders_env = { X-Key = \"KEY\" }",
+            "headers_env",
+            "given twice",
+        );
+        check("endpoint = \"http://c\"\nservice_name = \"\"", "service_name", "1 to 255");
+        let error = parse("endpoint = \"http://c\"\nsampler = 0.5")
+            .expect_err("an unknown key")
+            .to_string();
+        assert!(
+            error.contains("jobs.toml:7:") && error.contains("unknown field `sampler`"),
+            "{error}"
+        );
+        let error = parse("protocol = \"grpc\"").expect_err("no endpoint").to_string();
+        assert!(error.contains("endpoint"), "{error}");
+    }
+}
