@@ -265,10 +265,9 @@ pub struct TriggerArgs {
     /// others take their defaults.
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = operator::parse_param)]
     pub params: Vec<(String, String)>,
-    /// The W3C trace context the run continues
-    /// (`00-<trace id>-<span id>-<flags>`): the run's span becomes a child
-    /// of that span, in that trace. Defaults to `$TRACEPARENT` when set (a
-    /// trigger from inside a traced run or script).
+    /// The W3C trace context the run continues (`00-<trace id>-<span
+    /// id>-<flags>`): its span becomes a child of that span. Defaults to
+    /// `$TRACEPARENT` (a trigger from inside a traced run).
     #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT", value_parser = parse_traceparent)]
     pub traceparent: Option<crate::trace::TraceParent>,
     /// Wait for the outcome; exit 0 on `ok`, 1 otherwise.

@@ -108,7 +108,8 @@ fn serve(stream: TcpStream, counts: &(AtomicU64, AtomicU64)) {
         }
         counts.0.fetch_add(1, Ordering::SeqCst);
         counts.1.fetch_add(length as u64, Ordering::SeqCst);
-        let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
+        let answer =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 0\r\n\r\n";
         if writer.write_all(answer).is_err() {
             return;
         }

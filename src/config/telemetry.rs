@@ -220,9 +220,7 @@ fn headers(
                 "header {name:?} is given twice (headers and headers_env): expected it once"
             ))
         } else if field == "headers" && value.get_ref().chars().any(char::is_control) {
-            Some(format!(
-                "header {name:?}: a control character in its value"
-            ))
+            Some(format!("header {name:?}: a control character in its value"))
         } else if field == "headers_env" && !is_env_name(value.get_ref()) {
             Some(format!(
                 "header {name:?}: invalid environment variable name {:?}: expected letters, digits and _ not starting with a digit",
@@ -331,16 +329,31 @@ mod tests {
                 .lines()
                 .position(|l| l.starts_with(field))
                 .expect("the key is in the table");
-            assert!(error.contains(&format!("jobs.toml:{line}:")), "{telemetry}: {error}");
+            assert!(
+                error.contains(&format!("jobs.toml:{line}:")),
+                "{telemetry}: {error}"
+            );
         };
-        check("endpoint = \"collector:4318\"", "endpoint", "http:// or https://");
+        check(
+            "endpoint = \"collector:4318\"",
+            "endpoint",
+            "http:// or https://",
+        );
         check(
             "endpoint = \"http://c\"\nprotocol = \"http\"",
             "protocol",
             "\"grpc\", \"http/protobuf\" or \"http/json\"",
         );
-        check("endpoint = \"http://c\"\nsampling = 1.5", "sampling", "0.0 to 1.0");
-        check("endpoint = \"http://c\"\ntimeout = \"soon\"", "timeout", "invalid duration");
+        check(
+            "endpoint = \"http://c\"\nsampling = 1.5",
+            "sampling",
+            "0.0 to 1.0",
+        );
+        check(
+            "endpoint = \"http://c\"\ntimeout = \"soon\"",
+            "timeout",
+            "invalid duration",
+        );
         check(
             "endpoint = \"http://c\"\nheaders = { \"bad name\" = \"x\" }",
             "headers",
@@ -356,7 +369,11 @@ mod tests {
             "headers_env",
             "given twice",
         );
-        check("endpoint = \"http://c\"\nservice_name = \"\"", "service_name", "1 to 255");
+        check(
+            "endpoint = \"http://c\"\nservice_name = \"\"",
+            "service_name",
+            "1 to 255",
+        );
         let error = parse("endpoint = \"http://c\"\nsampler = 0.5")
             .expect_err("an unknown key")
             .to_string();
@@ -364,7 +381,9 @@ mod tests {
             error.contains("jobs.toml:7:") && error.contains("unknown field `sampler`"),
             "{error}"
         );
-        let error = parse("protocol = \"grpc\"").expect_err("no endpoint").to_string();
+        let error = parse("protocol = \"grpc\"")
+            .expect_err("no endpoint")
+            .to_string();
         assert!(error.contains("endpoint"), "{error}");
     }
 }

@@ -5,7 +5,6 @@
 //! A claim never starts a run, sweeps or delivers: `tick::follow` does.
 //! What it sees of the replica is a `ClaimSide`, which holds no runs.
 
-use tracing::Instrument;
 use super::ctx::ClaimSide;
 pub(super) use super::ending::ClaimEnd;
 use super::meters::ClaimCount;
@@ -29,6 +28,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
@@ -309,6 +309,8 @@ impl Failures {
 
 /// Reads Redis's answer to a claim: notes the marks it carries, counts and
 /// logs it. The claim's end, or how long to wait before asking again when
+// Long by design: one arm per answer of the claim script, each the little
+// it does with it.
 /// Redis said not yet (early by Redis time, or catch-up waiting for a run).
 fn answer(
     side: &ClaimSide<'_>,

@@ -149,17 +149,21 @@ fn headers(config: &TelemetryConfig) -> Result<HashMap<String, String>, String> 
         let value = match source {
             HeaderSource::Value(value) => value.clone(),
             HeaderSource::Env(variable) => std::env::var(variable).map_err(|_| {
-                format!("[daemon.telemetry] headers_env: {name}: ${variable} is not set (or not UTF-8)")
+                format!(
+                    "[daemon.telemetry] headers_env: {name}: ${variable} is not set (or not UTF-8)"
+                )
             })?,
         };
         headers.insert(name.clone(), value);
     }
     if let Some(path) = &config.headers_file {
-        let bytes = read_bounded(path, MAX_HEADERS_FILE).map_err(|e| {
-            format!("[daemon.telemetry] headers_file {}: {e}", path.display())
-        })?;
+        let bytes = read_bounded(path, MAX_HEADERS_FILE)
+            .map_err(|e| format!("[daemon.telemetry] headers_file {}: {e}", path.display()))?;
         let text = String::from_utf8(bytes).map_err(|_| {
-            format!("[daemon.telemetry] headers_file {}: not UTF-8", path.display())
+            format!(
+                "[daemon.telemetry] headers_file {}: not UTF-8",
+                path.display()
+            )
         })?;
         for (name, value) in header_lines(&text)
             .map_err(|e| format!("[daemon.telemetry] headers_file {}: {e}", path.display()))?
@@ -187,10 +191,7 @@ pub fn header_lines(text: &str) -> Result<Vec<(String, String)>, String> {
         };
         let name = name.trim();
         if !crate::config::is_header_name(name) {
-            return Err(format!(
-                "line {}: invalid header name {name:?}",
-                number + 1
-            ));
+            return Err(format!("line {}: invalid header name {name:?}", number + 1));
         }
         headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
     }
@@ -265,6 +266,9 @@ mod tests {
     fn the_traces_path_is_added_once() {
         assert_eq!(traces_url("http://c:4318"), "http://c:4318/v1/traces");
         assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
-        assert_eq!(traces_url("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
+        assert_eq!(
+            traces_url("http://c:4318/v1/traces"),
+            "http://c:4318/v1/traces"
+        );
     }
 }

@@ -395,8 +395,7 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
         };
         let section = if before.contains("[redis]") {
             "redis"
-        } else if before.contains("[daemon]") && valid.contains("`endpoint`") {
-            // A sub-table's unknown key is reported with its section.
+        } else if before.contains("[daemon.telemetry]") {
             "daemon.telemetry"
         } else if before.contains("[daemon]") {
             "daemon"

@@ -105,10 +105,18 @@ fn spans(receiver: &Receiver) -> (Vec<Span>, Vec<String>) {
 }
 
 /// The first span `wanted` accepts, waiting for it.
-fn span_where(cluster: &Cluster, receiver: &Receiver, what: &str, wanted: impl Fn(&Span) -> bool) -> Span {
-    wait_until_or_show(PATIENCE, what, || cluster.logs(), || {
-        spans(receiver).0.into_iter().find(|s| wanted(s))
-    })
+fn span_where(
+    cluster: &Cluster,
+    receiver: &Receiver,
+    what: &str,
+    wanted: impl Fn(&Span) -> bool,
+) -> Span {
+    wait_until_or_show(
+        PATIENCE,
+        what,
+        || cluster.logs(),
+        || spans(receiver).0.into_iter().find(|s| wanted(s)),
+    )
 }
 
 /// `[daemon.telemetry]` exporting to `receiver` as `http/json`.
@@ -169,9 +177,12 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
     cluster.wait_ready();
 
     // The process's $TRACEPARENT names the run's span as its parent.
-    let seen = wait_until_or_show(PATIENCE, "a run's TRACEPARENT", || cluster.logs(), || {
-        lines(&file).into_iter().find(|l| l != "none")
-    });
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "a run's TRACEPARENT",
+        || cluster.logs(),
+        || lines(&file).into_iter().find(|l| l != "none"),
+    );
     let parts: Vec<&str> = seen.split('-').collect();
     assert_eq!(parts.len(), 4, "{seen}");
     assert_eq!((parts[0], parts[3]), ("00", "01"), "{seen}");
@@ -179,13 +190,19 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
         s.name == "cronlease.run" && s.span_id == parts[2]
     });
     assert_eq!(run.trace_id, parts[1], "{run:?}");
-    assert_eq!(run.parent_span_id, "", "a run of the schedule starts a trace: {run:?}");
+    assert_eq!(
+        run.parent_span_id, "",
+        "a run of the schedule starts a trace: {run:?}"
+    );
     assert_eq!(run.attr("job"), "traced", "{run:?}");
     assert_eq!(run.attr("replica"), "a", "{run:?}");
     assert_eq!(run.attr("trigger"), "schedule", "{run:?}");
     assert_eq!(run.attr("outcome"), "ok", "{run:?}");
     assert_eq!(run.attr("attempt"), "1", "{run:?}");
-    assert!(run.attr("fence").parse::<u64>().is_ok_and(|f| f > 0), "{run:?}");
+    assert!(
+        run.attr("fence").parse::<u64>().is_ok_and(|f| f > 0),
+        "{run:?}"
+    );
     assert!(run.attr("lateness_ms").parse::<i64>().is_ok(), "{run:?}");
     assert!(run.attr("tick").ends_with('Z'), "{run:?}");
     let run_id = run.attr("run_id").to_string();
@@ -207,7 +224,9 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
     let requests = http_receiver.requests();
     let header = format!("00-{}-{}-01", ping.trace_id, ping.span_id);
     assert!(
-        requests.iter().any(|r| r.header("traceparent") == Some(header.as_str())),
+        requests
+            .iter()
+            .any(|r| r.header("traceparent") == Some(header.as_str())),
         "no request with traceparent {header}: {requests:#?}"
     );
 
@@ -224,8 +243,10 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
     assert!(
-        retry_lines.iter().any(|l| l["trace_id"] == flaky.trace_id.as_str()
-            && l["span_id"] == flaky.span_id.as_str()),
+        retry_lines
+            .iter()
+            .any(|l| l["trace_id"] == flaky.trace_id.as_str()
+                && l["span_id"] == flaky.span_id.as_str()),
         "no retry line with the ids of {flaky:?}: {retry_lines:#?}"
     );
     // A line outside any run has none, and no span reaches the log.
@@ -242,9 +263,11 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
     assert!(services.iter().all(|s| s == "traces-test"), "{services:?}");
     let requests = receiver.requests();
     assert!(
-        requests.iter().all(|r| r.header("x-plain") == Some("in-the-file")
-            && r.header("x-api-key") == Some("key-from-the-environment")
-            && r.header("content-type") == Some("application/json")),
+        requests
+            .iter()
+            .all(|r| r.header("x-plain") == Some("in-the-file")
+                && r.header("x-api-key") == Some("key-from-the-environment")
+                && r.header("content-type") == Some("application/json")),
         "{:#?}",
         requests.iter().map(|r| &r.headers).collect::<Vec<_>>()
     );
@@ -261,9 +284,8 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
         telemetry(&receiver, ""),
         recording_job("by-hand", NEVER, &file)
     );
-    let daemon = format!(
-        "dashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n"
-    );
+    let daemon =
+        format!("dashboard_listen = \"127.0.0.1:0\"\ndashboard_token_env = \"{TOKEN_ENV}\"\n");
     cluster.start_with("a", &daemon, &jobs, None);
     cluster.wait_ready();
     let addr = dashboard_addr(&cluster.replicas[0]);
@@ -283,7 +305,10 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
             .unwrap_or_else(|e| panic!("{url}: {e}"));
         let status = response.status().as_u16();
         let body = response.body_mut().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str::<Value>(&body).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_str::<Value>(&body).unwrap_or(Value::Null),
+        )
     };
 
     // Not a W3C trace context: refused, nothing queued.
@@ -294,7 +319,10 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
     ] {
         let (status, body) = post(bad);
         assert_eq!(status, 400, "{bad}: {body}");
-        assert_eq!(body["error"]["code"], "invalid_traceparent", "{bad}: {body}");
+        assert_eq!(
+            body["error"]["code"], "invalid_traceparent",
+            "{bad}: {body}"
+        );
     }
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -308,9 +336,12 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
     assert_eq!(run.trace_id, trace_id, "{run:?}");
     assert_eq!(run.parent_span_id, parent, "{run:?}");
     assert_eq!(run.attr("trigger"), "manual", "{run:?}");
-    let seen = wait_until_or_show(PATIENCE, "the process's TRACEPARENT", || cluster.logs(), || {
-        lines(&file).into_iter().next()
-    });
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "the process's TRACEPARENT",
+        || cluster.logs(),
+        || lines(&file).into_iter().next(),
+    );
     assert_eq!(seen, format!("00-{trace_id}-{}-01", run.span_id), "{run:?}");
 
     // The command line's --traceparent takes the same way.
@@ -329,7 +360,10 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
     let run = span_where(&cluster, &receiver, "the CLI-triggered run's span", |s| {
         s.name == "cronlease.run" && s.attr("run_id") == cli_run
     });
-    assert_eq!((run.trace_id.as_str(), run.parent_span_id.as_str()), (other, "b7ad6b7169203331"));
+    assert_eq!(
+        (run.trace_id.as_str(), run.parent_span_id.as_str()),
+        (other, "b7ad6b7169203331")
+    );
     cluster.stop_all();
 }
 
@@ -342,12 +376,22 @@ fn without_telemetry_nothing_is_handed_on() {
         "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
     ));
     let file = cluster.path("traceparents");
-    cluster.start_with("a", "log_format = \"json\"\n", &recording_job("plain", "* * * * * *", &file), None);
+    cluster.start_with(
+        "a",
+        "log_format = \"json\"\n",
+        &recording_job("plain", "* * * * * *", &file),
+        None,
+    );
     cluster.wait_ready();
-    let seen = wait_until_or_show(PATIENCE, "two runs", || cluster.logs(), || {
-        let seen = lines(&file);
-        (seen.len() >= 2).then_some(seen)
-    });
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "two runs",
+        || cluster.logs(),
+        || {
+            let seen = lines(&file);
+            (seen.len() >= 2).then_some(seen)
+        },
+    );
     cluster.stop_all();
     assert!(seen.iter().all(|l| l == "none"), "{seen:?}");
     let log = cluster.logs();
@@ -372,7 +416,8 @@ struct Fields<'a>(&'a mut BTreeMap<String, String>);
 
 impl tracing::field::Visit for Fields<'_> {
     fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_string(), format!("{value:?}"));
+        self.0
+            .insert(field.name().to_string(), format!("{value:?}"));
     }
 
     fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
@@ -420,13 +465,15 @@ fn an_embedding_services_subscriber_sees_the_run_spans_and_the_handlers_under_th
         .build()
         .expect("a runtime");
     runtime.block_on(async {
-        let job = cronlease::JobBuilder::new("report", "* * * * * *").run(|run: cronlease::Run| async move {
-            let work = tracing::info_span!("report.query", rows = 3);
-            let _entered = work.enter();
-            // No OpenTelemetry layer in this subscriber: no trace context.
-            assert_eq!(run.traceparent(), None);
-            Ok::<(), std::io::Error>(())
-        });
+        let job = cronlease::JobBuilder::new("report", "* * * * * *").run(
+            |run: cronlease::Run| async move {
+                let work = tracing::info_span!("report.query", rows = 3);
+                let _entered = work.enter();
+                // No OpenTelemetry layer in this subscriber: no trace context.
+                assert_eq!(run.traceparent(), None);
+                Ok::<(), std::io::Error>(())
+            },
+        );
         let scheduler = connect(&redis)
             .await
             .scheduler()
@@ -455,7 +502,16 @@ fn an_embedding_services_subscriber_sees_the_run_spans_and_the_handlers_under_th
         .iter()
         .find(|s| s.name == "cronlease.run" && s.fields.get("outcome").is_some_and(|o| o == "ok"))
         .unwrap_or_else(|| panic!("no finished run span: {seen:#?}"));
-    for field in ["run_id", "job", "tick", "fence", "replica", "trigger", "attempt", "lateness_ms"] {
+    for field in [
+        "run_id",
+        "job",
+        "tick",
+        "fence",
+        "replica",
+        "trigger",
+        "attempt",
+        "lateness_ms",
+    ] {
         assert!(run.fields.contains_key(field), "no {field}: {run:?}");
     }
     assert_eq!(run.fields["job"], "report", "{run:?}");

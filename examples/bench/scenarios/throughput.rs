@@ -43,7 +43,12 @@ pub fn run(env: &Env) -> Result<Report> {
         )
     };
     if env.telemetry {
-        return telemetry(env, shape(Placement::None), shape(Placement::None), title(""));
+        return telemetry(
+            env,
+            shape(Placement::None),
+            shape(Placement::None),
+            title(""),
+        );
     }
     match env.placement {
         Placement::None => {
@@ -73,7 +78,13 @@ pub fn run(env: &Env) -> Result<Report> {
                 what: json!({"groups": PLACEMENT_GROUPS, "tags": true}),
                 key: "placement",
             };
-            Ok(compare(&sides, &plain.figures, &placed.figures, without, with))
+            Ok(compare(
+                &sides,
+                &plain.figures,
+                &placed.figures,
+                without,
+                with,
+            ))
         }
     }
 }
@@ -83,7 +94,9 @@ pub fn run(env: &Env) -> Result<Report> {
 /// the bench; the cost per run of both and their ratios.
 fn telemetry(env: &Env, off: SingleShape, on: SingleShape, title: String) -> Result<Report> {
     if env.kind.replica_kind() != ReplicaKind::Daemon {
-        bail!("--telemetry measures daemon replicas: [daemon.telemetry] is a `cronlease run` setting");
+        bail!(
+            "--telemetry measures daemon replicas: [daemon.telemetry] is a `cronlease run` setting"
+        );
     }
     let plain = single_window(env, "throughput", off)?;
     let without = finish_single(env, "throughput", &title, &plain, targets(&plain));
@@ -105,14 +118,21 @@ fn telemetry(env: &Env, off: SingleShape, on: SingleShape, title: String) -> Res
     let with_title = format!("{title}, spans exported over OTLP (http/protobuf) to a local sink");
     let with = finish_single(env, "throughput", &with_title, &traced, targets(&traced));
     let sides = Sides {
-        title: "(b) throughput, telemetry: every span exported over OTLP against none, same build, \
+        title:
+            "(b) throughput, telemetry: every span exported over OTLP against none, same build, \
                 same run"
-            .to_string(),
+                .to_string(),
         with: "with telemetry",
         what: json!({"protocol": "http/protobuf", "sampling": 1.0, "requests": requests, "bytes": bytes}),
         key: "telemetry",
     };
-    Ok(compare(&sides, &plain.figures, &traced.figures, without, with))
+    Ok(compare(
+        &sides,
+        &plain.figures,
+        &traced.figures,
+        without,
+        with,
+    ))
 }
 
 /// What a two-window comparison compares: its table's title, the second
@@ -127,7 +147,13 @@ struct Sides {
 /// The cost per run of the first window and the second, side by side with
 /// their ratios (second / first), printed and in the report; it passes when
 /// both windows met their targets.
-fn compare(sides: &Sides, plain: &Figures, placed: &Figures, without: Report, with: Report) -> Report {
+fn compare(
+    sides: &Sides,
+    plain: &Figures,
+    placed: &Figures,
+    without: Report,
+    with: Report,
+) -> Report {
     let lateness = |f: &Figures, pick: fn(&crate::ticks::Percentiles) -> i64| {
         f.lateness.as_ref().map(|l| pick(l) as f64)
     };
