@@ -529,3 +529,92 @@ fn an_embedding_services_subscriber_sees_the_run_spans_and_the_handlers_under_th
         .unwrap_or_else(|| panic!("no claim span of the run: {seen:#?}"));
     assert_eq!(claim.fields["result"], "claimed", "{claim:?}");
 }
+
+#[test]
+fn http_protobuf_exports_decode_with_the_published_definitions_and_grpc_starts_and_stops() {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+    use prost::Message;
+
+    let receiver = Receiver::start(200, "");
+    let mut cluster = exporting_cluster();
+    let file = cluster.path("traceparents");
+    let jobs = format!(
+        "[daemon.telemetry]\nendpoint = {}\n\n{}",
+        toml_string(&receiver.url("/v1/traces")),
+        recording_job("binary", "* * * * * *", &file)
+    );
+    cluster.start("a", &jobs);
+    cluster.wait_ready();
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "a run's TRACEPARENT",
+        || cluster.logs(),
+        || lines(&file).into_iter().find(|l| l != "none"),
+    );
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let decoded = |request: &crate::support::Request| {
+        ExportTraceServiceRequest::decode(request.body.as_slice())
+            .unwrap_or_else(|e| panic!("not an ExportTraceServiceRequest ({e}): {request:?}"))
+    };
+    let run = wait_until_or_show(
+        PATIENCE,
+        "the run's span, as protobuf",
+        || cluster.logs(),
+        || {
+            receiver.requests().iter().find_map(|request| {
+                assert_eq!(
+                    request.header("content-type"),
+                    Some("application/x-protobuf"),
+                    "{request:?}"
+                );
+                decoded(request)
+                    .resource_spans
+                    .into_iter()
+                    .flat_map(|r| r.scope_spans)
+                    .flat_map(|s| s.spans)
+                    .find(|s| s.name == "cronlease.run" && seen.contains(&hex(&s.span_id)))
+            })
+        },
+    );
+    assert_eq!(
+        seen,
+        format!("00-{}-{}-01", hex(&run.trace_id), hex(&run.span_id))
+    );
+    let job = run
+        .attributes
+        .iter()
+        .find(|a| a.key == "job")
+        .and_then(|a| a.value.as_ref()?.value.clone());
+    assert_eq!(job, Some(Any::StringValue("binary".into())), "{run:?}");
+    cluster.stop_all();
+
+    // gRPC to a port where nothing listens: the replica runs its jobs all
+    // the same, and its shutdown gives the flush its timeout, no more.
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let mut grpc = Cluster::new(RedisServer::start());
+    let file = grpc.path("grpc-traceparents");
+    let jobs = format!(
+        "[daemon.telemetry]\nendpoint = \"http://127.0.0.1:{unused}\"\nprotocol = \"grpc\"\ntimeout = \"1s\"\n\n{}",
+        recording_job("over-grpc", "* * * * * *", &file)
+    );
+    grpc.start("g", &jobs);
+    grpc.wait_ready();
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "a run under a gRPC exporter",
+        || grpc.logs(),
+        || lines(&file).into_iter().next(),
+    );
+    assert!(seen.starts_with("00-") && seen.ends_with("-01"), "{seen}");
+    let stopping = std::time::Instant::now();
+    grpc.stop_all();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(15),
+        "{}",
+        grpc.logs()
+    );
+}
