@@ -43,6 +43,11 @@ static TRACED: OnceLock<WeakDispatch> = OnceLock::new();
 /// `RUST_LOG`, else `default`, with the spans' target off.
 fn env_filter(default: &str) -> EnvFilter {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    with_spans_off(filter)
+}
+
+/// `filter` with the spans' target off, whatever else it lets through.
+fn with_spans_off(filter: EnvFilter) -> EnvFilter {
     let spans_off = format!("{SPAN_TARGET}=off")
         .parse()
         .expect("a target and `off` make a valid directive");
@@ -300,6 +305,30 @@ fn inert_event(event: &[u8], escape: Escape) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_telemetry_the_spans_are_disabled_whatever_the_level() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(with_spans_off(EnvFilter::new("trace")))
+            .with_writer(io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let fields = crate::trace::RunFields {
+                job: "a",
+                tick_ms: 1_767_225_600_000,
+                fence: 1,
+                replica: "r",
+                run_id: "x",
+                trigger: "schedule",
+            };
+            let run = crate::trace::run_span(fields, None);
+            assert!(run.is_disabled());
+            assert!(crate::trace::claim_span("a", 1_767_225_600_000).is_disabled());
+            assert_eq!(crate::trace::traceparent_of(&run), None);
+            // The log's own events at that level still go through.
+            assert!(tracing::enabled!(Level::TRACE));
+        });
+    }
 
     #[test]
     fn an_event_stays_one_line_without_control_characters() {
