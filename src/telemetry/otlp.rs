@@ -126,6 +126,7 @@ fn http_exporter(
             client,
             runtime,
             timeout: config.timeout,
+            warned: std::sync::Arc::new(std::sync::Mutex::new(None)),
         })
         .build()
         .map_err(|e| format!("[daemon.telemetry] cannot start the HTTP exporter: {e}"))
@@ -206,6 +207,25 @@ struct OnRuntime {
     client: reqwest::Client,
     runtime: tokio::runtime::Handle,
     timeout: Duration,
+    /// When a failed export was last logged: one line a minute at most
+    /// while the collector is away (never held across an `.await`).
+    warned: std::sync::Arc<std::sync::Mutex<Option<std::time::Instant>>>,
+}
+
+/// How often a failing export is logged.
+const WARN_EVERY: Duration = Duration::from_secs(60);
+
+/// Logs a failed export, unless one was logged less than [`WARN_EVERY`]
+/// ago: the spans are lost, the runs go on.
+fn warn_failed(warned: &std::sync::Mutex<Option<std::time::Instant>>, what: &str) {
+    let mut last = warned
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if last.is_some_and(|at| at.elapsed() < WARN_EVERY) {
+        return;
+    }
+    *last = Some(std::time::Instant::now());
+    tracing::warn!(error = %what, "cannot export spans to [daemon.telemetry] endpoint; they are dropped (logged once a minute at most)");
 }
 
 impl HttpClient for OnRuntime {
@@ -219,6 +239,7 @@ impl HttpClient for OnRuntime {
     {
         let client = self.client.clone();
         let timeout = self.timeout;
+        let warned = self.warned.clone();
         let sending = self.runtime.spawn(async move {
             let request = reqwest::Request::try_from(request)?;
             let exchange = async {
@@ -230,9 +251,18 @@ impl HttpClient for OnRuntime {
                 let body = response.bytes().await?;
                 Ok::<_, HttpError>(answer.body(body)?)
             };
-            tokio::time::timeout(timeout, exchange)
+            let answer = tokio::time::timeout(timeout, exchange)
                 .await
-                .map_err(|_| HttpError::from("no answer within [daemon.telemetry] timeout"))?
+                .map_err(|_| HttpError::from("no answer within [daemon.telemetry] timeout"))
+                .and_then(|answer| answer);
+            match &answer {
+                Ok(response) if !response.status().is_success() => {
+                    warn_failed(&warned, &format!("HTTP {}", response.status()));
+                }
+                Ok(_) => {}
+                Err(e) => warn_failed(&warned, &crate::inert::error_chain(&**e)),
+            }
+            answer
         });
         Box::pin(async move {
             match sending.await {

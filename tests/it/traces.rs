@@ -617,4 +617,22 @@ fn http_protobuf_exports_decode_with_the_published_definitions_and_grpc_starts_a
         "{}",
         grpc.logs()
     );
+
+    // Over HTTP to no collector: the lost exports are logged, the runs go on.
+    let mut lost = exporting_cluster();
+    let file = lost.path("lost-traceparents");
+    let jobs = format!(
+        "[daemon.telemetry]\nendpoint = \"http://127.0.0.1:{unused}\"\ntimeout = \"1s\"\n\n{}",
+        recording_job("unheard", "* * * * * *", &file)
+    );
+    lost.start("h", &jobs);
+    lost.replicas[0].wait_for_log("cannot export spans", PATIENCE);
+    assert!(!lines(&file).is_empty(), "{}", lost.logs());
+    lost.stop_all();
+    let log = lost.logs();
+    assert_eq!(
+        log.matches("cannot export spans").count(),
+        1,
+        "once a minute at most: {log}"
+    );
 }
