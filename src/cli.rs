@@ -265,6 +265,11 @@ pub struct TriggerArgs {
     /// others take their defaults.
     #[arg(long = "param", value_name = "NAME=VALUE", value_parser = operator::parse_param)]
     pub params: Vec<(String, String)>,
+    /// The W3C trace context the run continues (`00-<trace id>-<span
+    /// id>-<flags>`): its span becomes a child of that span. Defaults to
+    /// `$TRACEPARENT` (a trigger from inside a traced run).
+    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT", value_parser = parse_traceparent)]
+    pub traceparent: Option<crate::trace::TraceParent>,
     /// Wait for the outcome; exit 0 on `ok`, 1 otherwise.
     #[arg(long)]
     pub wait: bool,
@@ -571,6 +576,11 @@ fn explain(args: &ExplainArgs) -> Exit {
     })
 }
 
+/// A `--traceparent` value, checked (W3C Trace Context, version 00).
+fn parse_traceparent(value: &str) -> Result<crate::trace::TraceParent, String> {
+    crate::trace::TraceParent::parse(value).map_err(|e| e.to_string())
+}
+
 /// `cronlease trigger`.
 fn trigger(args: &TriggerArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
@@ -578,7 +588,14 @@ fn trigger(args: &TriggerArgs) -> Exit {
         let definition = target.config.as_ref().and_then(|c| c.jobs.get(&args.job));
         operator::check_params(definition, &args.job, &args.params)?;
         let who = operator::operator_identity();
-        let run_id = operator::trigger(&target.store, &args.job, &who, &args.params).await?;
+        let run_id = operator::trigger(
+            &target.store,
+            &args.job,
+            &who,
+            &args.params,
+            args.traceparent.as_ref(),
+        )
+        .await?;
         println!("{run_id}");
         if !args.wait {
             return Ok(String::new());
@@ -643,11 +660,6 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
         }
     };
     config.replica_id_flag = args.replica_id.clone();
-    crate::logging::init("info", config.daemon.log_format);
-    crate::runner::raise_open_files_limit();
-    for warning in config.warnings(crate::clock::local_now_utc()) {
-        tracing::warn!("{warning}");
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -658,6 +670,36 @@ fn run_daemon(args: &RunArgs, tasks: Tasks) -> Exit {
             return Exit::Failure;
         }
     };
+    // The exporter's gRPC channel is made on the runtime.
+    let exporter = match runtime.block_on(async {
+        crate::logging::init_traced(
+            "info",
+            config.daemon.log_format,
+            config.daemon.telemetry.as_ref(),
+            tokio::runtime::Handle::current(),
+        )
+    }) {
+        Ok(exporter) => exporter,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::InvalidInput;
+        }
+    };
+    crate::runner::raise_open_files_limit();
+    for warning in config.warnings(crate::clock::local_now_utc()) {
+        tracing::warn!("{warning}");
+    }
+    let exit = serve_daemon(&runtime, config, tasks);
+    // The one shutdown path's last step: the spans still queued exported,
+    // within [daemon.telemetry] timeout (the runtime still sends them).
+    if let Some(exporter) = exporter {
+        exporter.shutdown();
+    }
+    exit
+}
+
+/// `cronlease run` once its log is set up: the replica until shutdown.
+fn serve_daemon(runtime: &tokio::runtime::Runtime, config: Config, tasks: Tasks) -> Exit {
     runtime.block_on(async {
         let shutdown = CancellationToken::new();
         let (reload_tx, reload_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -209,6 +209,10 @@ async fn exchange(
     for (name, value) in &request.headers {
         builder = builder.header(name, value);
     }
+    if let Some(trace) = &run.trace {
+        // W3C Trace Context: the receiver's spans join the run's trace.
+        builder = builder.header("traceparent", trace.as_str());
+    }
     if let Some(body) = &request.body {
         builder = builder.body(substitute(body, &run.params, Encoding::Verbatim));
     }

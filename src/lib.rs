@@ -239,6 +239,11 @@ pub mod telemetry;
 mod telemetry;
 #[cfg(feature = "internals")]
 #[doc(hidden)]
+pub mod trace;
+#[cfg(not(feature = "internals"))]
+mod trace;
+#[cfg(feature = "internals")]
+#[doc(hidden)]
 pub mod watchdog;
 #[cfg(not(feature = "internals"))]
 mod watchdog;

@@ -12,22 +12,173 @@
 //! from Redis or a socket, starts a log line of its own (a forged journal
 //! entry) or reaches a terminal as a control sequence. JSON escapes them
 //! itself.
+//!
+//! The spans of runs and claims (target [`SPAN_TARGET`]) never reach the
+//! log: without `[daemon.telemetry]` the filter turns their target off, so
+//! they cost a disabled callsite; with it ([`init_traced`]) they go to the
+//! OpenTelemetry layer alone, and a JSON line written inside one carries
+//! its `trace_id` and `span_id`.
 
 use std::fmt;
 use std::io::{self, Write};
+use std::sync::OnceLock;
 
+use opentelemetry::trace::TraceContextExt;
+use tracing::dispatcher::WeakDispatch;
 use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::format::{Format, Json, Writer};
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::registry::LookupSpan;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, Registry};
 
-use crate::config::LogFormat;
+use crate::config::{LogFormat, TelemetryConfig};
+use crate::telemetry::otlp::{self, Exporter};
+use crate::trace::SPAN_TARGET;
 
-/// Installs the global subscriber. `default` is the filter when `RUST_LOG`
-/// is not set.
-pub fn init(default: &str, format: LogFormat) {
+/// The subscriber of a traced daemon, for the JSON lines' trace ids.
+static TRACED: OnceLock<WeakDispatch> = OnceLock::new();
+
+/// `RUST_LOG`, else `default`, with the spans' target off.
+fn env_filter(default: &str) -> EnvFilter {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    with_spans_off(filter)
+}
+
+/// `filter` with the spans' target off, whatever else it lets through.
+fn with_spans_off(filter: EnvFilter) -> EnvFilter {
+    let spans_off = format!("{SPAN_TARGET}=off")
+        .parse()
+        .expect("a target and `off` make a valid directive");
+    filter.add_directive(spans_off)
+}
+
+/// Installs the global subscriber and, with `telemetry`, the trace
+/// exporter beside it (started on `runtime`), which the caller shuts down
+/// on its way out. `default` is the filter when `RUST_LOG` is not set.
+/// Err: why the exporter cannot start.
+pub fn init_traced(
+    default: &str,
+    format: LogFormat,
+    telemetry: Option<&TelemetryConfig>,
+    runtime: tokio::runtime::Handle,
+) -> Result<Option<Exporter>, String> {
+    let Some(telemetry) = telemetry else {
+        init(default, format);
+        return Ok(None);
+    };
+    let (exporter, tracer) = otlp::start(telemetry, runtime)?;
+    let spans = tracing_subscriber::filter::Targets::new().with_target(SPAN_TARGET, Level::TRACE);
+    // The spans' own fields only: no source location, thread or busy and
+    // idle times (work on every span that no one asked for).
+    let otel = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_tracked_inactivity(false)
+        .with_target(false)
+        .with_filter(spans);
+    let subscriber = Registry::default()
+        .with(log_layer(format).with_filter(env_filter(default)))
+        .with(otel);
+    if subscriber.try_init().is_ok() {
+        tracing::dispatcher::get_default(|dispatch| {
+            let _ = TRACED.set(dispatch.downgrade());
+        });
+    }
+    tracing::info!(
+        endpoint = %crate::config::redact_url(&telemetry.endpoint),
+        protocol = telemetry.protocol.as_str(),
+        sampling = telemetry.sampling,
+        "exporting the spans of runs and claims over OTLP"
+    );
+    Ok(Some(exporter))
+}
+
+/// The log's layer in `format`, for a subscriber with the OpenTelemetry
+/// layer beside it.
+fn log_layer(format: LogFormat) -> Box<dyn Layer<Registry> + Send + Sync> {
+    let layer = tracing_subscriber::fmt::layer();
+    match format {
+        LogFormat::Json => Box::new(
+            layer
+                .json()
+                .with_writer(io::stderr)
+                .event_format(JsonTraced(tracing_subscriber::fmt::format().json())),
+        ),
+        LogFormat::Text if std::env::var_os("JOURNAL_STREAM").is_some() => Box::new(
+            layer
+                .with_writer(InertStderr(Escape::AllControls))
+                .with_ansi(false)
+                .event_format(Journal),
+        ),
+        LogFormat::Text if std::io::IsTerminal::is_terminal(&io::stderr()) => Box::new(
+            layer
+                .with_writer(InertStderr(Escape::KeepingColours))
+                .with_ansi(true),
+        ),
+        LogFormat::Text => Box::new(
+            layer
+                .with_writer(InertStderr(Escape::AllControls))
+                .with_ansi(false),
+        ),
+    }
+}
+
+/// The JSON line of an event, with `trace_id` and `span_id` when it
+/// happens inside a span the OpenTelemetry layer records.
+struct JsonTraced(Format<Json>);
+
+impl<S, N> FormatEvent<S, N> for JsonTraced
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let Some((trace_id, span_id)) = current_trace_ids() else {
+            return self.0.format_event(ctx, writer, event);
+        };
+        let mut line = String::new();
+        self.0.format_event(ctx, Writer::new(&mut line), event)?;
+        match line.trim_end().strip_suffix('}') {
+            Some(open) => writeln!(
+                writer,
+                "{open},\"trace_id\":\"{trace_id}\",\"span_id\":\"{span_id}\"}}"
+            ),
+            None => writer.write_str(&line),
+        }
+    }
+}
+
+/// The trace and span ids of the innermost span entered on this thread
+/// (the registry's, whatever the log's filter shows), when the
+/// OpenTelemetry layer records it.
+fn current_trace_ids() -> Option<(String, String)> {
+    let dispatch = TRACED.get()?.upgrade()?;
+    let registry = dispatch.downcast_ref::<Registry>()?;
+    let current = registry.current_span();
+    let id = current.id()?;
+    let context = tracing_opentelemetry::get_otel_context(id, &dispatch)?;
+    let span = context.span();
+    let span_context = span.span_context();
+    span_context.is_valid().then(|| {
+        (
+            span_context.trace_id().to_string(),
+            span_context.span_id().to_string(),
+        )
+    })
+}
+
+/// Installs the global subscriber, with no trace exporter. `default` is
+/// the filter when `RUST_LOG` is not set.
+pub fn init(default: &str, format: LogFormat) {
+    let filter = env_filter(default);
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     let result = match format {
         LogFormat::Json => builder.with_writer(io::stderr).json().try_init(),
@@ -154,6 +305,30 @@ fn inert_event(event: &[u8], escape: Escape) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_telemetry_the_spans_are_disabled_whatever_the_level() {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(with_spans_off(EnvFilter::new("trace")))
+            .with_writer(io::sink)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let fields = crate::trace::RunFields {
+                job: "a",
+                tick_ms: 1_767_225_600_000,
+                fence: 1,
+                replica: "r",
+                run_id: "x",
+                trigger: "schedule",
+            };
+            let run = crate::trace::run_span(fields, None);
+            assert!(run.is_disabled());
+            assert!(crate::trace::claim_span("a", 1_767_225_600_000).is_disabled());
+            assert_eq!(crate::trace::traceparent_of(&run), None);
+            // The log's own events at that level still go through.
+            assert!(tracing::enabled!(Level::TRACE));
+        });
+    }
 
     #[test]
     fn an_event_stays_one_line_without_control_characters() {

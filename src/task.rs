@@ -134,6 +134,11 @@ pub struct RunContext {
     pub params: crate::config::ParamValues,
     /// Where its output lines go while it runs (see [`crate::live`]).
     pub live: crate::live::LiveLines,
+    /// The trace context of the run's span, handed on to what the run
+    /// starts (`TRACEPARENT`, a `traceparent` header,
+    /// [`Run::traceparent`](crate::Run::traceparent)); None when no
+    /// OpenTelemetry layer records the span.
+    pub trace: Option<crate::trace::TraceParent>,
 }
 
 impl RunContext {

@@ -12,6 +12,7 @@
 //! scripts/bench processes --seconds 10   # 1,000 `true` a second against the spawn floor
 //! scripts/bench throughput --no-peer     # without the BullMQ peer row
 //! scripts/bench throughput --placement   # and again with groups and tags on
+//! scripts/bench throughput --telemetry   # and again exporting spans over OTLP
 //! scripts/bench soak                     # Redis keys and memory over 5 minutes
 //! ```
 //!
@@ -47,6 +48,11 @@
 //!   giving back a slot is measured, not waiting); the table compares the
 //!   two windows' cost per run (replica and redis-server CPU, Redis
 //!   commands), lateness and claim attempts, with ratios. No peer row then.
+//!   With `--telemetry` (daemon replicas), the same: the second cluster's
+//!   replicas export the spans of every run and claim
+//!   (`[daemon.telemetry]`, `http/protobuf`, every trace sampled) to a
+//!   sink in the bench (`sink.rs`: an HTTP server on loopback that takes
+//!   and counts each request), against a first window with no telemetry.
 //! - `burst` (the top-of-the-hour peak): 10,000 jobs on
 //!   `*/10 * * * * *`, so all 10,000 are due at the same instant every
 //!   10 s and none in between, 3 replicas; after one burst of warm-up, the
@@ -235,6 +241,7 @@ mod peer;
 mod replica_stats;
 mod scenarios;
 mod scrape;
+mod sink;
 mod takeover;
 mod targets;
 mod ticks;
@@ -406,6 +413,12 @@ struct Args {
     /// ratios.
     #[arg(long)]
     placement: bool,
+    /// `throughput` only: measure it twice in one run, as it is (no
+    /// `[daemon.telemetry]`) and then with every span exported over OTLP
+    /// to a sink in the bench, and print the cost per run of both and
+    /// their ratios.
+    #[arg(long, conflicts_with = "placement")]
+    telemetry: bool,
 }
 
 fn main() -> ExitCode {
@@ -432,6 +445,11 @@ struct Env {
     peer: bool,
     /// Whether `throughput` measures a second window with placement on.
     placement: Placement,
+    /// Whether `throughput` measures a second window with telemetry on.
+    telemetry: bool,
+    /// Lines added to `[daemon]` of a single window's replicas (the
+    /// `[daemon.telemetry]` table of `--telemetry`'s second window).
+    daemon_lines: String,
     rust_log: String,
     machine: Value,
     clk_tck: f64,
@@ -546,6 +564,8 @@ fn prepare(args: &Args) -> Result<Env> {
         } else {
             Placement::None
         },
+        telemetry: args.telemetry,
+        daemon_lines: String::new(),
         rust_log: args.rust_log.clone(),
         machine,
         clk_tck: measure::clk_tck(),

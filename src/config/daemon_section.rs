@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 use toml::Spanned;
+use toml::de::DeValue;
 
 use super::checker::{Checker, Given, is_name};
 use super::environment;
@@ -49,6 +50,32 @@ pub(super) struct RawDaemon {
     retry_for: Option<Spanned<String>>,
     dashboard_url: Option<Spanned<String>>,
     tags: Option<Given<Vec<Given<String>>>>,
+    /// `[daemon.telemetry]`, read on its own ([`read_daemon`]) so that its
+    /// problems name it and do not hide the rest of `[daemon]`'s.
+    #[serde(skip)]
+    telemetry: Option<super::telemetry::RawTelemetry>,
+}
+
+/// `[daemon]` and its `[daemon.telemetry]` table, each deserialized on its
+/// own (each bad key a problem of its own table).
+pub(super) fn read_daemon(
+    checker: &mut Checker<'_>,
+    value: &Spanned<DeValue<'_>>,
+) -> Option<RawDaemon> {
+    let DeValue::Table(table) = value.get_ref() else {
+        return checker.deserialize_table::<RawDaemon>(S, value);
+    };
+    let (telemetry, rest): (Vec<_>, Vec<_>) = table
+        .clone()
+        .into_iter()
+        .partition(|(key, _)| key.get_ref() == "telemetry");
+    let rest = Spanned::new(value.span(), DeValue::Table(rest.into_iter().collect()));
+    let telemetry = telemetry.into_iter().next().and_then(|(_, table)| {
+        checker.deserialize_table::<super::telemetry::RawTelemetry>("daemon.telemetry", &table)
+    });
+    let mut raw = checker.deserialize_table::<RawDaemon>(S, &rest)?;
+    raw.telemetry = telemetry;
+    Some(raw)
 }
 
 impl RawDaemon {
@@ -82,6 +109,7 @@ impl RawDaemon {
             retry_for: None,
             dashboard_url: None,
             tags: None,
+            telemetry: None,
         }
     }
 }
@@ -182,6 +210,14 @@ pub(super) fn validate_daemon(
             .values()
             .filter_map(|c| c.secret_env().map(str::to_string)),
     );
+    let telemetry = raw
+        .telemetry
+        .and_then(|t| super::telemetry::telemetry(checker, t));
+    secrets.extend(
+        telemetry
+            .iter()
+            .flat_map(|t| t.secret_env_names().map(str::to_string)),
+    );
     let rules = RawDaemonRules {
         notify: raw.notify.as_ref(),
         notify_on: raw.notify_on.as_ref(),
@@ -220,6 +256,7 @@ pub(super) fn validate_daemon(
         inherit_env,
         notify,
         tags,
+        telemetry,
     })
 }
 

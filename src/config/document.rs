@@ -293,7 +293,7 @@ fn read_sections<'i>(checker: &mut Checker<'_>, root: DeTable<'i>) -> Sections<'
                 sections.redis = Some(checker.deserialize_table::<RawRedis>("redis", &value));
             }
             "daemon" => {
-                sections.daemon = Some(checker.deserialize_table::<RawDaemon>("daemon", &value));
+                sections.daemon = Some(super::daemon_section::read_daemon(checker, &value));
             }
             "notify" => sections.notify = read_channels(checker, &value),
             "calendars" => sections.calendars = read_calendars(checker, &value),

@@ -86,6 +86,9 @@ pub use placement::{Mode, tags_match};
 pub use problem::{ConfigError, Problem};
 mod redis_section;
 mod run_env;
+mod telemetry;
+pub(crate) use telemetry::is_header_name;
+pub use telemetry::{HeaderSource, OtlpProtocol, TelemetryConfig};
 mod timetable;
 pub use run_env::{ALWAYS_SECRET_ENV, DEFAULT_INHERITED_ENV, pattern_matches};
 pub(crate) use timetable::{Expressions, Moment};
@@ -345,6 +348,9 @@ pub struct DaemonConfig {
     /// The replica's tags (`[daemon] tags`), sorted: a job's `run_on`
     /// names those a replica must have to start its runs.
     pub tags: Vec<String>,
+    /// `[daemon.telemetry]`: where the spans of runs and claims are
+    /// exported (OTLP); None: nowhere, and they cost nothing.
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// A name in `inherit_env`: a variable's name, or a prefix ending in `*`.
@@ -383,6 +389,8 @@ impl Config {
         );
         let channels = self.notify.values().filter_map(ChannelSpec::secret_env);
         names.extend(channels.map(str::to_string));
+        let telemetry = self.daemon.telemetry.iter();
+        names.extend(telemetry.flat_map(|t| t.secret_env_names().map(str::to_string)));
         names.extend(
             self.dashboard
                 .tokens

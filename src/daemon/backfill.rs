@@ -248,6 +248,7 @@ fn start_taken(
             upstream: None,
             params: job.params.defaults(),
             slot: Some(slot),
+            traceparent: None,
         },
     );
     let name = job.name.clone();

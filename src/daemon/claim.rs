@@ -28,6 +28,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
@@ -70,6 +71,29 @@ impl Ahead {
 /// deadline is definite (`Expired`: nothing can win any more; `Claimed`:
 /// an earlier attempt won and its lease still holds).
 pub(super) async fn claim(
+    side: &ClaimSide<'_>,
+    job: &Job,
+    tick_ms: i64,
+    trigger: Trigger,
+    ahead: Ahead,
+    cancel: &CancellationToken,
+) -> ClaimEnd {
+    let span = crate::trace::claim_span(&job.name, tick_ms);
+    let end = claim_attempts(side, job, tick_ms, trigger, ahead, cancel)
+        .instrument(span.clone())
+        .await;
+    let claimed = match &end {
+        ClaimEnd::Won { start, .. } | ClaimEnd::NotDurable { start, .. } => {
+            Some((start.run_id.as_str(), start.fence))
+        }
+        _ => None,
+    };
+    crate::trace::record_claim(&span, end.label(), claimed);
+    end
+}
+
+/// [`claim`]'s attempts, inside its span.
+async fn claim_attempts(
     side: &ClaimSide<'_>,
     job: &Job,
     tick_ms: i64,
@@ -285,6 +309,8 @@ impl Failures {
 
 /// Reads Redis's answer to a claim: notes the marks it carries, counts and
 /// logs it. The claim's end, or how long to wait before asking again when
+// Long by design: one arm per answer of the claim script, each the little
+// it does with it.
 /// Redis said not yet (early by Redis time, or catch-up waiting for a run).
 fn answer(
     side: &ClaimSide<'_>,
@@ -323,6 +349,7 @@ fn answer(
                 upstream: None,
                 params: job.params.defaults(),
                 slot: None,
+                traceparent: None,
             };
             let facts = WonFacts {
                 acked,

@@ -55,3 +55,24 @@ pub(super) enum ClaimEnd {
     Late,
     Cancelled,
 }
+
+impl ClaimEnd {
+    /// The claim's answer as its span records it (`result`).
+    pub(super) fn label(&self) -> &'static str {
+        match self {
+            ClaimEnd::Won { .. } => "claimed",
+            ClaimEnd::NotDurable { .. } => "not_durable",
+            ClaimEnd::Lapsed => "lapsed",
+            ClaimEnd::Taken => "taken",
+            ClaimEnd::Drained => "drained",
+            ClaimEnd::Refused => "refused",
+            ClaimEnd::Paused { .. } => "paused",
+            ClaimEnd::Busy { .. } => "busy",
+            ClaimEnd::Ended => "ended",
+            ClaimEnd::Excluded { .. } => "excluded",
+            ClaimEnd::SkippedCapacity { .. } => "skipped_capacity",
+            ClaimEnd::Late => "late",
+            ClaimEnd::Cancelled => "cancelled",
+        }
+    }
+}

@@ -260,6 +260,8 @@ struct Started {
 /// Starts the run `reply` claimed (and sweeps the job when the claim saw
 /// runs whose lease lapsed), or logs why there is none; false when the
 /// entry is to be read again (past its deadline, or the job's state not
+// Long by design: one arm per answer of after.lua, each the little it does
+// with it.
 /// readable).
 async fn act_on(
     ctx: &Arc<Ctx>,
@@ -306,6 +308,7 @@ async fn act_on(
                     upstream: upstream_of.map(Arc::new),
                     params,
                     slot: Some(slot),
+                    traceparent: None,
                 },
             );
             ctx.heartbeat_now.notify_one();

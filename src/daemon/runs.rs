@@ -36,6 +36,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio::time::sleep;
 use tokio::time::sleep_until;
+use tracing::Instrument;
 use tracing::{debug, error, info, warn};
 use uuid::Uuid;
 
@@ -66,6 +67,9 @@ pub(super) struct RunStart {
     /// was sent; None for a run Redis handed over (a rerun), which takes
     /// one when it starts.
     pub(super) slot: Option<RunSlot>,
+    /// The trace context the run continues (a trigger that carried one):
+    /// its span's parent. None: the run's span is a root.
+    pub(super) traceparent: Option<crate::trace::TraceParent>,
 }
 
 /// Starts a claimed run under the watchdog; the returned task ends when its
@@ -94,13 +98,14 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
         .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .registered(&job.name);
-    let task = registered.unwrap_or_else(|| command_task(side, job, &start));
+    let (span, trace) = run_span(side, job, &start);
+    let task = registered.unwrap_or_else(|| command_task(side, job, &start, trace.as_ref()));
     let (live, live_writer) = crate::live::channel(
         &job.name,
         &start.run_id,
         side.config.daemon.live_output_lines,
     );
-    let run = run_context(side, job, &start, live);
+    let run = run_context(side, job, &start, live, trace);
     let attempts = Attempts {
         timeout: job.timeout,
         retries: job.retries,
@@ -121,11 +126,15 @@ pub(super) fn start_run(side: &RunSide<'_>, job: &Arc<Job>, mut start: RunStart)
             }
             start.started_ms = start.started_ms.max(handle.side().clock.now_ms());
         }
+        let lateness_ms = start.started_ms - start.tick_ms;
+        crate::trace::record_start(&span, lateness_ms);
         if matches!(start.trigger, Trigger::Schedule | Trigger::Misfire) {
-            let lateness_ms = start.started_ms - start.tick_ms;
             meters.lateness().record(lateness_ms.max(0) as f64 / 1000.0);
         }
-        let result = execute(&*task, run, attempts, stop_rx, live_writer, &handle).await;
+        let result = execute(&*task, run, attempts, stop_rx, live_writer, &handle)
+            .instrument(span.clone())
+            .await;
+        crate::trace::record_end(&span, result.status.as_str(), result.attempts);
         // Opened once the task is done: while it runs, only the handle is
         // kept (thousands of runs may be in flight).
         let side = handle.side();
@@ -149,6 +158,7 @@ fn run_context(
     job: &Job,
     start: &RunStart,
     live: crate::live::LiveLines,
+    trace: Option<crate::trace::TraceParent>,
 ) -> RunContext {
     RunContext {
         job: job.name.clone(),
@@ -162,7 +172,31 @@ fn run_context(
         trigger: start.trigger,
         params: start.params.clone(),
         live,
+        trace,
     }
+}
+
+/// The run's span (`cronlease.run`), a child of the trigger's trace
+/// context if it carried one, and the trace context it hands on (None when
+/// no OpenTelemetry layer records it).
+fn run_span(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: &RunStart,
+) -> (tracing::Span, Option<crate::trace::TraceParent>) {
+    let span = crate::trace::run_span(
+        crate::trace::RunFields {
+            job: &job.name,
+            tick_ms: start.tick_ms,
+            fence: start.fence,
+            replica: &side.identity.replica,
+            run_id: &start.run_id,
+            trigger: start.trigger.as_str(),
+        },
+        start.traceparent.as_ref(),
+    );
+    let trace = crate::trace::traceparent_of(&span);
+    (span, trace)
 }
 
 /// Runs the task's attempts with the live output's writer beside them, in
@@ -205,7 +239,12 @@ fn hand_over(side: &RunSide<'_>, job: &Arc<Job>, rerun: Option<RunStart>, slot: 
     not(all(feature = "process", feature = "http-jobs")),
     allow(unused_variables)
 )]
-fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task::Task> {
+fn command_task(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: &RunStart,
+    trace: Option<&crate::trace::TraceParent>,
+) -> Arc<dyn task::Task> {
     #[cfg(feature = "http-jobs")]
     if let crate::config::Command::Http(request) = &job.command {
         let request = (**request).clone();
@@ -220,7 +259,7 @@ fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task
     }
     #[cfg(feature = "process")]
     if let Some(argv) = runner::Process::argv(&job.command) {
-        return Arc::new(process(side, job, start, argv));
+        return Arc::new(process(side, job, start, argv, trace));
     }
     Arc::new(task::Unregistered)
 }
@@ -228,7 +267,13 @@ fn command_task(side: &RunSide<'_>, job: &Job, start: &RunStart) -> Arc<dyn task
 /// The job's command (`argv`) as a process task, with the run's
 /// `CRONLEASE_*` environment.
 #[cfg(feature = "process")]
-fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -> runner::Process {
+fn process(
+    side: &RunSide<'_>,
+    job: &Job,
+    start: &RunStart,
+    argv: Vec<String>,
+    trace: Option<&crate::trace::TraceParent>,
+) -> runner::Process {
     let mut run = vec![
         ("CRONLEASE_JOB".to_string(), job.name.clone()),
         (
@@ -247,6 +292,11 @@ fn process(side: &RunSide<'_>, job: &Job, start: &RunStart, argv: Vec<String>) -
             start.trigger.as_str().to_string(),
         ),
     ];
+    if let Some(trace) = trace {
+        // W3C Trace Context's environment carrier: the process's spans
+        // join the run's trace as its children.
+        run.push(("TRACEPARENT".to_string(), trace.to_string()));
+    }
     if let Some(upstream) = &start.upstream {
         run.extend(upstream.env());
     }
@@ -426,6 +476,7 @@ fn rerun_start(
         .map(Arc::new),
         params: rerun_params(job, &rerun.context),
         slot: None,
+        traceparent: None,
     }
 }
 

@@ -339,6 +339,7 @@ pub(super) async fn handle_trigger(ctx: &Arc<Ctx>, request: TriggerRequest) {
                     upstream: None,
                     params,
                     slot: Some(slot),
+                    traceparent: request.traceparent.clone(),
                 },
             );
             ctx.heartbeat_now.notify_one();

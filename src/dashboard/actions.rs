@@ -88,7 +88,7 @@ impl Action {
     /// The form's action of a job action.
     fn of(action: &JobAction) -> Action {
         match action {
-            JobAction::Trigger(_) => Action::Trigger,
+            JobAction::Trigger(..) => Action::Trigger,
             JobAction::Pause(_) => Action::Pause,
             JobAction::Resume => Action::Resume,
             JobAction::Kill(_) => Action::Kill,
@@ -117,7 +117,7 @@ pub(super) enum Caller {
 /// parameters, a pause's end and reason, the run to kill).
 fn job_action(action: Action, form: &ActionForm) -> Result<JobAction, OperatorError> {
     Ok(match action {
-        Action::Trigger => JobAction::Trigger(form.params()),
+        Action::Trigger => JobAction::Trigger(form.params(), None),
         Action::Pause => JobAction::Pause(form.pause_options()?),
         Action::Resume => JobAction::Resume,
         Action::Kill => match form.fields.get("run").filter(|r| !r.is_empty()) {

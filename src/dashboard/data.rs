@@ -310,8 +310,9 @@ pub(super) fn in_flight(status: &StatusReport) -> Vec<(&str, &RunningStatus)> {
 /// An operator's action on a job, as the pages' forms and the API ask it.
 #[derive(Debug, Clone)]
 pub(super) enum JobAction {
-    /// Run now with these parameters (name, value).
-    Trigger(Vec<(String, String)>),
+    /// Run now with these parameters (name, value), continuing this
+    /// trace context (an API request's `traceparent` header).
+    Trigger(Vec<(String, String)>, Option<crate::trace::TraceParent>),
     Pause(PauseOptions),
     Resume,
     /// Stop the run named (`None`: every run of the job in flight).
@@ -321,7 +322,7 @@ pub(super) enum JobAction {
 impl JobAction {
     pub(super) fn as_str(&self) -> &'static str {
         match self {
-            JobAction::Trigger(_) => "trigger",
+            JobAction::Trigger(..) => "trigger",
             JobAction::Pause(_) => "pause",
             JobAction::Resume => "resume",
             JobAction::Kill(_) => "kill",
@@ -373,10 +374,10 @@ pub(super) async fn act(
         return Ok(None);
     }
     let result = match action {
-        JobAction::Trigger(params) => {
+        JobAction::Trigger(params, traceparent) => {
             let table = dashboard.job_table();
             operator::check_params(table.get(name).map(|j| &**j), name, params)?;
-            operator::trigger(&dashboard.store, name, who, params)
+            operator::trigger(&dashboard.store, name, who, params, traceparent.as_ref())
                 .await
                 .map(|run_id| ActionDone::Triggered { run_id })
         }

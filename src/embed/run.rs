@@ -118,6 +118,27 @@ impl Run {
         &self.context.run_id
     }
 
+    /// The run's W3C trace context, a `traceparent` value
+    /// (`00-<trace id>-<span id>-<flags>`) whose parent is the run's span
+    /// (`cronlease.run`), for requests and messages the handler sends
+    /// outside this process; None unless the service's subscriber has a
+    /// `tracing-opentelemetry` layer and the crate's `otel` feature is on.
+    /// The handler's future runs inside the run's span: its own `tracing`
+    /// spans are children of it without this.
+    ///
+    /// ```
+    /// use cronlease::{JobBuilder, Run};
+    /// let job = JobBuilder::new("report", "0 6 * * *").run(|run: Run| async move {
+    ///     if let Some(traceparent) = run.traceparent() {
+    ///         println!("send it on as the traceparent header: {traceparent}");
+    ///     }
+    ///     Ok::<(), std::io::Error>(())
+    /// });
+    /// ```
+    pub fn traceparent(&self) -> Option<&str> {
+        self.context.trace.as_ref().map(|t| t.as_str())
+    }
+
     /// 1 for the first attempt, 2 for the first retry, … (see
     /// [`JobBuilder::retries`](crate::JobBuilder::retries)).
     ///

@@ -424,6 +424,10 @@ impl Scheduler {
     /// and Redis failing, or a quorum, which has no queue of requests
     /// ([`SchedulerError::Redis`](crate::SchedulerError::Redis)).
     ///
+    /// Called inside a span that a `tracing-opentelemetry` layer records
+    /// (with the `otel` feature), the run's span continues that trace, as a
+    /// child of that span.
+    ///
     /// ```no_run
     /// use cronlease::{JobBuilder, ParamError, ParamSpec, Run, SchedulerError};
     ///
@@ -485,8 +489,17 @@ impl Scheduler {
         // The replicas' group reads from its creation on: made now if no
         // replica made it yet, so the request is not queued before it.
         self.store.ensure_trigger_group().await?;
+        // The caller's trace, when an OpenTelemetry layer records its span
+        // (`otel`): the run's span continues it.
+        let traceparent = crate::trace::traceparent_of(&tracing::Span::current());
         self.store
-            .enqueue_trigger(job, &run_id, &self.requested_by, &given)
+            .enqueue_trigger(
+                job,
+                &run_id,
+                &self.requested_by,
+                &given,
+                traceparent.as_ref(),
+            )
             .await?;
         if let Err(e) = self
             .store

@@ -147,6 +147,7 @@ async fn run_held(
         trigger: crate::outcome::Trigger::Manual,
         params: Default::default(),
         live: crate::live::LiveLines::off(),
+        trace: None,
     };
     let once = Attempts {
         timeout: None,

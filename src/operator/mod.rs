@@ -463,12 +463,14 @@ pub fn check_params(
 }
 
 /// Queues a manual run of `job` with the parameters `params` (checked by
-/// [`check_params`]: the replica checks them again); returns its run id.
+/// [`check_params`]: the replica checks them again) and the trace context
+/// its run's span continues, if any; returns its run id.
 pub async fn trigger(
     store: &Store,
     job: &str,
     who: &str,
     params: &[(String, String)],
+    traceparent: Option<&crate::trace::TraceParent>,
 ) -> Result<String, OperatorError> {
     let now_ms = store.server_time_ms().await?;
     if store
@@ -487,7 +489,9 @@ pub async fn trigger(
         return Err(OperatorError::ClusterPaused);
     }
     let run_id = uuid::Uuid::new_v4().to_string();
-    store.enqueue_trigger(job, &run_id, who, params).await?;
+    store
+        .enqueue_trigger(job, &run_id, who, params, traceparent)
+        .await?;
     record(store, job, "trigger", who, &run_id).await;
     Ok(run_id)
 }

@@ -33,6 +33,7 @@ fn context() -> RunContext {
         trigger: crate::outcome::Trigger::Schedule,
         params: Default::default(),
         live: crate::live::LiveLines::off(),
+        trace: None,
     }
 }
 

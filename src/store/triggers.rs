@@ -14,6 +14,10 @@ use redis::Value;
 /// The consumer group of the replicas on the triggers stream.
 pub const TRIGGER_GROUP: &str = "replicas";
 
+/// The field of a trigger's entry with the trace context it continues
+/// (a replica that does not know it reads past it).
+const TRACEPARENT_FIELD: &str = "traceparent";
+
 /// A manual run request as read from the triggers stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TriggerRequest {
@@ -26,6 +30,10 @@ pub struct TriggerRequest {
     /// the entry's order: as read, not checked (the replica checks them
     /// against its job before it runs anything).
     pub params: Vec<(String, String)>,
+    /// The trace context the request carried (`traceparent` field),
+    /// checked: the run's span continues its trace. A value that is not a
+    /// valid W3C `traceparent` is left out (and logged).
+    pub traceparent: Option<crate::trace::TraceParent>,
 }
 
 impl TriggerRequest {
@@ -113,6 +121,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
     let mut run_id = String::new();
     let mut requested_by = String::new();
     let mut params = Vec::new();
+    let mut traceparent = None;
     for pair in fields.chunks(2) {
         let (Some(name), Some(value)) = (
             pair.first().and_then(as_string),
@@ -124,6 +133,12 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
             "job" => job = value,
             "run_id" => run_id = value,
             "requested_by" => requested_by = value,
+            TRACEPARENT_FIELD => match crate::trace::TraceParent::parse(&value) {
+                Ok(parsed) => traceparent = Some(parsed),
+                Err(e) => {
+                    tracing::warn!(entry = %id, error = %e, "a trigger's traceparent read from Redis is not valid: the run starts a trace of its own");
+                }
+            },
             other => {
                 if let Some(param) = other.strip_prefix(crate::config::PARAM_FIELD_PREFIX) {
                     params.push((param.to_string(), value));
@@ -137,6 +152,7 @@ pub(super) fn parse_trigger_entry(entry: Value) -> Option<TriggerRequest> {
         run_id,
         requested_by,
         params,
+        traceparent,
     })
 }
 
@@ -279,6 +295,7 @@ impl Store {
         run_id: &str,
         requested_by: &str,
         params: &[(String, String)],
+        traceparent: Option<&crate::trace::TraceParent>,
     ) -> Result<String, StoreError> {
         let mut conn = self.single("`cronlease trigger`").await?;
         let mut command = redis::cmd("XADD");
@@ -298,6 +315,9 @@ impl Store {
             command
                 .arg(format!("{}{name}", crate::config::PARAM_FIELD_PREFIX))
                 .arg(value);
+        }
+        if let Some(traceparent) = traceparent {
+            command.arg(TRACEPARENT_FIELD).arg(traceparent.as_str());
         }
         let id: String = command.query_async(&mut conn).await?;
         Ok(id)
@@ -375,6 +395,7 @@ impl Store {
             &request.run_id,
             &request.requested_by,
             &request.params,
+            request.traceparent.as_ref(),
         )
         .await?;
         self.ack_trigger(&request.id).await

@@ -23,6 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "metrics-server")]
 pub mod exposition;
+#[cfg(feature = "otel-export")]
+pub mod otlp;
 #[cfg(feature = "metrics-server")]
 use exposition::Exposition;
 

@@ -278,6 +278,7 @@ fn a_manual_run_after_a_forged_fence_gets_the_claimants_next_fence() {
             run_id: "manual-run".into(),
             requested_by: "test".into(),
             params: Vec::new(),
+            traceparent: None,
         };
         let claimant = cronlease::store::Claimant {
             min_fence: 6,

@@ -358,6 +358,7 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
     let config = ConfigFile::new(
         "[redis]\nurl = \"redis://127.0.0.1:1/0\"\nzz_unknown = 1\n\n\
          [daemon]\nzz_unknown = 1\n\n\
+         [daemon.telemetry]\nendpoint = \"http://127.0.0.1:1\"\nzz_unknown = 1\n\n\
          [notify.x]\nkind = \"webhook\"\nurl = \"http://127.0.0.1:1/\"\nzz_unknown = 1\n\n\
          [calendars.x]\ndates = []\nzz_unknown = 1\n\n\
          [groups.x]\nmax = 1\nzz_unknown = 1\n\n\
@@ -396,6 +397,8 @@ fn keys_the_reader_takes() -> BTreeMap<String, BTreeSet<String>> {
         };
         let section = if before.contains("[redis]") {
             "redis"
+        } else if before.contains("[daemon.telemetry]") {
+            "daemon.telemetry"
         } else if before.contains("[daemon]") {
             "daemon"
         } else if before.contains("[notify.x]") {
@@ -468,6 +471,7 @@ fn the_configuration_reference_documents_exactly_the_keys_the_reader_takes() {
             "(sections)",
             "calendars.<name>",
             "daemon",
+            "daemon.telemetry",
             "dashboard",
             "dashboard.oidc",
             "dashboard.oidc.roles",

@@ -58,4 +58,5 @@ mod systemd;
 mod tidy;
 mod timetable;
 mod topology;
+mod traces;
 mod why_own_schedule;

@@ -81,7 +81,7 @@ pub fn single_window(env: &Env, name: &str, shape: SingleShape) -> Result<Single
         loadavg()
     );
     let loadavg_before = loadavg();
-    let mut cluster = Cluster::start_placed(env, name, k, schedule, "", placement)?;
+    let mut cluster = Cluster::start_placed(env, name, k, schedule, &env.daemon_lines, placement)?;
     cluster.add_replicas(r)?;
     cluster.warm_up()?;
     if let Schedule::EveryNSeconds { .. } = schedule {

@@ -42,6 +42,14 @@ pub fn run(env: &Env) -> Result<Report> {
             env.kind.name()
         )
     };
+    if env.telemetry {
+        return telemetry(
+            env,
+            shape(Placement::None),
+            shape(Placement::None),
+            title(""),
+        );
+    }
     match env.placement {
         Placement::None => {
             let run = single_window(env, "throughput", shape(Placement::None))?;
@@ -61,15 +69,91 @@ pub fn run(env: &Env) -> Result<Report> {
                 " in {PLACEMENT_GROUPS} concurrency groups, run on a tag"
             ));
             let with = finish_single(env, "throughput", &with_title, &placed, targets(&placed));
-            Ok(compare(&plain.figures, &placed.figures, without, with))
+            let sides = Sides {
+                title: format!(
+                    "(b) throughput, placement: {PLACEMENT_GROUPS} concurrency groups and a tag \
+                     against none, same build, same run"
+                ),
+                with: "with groups and tags",
+                what: json!({"groups": PLACEMENT_GROUPS, "tags": true}),
+                key: "placement",
+            };
+            Ok(compare(
+                &sides,
+                &plain.figures,
+                &placed.figures,
+                without,
+                with,
+            ))
         }
     }
 }
 
-/// The cost per run without placement and with it, side by side with their
-/// ratios (with / without), printed and in the report; it passes when both
-/// windows met their targets.
-fn compare(plain: &Figures, placed: &Figures, without: Report, with: Report) -> Report {
+/// `--telemetry`: a window with no `[daemon.telemetry]`, then one whose
+/// replicas export every span (`http/protobuf`, all sampled) to a sink in
+/// the bench; the cost per run of both and their ratios.
+fn telemetry(env: &Env, off: SingleShape, on: SingleShape, title: String) -> Result<Report> {
+    if env.kind.replica_kind() != ReplicaKind::Daemon {
+        bail!(
+            "--telemetry measures daemon replicas: [daemon.telemetry] is a `cronlease run` setting"
+        );
+    }
+    let plain = single_window(env, "throughput", off)?;
+    let without = finish_single(env, "throughput", &title, &plain, targets(&plain));
+    let sink = crate::sink::Sink::start()?;
+    let traced_env = Env {
+        daemon_lines: format!(
+            "\n[daemon.telemetry]\nendpoint = \"{}\"\nprotocol = \"http/protobuf\"\n",
+            sink.url()
+        ),
+        ..env.clone()
+    };
+    let traced = single_window(&traced_env, "throughput-traced", on)?;
+    let (requests, bytes) = sink.counts();
+    drop(sink);
+    println!(
+        "  the sink took {requests} OTLP requests, {:.1} MB of spans",
+        bytes as f64 / 1e6
+    );
+    let with_title = format!("{title}, spans exported over OTLP (http/protobuf) to a local sink");
+    let with = finish_single(env, "throughput", &with_title, &traced, targets(&traced));
+    let sides = Sides {
+        title:
+            "(b) throughput, telemetry: every span exported over OTLP against none, same build, \
+                same run"
+                .to_string(),
+        with: "with telemetry",
+        what: json!({"protocol": "http/protobuf", "sampling": 1.0, "requests": requests, "bytes": bytes}),
+        key: "telemetry",
+    };
+    Ok(compare(
+        &sides,
+        &plain.figures,
+        &traced.figures,
+        without,
+        with,
+    ))
+}
+
+/// What a two-window comparison compares: its table's title, the second
+/// column's name, and what its report says of the second window.
+struct Sides {
+    title: String,
+    with: &'static str,
+    what: Value,
+    key: &'static str,
+}
+
+/// The cost per run of the first window and the second, side by side with
+/// their ratios (second / first), printed and in the report; it passes when
+/// both windows met their targets.
+fn compare(
+    sides: &Sides,
+    plain: &Figures,
+    placed: &Figures,
+    without: Report,
+    with: Report,
+) -> Report {
     let lateness = |f: &Figures, pick: fn(&crate::ticks::Percentiles) -> i64| {
         f.lateness.as_ref().map(|l| pick(l) as f64)
     };
@@ -115,10 +199,7 @@ fn compare(plain: &Figures, placed: &Figures, without: Report, with: Report) -> 
         (Some(a), Some(b)) if a > 0.0 => Some(b / a),
         _ => None,
     };
-    println!(
-        "\n(b) throughput, placement: {PLACEMENT_GROUPS} concurrency groups and a tag against none, \
-         same build, same run"
-    );
+    println!("\n{}", sides.title);
     let table: Vec<Vec<String>> = rows
         .iter()
         .map(|(name, a, b)| {
@@ -127,7 +208,7 @@ fn compare(plain: &Figures, placed: &Figures, without: Report, with: Report) -> 
         })
         .collect();
     print_table(
-        &["metric", "without", "with groups and tags", "ratio"].map(String::from),
+        &["metric", "without", sides.with, "ratio"].map(String::from),
         &table,
     );
     let ratios: serde_json::Map<String, Value> = rows
@@ -138,7 +219,7 @@ fn compare(plain: &Figures, placed: &Figures, without: Report, with: Report) -> 
         pass: without.pass && with.pass,
         json: json!({
             "scenario": "throughput",
-            "placement": {"groups": PLACEMENT_GROUPS, "tags": true},
+            sides.key: sides.what,
             "without": without.json,
             "with": with.json,
             "ratios": ratios,

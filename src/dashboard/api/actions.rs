@@ -145,11 +145,14 @@ fn answer(name: String, done: ActionDone) -> Response {
     post,
     path = "/api/v1/jobs/{name}/trigger",
     tag = "actions",
-    params(("name" = String, Path, description = "The job's name")),
+    params(
+        ("name" = String, Path, description = "The job's name"),
+        ("traceparent" = Option<String>, Header, description = "A W3C trace context (`00-<trace id>-<span id>-<flags>`): the run's span continues that trace as a child of that span. One that is not valid is refused (invalid_traceparent)"),
+    ),
     request_body(content = Option<TriggerBody>, content_type = "application/json"),
     responses(
         (status = 202, description = "Queued", body = Triggered),
-        (status = 400, description = "invalid_body, invalid_params", body = ErrorBody),
+        (status = 400, description = "invalid_body, invalid_params, invalid_traceparent", body = ErrorBody),
         (status = 401, description = "token_missing, token_invalid", body = ErrorBody),
         (status = 403, description = "actions_disabled, role_forbidden (needs the role operator or admin)", body = ErrorBody),
         (status = 404, description = "job_not_found", body = ErrorBody),
@@ -174,17 +177,37 @@ pub(super) async fn trigger(
         peer,
         Permission::Act(ActionKind::Trigger, Subject::Job(&name)),
     )?;
+    let traceparent = traceparent(&headers)?;
     let request: TriggerBody = body(&headers, bytes)?;
     let params = request.params.into_iter().collect();
     let done = act(
         &dashboard,
         &name,
-        JobAction::Trigger(params),
+        JobAction::Trigger(params, traceparent),
         &identity,
         peer,
     )
     .await?;
     Ok(answer(name, done))
+}
+
+/// A trigger's `traceparent` header, checked; none when it has none.
+fn traceparent(headers: &HeaderMap) -> Result<Option<crate::trace::TraceParent>, ApiError> {
+    let Some(value) = headers.get("traceparent") else {
+        return Ok(None);
+    };
+    let refuse = |message: String| {
+        ApiError::new(
+            ErrorCode::InvalidTraceparent,
+            format!("{message}; nothing queued"),
+        )
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| refuse("the traceparent header is not ASCII".to_string()))?;
+    crate::trace::TraceParent::parse(text.trim())
+        .map(Some)
+        .map_err(|e| refuse(e.to_string()))
 }
 
 /// `POST /api/v1/jobs/{name}/pause`: no tick of the job starts until it

@@ -144,6 +144,9 @@ pub(super) enum ErrorCode {
     InvalidParams,
     /// 400: a pause's `until` or `reason` that cannot be taken.
     InvalidPause,
+    /// 400: a trigger's `traceparent` header that is not a W3C trace
+    /// context (version 00, ids in lowercase hex, not all zeros).
+    InvalidTraceparent,
     /// 401: no token given.
     TokenMissing,
     /// 401: the token given is none of the dashboard's.
@@ -189,7 +192,8 @@ impl ErrorCode {
             ErrorCode::InvalidQuery
             | ErrorCode::InvalidBody
             | ErrorCode::InvalidParams
-            | ErrorCode::InvalidPause => StatusCode::BAD_REQUEST,
+            | ErrorCode::InvalidPause
+            | ErrorCode::InvalidTraceparent => StatusCode::BAD_REQUEST,
             ErrorCode::TokenMissing | ErrorCode::TokenInvalid => StatusCode::UNAUTHORIZED,
             ErrorCode::ActionsDisabled | ErrorCode::RoleForbidden => StatusCode::FORBIDDEN,
             ErrorCode::JobNotFound | ErrorCode::ReplicaNotFound | ErrorCode::RouteNotFound => {

@@ -86,7 +86,7 @@ pub use cluster::{Cluster, current_by_tick, probe_job, start_times, starts};
 pub use oidc_provider::OidcProvider;
 #[allow(unused_imports)] // the type of `read_outcomes`' items, named by some tests
 pub use outcome::{Outcome, read_outcomes};
-pub use receiver::{Receiver, python_hmac};
+pub use receiver::{Receiver, Request, python_hmac};
 pub use redis_server::RedisServer;
 pub use replica::Replica;
 pub use smtp_server::SmtpServer;
