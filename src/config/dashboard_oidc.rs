@@ -12,8 +12,8 @@ use toml::Spanned;
 use toml::de::DeValue;
 
 use super::checker::Checker;
-use super::dashboard_tokens::validate_jobs;
-use super::{DashboardRole, OidcRoleSpec, OidcSpec, TokenSource};
+use super::dashboard_tokens::validate_role;
+use super::{OidcRoleSpec, OidcSpec, TokenSource};
 
 const SECTION: &str = "[dashboard.oidc]";
 
@@ -330,22 +330,7 @@ fn read_role(
         );
         return None;
     }
-    let role = DashboardRole::parse(raw.role.get_ref());
-    if role.is_none() {
-        checker.problem(
-            Some(raw.role.span()),
-            Some(section),
-            Some("role"),
-            format!(
-                "unknown role {:?}: expected \"viewer\" (reads), \"operator\" (reads and job actions) or \"admin\" (everything)",
-                raw.role.get_ref()
-            ),
-        );
-    }
-    let jobs = match raw.jobs {
-        None => Some(None),
-        Some(jobs) => validate_jobs(checker, section, jobs, role).map(Some),
-    };
+    let (role, jobs) = validate_role(checker, section, &raw.role, raw.jobs);
     let (true, Some(role), Some(jobs)) = (value_ok, role, jobs) else {
         return None;
     };

@@ -265,22 +265,7 @@ fn validate_token(
             ),
         );
     }
-    let role = DashboardRole::parse(raw.role.get_ref());
-    if role.is_none() {
-        checker.problem(
-            Some(raw.role.span()),
-            Some(&section),
-            Some("role"),
-            format!(
-                "unknown role {:?}: expected \"viewer\" (reads), \"operator\" (reads and job actions) or \"admin\" (everything)",
-                raw.role.get_ref()
-            ),
-        );
-    }
-    let jobs = match raw.jobs {
-        None => Some(None),
-        Some(jobs) => validate_jobs(checker, &section, jobs, role).map(Some),
-    };
+    let (role, jobs) = validate_role(checker, &section, &raw.role, raw.jobs);
     let source = validate_source(checker, &section, raw.token_env, raw.token_file, base);
     let (true, Some(role), Some(jobs), Some(source)) = (name_ok, role, jobs, source) else {
         return None;
@@ -292,6 +277,34 @@ fn validate_token(
         source,
         line,
     })
+}
+
+/// An entry's `role` and its `jobs` (a token's, a single sign-on role
+/// mapping's): each problem recorded under `section`; `None` for the one
+/// that has one (`jobs`: `Some(None)` when not given).
+pub(super) fn validate_role(
+    checker: &mut Checker<'_>,
+    section: &str,
+    role: &Spanned<String>,
+    jobs: Option<Spanned<Vec<Spanned<String>>>>,
+) -> (Option<DashboardRole>, Option<Option<Vec<JobPattern>>>) {
+    let parsed = DashboardRole::parse(role.get_ref());
+    if parsed.is_none() {
+        checker.problem(
+            Some(role.span()),
+            Some(section),
+            Some("role"),
+            format!(
+                "unknown role {:?}: expected \"viewer\" (reads), \"operator\" (reads and job actions) or \"admin\" (everything)",
+                role.get_ref()
+            ),
+        );
+    }
+    let jobs = match jobs {
+        None => Some(None),
+        Some(jobs) => validate_jobs(checker, section, jobs, parsed).map(Some),
+    };
+    (parsed, jobs)
 }
 
 /// An entry's `jobs`: a non-empty list of patterns, on a token that is
