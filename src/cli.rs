@@ -267,8 +267,9 @@ pub struct TriggerArgs {
     pub params: Vec<(String, String)>,
     /// The W3C trace context the run continues (`00-<trace id>-<span
     /// id>-<flags>`): its span becomes a child of that span. Defaults to
-    /// `$TRACEPARENT` (a trigger from inside a traced run).
-    #[arg(long, value_name = "TRACEPARENT", env = "TRACEPARENT", value_parser = parse_traceparent)]
+    /// `$TRACEPARENT` (a trigger from inside a traced run), which is left
+    /// out, with a warning, when it is not valid.
+    #[arg(long, value_name = "TRACEPARENT", value_parser = crate::trace::parse_arg)]
     pub traceparent: Option<crate::trace::TraceParent>,
     /// Wait for the outcome; exit 0 on `ok`, 1 otherwise.
     #[arg(long)]
@@ -576,11 +577,6 @@ fn explain(args: &ExplainArgs) -> Exit {
     })
 }
 
-/// A `--traceparent` value, checked (W3C Trace Context, version 00).
-fn parse_traceparent(value: &str) -> Result<crate::trace::TraceParent, String> {
-    crate::trace::TraceParent::parse(value).map_err(|e| e.to_string())
-}
-
 /// `cronlease trigger`.
 fn trigger(args: &TriggerArgs) -> Exit {
     operator_command(&args.connect, |target| async move {
@@ -593,7 +589,7 @@ fn trigger(args: &TriggerArgs) -> Exit {
             &args.job,
             &who,
             &args.params,
-            args.traceparent.as_ref(),
+            crate::trace::given_or_inherited(args.traceparent.as_ref()).as_ref(),
         )
         .await?;
         println!("{run_id}");

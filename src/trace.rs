@@ -171,6 +171,31 @@ pub fn record_end(span: &Span, outcome: &str, attempts: u32) {
     }
 }
 
+/// A `--traceparent` value, checked (the command line's value parser).
+#[cfg(feature = "cli")]
+pub fn parse_arg(value: &str) -> Result<TraceParent, String> {
+    TraceParent::parse(value).map_err(|e| e.to_string())
+}
+
+/// The trace context a command continues: `given` (`--traceparent`,
+/// checked already), else `$TRACEPARENT` when it holds a valid one. An
+/// invalid one is left out with a warning on stderr: the variable may have
+/// been set by something else, and a trigger should not fail for it.
+#[cfg(feature = "cli")]
+pub fn given_or_inherited(given: Option<&TraceParent>) -> Option<TraceParent> {
+    if let Some(given) = given {
+        return Some(given.clone());
+    }
+    let inherited = std::env::var("TRACEPARENT").ok()?;
+    match TraceParent::parse(&inherited) {
+        Ok(parent) => Some(parent),
+        Err(e) => {
+            eprintln!("warning: $TRACEPARENT left out: {e}");
+            None
+        }
+    }
+}
+
 /// A claim's span, `cronlease.claim`; its `result` is recorded when Redis
 /// has answered ([`record_claim`]).
 pub fn claim_span(job: &str, tick_ms: i64) -> Span {

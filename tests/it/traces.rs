@@ -364,6 +364,42 @@ fn a_trigger_with_a_traceparent_continues_that_trace() {
         (run.trace_id.as_str(), run.parent_span_id.as_str()),
         (other, "b7ad6b7169203331")
     );
+
+    // And $TRACEPARENT when no --traceparent is given; one that is not
+    // valid is left out with a warning, and the trigger still queues.
+    let inherited = "4bf92f3577b34da6a3ce929d0e0e4736";
+    for (value, parent) in [
+        (
+            format!("00-{inherited}-00f067aa0ba902b7-01"),
+            Some(inherited),
+        ),
+        ("00-not-a-trace-context".to_string(), None),
+    ] {
+        let out = crate::support::cronlease_with_env(
+            [
+                "trigger",
+                "--config",
+                &config.display().to_string(),
+                "by-hand",
+            ],
+            &[("TRACEPARENT", &value)],
+        )
+        .expect_code(0);
+        let env_run = out.stdout().trim().to_string();
+        assert_eq!(
+            out.stderr().contains("warning: $TRACEPARENT left out"),
+            parent.is_none(),
+            "{}",
+            out.describe()
+        );
+        let run = span_where(&cluster, &receiver, "the env-triggered run's span", |s| {
+            s.name == "cronlease.run" && s.attr("run_id") == env_run
+        });
+        match parent {
+            Some(trace_id) => assert_eq!(run.trace_id, trace_id, "{run:?}"),
+            None => assert!(run.parent_span_id.is_empty(), "{run:?}"),
+        }
+    }
     cluster.stop_all();
 }
 
