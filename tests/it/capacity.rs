@@ -18,12 +18,33 @@ use crate::support::{
 /// `sleep SECONDS`, then `end …`.
 fn job(name: &str, schedule: &str, file: &Path, seconds: &str, extra: &str) -> String {
     format!(
-        "[jobs.{name}]\nschedule = \"{schedule}\"\nshell = '''\
+        "[jobs.{name}]\nschedule = \"{schedule}\"\n{}{extra}\n",
+        probe_shell(file, seconds)
+    )
+}
+
+/// The `shell` line of a job in `file`'s probe format (see [`job`]).
+fn probe_shell(file: &Path, seconds: &str) -> String {
+    format!(
+        "shell = '''\
          echo \"start $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}; \
          sleep {seconds}; \
-         echo \"end $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}'''\n{extra}\n",
+         echo \"end $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}'''\n",
         file = file.display()
     )
+}
+
+/// Waits until `file` shows `count` ended runs of `job`.
+#[track_caller]
+fn wait_for_ended(file: &Path, job: &str, count: usize, timeout: Duration) {
+    wait_until(timeout, &format!("{count} runs of {job}"), || {
+        (spans(file)
+            .iter()
+            .filter(|s| s.job == job && s.to.is_some())
+            .count()
+            >= count)
+            .then_some(())
+    });
 }
 
 /// One run as the side-effect file shows it.
@@ -373,14 +394,7 @@ fn ticks_waiting_for_a_group_slot_go_oldest_first() {
         cluster.start(name, &jobs);
     }
     cluster.wait_ready();
-    wait_until(Duration::from_secs(45), "3 runs of younger", || {
-        (spans(&file)
-            .iter()
-            .filter(|s| s.job == "younger" && s.to.is_some())
-            .count()
-            >= 3)
-            .then_some(())
-    });
+    wait_for_ended(&file, "younger", 3, Duration::from_secs(45));
     cluster.stop_all();
     let logs = cluster.logs();
     let all = spans(&file);
@@ -540,22 +554,12 @@ fn a_followers_run_in_a_full_group_waits_for_the_slot() {
     jobs.push_str(&job("hog", "0/10 * * * * *", &file, "4", "group = \"one\""));
     jobs.push_str(&job("up", "1/10 * * * * *", &file, "0.1", ""));
     jobs.push_str(&format!(
-        "[jobs.follower]\nafter = [\"up\"]\ngroup = \"one\"\nshell = '''\
-         echo \"start $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}; \
-         sleep 0.5; \
-         echo \"end $CRONLEASE_JOB $CRONLEASE_RUN_ID $CRONLEASE_REPLICA $(date +%s%3N)\" >> {file}'''\n",
-        file = file.display()
+        "[jobs.follower]\nafter = [\"up\"]\ngroup = \"one\"\n{}",
+        probe_shell(&file, "0.5")
     ));
     cluster.start("a", &jobs);
     cluster.wait_ready();
-    wait_until(Duration::from_secs(40), "2 runs of the follower", || {
-        (spans(&file)
-            .iter()
-            .filter(|s| s.job == "follower" && s.to.is_some())
-            .count()
-            >= 2)
-            .then_some(())
-    });
+    wait_for_ended(&file, "follower", 2, Duration::from_secs(40));
     cluster.stop_all();
     let logs = cluster.logs();
     let all = spans(&file);

@@ -602,6 +602,27 @@ fn a_token_a_sighup_adds_is_kept_from_runs_from_then_on() {
     );
 }
 
+/// Starts replica `name` of `cluster` with the job table `table`, which
+/// its start must refuse: the replica's log.
+#[track_caller]
+fn refused_at_start(cluster: &mut Cluster, name: &str, table: &str) -> String {
+    cluster.start_with(
+        name,
+        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n",
+        table,
+        None,
+    );
+    let replica = cluster
+        .replicas
+        .last_mut()
+        .expect("the replica just started");
+    let status = replica
+        .wait_exit(Duration::from_secs(20))
+        .expect("the replica stops");
+    assert!(!status.success());
+    replica.log()
+}
+
 #[test]
 fn the_viewers_pages_have_no_action_buttons() {
     let (cluster, addr) = start();
@@ -758,18 +779,7 @@ fn a_token_file_others_may_read_or_a_shared_secret_stops_the_replica() {
         jobs(),
         loose.display()
     );
-    cluster.start_with(
-        "a",
-        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n",
-        &table,
-        None,
-    );
-    let replica = &mut cluster.replicas[0];
-    let status = replica
-        .wait_exit(Duration::from_secs(20))
-        .expect("the replica stops");
-    assert!(!status.success());
-    let log = replica.log();
+    let log = refused_at_start(&mut cluster, "a", &table);
     assert!(
         log.contains("[[dashboard.tokens]] #1 (\"loose\")") && log.contains("mode 644"),
         "{log}"
@@ -787,18 +797,7 @@ fn a_token_file_others_may_read_or_a_shared_secret_stops_the_replica() {
         one.display(),
         two.display()
     );
-    cluster.start_with(
-        "b",
-        "metrics_listen = \"\"\ndashboard_listen = \"127.0.0.1:0\"\n",
-        &table,
-        None,
-    );
-    let replica = &mut cluster.replicas[1];
-    let status = replica
-        .wait_exit(Duration::from_secs(20))
-        .expect("the replica stops");
-    assert!(!status.success());
-    let log = replica.log();
+    let log = refused_at_start(&mut cluster, "b", &table);
     assert!(
         log.contains("[[dashboard.tokens]] #2 (\"two\")")
             && log.contains("the same secret as the token \"one\""),

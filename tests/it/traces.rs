@@ -20,7 +20,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::dashboard::{TOKEN, TOKEN_ENV, dashboard_addr};
 use crate::support::{
-    Cluster, Receiver, RedisServer, cluster as connect, toml_string, wait_until_or_show,
+    Cluster, Receiver, RedisServer, start_scheduler, toml_string, wait_until_or_show,
 };
 
 /// How long anything awaited may take on a loaded machine.
@@ -510,17 +510,7 @@ fn an_embedding_services_subscriber_sees_the_run_spans_and_the_handlers_under_th
                 Ok::<(), std::io::Error>(())
             },
         );
-        let scheduler = connect(&redis)
-            .await
-            .scheduler()
-            .replica_id("shop-1")
-            .state_dir(&dir.path().join("shop-1"))
-            .lease(Duration::from_secs(2))
-            .heartbeat(Duration::from_secs(1))
-            .shutdown_grace(Duration::from_secs(1))
-            .job(job)
-            .start()
-            .expect("a valid job");
+        let scheduler = start_scheduler(&redis, &dir, "shop-1", vec![job]).await;
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             let done = capture.0.lock().expect("no holder panics").iter().any(|s| {

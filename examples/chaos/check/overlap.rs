@@ -35,13 +35,7 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
             continue;
         }
         let intervals = intervals(facts, job, report);
-        // Ends sort before starts at the same instant.
-        let mut events: Vec<(i64, i32, usize)> = Vec::new();
-        for (n, (from, to, _)) in intervals.iter().enumerate() {
-            events.push((*from, 1, n));
-            events.push((*to, -1, n));
-        }
-        events.sort_by_key(|&(at, delta, _)| (at, delta));
+        let events = sweep(&intervals);
         let mut open: BTreeSet<usize> = BTreeSet::new();
         let mut max = 0;
         // Runs that overlapped since the last instant nothing ran.
@@ -77,6 +71,18 @@ pub fn check_o(facts: &Facts, report: &mut Report) {
 
 /// The runs of `job` (reruns excepted) as intervals; a run whose end is
 /// unknown is left out, with a warning.
+/// The starts (+1) and ends (-1) of `intervals` by instant, each with its
+/// interval's index; ends sort before starts at the same instant.
+pub(super) fn sweep(intervals: &[Interval]) -> Vec<(i64, i32, usize)> {
+    let mut events: Vec<(i64, i32, usize)> = Vec::new();
+    for (n, (from, to, _)) in intervals.iter().enumerate() {
+        events.push((*from, 1, n));
+        events.push((*to, -1, n));
+    }
+    events.sort_by_key(|&(at, delta, _)| (at, delta));
+    events
+}
+
 fn intervals<'a>(facts: &Facts<'a>, job: &str, report: &mut Report) -> Vec<Interval<'a>> {
     intervals_of(facts, |e| e.job == job, report)
 }

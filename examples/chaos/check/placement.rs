@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 use super::facts::Facts;
-use super::overlap::{FROZEN_DAEMON_KILL_MS, Interval, intervals_of, sigcont_of_holder};
+use super::overlap::{FROZEN_DAEMON_KILL_MS, Interval, intervals_of, sigcont_of_holder, sweep};
 use super::{Excuse, Report, Violation};
 use crate::ReplicaKind;
 use crate::harness::config::{GROUP, JOBS, MAX_RUNS};
@@ -62,13 +62,7 @@ fn episodes(
     kind: Limit,
     report: &mut Report,
 ) -> usize {
-    let mut events: Vec<(i64, i32, usize)> = Vec::new();
-    for (n, (from, to, _)) in intervals.iter().enumerate() {
-        events.push((*from, 1, n));
-        events.push((*to, -1, n));
-    }
-    // Ends sort before starts at the same instant.
-    events.sort_by_key(|&(at, delta, _)| (at, delta));
+    let events = sweep(intervals);
     let mut open: BTreeSet<usize> = BTreeSet::new();
     let mut episode: BTreeSet<usize> = BTreeSet::new();
     let (mut episode_max, mut counted) = (0, 0);
