@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::support::{Cluster, ConfigFile, Outcome, RedisServer, cronlease, wait_until_or_show};
+use crate::support::{
+    Cluster, ConfigFile, Outcome, RedisServer, cronlease, wait_until, wait_until_or_show,
+};
 
 /// Waits until `job` has at least `n` current outcomes, and returns them.
 fn wait_for(cluster: &Cluster, job: &str, n: usize) -> Vec<Outcome> {
@@ -269,6 +271,11 @@ fn a_chain_survives_a_kill9_of_the_middle_jobs_holder() {
     }
     cluster.wait_ready();
     let victim = cluster.holder("b");
+    // The run dies with its replica: killed before the marker is made, the
+    // rerun would sleep instead.
+    wait_until(Duration::from_secs(5), "b's first run's marker", || {
+        marker.exists().then_some(())
+    });
     let index = cluster.index_of(&victim);
     cluster.replicas[index].kill9();
     wait_until_or_show(

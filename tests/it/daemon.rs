@@ -146,9 +146,13 @@ fn holder_lost(on_holder_lost: &str) {
     }
     cluster.wait_ready();
     let victim = cluster.holder("long");
-    let first = wait_until(Duration::from_secs(5), "the first run's start line", || {
-        starts(&file).first().cloned()
-    });
+    // The run is killed with its replica, so the victim goes only once the
+    // marker is made: killed before that, the next run would sleep instead.
+    let first = wait_until(
+        Duration::from_secs(5),
+        "the first run's start line and marker",
+        || starts(&file).first().cloned().filter(|_| marker.exists()),
+    );
     let index = cluster.index_of(&victim);
     cluster.replicas[index].kill9();
     wait_until(
