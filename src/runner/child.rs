@@ -56,6 +56,10 @@ pub(super) struct Child {
     look: Look,
     /// When to look next without SIGCHLD.
     next_poll: Instant,
+    /// The replica's own peak resident set (KiB) once the process had
+    /// its program: the least `ru_maxrss` can say of it (see
+    /// [`ProcessUsage::max_rss_kb`]).
+    replica_peak_kb: u64,
 }
 
 /// Whether to ask `wait4` about the process.
@@ -96,14 +100,14 @@ pub(super) struct ProcessUsage {
     /// User and system CPU time together.
     pub cpu_us: u64,
     /// The largest resident set of any one of those processes, not their
-    /// sum (`ru_maxrss`, KiB). For the process itself the kernel counts the
-    /// replica's memory too: the process shares it until `exec`
-    /// (`runner/spawn/`), and `exec` keeps the highest resident set of
-    /// the memory it leaves, so this is never below the replica's own peak
-    /// resident set (files included) when the process started. (With the
-    /// fork it was the part of it the fork copied, the replica's private
-    /// memory: a little less.)
-    pub max_rss_kb: u64,
+    /// sum (`ru_maxrss`, KiB), or None when that figure says nothing of
+    /// them. For the process itself the kernel counts the replica's memory
+    /// too: the process shares it until `exec` (`runner/spawn/`), and
+    /// `exec` keeps the highest resident set of the memory it leaves, so
+    /// `ru_maxrss` is never below the replica's own peak resident set
+    /// (files included) when the process started. Only a figure above
+    /// that peak is the processes' own.
+    pub max_rss_kb: Option<u64>,
 }
 
 impl Child {
@@ -120,6 +124,9 @@ impl Child {
             table.unwrap_or_else(orphans::started).insert(started.pid);
             started
         };
+        // Read after `spawn`, which returns once the process has its
+        // program: the peak can only have grown since the `exec`.
+        let replica_peak_kb = own_peak_rss_kb();
         let pid = Pid::from_raw(started.pid);
         // From here on the process is this Child's: dropping it (an error
         // below) kills it.
@@ -129,6 +136,7 @@ impl Child {
             sigchld,
             look: Look::Now,
             next_poll: Instant::now(),
+            replica_peak_kb,
         };
         let stdout = started
             .stdout
@@ -209,7 +217,7 @@ impl Child {
             if reaped == self.pid.as_raw() {
                 let exit = Exit {
                     status: ExitStatus::from_raw(status),
-                    usage: ProcessUsage::of(&rusage),
+                    usage: ProcessUsage::of(&rusage, self.replica_peak_kb),
                 };
                 self.state = State::Exited(exit);
                 table.remove(&self.pid.as_raw());
@@ -244,8 +252,25 @@ impl Drop for Child {
     }
 }
 
+/// The replica's peak resident set so far (`ru_maxrss` of itself, KiB);
+/// `u64::MAX` if the kernel will not say, as then no process's figure can
+/// be told from it.
+fn own_peak_rss_kb() -> u64 {
+    // SAFETY: rusage is a C struct of integers, for which all zeros is a
+    // valid value.
+    let mut own: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only through the pointer, to a local that
+    // outlives the call.
+    match unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut own) } {
+        0 => u64::try_from(own.ru_maxrss).unwrap_or(0),
+        _ => u64::MAX,
+    }
+}
+
 impl ProcessUsage {
-    fn of(rusage: &libc::rusage) -> ProcessUsage {
+    /// The figures of a reaped process started while the replica's peak
+    /// resident set was `replica_peak_kb`.
+    fn of(rusage: &libc::rusage, replica_peak_kb: u64) -> ProcessUsage {
         let micros = |t: libc::timeval| {
             u64::try_from(t.tv_sec)
                 .unwrap_or(0)
@@ -254,7 +279,9 @@ impl ProcessUsage {
         };
         ProcessUsage {
             cpu_us: micros(rusage.ru_utime).saturating_add(micros(rusage.ru_stime)),
-            max_rss_kb: u64::try_from(rusage.ru_maxrss).unwrap_or(0),
+            max_rss_kb: u64::try_from(rusage.ru_maxrss)
+                .ok()
+                .filter(|&kb| kb > replica_peak_kb),
         }
     }
 }
@@ -266,9 +293,9 @@ impl ProcessUsage {
 pub(super) fn attempt_usage(cgroup: Usage, reaped: Option<ProcessUsage>) -> Usage {
     Usage {
         cpu_us: cgroup.cpu_us.or(reaped.map(|u| u.cpu_us)),
-        peak_memory_bytes: cgroup
-            .peak_memory_bytes
-            .or(reaped.map(|u| u.max_rss_kb.saturating_mul(1024))),
+        peak_memory_bytes: cgroup.peak_memory_bytes.or(reaped
+            .and_then(|u| u.max_rss_kb)
+            .map(|kb| kb.saturating_mul(1024))),
         oom_kills: cgroup.oom_kills,
     }
 }
