@@ -20,7 +20,8 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, Tracer};
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporter, Tracer};
 
 use crate::config::{HeaderSource, OtlpProtocol, TelemetryConfig, read_bounded};
 
@@ -56,22 +57,19 @@ pub fn start(
     runtime: tokio::runtime::Handle,
 ) -> Result<(Exporter, Tracer), String> {
     let headers = headers(config)?;
-    let exporter = match config.protocol {
-        OtlpProtocol::Grpc => grpc_exporter(config, &headers)?,
+    let provider = match config.protocol {
+        OtlpProtocol::Grpc => provider(
+            config,
+            Logged {
+                inner: grpc_exporter(config, &headers)?,
+                warned: std::sync::Mutex::new(None),
+            },
+        ),
+        // The HTTP client logs its own failures, with the answer's status.
         OtlpProtocol::HttpProtobuf | OtlpProtocol::HttpJson => {
-            http_exporter(config, headers, runtime)?
+            provider(config, http_exporter(config, headers, runtime)?)
         }
     };
-    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sampling)));
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_sampler(sampler)
-        .with_resource(
-            Resource::builder()
-                .with_service_name(config.service_name.clone())
-                .build(),
-        )
-        .build();
     let tracer = provider.tracer("cronlease");
     Ok((
         Exporter {
@@ -80,6 +78,53 @@ pub fn start(
         },
         tracer,
     ))
+}
+
+/// The tracer provider: `exporter` behind a batch processor, the config's
+/// sampling and service name.
+fn provider(config: &TelemetryConfig, exporter: impl SpanExporter + 'static) -> SdkTracerProvider {
+    let sampler = Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(config.sampling)));
+    SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(sampler)
+        .with_resource(
+            Resource::builder()
+                .with_service_name(config.service_name.clone())
+                .build(),
+        )
+        .build()
+}
+
+/// An exporter whose failed exports are logged (once a minute at most):
+/// the gRPC exporter's, which says nothing of them itself.
+#[derive(Debug)]
+struct Logged<E> {
+    inner: E,
+    /// When a failed export was last logged.
+    warned: std::sync::Mutex<Option<std::time::Instant>>,
+}
+
+impl<E: SpanExporter> SpanExporter for Logged<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        if let Err(e) = &result {
+            // The error may carry the collector's own words.
+            warn_failed(&self.warned, &crate::inert::escape(&e.to_string()));
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }
 
 fn grpc_exporter(

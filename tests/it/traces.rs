@@ -4,15 +4,22 @@
 //! process a run starts sees the run's span as `$TRACEPARENT`, an HTTP job
 //! sends it as `traceparent`, a JSON log line written inside a run carries
 //! its ids, an API trigger with a `traceparent` continues that trace, and
-//! a replica without the table hands nothing on. In process, an embedding
-//! service's own subscriber sees the `cronlease.run` spans with their
-//! fields, and the handler's spans as their children.
+//! a replica without the table hands nothing on. Over gRPC, a tonic
+//! receiver on the published trace service gets the same spans. In
+//! process, an embedding service's own subscriber sees the `cronlease.run`
+//! spans with their fields, and the handler's spans as their children.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
 use serde_json::Value;
 use tracing::span::{Attributes, Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -557,8 +564,7 @@ fn an_embedding_services_subscriber_sees_the_run_spans_and_the_handlers_under_th
 }
 
 #[test]
-fn http_protobuf_exports_decode_with_the_published_definitions_and_grpc_starts_and_stops() {
-    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+fn http_protobuf_exports_decode_with_the_published_definitions_and_lost_ones_are_logged() {
     use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
     use prost::Message;
 
@@ -615,35 +621,7 @@ fn http_protobuf_exports_decode_with_the_published_definitions_and_grpc_starts_a
     assert_eq!(job, Some(Any::StringValue("binary".into())), "{run:?}");
     cluster.stop_all();
 
-    // gRPC to a port where nothing listens: the replica runs its jobs all
-    // the same, and its shutdown gives the flush its timeout, no more.
-    let unused = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let mut grpc = Cluster::new(RedisServer::start());
-    let file = grpc.path("grpc-traceparents");
-    let jobs = format!(
-        "[daemon.telemetry]\nendpoint = \"http://127.0.0.1:{unused}\"\nprotocol = \"grpc\"\ntimeout = \"1s\"\n\n{}",
-        recording_job("over-grpc", "* * * * * *", &file)
-    );
-    grpc.start("g", &jobs);
-    grpc.wait_ready();
-    let seen = wait_until_or_show(
-        PATIENCE,
-        "a run under a gRPC exporter",
-        || grpc.logs(),
-        || lines(&file).into_iter().next(),
-    );
-    assert!(seen.starts_with("00-") && seen.ends_with("-01"), "{seen}");
-    let stopping = std::time::Instant::now();
-    grpc.stop_all();
-    assert!(
-        stopping.elapsed() < Duration::from_secs(15),
-        "{}",
-        grpc.logs()
-    );
-
+    let unused = unused_port();
     // Over HTTP to no collector: the lost exports are logged, the runs go on.
     let mut lost = exporting_cluster();
     let file = lost.path("lost-traceparents");
@@ -655,6 +633,204 @@ fn http_protobuf_exports_decode_with_the_published_definitions_and_grpc_starts_a
     lost.replicas[0].wait_for_log("cannot export spans", PATIENCE);
     assert!(!lines(&file).is_empty(), "{}", lost.logs());
     lost.stop_all();
+    let log = lost.logs();
+    assert_eq!(
+        log.matches("cannot export spans").count(),
+        1,
+        "once a minute at most: {log}"
+    );
+}
+
+/// A port nothing listens on.
+fn unused_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A gRPC OTLP receiver in the test: the trace service of the protocol's
+/// published definitions, served by tonic on a port of its own; each
+/// request kept with its `x-team` metadata.
+struct GrpcReceiver {
+    runtime: Option<tokio::runtime::Runtime>,
+    addr: std::net::SocketAddr,
+    requests: Arc<Mutex<Vec<GrpcExport>>>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// One export as the gRPC receiver got it.
+#[derive(Debug, Clone)]
+struct GrpcExport {
+    team: Option<String>,
+    request: ExportTraceServiceRequest,
+}
+
+/// The receiver's side of the trace service.
+struct Collecting(Arc<Mutex<Vec<GrpcExport>>>);
+
+#[tonic::async_trait]
+impl TraceService for Collecting {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let team = request
+            .metadata()
+            .get("x-team")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let request = request.into_inner();
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(GrpcExport { team, request });
+        Ok(tonic::Response::new(ExportTraceServiceResponse {
+            partial_success: None,
+        }))
+    }
+}
+
+impl GrpcReceiver {
+    fn start() -> GrpcReceiver {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime for the receiver");
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .expect("the receiver binds a loopback port");
+        let addr = listener.local_addr().expect("a bound port");
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let service = TraceServiceServer::new(Collecting(requests.clone()));
+        runtime.spawn(
+            tonic::transport::Server::builder()
+                .timeout(Duration::from_secs(10))
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        GrpcReceiver {
+            runtime: Some(runtime),
+            addr,
+            requests,
+            stop: Some(stop),
+        }
+    }
+
+    fn exports(&self) -> Vec<GrpcExport> {
+        self.requests
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for GrpcReceiver {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        // The server's task ends with the runtime, which waits for no
+        // connection longer than this.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_timeout(Duration::from_secs(5));
+        }
+    }
+}
+
+#[test]
+fn grpc_exports_reach_a_receiver_built_on_the_published_service_and_lost_ones_are_logged() {
+    use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
+
+    let receiver = GrpcReceiver::start();
+    let mut cluster = exporting_cluster();
+    let file = cluster.path("grpc-traceparents");
+    let jobs = format!(
+        "[daemon.telemetry]\nendpoint = \"http://{}\"\nprotocol = \"grpc\"\nservice_name = \"grpc-test\"\nheaders = {{ x-team = \"ops\" }}\n\n{}",
+        receiver.addr,
+        recording_job("over-grpc", "* * * * * *", &file)
+    );
+    cluster.start("g", &jobs);
+    cluster.wait_ready();
+    let seen = wait_until_or_show(
+        PATIENCE,
+        "a run's TRACEPARENT",
+        || cluster.logs(),
+        || lines(&file).into_iter().find(|l| l != "none"),
+    );
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let (export, resource, run) = wait_until_or_show(
+        PATIENCE,
+        "the run's span, over gRPC",
+        || cluster.logs(),
+        || {
+            receiver.exports().into_iter().find_map(|export| {
+                let found = export.request.resource_spans.iter().find_map(|r| {
+                    r.scope_spans
+                        .iter()
+                        .flat_map(|s| &s.spans)
+                        .find(|s| s.name == "cronlease.run" && seen.contains(&hex(&s.span_id)))
+                        .map(|span| (r.resource.clone(), span.clone()))
+                })?;
+                Some((export.clone(), found.0, found.1))
+            })
+        },
+    );
+    assert_eq!(
+        seen,
+        format!("00-{}-{}-01", hex(&run.trace_id), hex(&run.span_id))
+    );
+    let attribute = |attributes: &[opentelemetry_proto::tonic::common::v1::KeyValue], key: &str| {
+        attributes
+            .iter()
+            .find(|a| a.key == key)
+            .and_then(|a| a.value.as_ref()?.value.clone())
+    };
+    assert_eq!(
+        attribute(&run.attributes, "job"),
+        Some(Any::StringValue("over-grpc".into())),
+        "{run:?}"
+    );
+    let service = resource.map(|r| attribute(&r.attributes, "service.name"));
+    assert_eq!(
+        service,
+        Some(Some(Any::StringValue("grpc-test".into()))),
+        "{export:?}"
+    );
+    assert_eq!(
+        export.team.as_deref(),
+        Some("ops"),
+        "the header as metadata"
+    );
+    cluster.stop_all();
+    drop(receiver);
+
+    // To a port where nothing listens: the lost exports are logged, the
+    // runs go on, and the shutdown gives the flush its timeout, no more.
+    let mut lost = exporting_cluster();
+    let file = lost.path("lost-traceparents");
+    let jobs = format!(
+        "[daemon.telemetry]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\ntimeout = \"1s\"\n\n{}",
+        unused_port(),
+        recording_job("unheard", "* * * * * *", &file)
+    );
+    lost.start("h", &jobs);
+    lost.replicas[0].wait_for_log("cannot export spans", PATIENCE);
+    assert!(!lines(&file).is_empty(), "{}", lost.logs());
+    let stopping = std::time::Instant::now();
+    lost.stop_all();
+    assert!(
+        stopping.elapsed() < Duration::from_secs(15),
+        "{}",
+        lost.logs()
+    );
     let log = lost.logs();
     assert_eq!(
         log.matches("cannot export spans").count(),
