@@ -73,6 +73,7 @@ impl DashboardRole {
     }
 
     /// The role's name, as written in the config.
+    #[cfg(feature = "dashboard")]
     pub fn as_str(self) -> &'static str {
         match self {
             DashboardRole::Viewer => "viewer",
@@ -98,12 +99,14 @@ impl JobPattern {
     }
 
     /// Whether job `name` matches.
+    #[cfg(feature = "dashboard")]
     pub fn matches(&self, name: &str) -> bool {
         glob(self.0.as_bytes(), name.as_bytes())
     }
 }
 
 /// `*` and `?` matching with one backtracking point (linear in practice).
+#[cfg(feature = "dashboard")]
 fn glob(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

@@ -77,9 +77,11 @@ mod outline;
 mod params;
 mod placement;
 mod problem;
+#[cfg(feature = "dashboard")]
+pub use params::MAX_PARAM_VALUE_BYTES;
 pub use params::{
-    Encoding, MAX_PARAM_VALUE_BYTES, PARAM_FIELD_PREFIX, ParamError, ParamValues, Params,
-    env_name as param_env_name, is_param_name, substitute, value_problem as param_value_problem,
+    Encoding, PARAM_FIELD_PREFIX, ParamError, ParamValues, Params, env_name as param_env_name,
+    is_param_name, substitute, value_problem as param_value_problem,
 };
 pub(crate) use placement::is_tag;
 pub use placement::{Mode, tags_match};

@@ -10,6 +10,7 @@ use crate::telemetry;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+#[cfg(any(feature = "metrics-server", feature = "dashboard"))]
 use tracing::{error, info};
 
 /// Installs the metrics recorder and serves `/metrics` and `/healthz`. A

@@ -29,19 +29,28 @@ mod render;
 mod status;
 
 pub use backfill::{BackfillRefusal, BackfillReport, BackfillRequest, backfill, follow_backfill};
-pub use drain::{DrainDone, DrainWait, drain, undrain, wait_drained};
+#[cfg(feature = "dashboard")]
+pub use drain::DrainDone;
+pub use drain::{DrainWait, drain, undrain, wait_drained};
 #[cfg(feature = "dashboard")]
 pub(crate) use explain::span;
-pub use explain::{ExplainError, Explanation, Verdict, explain, parse_tick, render_explanation};
+pub use explain::{ExplainError, explain, parse_tick, render_explanation};
+#[cfg(feature = "dashboard")]
+pub use explain::{Explanation, Verdict};
 pub use history::{
-    HistoryEntry, HistoryReport, OutputTail, history, history_page, outcome_strip, require_job,
-    runs_since, wait_for_outcome,
+    HistoryEntry, HistoryReport, OutputTail, history, require_job, wait_for_outcome,
 };
-pub use live::{Follow, LiveEnd, follow_live, live_kept, live_run};
+#[cfg(feature = "dashboard")]
+pub use history::{history_page, outcome_strip, runs_since};
+#[cfg(feature = "dashboard")]
+pub use live::live_kept;
+pub use live::{Follow, LiveEnd, follow_live, live_run};
+#[cfg(feature = "dashboard")]
+pub use pause::Paused;
 #[cfg(feature = "dashboard")]
 pub use pause::REASON_MAX_CHARS;
 pub use pause::{
-    ClusterChange, PauseOptions, Paused, Until, check_reason, pause, pause_all, resume, resume_all,
+    ClusterChange, PauseOptions, Until, check_reason, pause, pause_all, resume, resume_all,
 };
 pub use render::{OutputText, render_history, render_status, use_colour};
 pub use status::status;

@@ -88,6 +88,7 @@ impl Timetable {
     }
 
     /// The expressions in plain English, on one line (`; ` between them).
+    #[cfg(any(feature = "dashboard", feature = "internals"))]
     pub fn describe(&self) -> String {
         let each: Vec<String> = self.schedules.iter().map(Schedule::describe).collect();
         each.join("; ")

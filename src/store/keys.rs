@@ -245,6 +245,7 @@ impl Keys {
     /// through single sign-on, under the SHA-256 (hex) of the random id
     /// its browser's cookie holds; JSON of who signed in, the role claim's
     /// values and the ID token (for the provider's logout).
+    #[cfg(feature = "dashboard")]
     pub fn sign_in(&self, id_hash: &str) -> String {
         format!("{}:sso:{id_hash}", self.prefix)
     }

@@ -35,6 +35,7 @@ mod operator;
 mod pause;
 mod reply;
 mod run;
+#[cfg(feature = "dashboard")]
 mod sign_ins;
 mod triggers;
 

@@ -8,6 +8,7 @@
 //! it. `/healthz` answers 200 when the supervisor loop ran recently and
 //! Redis answered last time it was asked, 503 with the reason otherwise.
 
+#[cfg(feature = "metrics-server")]
 use std::net::SocketAddr;
 #[cfg(feature = "metrics-server")]
 use std::sync::Arc;
@@ -47,14 +48,16 @@ pub const UNTRUSTED_DATA: &str = "cronlease_untrusted_data_total";
 pub const LAST_SUCCESS: &str = "cronlease_last_success_timestamp_seconds";
 pub const MISSED_TICKS: &str = "cronlease_missed_ticks_total";
 pub const NOTIFICATIONS: &str = "cronlease_notifications_total";
+#[cfg(feature = "metrics-server")]
 pub const BUILD_INFO: &str = "cronlease_build_info";
 
 /// The git commit the binary was built from (see build.rs).
+#[cfg(feature = "metrics-server")]
 pub const GIT_SHA: &str = env!("CRONLEASE_GIT_SHA");
 
+#[cfg(feature = "metrics-server")]
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
-    #[cfg(feature = "metrics-server")]
     #[error("cannot install the metrics recorder: this process has one already")]
     Recorder,
     #[error("cannot listen for metrics on {addr}: {source}")]
@@ -173,7 +176,21 @@ pub struct Health {
     beat_ms: AtomicI64,
     origin: Instant,
     /// The supervisor must beat at least this often.
+    #[cfg_attr(
+        not(feature = "metrics-server"),
+        expect(
+            dead_code,
+            reason = "read by /healthz, which only the metrics server serves"
+        )
+    )]
     period: Duration,
+    #[cfg_attr(
+        not(feature = "metrics-server"),
+        expect(
+            dead_code,
+            reason = "read by /healthz, which only the metrics server serves"
+        )
+    )]
     redis_up: watch::Receiver<bool>,
 }
 
@@ -194,6 +211,7 @@ impl Health {
     }
 
     /// `Ok` or the reason the replica is not healthy.
+    #[cfg(feature = "metrics-server")]
     pub fn check(&self) -> Result<(), String> {
         let now = i64::try_from(self.origin.elapsed().as_millis()).unwrap_or(i64::MAX);
         let silent = now - self.beat_ms.load(Ordering::Relaxed);
