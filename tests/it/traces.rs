@@ -151,6 +151,22 @@ fn lines(file: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The first `$TRACEPARENT` a run of `cluster` wrote to `file`, waiting
+/// for it.
+fn first_traceparent(cluster: &Cluster, file: &Path) -> String {
+    wait_until_or_show(
+        PATIENCE,
+        "a run's TRACEPARENT",
+        || cluster.logs(),
+        || lines(file).into_iter().find(|l| l != "none"),
+    )
+}
+
+/// Bytes in lowercase hex, as a traceparent writes its ids.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// A cluster whose replicas export every 100 ms (the batch processor's
 /// delay, from its standard variable).
 fn exporting_cluster() -> Cluster {
@@ -184,12 +200,7 @@ fn runs_and_claims_arrive_over_otlp_and_what_a_run_starts_joins_its_trace() {
     cluster.wait_ready();
 
     // The process's $TRACEPARENT names the run's span as its parent.
-    let seen = wait_until_or_show(
-        PATIENCE,
-        "a run's TRACEPARENT",
-        || cluster.logs(),
-        || lines(&file).into_iter().find(|l| l != "none"),
-    );
+    let seen = first_traceparent(&cluster, &file);
     let parts: Vec<&str> = seen.split('-').collect();
     assert_eq!(parts.len(), 4, "{seen}");
     assert_eq!((parts[0], parts[3]), ("00", "01"), "{seen}");
@@ -578,13 +589,7 @@ fn http_protobuf_exports_decode_with_the_published_definitions_and_lost_ones_are
     );
     cluster.start("a", &jobs);
     cluster.wait_ready();
-    let seen = wait_until_or_show(
-        PATIENCE,
-        "a run's TRACEPARENT",
-        || cluster.logs(),
-        || lines(&file).into_iter().find(|l| l != "none"),
-    );
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let seen = first_traceparent(&cluster, &file);
     let decoded = |request: &crate::support::Request| {
         ExportTraceServiceRequest::decode(request.body.as_slice())
             .unwrap_or_else(|e| panic!("not an ExportTraceServiceRequest ({e}): {request:?}"))
@@ -759,13 +764,7 @@ fn grpc_exports_reach_a_receiver_built_on_the_published_service_and_lost_ones_ar
     );
     cluster.start("g", &jobs);
     cluster.wait_ready();
-    let seen = wait_until_or_show(
-        PATIENCE,
-        "a run's TRACEPARENT",
-        || cluster.logs(),
-        || lines(&file).into_iter().find(|l| l != "none"),
-    );
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let seen = first_traceparent(&cluster, &file);
     let (export, resource, run) = wait_until_or_show(
         PATIENCE,
         "the run's span, over gRPC",
