@@ -5,8 +5,9 @@
 //! decides the buttons and the actions (recorded as `sso EMAIL`); a
 //! sign-in made on one replica is taken by another; a logout deletes it
 //! and ends the provider's too; an expired sign-in leads back to the
-//! login; ID tokens with a wrong audience, expired or tampered with are
-//! refused with the reason; and the section's mistakes are named.
+//! login; ID tokens with a wrong audience, expired or tampered with, and
+//! an answer naming another issuer (a mix-up), are refused with the
+//! reason; and the section's mistakes are named.
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -26,13 +27,14 @@ const SECRET: &str = "sso-test-client-secret-0123456789";
 const NEVER: &str = "0 0 1 1 *";
 
 /// The replicas: name, client id at the provider, sign-in lifetime.
-const REPLICAS: [(&str, &str, &str); 6] = [
+const REPLICAS: [(&str, &str, &str); 7] = [
     ("a", "cronlease", "8h"),
     ("b", "cronlease", "8h"),
     ("short", "cronlease", "3s"),
     ("wrong-aud", "cronlease-wrong-aud", "8h"),
     ("expired", "cronlease-expired", "8h"),
     ("tampered", "cronlease-tampered", "8h"),
+    ("mixup", "cronlease-mixup", "8h"),
 ];
 
 /// The cluster, the provider and each replica's `http://127.0.0.1:PORT`.
@@ -328,7 +330,7 @@ fn a_person_signs_in_through_the_provider_acts_with_the_mapped_role_and_signs_ou
 }
 
 #[test]
-fn id_tokens_with_a_wrong_audience_expired_or_tampered_with_are_refused() {
+fn wrong_audience_expired_or_tampered_id_tokens_and_answers_naming_another_issuer_are_refused() {
     let setup = start();
     crate::support::runtime().block_on(async {
         let browser = Browser::start().await;
@@ -341,6 +343,10 @@ fn id_tokens_with_a_wrong_audience_expired_or_tampered_with_are_refused() {
             (
                 "tampered",
                 "the ID token's signature does not verify against the provider's keys",
+            ),
+            (
+                "mixup",
+                "the provider's answer names another issuer (its `iss`) than the configured one",
             ),
         ] {
             let base = &setup.bases[replica];

@@ -3,12 +3,14 @@
 // oidc-provider (a certified implementation, pinned in package.json and
 // installed by scripts/install-deps into tests/oidc/node_modules) on a
 // free loopback port, with its own login and consent pages, one RS256
-// key, the users below and four confidential clients sharing one secret
+// key, the users below and five confidential clients sharing one secret
 // and the redirect URIs given:
 //   cronlease            as the provider issues its ID tokens;
 //   cronlease-wrong-aud  its ID tokens re-signed with another audience;
 //   cronlease-expired    its ID tokens re-signed as expired an hour ago;
-//   cronlease-tampered   its ID tokens' groups changed, signature kept.
+//   cronlease-tampered   its ID tokens' groups changed, signature kept;
+//   cronlease-mixup      its authorization answers naming another issuer
+//                        (`iss`, RFC 9207), as a mix-up attack's would.
 // Usage: node provider.mjs SECRET REDIRECT_BASE... (each base gets
 // /sso/callback and /login registered). Prints `issuer URL` once it
 // listens; stops when its standard input closes.
@@ -31,6 +33,9 @@ const USERS = {
 
 const { privateKey } = crypto.generateKeyPairSync("rsa", { modulusLength: 2048 });
 const jwk = { ...privateKey.export({ format: "jwk" }), kid: "test-rs256", alg: "RS256", use: "sig" };
+
+/// The issuer the mix-up client's answers name instead of this one.
+const OTHER_ISSUER = "http://127.0.0.1:9/another-provider";
 
 const MUTATIONS = {
   "cronlease-wrong-aud": (payload) => {
@@ -78,7 +83,7 @@ server.listen(0, "127.0.0.1", () => {
     token_endpoint_auth_method: "client_secret_basic",
   });
   const provider = new Provider(issuer, {
-    clients: ["cronlease", ...Object.keys(MUTATIONS)].map(client),
+    clients: ["cronlease", "cronlease-mixup", ...Object.keys(MUTATIONS)].map(client),
     jwks: { keys: [jwk] },
     cookies: { keys: [crypto.randomBytes(32).toString("hex")] },
     claims: { openid: ["sub"], email: ["email", "email_verified"], groups: ["groups"] },
@@ -103,6 +108,17 @@ server.listen(0, "127.0.0.1", () => {
     const mutate = MUTATIONS[clientId];
     if (ctx.path === "/token" && mutate && ctx.body && typeof ctx.body.id_token === "string") {
       ctx.body = { ...ctx.body, id_token: mutated(ctx.body.id_token, mutate) };
+    }
+  });
+  provider.use(async (ctx, next) => {
+    await next();
+    const location = ctx.response.get("location");
+    if (ctx.oidc?.client?.clientId === "cronlease-mixup" && location.includes("/sso/callback?")) {
+      const answer = new URL(location);
+      if (answer.searchParams.has("iss")) {
+        answer.searchParams.set("iss", OTHER_ISSUER);
+        ctx.set("location", answer.href);
+      }
     }
   });
   server.on("request", provider.callback());
