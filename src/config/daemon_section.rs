@@ -426,11 +426,7 @@ fn dashboard_token(
             None
         }
         (Some(name), None) => {
-            let valid =
-                name.get_ref().chars().enumerate().all(|(i, c)| {
-                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
-                });
-            if name.get_ref().is_empty() || !valid {
+            if !super::is_env_name(name.get_ref()) {
                 checker.problem(
                     Some(name.span()),
                     Some(S),

@@ -224,11 +224,7 @@ fn secret_source(
         ),
         (Some(name), None) => {
             let text = name.get_ref();
-            let ok = !text.is_empty()
-                && text.chars().enumerate().all(|(i, c)| {
-                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
-                });
-            if ok {
+            if super::is_env_name(text) {
                 return Some(TokenSource::Env(name.into_inner()));
             }
             (

@@ -388,11 +388,7 @@ fn validate_source(
         }
         (Some(name), None) => {
             let text = name.get_ref();
-            let ok = !text.is_empty()
-                && text.chars().enumerate().all(|(i, c)| {
-                    c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit())
-                });
-            if ok {
+            if super::is_env_name(text) {
                 Some(TokenSource::Env(name.into_inner()))
             } else {
                 checker.problem(

@@ -410,6 +410,17 @@ impl Config {
     }
 }
 
+/// Whether `name` can name an environment variable the config reads
+/// (`*_env`): letters, digits and `_`, not empty, not starting with a
+/// digit.
+pub(crate) fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .enumerate()
+            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()))
+}
+
 /// [`Config::secret_env_names`] from its parts (also while validating).
 pub fn secret_env_names(
     password_env: Option<&str>,

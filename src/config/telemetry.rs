@@ -221,7 +221,7 @@ fn headers(
             ))
         } else if field == "headers" && value.get_ref().chars().any(char::is_control) {
             Some(format!("header {name:?}: a control character in its value"))
-        } else if field == "headers_env" && !is_env_name(value.get_ref()) {
+        } else if field == "headers_env" && !super::is_env_name(value.get_ref()) {
             Some(format!(
                 "header {name:?}: invalid environment variable name {:?}: expected letters, digits and _ not starting with a digit",
                 value.get_ref()
@@ -240,14 +240,6 @@ fn headers(
         headers.insert(name.to_ascii_lowercase(), source);
     }
     headers
-}
-
-fn is_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .enumerate()
-            .all(|(i, c)| c == '_' || c.is_ascii_alphabetic() || (i > 0 && c.is_ascii_digit()))
 }
 
 fn service_name(checker: &mut Checker<'_>, given: Option<Spanned<String>>) -> String {
