@@ -139,7 +139,15 @@ async fn through_provider(browser: &Browser, base: &str, user: &str) -> String {
             .expect("the browser's URL")
             .to_string();
         if url.starts_with(&home) {
-            let ready: bool = js(browser, "return document.readyState === 'complete';").await;
+            // The browser's URL can be the next page's while the document
+            // is still the provider's: the document's own URL says which.
+            let ready: bool = js(
+                browser,
+                &format!(
+                    "return document.readyState === 'complete' && location.href.startsWith({home:?});"
+                ),
+            )
+            .await;
             if ready {
                 return url;
             }
@@ -164,12 +172,17 @@ async fn sign_in(browser: &Browser, base: &str, user: &str) -> String {
     )
     .await;
     // The link leads away from the dashboard first.
-    eventually("the provider's page", async || {
+    left(browser, &format!("{base}/login"), "the provider's page").await;
+    through_provider(browser, base, user).await
+}
+
+/// Waits until the browser is at a URL that does not start with `prefix`.
+async fn left(browser: &Browser, prefix: &str, what: &str) {
+    eventually(what, async || {
         let url = browser.client.current_url().await.ok()?.to_string();
-        (!url.starts_with(&format!("{base}/login"))).then_some(())
+        (!url.starts_with(prefix)).then_some(())
     })
     .await;
-    through_provider(browser, base, user).await
 }
 
 /// The signed-in identity and role the page's header shows, if any.
@@ -275,11 +288,7 @@ fn a_person_signs_in_through_the_provider_acts_with_the_mapped_role_and_signs_ou
             "document.querySelector('form[action=\"/logout\"]').submit(); return true;",
         )
         .await;
-        eventually("the provider's logout", async || {
-            let url = browser.client.current_url().await.ok()?.to_string();
-            (!url.starts_with(&format!("{a}/"))).then_some(())
-        })
-        .await;
+        left(&browser, &format!("{a}/"), "the provider's logout").await;
         let after = through_provider(&browser, a, "alice").await;
         assert!(after.starts_with(&format!("{a}/login")), "{after}");
         assert_eq!(
