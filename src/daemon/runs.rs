@@ -302,13 +302,17 @@ fn process(
     }
     let params = start.params.iter();
     run.extend(params.map(|(name, value)| (crate::config::param_env_name(name), value.clone())));
-    let replica_env = side
-        .runs
-        .replica_env
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    let env = runner::RunEnv::new(&replica_env, &side.config.daemon.inherit_env, job, run);
+    // Read in place, not copied: the guard ends with this statement.
+    let env = runner::RunEnv::new(
+        &side
+            .runs
+            .replica_env
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        &side.config.daemon.inherit_env,
+        job,
+        run,
+    );
     runner::Process {
         argv,
         workdir: job.workdir.clone(),
